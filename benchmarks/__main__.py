@@ -1,0 +1,124 @@
+"""``python -m benchmarks``: print lavad's performance figures (not a test).
+
+* replay throughput (events/s, end to end: adapter -> engine -> encoded
+  decisions) with Best Fit on the Azure V1 trace, next to the adapter alone
+  in the same process, so the ratio shows what the core costs;
+* placement latency p50/p99 at 1,000 and 10,000 hosts for Best Fit and First
+  Fit, next to a recompute-per-request numpy Best Fit baseline;
+* peak resident memory of this process.
+
+Uses ../shared/data/azure-v1-vms when present, else the slice in data/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import resource
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.placement_latency import measure, measure_recompute_baseline
+from lavad.daemon.replay import replay
+from lavad.daemon.settings import load_settings
+from lavad.streams.adapters import open_trace
+from lavad.streams.schema import VmRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_AZURE = ROOT.parent / "shared" / "data" / "azure-v1-vms"
+SLICE_AZURE = ROOT / "data" / "azure-v1-vms-slice"
+
+
+def _azure_path() -> Path:
+    if SHARED_AZURE.is_dir():
+        return SHARED_AZURE
+    print(f"note: {SHARED_AZURE} absent; using the bundled slice {SLICE_AZURE}")
+    return SLICE_AZURE
+
+
+def replay_throughput(path: Path) -> None:
+    settings = load_settings(ROOT / "config" / "lavad.toml")
+    trace = open_trace(path, seed=0)
+    began = time.perf_counter()
+    adapter_events = sum(1 for _ in trace.events())
+    adapter_seconds = time.perf_counter() - began
+
+    trace = open_trace(path, seed=0)
+    sink = io.BytesIO()
+    result = replay(
+        trace.events(),
+        settings.engine_config("bestfit", trace_has_hosts=trace.has_hosts),
+        end_time=trace.end_time,
+        decisions_out=sink,
+    )
+    no_metrics = settings.model_copy(
+        update={"metrics": settings.metrics.model_copy(update={"stranding": False})}
+    )
+    trace = open_trace(path, seed=0)
+    quiet = replay(
+        trace.events(),
+        no_metrics.engine_config("bestfit", trace_has_hosts=trace.has_hosts),
+        end_time=trace.end_time,
+        decisions_out=io.BytesIO(),
+    )
+    pool = next(iter(result.pools.values()))
+    print(f"replay throughput on {path.name} (bestfit)")
+    print(f"  events                         {result.events:>12,}")
+    print(f"  adapter alone                  {adapter_events / adapter_seconds:>12,.0f} events/s")
+    print(f"  end to end, with metrics       {result.events_per_second:>12,.0f} events/s")
+    print(f"  end to end, no stranding       {quiet.events_per_second:>12,.0f} events/s")
+    adapter_rate = adapter_events / adapter_seconds
+    print(f"  adapter rate / end-to-end rate {adapter_rate / result.events_per_second:>12.2f}x")
+    print(f"  hosts used (peak)              {pool['hosts_used_peak']:>12,}")
+    print(f"  decisions bytes                {sink.tell():>12,}")
+
+
+def _shapes(path: Path) -> tuple[list[tuple[float, float]], np.ndarray]:
+    counts: Counter[tuple[float, float]] = Counter()
+    for event in open_trace(path, seed=0).events():
+        if isinstance(event, VmRequest):
+            counts[(event.cores, event.memory_gib)] += 1
+    shapes = sorted(counts)
+    weights = np.array([counts[s] for s in shapes], dtype=np.float64)
+    return shapes, weights / weights.sum()
+
+
+def placement_latency(path: Path, sizes: list[int]) -> None:
+    shapes, weights = _shapes(path)
+    print("placement latency (one request, steady 70% occupancy, real Azure V1 shapes)")
+    print(f"  {'policy':<30}{'hosts':>8}{'p50 us':>10}{'p99 us':>10}{'occupancy':>11}")
+    for hosts in sizes:
+        rows = [
+            measure("bestfit", hosts, shapes, weights),
+            measure("firstfit", hosts, shapes, weights),
+            measure_recompute_baseline(hosts, shapes, weights),
+        ]
+        for row in rows:
+            print(
+                f"  {row.policy:<30}{row.hosts:>8,}{row.p50_us:>10.1f}{row.p99_us:>10.1f}"
+                f"{row.occupancy_pct:>10.1f}%"
+            )
+        speedup = rows[2].p99_us / rows[0].p99_us
+        print(f"  bestfit p99 vs recompute baseline p99: {speedup:.2f}x faster")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--skip-replay", action="store_true")
+    parser.add_argument("--sizes", default="1000,10000", help="host counts for latency")
+    args = parser.parse_args(argv)
+    path = _azure_path()
+    if not args.skip_replay:
+        replay_throughput(path)
+    placement_latency(path, [int(s) for s in args.sizes.split(",")])
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"peak resident memory of this process: {peak_kib / 1024:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The decision core (engine, cluster state, policies, metrics) and its shells."""

@@ -1,0 +1,220 @@
+"""The ``lavad`` command line: replay, trace tools, policies, configuration check."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import IO, Annotated
+
+import orjson
+import typer
+from lavad.streams.trace_tools import convert, trace_info
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lavad.daemon.placement.registry import REGISTRY
+from lavad.daemon.replay import ReplayResult, replay
+from lavad.daemon.report import plot_results, print_results
+from lavad.daemon.settings import ConfigError, Settings, load_settings
+from lavad.streams.adapters import TraceFormatError, open_trace
+
+app = typer.Typer(
+    name="lavad",
+    help="Online scheduler daemon for cloud data centers.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+trace_app = typer.Typer(help="Inspect and convert recorded traces.", no_args_is_help=True)
+config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+app.add_typer(config_app, name="config")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except ConfigError as exc:
+        err.print(f"[red]lavad: {exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[red]lavad: {message}[/red]")
+    return typer.Exit(2)
+
+
+@app.command("replay")
+def replay_command(
+    path: Annotated[Path, typer.Argument(help="trace file or directory (see `lavad trace info`)")],
+    policy: Annotated[
+        str | None, typer.Option(help="placement policy (default: the configuration's)")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", help="write decisions as JSON lines (per policy with --compare)"),
+    ] = None,
+    compare: Annotated[
+        str | None, typer.Option(help="comma-separated policies to run on the same trace")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG of empty hosts and utilisation")] = None,
+    metrics_json: Annotated[
+        Path, typer.Option(help="where to write the metrics summary as JSON")
+    ] = Path("lavad-metrics.json"),
+    seed: Annotated[int | None, typer.Option(help="override the configuration's seed")] = None,
+    progress: Annotated[bool, typer.Option(help="progress bar on a terminal")] = True,
+) -> None:
+    """Replay a recorded trace through the decision core and print the metrics."""
+    settings = _settings(config)
+    if seed is not None:
+        settings = settings.model_copy(update={"seed": seed})
+    names = [p.strip() for p in compare.split(",") if p.strip()] if compare else []
+    if not names:
+        names = [policy or settings.placement.policy]
+    for name in names:
+        if name not in REGISTRY:
+            raise _fail(f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY))}")
+        try:
+            settings.policy_args(name)
+        except ConfigError as exc:
+            raise _fail(str(exc)) from None
+    try:
+        trace = open_trace(path, seed=settings.seed)
+    except TraceFormatError as exc:
+        raise _fail(str(exc)) from None
+    results: list[ReplayResult] = []
+    for name in names:
+        engine_config = settings.engine_config(name, trace_has_hosts=trace.has_hosts)
+        decisions_file = _per_policy(out_path, name, len(names) > 1)
+        dead_file = _dead_letter_path(decisions_file, metrics_json, name)
+        with contextlib.ExitStack() as stack:
+            decisions_out: IO[bytes] | None = None
+            if decisions_file is not None:
+                decisions_file.parent.mkdir(parents=True, exist_ok=True)
+                decisions_out = stack.enter_context(decisions_file.open("wb"))
+            dead_out = stack.enter_context(_LazyFile(dead_file))
+            show = progress and sys.stderr.isatty()
+            bar = stack.enter_context(
+                Progress(
+                    TextColumn(f"[bold]{name}[/bold]"),
+                    BarColumn(),
+                    TextColumn("{task.completed:,} events"),
+                    TextColumn("trace t={task.fields[clock]:,.0f}s"),
+                    TimeElapsedColumn(),
+                    console=err,
+                    disable=not show,
+                    transient=True,
+                )
+            )
+            task = bar.add_task(name, total=None, clock=0.0)
+
+            def tick(count: int, clock: float, task_id: object = task, p: Progress = bar) -> None:
+                p.update(task_id, completed=count, clock=max(clock, 0.0))  # type: ignore[arg-type]
+
+            fresh = open_trace(path, seed=settings.seed)
+            result = replay(
+                fresh.events(),
+                engine_config,
+                end_time=fresh.end_time,
+                decisions_out=decisions_out,
+                dead_letters_out=dead_out,
+                progress=tick,
+            )
+        results.append(result)
+    print_results(results, trace.name, out)
+    metrics_json.parent.mkdir(parents=True, exist_ok=True)
+    metrics_json.write_bytes(
+        orjson.dumps(
+            {"trace": str(path), "seed": settings.seed, "runs": [r.as_dict() for r in results]},
+            option=orjson.OPT_INDENT_2,
+        )
+    )
+    out.print(f"metrics written to {metrics_json}")
+    if plot is not None:
+        plot_results(results, plot, trace.name)
+        out.print(f"plot written to {plot}")
+
+
+class _LazyFile(contextlib.AbstractContextManager["_LazyFile"]):
+    """A dead-letter file created on the first write, so clean runs leave none."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: IO[bytes] | None = None
+
+    def write(self, data: bytes) -> int:
+        if self._handle is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = self.path.open("wb")
+        return self._handle.write(data)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            err.print(f"[yellow]dead letters written to {self.path}[/yellow]")
+
+
+def _per_policy(path: Path | None, policy: str, several: bool) -> Path | None:
+    if path is None or not several:
+        return path
+    return path.with_name(f"{path.stem}.{policy}{path.suffix}")
+
+
+def _dead_letter_path(decisions: Path | None, metrics: Path, policy: str) -> Path:
+    anchor = decisions if decisions is not None else metrics
+    return anchor.with_name(f"{anchor.stem}.{policy}.deadletters.jsonl")
+
+
+@trace_app.command("info")
+def trace_info_command(
+    path: Annotated[Path, typer.Argument(help="trace file or directory")],
+    seed: Annotated[int, typer.Option(help="seed for sampled fields")] = 0,
+) -> None:
+    """Counts of events by type, VMs, censored VMs, hosts and the time span."""
+    try:
+        info = trace_info(path, seed=seed)
+    except TraceFormatError as exc:
+        raise _fail(str(exc)) from None
+    out.print_json(orjson.dumps(info).decode())
+
+
+@trace_app.command("convert")
+def trace_convert_command(
+    path: Annotated[Path, typer.Argument(help="trace file or directory")],
+    output: Annotated[Path, typer.Argument(help="canonical events, JSON lines")],
+    seed: Annotated[int, typer.Option(help="seed for sampled fields")] = 0,
+) -> None:
+    """Write a trace as canonical v1 events (one JSON object per line)."""
+    try:
+        written = convert(path, output, seed=seed)
+    except TraceFormatError as exc:
+        raise _fail(str(exc)) from None
+    out.print(f"{written} written to {output}")
+
+
+@app.command("policies")
+def policies_command() -> None:
+    """List the placement policies and their arguments."""
+    for name, spec in sorted(REGISTRY.items()):
+        out.print(f"[bold]{name}[/bold]: {spec.summary}")
+        for field_name, info in spec.args_model.model_fields.items():
+            out.print(
+                f"    {field_name}: {info.description or ''} (default {info.get_default()!r})"
+            )
+
+
+@config_app.command("check")
+def config_check_command(
+    path: Annotated[Path, typer.Argument(help="TOML configuration file")],
+) -> None:
+    """Validate a configuration file (and LAVAD_* environment overrides)."""
+    settings = _settings(path)
+    out.print_json(settings.model_dump_json())
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,229 @@
+"""Cluster state of one pool on numpy arrays, updated incrementally.
+
+Every host is a column in ``capacity`` and ``free`` (rows are resources), so a
+placement filter or score is a handful of vectorised operations over hosts and
+nothing is recomputed from the VM list per request. Free capacity, VM counts,
+the number of empty hosts and the used totals change in O(1) per place/exit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+RESOURCES: Final = ("cores", "memory_gib", "disk_gib", "gpus")
+N_RESOURCES: Final = len(RESOURCES)
+
+# Free capacity is kept by subtraction; trace shapes such as 0.1 cores are not
+# exact in binary, so a fit allows this much rounding below zero.
+FIT_TOLERANCE: Final = 1e-6
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+IntArray = NDArray[np.int64]
+
+
+class HostState(IntEnum):
+    DOWN = 0
+    UP = 1
+    DRAINING = 2
+
+
+@dataclass(slots=True)
+class VmRecord:
+    """What a placed VM holds: its host column and the demand to give back."""
+
+    vm_id: str
+    host: int
+    demand: tuple[float, float, float, float]
+    deployment: str
+    placed_at: float
+
+
+class ClusterError(Exception):
+    """An event that contradicts the cluster state (unknown host, duplicate VM, ...)."""
+
+
+class ClusterState:
+    """Hosts and VMs of one pool.
+
+    Columns are never reused: a host that goes down keeps its column (state
+    DOWN) so host indices stay stable for policies that keep per-host arrays.
+    """
+
+    def __init__(self, initial_columns: int = 256) -> None:
+        self._columns = max(1, initial_columns)
+        self.n_hosts = 0
+        self.capacity: FloatArray = np.zeros((N_RESOURCES, self._columns))
+        self.free: FloatArray = np.zeros((N_RESOURCES, self._columns))
+        # 1/capacity (0 where a host lacks the resource) so scores normalise
+        # with a multiply instead of a divide.
+        self.inv_capacity: FloatArray = np.zeros((N_RESOURCES, self._columns))
+        self.state: NDArray[np.int8] = np.zeros(self._columns, dtype=np.int8)
+        self.schedulable: BoolArray = np.zeros(self._columns, dtype=np.bool_)
+        self.vm_count: NDArray[np.int32] = np.zeros(self._columns, dtype=np.int32)
+        self.host_ids: list[str] = []
+        self.host_index: dict[str, int] = {}
+        self.vms: dict[str, VmRecord] = {}
+        # Per-host VM ids, for policies and migrations that enumerate a host.
+        self.host_vms: list[set[str]] = []
+        # Incremental aggregates over UP and DRAINING hosts.
+        self.hosts_up = 0
+        self.hosts_empty = 0
+        self.used_total = np.zeros(N_RESOURCES)
+        self.capacity_total = np.zeros(N_RESOURCES)
+        # Resources some host has: scores skip the others (disk on Azure, ...).
+        self.resource_present = np.zeros(N_RESOURCES, dtype=np.bool_)
+        # Deployment -> host -> count, for anti-affinity.
+        self.deployment_hosts: dict[str, dict[int, int]] = {}
+
+    # ----------------------------------------------------------------- hosts
+
+    def add_host(self, host_id: str, capacity: tuple[float, float, float, float]) -> int:
+        """Bring a host up (new, or back from DOWN). Returns its column."""
+        index = self.host_index.get(host_id)
+        if index is not None:
+            if self.state[index] != HostState.DOWN:
+                raise ClusterError(f"host {host_id!r} is already up")
+            if self.vm_count[index]:
+                raise ClusterError(f"host {host_id!r} came back with VMs still booked")
+        else:
+            index = self.n_hosts
+            if index == self._columns:
+                self._grow()
+            self.n_hosts += 1
+            self.host_ids.append(host_id)
+            self.host_index[host_id] = index
+            self.host_vms.append(set())
+        cap = np.asarray(capacity, dtype=np.float64)
+        self.capacity[:, index] = cap
+        self.free[:, index] = cap
+        with np.errstate(divide="ignore"):
+            self.inv_capacity[:, index] = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), 0.0)
+        self.state[index] = HostState.UP
+        self.schedulable[index] = True
+        self.hosts_up += 1
+        self.hosts_empty += 1
+        self.capacity_total += cap
+        self.resource_present |= cap > 0
+        return index
+
+    def drain_host(self, host_id: str) -> int:
+        index = self._known_host(host_id)
+        if self.state[index] == HostState.DOWN:
+            raise ClusterError(f"host {host_id!r} is down; it cannot drain")
+        self.state[index] = HostState.DRAINING
+        self.schedulable[index] = False
+        return index
+
+    def remove_host(self, host_id: str) -> list[VmRecord]:
+        """Take a host down. VMs still on it are evicted and returned."""
+        index = self._known_host(host_id)
+        if self.state[index] == HostState.DOWN:
+            raise ClusterError(f"host {host_id!r} is already down")
+        evicted = [self.release(vm_id) for vm_id in sorted(self.host_vms[index])]
+        self.state[index] = HostState.DOWN
+        self.schedulable[index] = False
+        self.hosts_up -= 1
+        self.hosts_empty -= 1
+        self.capacity_total -= self.capacity[:, index]
+        self.free[:, index] = 0.0
+        return evicted
+
+    # ------------------------------------------------------------------- VMs
+
+    def book(
+        self,
+        vm_id: str,
+        host: int,
+        demand: tuple[float, float, float, float],
+        deployment: str,
+        now: float,
+    ) -> VmRecord:
+        """Charge ``demand`` to host column ``host``. The caller has checked the fit."""
+        if vm_id in self.vms:
+            raise ClusterError(f"VM {vm_id!r} is already placed")
+        free = self.free
+        for r in range(N_RESOURCES):
+            amount = demand[r]
+            if amount:
+                free[r, host] -= amount
+                self.used_total[r] += amount
+        if self.vm_count[host] == 0:
+            self.hosts_empty -= 1
+        self.vm_count[host] += 1
+        record = VmRecord(vm_id, host, demand, deployment, now)
+        self.vms[vm_id] = record
+        self.host_vms[host].add(vm_id)
+        if deployment:
+            per_host = self.deployment_hosts.setdefault(deployment, {})
+            per_host[host] = per_host.get(host, 0) + 1
+        return record
+
+    def release(self, vm_id: str) -> VmRecord:
+        """Give back exactly what ``book`` charged."""
+        record = self.vms.pop(vm_id, None)
+        if record is None:
+            raise ClusterError(f"VM {vm_id!r} is not placed")
+        host = record.host
+        free = self.free
+        for r in range(N_RESOURCES):
+            amount = record.demand[r]
+            if amount:
+                free[r, host] += amount
+                self.used_total[r] -= amount
+        self.vm_count[host] -= 1
+        if self.vm_count[host] == 0:
+            self.hosts_empty += 1
+            # Snap back to capacity: no rounding residue survives an empty host.
+            self.free[:, host] = self.capacity[:, host]
+        self.host_vms[host].discard(vm_id)
+        if record.deployment:
+            per_host = self.deployment_hosts[record.deployment]
+            left = per_host[host] - 1
+            if left:
+                per_host[host] = left
+            else:
+                del per_host[host]
+                if not per_host:
+                    del self.deployment_hosts[record.deployment]
+        return record
+
+    # ----------------------------------------------------------------- views
+
+    def fits_capacity(self, demand: tuple[float, float, float, float]) -> BoolArray:
+        """Hosts (up or draining) whose *total* capacity could ever hold ``demand``."""
+        n = self.n_hosts
+        ok: BoolArray = self.state[:n] != HostState.DOWN
+        for r in range(N_RESOURCES):
+            if demand[r]:
+                ok &= self.capacity[r, :n] >= demand[r] - FIT_TOLERANCE
+        return ok
+
+    def _known_host(self, host_id: str) -> int:
+        index = self.host_index.get(host_id)
+        if index is None:
+            raise ClusterError(f"unknown host {host_id!r}")
+        return index
+
+    def _grow(self) -> None:
+        old = self._columns
+        new = old * 2
+
+        def widen(array: NDArray[np.generic]) -> NDArray[np.generic]:
+            shape = (*array.shape[:-1], new)
+            grown = np.zeros(shape, dtype=array.dtype)
+            grown[..., :old] = array
+            return grown
+
+        self.capacity = widen(self.capacity)  # type: ignore[assignment]
+        self.free = widen(self.free)  # type: ignore[assignment]
+        self.inv_capacity = widen(self.inv_capacity)  # type: ignore[assignment]
+        self.state = widen(self.state)  # type: ignore[assignment]
+        self.schedulable = widen(self.schedulable)  # type: ignore[assignment]
+        self.vm_count = widen(self.vm_count)  # type: ignore[assignment]
+        self._columns = new

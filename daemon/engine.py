@@ -1,0 +1,297 @@
+"""The decision core: ``Engine.handle(event, now)`` and ``Engine.advance(now)``.
+
+Synchronous and deterministic: it never reads a clock (time is the event time
+passed in), does no I/O, and draws randomness only from generators seeded by
+the configured seed and the pool name. The replay shell and the live shell
+feed it the same way, so both give the same decisions.
+
+An event that contradicts the state (exit of an unknown VM, a duplicate VM id,
+an unknown host) raises ``InvalidEvent`` *before* any state changes; the shell
+dead-letters it with the reason and counts it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lavad.daemon.cluster import ClusterError, ClusterState, VmRecord
+from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
+from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy, Unfit
+from lavad.daemon.placement.registry import PolicyArgs, build_policy
+from lavad.streams.schema import (
+    Decision,
+    Event,
+    HostDown,
+    HostDrain,
+    HostUp,
+    Placement,
+    VmExit,
+    VmPlaced,
+    VmRequest,
+    placement_decision_id,
+)
+
+Demand = tuple[float, float, float, float]
+
+
+class InvalidEvent(Exception):
+    """The event is well-formed but contradicts the state; nothing was changed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class HostShape:
+    cores: float
+    memory_gib: float
+    disk_gib: float = 0.0
+    gpus: float = 0.0
+
+    def as_capacity(self) -> Demand:
+        return (self.cores, self.memory_gib, self.disk_gib, self.gpus)
+
+    def holds(self, demand: Demand) -> bool:
+        return all(need <= have for need, have in zip(demand, self.as_capacity(), strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSetup:
+    """How a pool gets hosts: ``initial_hosts`` of ``shape`` at start, and/or on demand.
+
+    With ``grow_on_demand`` a request that fits no host gets a new empty host
+    of ``shape`` (the LAVA simulations' open-ended pool); the metrics then
+    report how many hosts were used. Hosts may also arrive as host.up events.
+    """
+
+    shape: HostShape | None = None
+    initial_hosts: int = 0
+    grow_on_demand: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    policy: str
+    policy_args: PolicyArgs
+    pools: PoolSetup = field(default_factory=PoolSetup)
+    seed: int = 0
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+
+@dataclass(slots=True)
+class PoolRuntime:
+    name: str
+    cluster: ClusterState
+    policy: Policy
+    metrics: PoolMetrics
+    # VMs that were refused (or evicted) and how often: their exits are
+    # expected and absorbed (counted), and a retry gets a fresh decision id.
+    refused: dict[str, int] = field(default_factory=dict)
+    auto_hosts: int = 0
+    counters: Counter[str] = field(default_factory=Counter)
+
+
+def _stable_seed(seed: int, pool: str, stream: int) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(pool.encode()), stream])
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.pools: dict[str, PoolRuntime] = {}
+        self.events_by_type: Counter[str] = Counter()
+        self._handlers: dict[type[Any], Callable[[PoolRuntime, Any, float], list[Decision]]] = {
+            VmRequest: self._on_request,
+            VmExit: self._on_exit,
+            VmPlaced: self._on_placed,
+            HostUp: self._on_host_up,
+            HostDown: self._on_host_down,
+            HostDrain: self._on_host_drain,
+        }
+
+    # ------------------------------------------------------------ interface
+
+    def handle(self, event: Event, now: float) -> list[Decision]:
+        pool = self.pools.get(event.pool)
+        if pool is None:
+            pool = self._open_pool(event.pool)
+        pool.metrics.advance(pool.cluster, now)
+        self.events_by_type[event.type] += 1
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            # Deployment and usage events have no consumer until the admission
+            # and usage models exist; they are counted, not lost silently.
+            pool.counters[f"unconsumed.{event.type}"] += 1
+            return []
+        return handler(pool, event, now)
+
+    def advance(self, now: float) -> list[Decision]:
+        """Run timers up to ``now``. Baseline policies have none; metrics sample here."""
+        for pool in self.pools.values():
+            pool.metrics.advance(pool.cluster, now)
+        return []
+
+    def summary(self, end: float) -> dict[str, Any]:
+        return {
+            name: {**pool.metrics.summary(pool.cluster, end), "counters": dict(pool.counters)}
+            for name, pool in sorted(self.pools.items())
+        }
+
+    # ----------------------------------------------------------------- pools
+
+    def _open_pool(self, name: str) -> PoolRuntime:
+        config = self.config
+        policy = build_policy(config.policy, config.policy_args, _stable_seed(config.seed, name, 0))
+        pool = PoolRuntime(
+            name=name,
+            cluster=ClusterState(),
+            policy=policy,
+            metrics=PoolMetrics(config.metrics, _stable_seed(config.seed, name, 1)),
+        )
+        setup = config.pools
+        if setup.shape is not None:
+            for i in range(setup.initial_hosts):
+                pool.cluster.add_host(f"{name}/h{i:05d}", setup.shape.as_capacity())
+        self.pools[name] = pool
+        return pool
+
+    # -------------------------------------------------------------- handlers
+
+    def _on_request(self, pool: PoolRuntime, event: VmRequest, now: float) -> list[Decision]:
+        cluster = pool.cluster
+        vm_id = event.vm_id
+        if vm_id in cluster.vms:
+            where = cluster.host_ids[cluster.vms[vm_id].host]
+            raise InvalidEvent(f"duplicate VM id {vm_id!r}: already placed on host {where!r}")
+        attempt = pool.refused.pop(vm_id, 0)
+        demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
+        pool.metrics.observe_request(demand)
+        request = PlacementRequest(vm_id, demand, event.deployment, event.max_per_host, now)
+        result = pool.policy.place(cluster, request)
+        setup = self.config.pools
+        if (
+            isinstance(result, Unfit)
+            and setup.grow_on_demand
+            and setup.shape is not None
+            and setup.shape.holds(demand)
+        ):
+            host = cluster.add_host(
+                f"{pool.name}/auto{pool.auto_hosts:05d}", setup.shape.as_capacity()
+            )
+            pool.auto_hosts += 1
+            pool.metrics.hosts_added_on_demand += 1
+            result = Placed(host=host, candidates=0, scores={})
+        decision_id = placement_decision_id(pool.name, vm_id)
+        if attempt:
+            decision_id = f"{decision_id}/retry{attempt}"
+        if isinstance(result, Unfit):
+            pool.refused[vm_id] = attempt + 1
+            if result.retryable:
+                pool.metrics.unfit_retryable += 1
+            else:
+                pool.metrics.unfit_final += 1
+            return [
+                Placement(
+                    decision_id=decision_id,
+                    time=now,
+                    pool=pool.name,
+                    vm_id=vm_id,
+                    host_id=None,
+                    policy=pool.policy.name,
+                    reason=result.reason,
+                    retryable=result.retryable,
+                    explanation={"rejected_by": result.rejected_by},
+                )
+            ]
+        record = cluster.book(vm_id, result.host, demand, event.deployment, now)
+        self._booked(pool, record, now)
+        if result.candidates:
+            reason = f"{pool.policy.name}: best of {result.candidates} candidate hosts"
+        else:
+            reason = "no host fit: opened a new host"
+        return [
+            Placement(
+                decision_id=decision_id,
+                time=now,
+                pool=pool.name,
+                vm_id=vm_id,
+                host_id=cluster.host_ids[result.host],
+                policy=pool.policy.name,
+                reason=reason,
+                explanation={"candidates": result.candidates, "scores": result.scores},
+            )
+        ]
+
+    def _booked(self, pool: PoolRuntime, record: VmRecord, now: float) -> None:
+        pool.metrics.placed += 1
+        pool.metrics.observe_hosts_used(pool.cluster)
+        hooks = pool.policy.hooks
+        if hooks is not None:
+            hooks.on_booked(pool.cluster, record, now)
+
+    def _on_exit(self, pool: PoolRuntime, event: VmExit, now: float) -> list[Decision]:
+        vm_id = event.vm_id
+        if vm_id in pool.cluster.vms:
+            record = pool.cluster.release(vm_id)
+            hooks = pool.policy.hooks
+            if hooks is not None:
+                hooks.on_released(pool.cluster, record, now)
+            return []
+        if pool.refused.pop(vm_id, None) is not None:
+            pool.counters["exit_of_unplaced_vm"] += 1
+            return []
+        raise InvalidEvent(f"exit of unknown VM {vm_id!r}")
+
+    def _on_placed(self, pool: PoolRuntime, event: VmPlaced, now: float) -> list[Decision]:
+        cluster = pool.cluster
+        host = cluster.host_index.get(event.host_id)
+        if host is None:
+            raise InvalidEvent(f"VM {event.vm_id!r} placed on unknown host {event.host_id!r}")
+        if event.vm_id in cluster.vms:
+            raise InvalidEvent(f"duplicate VM id {event.vm_id!r}: already placed")
+        demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
+        pool.refused.pop(event.vm_id, None)
+        pool.metrics.observe_request(demand)
+        # Shadow mode books what another scheduler did, even past capacity:
+        # the books must match reality. Such overcommitment is counted.
+        if any(cluster.free[r, host] < demand[r] for r in range(4) if demand[r]):
+            pool.counters["shadow_overcommit"] += 1
+        record = cluster.book(event.vm_id, host, demand, event.deployment, now)
+        self._booked(pool, record, now)
+        return []
+
+    def _on_host_up(self, pool: PoolRuntime, event: HostUp, now: float) -> list[Decision]:
+        try:
+            pool.cluster.add_host(
+                event.host_id, (event.cores, event.memory_gib, event.disk_gib, event.gpus)
+            )
+        except ClusterError as exc:
+            raise InvalidEvent(str(exc)) from None
+        return []
+
+    def _on_host_down(self, pool: PoolRuntime, event: HostDown, now: float) -> list[Decision]:
+        try:
+            evicted = pool.cluster.remove_host(event.host_id)
+        except ClusterError as exc:
+            raise InvalidEvent(str(exc)) from None
+        hooks = pool.policy.hooks
+        for record in evicted:
+            pool.refused[record.vm_id] = 1
+            pool.counters["evicted_by_host_down"] += 1
+            if hooks is not None:
+                hooks.on_released(pool.cluster, record, now)
+        return []
+
+    def _on_host_drain(self, pool: PoolRuntime, event: HostDrain, now: float) -> list[Decision]:
+        try:
+            pool.cluster.drain_host(event.host_id)
+        except ClusterError as exc:
+            raise InvalidEvent(str(exc)) from None
+        return []

@@ -1,0 +1,181 @@
+"""Bin-packing quality of one pool over time (LAVA paper, section 2.3).
+
+* empty hosts: time-weighted average of 100 x empty hosts / hosts up;
+* utilisation: time-weighted average of used / capacity (cores, memory);
+* stranding: periodic inflation simulations (``stranding.py``);
+* hosts used: the peak number of non-empty hosts, and the pool size;
+* placement failures, split into "may retry" and "final".
+
+Recorded traces start with an empty cluster (VMs running before recording
+began are missing), so averages skip a warm-up period after the first event;
+the summary states the window it measured. The metrics have a random
+generator of their own, so switching them on or off never changes a decision.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lavad.daemon.cluster import N_RESOURCES, ClusterState
+from lavad.daemon.metrics.stranding import StrandingSample, inflate
+
+CORES, MEMORY = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    warmup_s: float = 86_400.0
+    sample_interval_s: float = 3_600.0
+    stranding: bool = True
+    mix_window: int = 10_000
+    mix_max_shapes: int = 32
+
+
+@dataclass(frozen=True, slots=True)
+class TimePoint:
+    time: float
+    hosts_up: int
+    empty_hosts_pct: float
+    cpu_util_pct: float
+    memory_util_pct: float
+
+
+@dataclass(slots=True)
+class _Integral:
+    seconds: float = 0.0
+    empty_pct: float = 0.0
+    cpu_util_pct: float = 0.0
+    memory_util_pct: float = 0.0
+
+
+@dataclass(slots=True)
+class PoolMetrics:
+    config: MetricsConfig
+    rng: np.random.Generator
+    start: float | None = None
+    last: float | None = None
+    requests: int = 0
+    placed: int = 0
+    unfit_retryable: int = 0
+    unfit_final: int = 0
+    hosts_added_on_demand: int = 0
+    peak_hosts_used: int = 0
+    integral: _Integral = field(default_factory=_Integral)
+    series: list[TimePoint] = field(default_factory=list)
+    stranding: list[StrandingSample] = field(default_factory=list)
+    _next_tick: float = 0.0
+    _mix: deque[tuple[float, ...]] = field(default_factory=deque)
+    _mix_counts: Counter[tuple[float, ...]] = field(default_factory=Counter)
+
+    @property
+    def measure_from(self) -> float:
+        return (self.start or 0.0) + self.config.warmup_s
+
+    def advance(self, cluster: ClusterState, now: float) -> None:
+        """Account for the state having held from the previous event until ``now``."""
+        if self.start is None:
+            self.start = self.last = now
+            self._next_tick = now
+        last = self.last if self.last is not None else now
+        if now <= last:
+            return
+        while self._next_tick < now:
+            self._sample(cluster, self._next_tick)
+            self._next_tick += self.config.sample_interval_s
+        begin = max(last, self.measure_from)
+        if now > begin and cluster.hosts_up:
+            dt = now - begin
+            acc = self.integral
+            acc.seconds += dt
+            acc.empty_pct += dt * 100.0 * cluster.hosts_empty / cluster.hosts_up
+            acc.cpu_util_pct += dt * _pct(cluster.used_total[CORES], cluster.capacity_total[CORES])
+            acc.memory_util_pct += dt * _pct(
+                cluster.used_total[MEMORY], cluster.capacity_total[MEMORY]
+            )
+        self.last = now
+
+    def observe_request(self, demand: tuple[float, float, float, float]) -> None:
+        self.requests += 1
+        self._mix.append(demand)
+        self._mix_counts[demand] += 1
+        if len(self._mix) > self.config.mix_window:
+            old = self._mix.popleft()
+            self._mix_counts[old] -= 1
+            if not self._mix_counts[old]:
+                del self._mix_counts[old]
+
+    def observe_hosts_used(self, cluster: ClusterState) -> None:
+        used = cluster.hosts_up - cluster.hosts_empty
+        self.peak_hosts_used = max(used, self.peak_hosts_used)
+
+    def _sample(self, cluster: ClusterState, at: float) -> None:
+        if not cluster.hosts_up:
+            return
+        self.series.append(
+            TimePoint(
+                time=at,
+                hosts_up=cluster.hosts_up,
+                empty_hosts_pct=100.0 * cluster.hosts_empty / cluster.hosts_up,
+                cpu_util_pct=_pct(cluster.used_total[CORES], cluster.capacity_total[CORES]),
+                memory_util_pct=_pct(cluster.used_total[MEMORY], cluster.capacity_total[MEMORY]),
+            )
+        )
+        if self.config.stranding and at >= self.measure_from and self._mix_counts:
+            self.stranding.append(self._strand(cluster, at))
+
+    def _strand(self, cluster: ClusterState, at: float) -> StrandingSample:
+        n = cluster.n_hosts
+        hosts = np.flatnonzero(cluster.schedulable[:n])
+        free = cluster.free[:, hosts]
+        capacity = cluster.capacity[:, hosts].sum(axis=1)
+        common = self._mix_counts.most_common(self.config.mix_max_shapes)
+        shapes = np.array([shape for shape, _ in common], dtype=np.float64).reshape(-1, N_RESOURCES)
+        weights = np.array([count for _, count in common], dtype=np.float64)
+        left = inflate(free, shapes, weights, self.rng).sum(axis=1)
+        before = free.sum(axis=1)
+        return StrandingSample(
+            time=at,
+            cpu_pct=_pct(left[CORES], capacity[CORES]),
+            memory_pct=_pct(left[MEMORY], capacity[MEMORY]),
+            free_cpu_pct=_pct(before[CORES], capacity[CORES]),
+            free_memory_pct=_pct(before[MEMORY], capacity[MEMORY]),
+        )
+
+    def summary(self, cluster: ClusterState, end: float) -> dict[str, Any]:
+        self.advance(cluster, end)
+        acc = self.integral
+        seconds = acc.seconds
+        unfit = self.unfit_retryable + self.unfit_final
+        return {
+            "measured_from_s": self.measure_from,
+            "measured_until_s": end,
+            "measured_seconds": seconds,
+            "warmup_s": self.config.warmup_s,
+            "empty_hosts_pct": acc.empty_pct / seconds if seconds else None,
+            "cpu_util_pct": acc.cpu_util_pct / seconds if seconds else None,
+            "memory_util_pct": acc.memory_util_pct / seconds if seconds else None,
+            "stranded_cpu_pct": _mean([s.cpu_pct for s in self.stranding]),
+            "stranded_memory_pct": _mean([s.memory_pct for s in self.stranding]),
+            "stranding_samples": len(self.stranding),
+            "hosts_used_peak": self.peak_hosts_used,
+            "hosts_up_end": cluster.hosts_up,
+            "hosts_added_on_demand": self.hosts_added_on_demand,
+            "requests": self.requests,
+            "placed": self.placed,
+            "placement_failures": unfit,
+            "placement_failures_retryable": self.unfit_retryable,
+            "placement_failures_final": self.unfit_final,
+            "placement_failure_pct": 100.0 * unfit / self.requests if self.requests else 0.0,
+        }
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * float(part) / float(whole) if whole else 0.0
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None

@@ -1,0 +1,25 @@
+"""First Fit: the lowest-numbered host that passes the filters.
+
+Hosts are numbered in the order they joined the pool, so First Fit packs the
+oldest hosts first and leaves the newest empty; there are never ties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lavad.daemon.cluster import ClusterState, FloatArray
+from lavad.daemon.placement.framework import PlacementRequest
+
+
+class FirstFitScore:
+    name = "firstfit"
+
+    def __init__(self) -> None:
+        self._index: FloatArray = np.zeros(0)
+
+    def score(self, cluster: ClusterState, request: PlacementRequest) -> FloatArray:
+        n = cluster.n_hosts
+        if len(self._index) < n:
+            self._index = np.arange(max(n, 2 * len(self._index)), dtype=np.float64)
+        return self._index[:n]

@@ -1,0 +1,119 @@
+"""Policy registry: names in configuration -> validated arguments -> a built Policy.
+
+Arguments are checked when the daemon starts (``validate_policy_args``), not
+when the first VM arrives, so a typo in a policy argument stops start-up with
+the key and the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lavad.daemon.placement.bestfit import BestFitScore
+from lavad.daemon.placement.firstfit import FirstFitScore
+from lavad.daemon.placement.framework import Policy
+
+ResourceName = Literal["cores", "memory_gib", "disk_gib", "gpus"]
+
+
+class PolicyArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BestFitArgs(PolicyArgs):
+    weights: dict[ResourceName, float] = Field(
+        default_factory=dict,
+        description="weight of each resource's leftover fraction (default 1.0 each)",
+    )
+    tie_break: Literal["random", "first"] = Field(
+        default="random", description="among equal scores: a seeded random host, or the first"
+    )
+
+    def model_post_init(self, _context: Any) -> None:
+        for name, weight in self.weights.items():
+            if weight < 0:
+                raise ValueError(f"weights.{name} must be >= 0, got {weight}")
+
+
+class FirstFitArgs(PolicyArgs):
+    pass
+
+
+class PolicyConfigError(ValueError):
+    """A policy name or argument that cannot be used; ``key`` locates it."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    name: str
+    summary: str
+    args_model: type[PolicyArgs]
+    build: Callable[[str, PolicyArgs, np.random.Generator], Policy]
+
+
+def _build_bestfit(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+    if not isinstance(args, BestFitArgs):
+        raise TypeError(f"bestfit built with {type(args).__name__}")
+    return Policy(
+        name,
+        (BestFitScore({str(k): w for k, w in args.weights.items()}),),
+        rng,
+        random_ties=args.tie_break == "random",
+    )
+
+
+def _build_firstfit(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+    return Policy(name, (FirstFitScore(),), rng, random_ties=False)
+
+
+REGISTRY: dict[str, PolicySpec] = {
+    spec.name: spec
+    for spec in (
+        PolicySpec(
+            "bestfit",
+            "multi-dimensional Best Fit: least free fraction left after placing",
+            BestFitArgs,
+            _build_bestfit,
+        ),
+        PolicySpec(
+            "firstfit",
+            "First Fit: lowest-numbered host that fits",
+            FirstFitArgs,
+            _build_firstfit,
+        ),
+    )
+}
+
+
+def validate_policy_args(
+    name: str, raw: Mapping[str, object], *, key_prefix: str = "policies"
+) -> PolicyArgs:
+    spec = REGISTRY.get(name)
+    if spec is None:
+        raise PolicyConfigError(
+            f"{key_prefix}.{name}", f"unknown policy; known: {', '.join(sorted(REGISTRY))}"
+        )
+    try:
+        return spec.args_model.model_validate(dict(raw))
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        key = f"{key_prefix}.{name}" + (f".{where}" if where else "")
+        raise PolicyConfigError(key, first["msg"]) from None
+
+
+def build_policy(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+    spec = REGISTRY[name]
+    if not isinstance(args, spec.args_model):
+        raise PolicyConfigError(f"policies.{name}", "arguments were validated for another policy")
+    return spec.build(name, args, rng)

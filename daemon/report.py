@@ -1,0 +1,120 @@
+"""Human-readable replay results: one table for all compared policies, and a plot."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from lavad.daemon.replay import ReplayResult
+
+
+def _fmt(value: object, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def metrics_table(results: Sequence[ReplayResult], trace_name: str) -> Table:
+    """Rows per policy and pool; the first policy is the baseline for the pp column."""
+    table = Table(title=f"lavad replay: {trace_name}", title_justify="left")
+    for header in (
+        "policy",
+        "pool",
+        "empty hosts %",
+        "vs first (pp)",
+        "CPU util %",
+        "mem util %",
+        "stranded CPU %",
+        "stranded mem %",
+        "hosts used (peak)",
+        "hosts at end",
+        "placement failures",
+        "events/s",
+    ):
+        table.add_column(header, justify="left" if header in ("policy", "pool") else "right")
+    baseline: dict[str, float | None] = {}
+    if results:
+        baseline = {name: m["empty_hosts_pct"] for name, m in results[0].pools.items()}
+    for result in results:
+        for pool, m in result.pools.items():
+            base = baseline.get(pool)
+            empty = m["empty_hosts_pct"]
+            delta = empty - base if empty is not None and base is not None else None
+            failures = f"{m['placement_failures']} ({m['placement_failure_pct']:.2f}%)"
+            table.add_row(
+                result.policy,
+                pool,
+                _fmt(empty),
+                _fmt(delta, 2) if result is not results[0] else "-",
+                _fmt(m["cpu_util_pct"]),
+                _fmt(m["memory_util_pct"]),
+                _fmt(m["stranded_cpu_pct"]),
+                _fmt(m["stranded_memory_pct"]),
+                str(m["hosts_used_peak"]),
+                str(m["hosts_up_end"]),
+                failures,
+                f"{result.events_per_second:,.0f}",
+            )
+    return table
+
+
+def print_results(results: Sequence[ReplayResult], trace_name: str, console: Console) -> None:
+    console.print(metrics_table(results, trace_name))
+    if results:
+        first = next(iter(results[0].pools.values()), None)
+        if first is not None:
+            console.print(
+                f"Averages over [{first['measured_from_s']:.0f} s,"
+                f" {first['measured_until_s']:.0f} s]:"
+                f" the first {first['warmup_s']:.0f} s after the first event are warm-up"
+                " (the trace starts with an empty cluster) and are not counted."
+            )
+    for result in results:
+        if result.dead_letters:
+            console.print(
+                f"[yellow]{result.policy}: dead letters {dict(result.dead_letters)}[/yellow]"
+            )
+
+
+def plot_results(results: Sequence[ReplayResult], path: Path, trace_name: str) -> None:
+    """Empty hosts % and CPU utilisation over time, one line per policy (and pool)."""
+    import matplotlib  # noqa: PLC0415 - only plotting runs pay for the import
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    for result in results:
+        for pool, points in result.series.items():
+            if not points:
+                continue
+            hours = [p["time"] / 3600.0 for p in points]
+            label = result.policy if len(result.series) == 1 else f"{result.policy} / {pool}"
+            top.plot(hours, [p["empty_hosts_pct"] for p in points], label=label, linewidth=1)
+            bottom.plot(hours, [p["cpu_util_pct"] for p in points], label=label, linewidth=1)
+    if results:
+        first = next(iter(results[0].pools.values()), None)
+        if first is not None and first["warmup_s"]:
+            for axis in (top, bottom):
+                axis.axvspan(
+                    (first["measured_from_s"] - first["warmup_s"]) / 3600.0,
+                    first["measured_from_s"] / 3600.0,
+                    color="grey",
+                    alpha=0.15,
+                    label="warm-up" if axis is top else None,
+                )
+    top.set_ylabel("empty hosts (%)")
+    bottom.set_ylabel("CPU utilisation (%)")
+    bottom.set_xlabel("trace time (h)")
+    top.set_title(f"lavad replay: {trace_name}")
+    top.legend(loc="best")
+    top.grid(alpha=0.3)
+    bottom.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

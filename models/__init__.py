@@ -1,0 +1,1 @@
+"""Online models learned from the streams: lifetimes, usage, deployment scaling."""

@@ -1,0 +1,1 @@
+"""Events and decisions on the wire, codecs, and trace/Kafka sources and sinks."""

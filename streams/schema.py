@@ -1,0 +1,261 @@
+"""Event and decision schema, version 1: the one place the wire format is defined.
+
+Events are what lavad reads (VM lifecycle, hosts, deployments, usage);
+decisions are what it writes. Both are frozen, slotted dataclasses so that the
+trace adapters and the core can build them at full speed without validation,
+while the edge (``lavad.streams.codec``) validates untrusted bytes against the
+same classes with pydantic, whose constraints live in the ``Annotated`` field
+metadata below and are ignored by plain construction.
+
+Units: time in seconds (float) from the trace or stream epoch; cores as
+(fractional) vCPUs; memory, disk in GiB; GPUs as (fractional) devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import Field
+
+SCHEMA_VERSION: Final = 1
+
+NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+Time = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Ident = Annotated[str, Field(min_length=1, max_length=256)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+# Free-form request features (tenant history, flavor family, QoS, ...). Values
+# are scalars so they hash and serialise the same way everywhere.
+Features = dict[str, str | int | float | bool]
+
+
+# --------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class VmRequest:
+    """A VM (or pod/instance) asks to be placed."""
+
+    time: Time
+    pool: Ident
+    vm_id: Ident
+    cores: Positive
+    memory_gib: NonNegative
+    disk_gib: NonNegative = 0.0
+    gpus: NonNegative = 0.0
+    tenant: str = ""
+    deployment: str = ""
+    flavor: str = ""
+    # Anti-affinity: at most this many VMs of the same deployment per host.
+    max_per_host: Annotated[int, Field(ge=1)] | None = None
+    features: Features = field(default_factory=dict)
+    type: Literal["vm.request"] = "vm.request"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class VmExit:
+    """A VM left its host (finished, deleted or failed)."""
+
+    time: Time
+    pool: Ident
+    vm_id: Ident
+    type: Literal["vm.exit"] = "vm.exit"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class VmPlaced:
+    """An external scheduler placed a VM (shadow mode): lavad books it as given."""
+
+    time: Time
+    pool: Ident
+    vm_id: Ident
+    host_id: Ident
+    cores: Positive
+    memory_gib: NonNegative
+    disk_gib: NonNegative = 0.0
+    gpus: NonNegative = 0.0
+    tenant: str = ""
+    deployment: str = ""
+    flavor: str = ""
+    features: Features = field(default_factory=dict)
+    type: Literal["vm.placed"] = "vm.placed"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HostUp:
+    """A host joins the pool (or comes back) with this capacity."""
+
+    time: Time
+    pool: Ident
+    host_id: Ident
+    cores: Positive
+    memory_gib: Positive
+    disk_gib: NonNegative = 0.0
+    gpus: NonNegative = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+    type: Literal["host.up"] = "host.up"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HostDown:
+    """A host left the pool; it must be empty (its VMs exited or were migrated)."""
+
+    time: Time
+    pool: Ident
+    host_id: Ident
+    type: Literal["host.down"] = "host.down"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HostDrain:
+    """A host enters maintenance: it receives no new VMs from now on."""
+
+    time: Time
+    pool: Ident
+    host_id: Ident
+    type: Literal["host.drain"] = "host.drain"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentArrival:
+    """A deployment asks to be admitted to the pool with an initial size."""
+
+    time: Time
+    pool: Ident
+    deployment_id: Ident
+    cores: NonNegative
+    memory_gib: NonNegative = 0.0
+    tenant: str = ""
+    features: Features = field(default_factory=dict)
+    type: Literal["deployment.arrival"] = "deployment.arrival"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentScaleOut:
+    """An admitted deployment asks for more capacity."""
+
+    time: Time
+    pool: Ident
+    deployment_id: Ident
+    cores: Positive
+    memory_gib: NonNegative = 0.0
+    type: Literal["deployment.scale_out"] = "deployment.scale_out"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentScaleIn:
+    """A deployment gives capacity back."""
+
+    time: Time
+    pool: Ident
+    deployment_id: Ident
+    cores: Positive
+    memory_gib: NonNegative = 0.0
+    type: Literal["deployment.scale_in"] = "deployment.scale_in"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class UsageStats:
+    """One resource's usage over an interval, as a fraction of the VM's request.
+
+    ``samples`` carries the raw per-sample values (a histogram in its simplest
+    lossless form) when the source has them; mean and peak are always given.
+    """
+
+    mean: NonNegative
+    peak: NonNegative
+    samples: tuple[NonNegative, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSample:
+    """Measured usage of one VM or task over ``[time - interval_s, time)``."""
+
+    time: Time
+    pool: Ident
+    vm_id: Ident
+    interval_s: Positive
+    cpu: UsageStats
+    memory: UsageStats | None = None
+    type: Literal["usage"] = "usage"
+    v: Literal[1] = 1
+
+
+Event = (
+    VmRequest
+    | VmExit
+    | VmPlaced
+    | HostUp
+    | HostDown
+    | HostDrain
+    | DeploymentArrival
+    | DeploymentScaleOut
+    | DeploymentScaleIn
+    | UsageSample
+)
+
+EVENT_TYPES: Final[dict[str, type[Any]]] = {
+    "vm.request": VmRequest,
+    "vm.exit": VmExit,
+    "vm.placed": VmPlaced,
+    "host.up": HostUp,
+    "host.down": HostDown,
+    "host.drain": HostDrain,
+    "deployment.arrival": DeploymentArrival,
+    "deployment.scale_out": DeploymentScaleOut,
+    "deployment.scale_in": DeploymentScaleIn,
+    "usage": UsageSample,
+}
+
+
+# ------------------------------------------------------------------ decisions
+
+DecisionKind = Literal["placement", "admission", "migration", "limit", "reprediction"]
+DECISION_KINDS: Final[tuple[DecisionKind, ...]] = (
+    "placement",
+    "admission",
+    "migration",
+    "limit",
+    "reprediction",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a VM goes, or why it goes nowhere.
+
+    ``host_id`` is None when no host fits; then ``retryable`` says whether the
+    request may fit later (capacity is busy now) or never will (it is larger
+    than any host, or the pool has no hosts at all and cannot grow).
+    """
+
+    decision_id: str
+    time: float
+    pool: str
+    vm_id: str
+    host_id: str | None
+    policy: str
+    reason: str
+    retryable: bool = False
+    explanation: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["placement"] = "placement"
+    v: Literal[1] = 1
+
+
+Decision = Placement
+
+
+def placement_decision_id(pool: str, vm_id: str) -> str:
+    """Deterministic id: a redelivered request yields the same id, so consumers dedupe."""
+    return f"placement/{pool}/{vm_id}"

@@ -1,0 +1,80 @@
+"""Pool metrics against hand computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.daemon.metrics.pool import MetricsConfig
+from lavad.daemon.metrics.stranding import inflate
+from lavad.daemon.placement.registry import validate_policy_args
+from lavad.streams.schema import VmExit, VmRequest
+
+
+def _engine(warmup: float) -> Engine:
+    return Engine(
+        EngineConfig(
+            policy="firstfit",
+            policy_args=validate_policy_args("firstfit", {}),
+            pools=PoolSetup(HostShape(8.0, 32.0), initial_hosts=2),
+            metrics=MetricsConfig(warmup_s=warmup, sample_interval_s=1_000.0),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("warmup", "empty_pct", "cpu_pct"),
+    [
+        # Two 8-core hosts. t in [0, 10): one VM of 8 cores -> 1 of 2 hosts empty (50 %),
+        # 8 of 16 cores used (50 %). t in [10, 20): no VMs -> 100 % empty, 0 % used.
+        # Averages over [0, 20]: empty (10*50 + 10*100)/20 = 75; CPU (10*50 + 10*0)/20 = 25.
+        pytest.param(0.0, 75.0, 25.0, id="no-warmup"),
+        # Warm-up 5 s: window [5, 20]: empty (5*50 + 10*100)/15 = 83.33; CPU (5*50)/15 = 16.67.
+        pytest.param(5.0, (5 * 50 + 10 * 100) / 15, 5 * 50 / 15, id="warmup-5s"),
+    ],
+)
+def test_time_weighted_averages(warmup: float, empty_pct: float, cpu_pct: float) -> None:
+    engine = _engine(warmup)
+    engine.handle(VmRequest(time=0.0, pool="p", vm_id="a", cores=8.0, memory_gib=4.0), 0.0)
+    engine.handle(VmExit(time=10.0, pool="p", vm_id="a"), 10.0)
+    summary = engine.summary(20.0)["p"]
+    assert summary["empty_hosts_pct"] == pytest.approx(empty_pct)
+    assert summary["cpu_util_pct"] == pytest.approx(cpu_pct)
+    assert summary["measured_seconds"] == pytest.approx(20.0 - warmup)
+    assert summary["hosts_used_peak"] == 1
+
+
+@pytest.mark.parametrize(
+    ("free", "shape", "left"),
+    [
+        # Free (3 cores, 32 GiB), mix = (2, 1) only: one copy fits -> (1, 31); nothing more fits.
+        pytest.param((3.0, 32.0), (2.0, 1.0), (1.0, 31.0), id="cpu-bound"),
+        # Free (8, 8), mix (2, 4): 2 fit, take half = 1 -> (6, 4);
+        # then 1 fits -> (4, 0): 4 cores stranded.
+        pytest.param((8.0, 8.0), (2.0, 4.0), (4.0, 0.0), id="memory-bound"),
+        # Exactly divisible: free (8, 16), mix (2, 4): 4 fit -> take 2 -> (4, 8) -> take 1 -> (2, 4)
+        # -> take 1 -> (0, 0): nothing stranded.
+        pytest.param((8.0, 16.0), (2.0, 4.0), (0.0, 0.0), id="no-stranding"),
+    ],
+)
+def test_inflation_single_shape(
+    free: tuple[float, float], shape: tuple[float, float], left: tuple[float, float]
+) -> None:
+    free_arr = np.array([[free[0]], [free[1]], [0.0], [0.0]])
+    shapes = np.array([[shape[0], shape[1], 0.0, 0.0]])
+    result = inflate(free_arr, shapes, np.array([1.0]), np.random.default_rng(0))
+    assert result[:2, 0] == pytest.approx(left)
+    assert free_arr[0, 0] == free[0], "inflation must work on a copy"
+
+
+def test_inflation_leaves_nothing_that_fits() -> None:
+    rng = np.random.default_rng(1)
+    free = np.vstack(
+        [rng.uniform(0, 48, 500), rng.uniform(0, 384, 500), np.zeros(500), np.zeros(500)]
+    )
+    shapes = np.array([[1, 1.75, 0, 0], [2, 3.5, 0, 0], [4, 28, 0, 0], [8, 56, 0, 0]], dtype=float)
+    left = inflate(free, shapes, np.array([5.0, 3.0, 1.0, 1.0]), np.random.default_rng(2))
+    assert np.all(left >= -1e-9)
+    for cores, memory, _, _ in shapes:
+        assert not np.any((left[0] >= cores) & (left[1] >= memory))

@@ -1,0 +1,55 @@
+"""The contract every registered placement policy must pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState
+from lavad.daemon.placement.framework import Placed, PlacementRequest
+from lavad.daemon.placement.registry import REGISTRY, build_policy, validate_policy_args
+
+SHAPES = [(1.0, 0.75), (1.0, 1.75), (2.0, 3.5), (4.0, 7.0), (8.0, 56.0), (16.0, 112.0)]
+
+
+def _run(policy_name: str, seed: int) -> tuple[list[int | None], ClusterState]:
+    cluster = ClusterState()
+    for h in range(12):
+        cluster.add_host(f"h{h}", (16.0, 128.0, 0.0, 0.0))
+    policy = build_policy(
+        policy_name, validate_policy_args(policy_name, {}), np.random.default_rng(seed)
+    )
+    draws = np.random.default_rng(99).integers(len(SHAPES), size=150)
+    hosts: list[int | None] = []
+    for i, k in enumerate(draws):
+        cores, memory = SHAPES[int(k)]
+        request = PlacementRequest(f"v{i}", (cores, memory, 0.0, 0.0), "", None, float(i))
+        free_before = cluster.free.copy()
+        result = policy.place(cluster, request)
+        # place() only decides: the cluster is unchanged until the engine books.
+        assert np.array_equal(free_before, cluster.free)
+        if isinstance(result, Placed):
+            assert cluster.schedulable[result.host]
+            assert np.all(
+                cluster.free[:2, result.host] >= np.array([cores, memory]) - FIT_TOLERANCE
+            )
+            cluster.book(request.vm_id, result.host, request.demand, "", float(i))
+            hosts.append(result.host)
+        else:
+            hosts.append(None)
+        if i % 3 == 2:
+            cluster.release(f"v{i - 2}") if f"v{i - 2}" in cluster.vms else None
+    return hosts, cluster
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_deterministic_for_a_seed(name: str) -> None:
+    first, _ = _run(name, seed=5)
+    second, _ = _run(name, seed=5)
+    assert first == second
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_arguments_are_validated(name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        validate_policy_args(name, {"no_such_argument": 1})
