@@ -65,6 +65,8 @@ class ClusterState:
         self.inv_capacity: FloatArray = np.zeros((N_RESOURCES, self._columns))
         self.state: NDArray[np.int8] = np.zeros(self._columns, dtype=np.int8)
         self.schedulable: BoolArray = np.zeros(self._columns, dtype=np.bool_)
+        # Its negation, kept so the placement pipeline starts from a copy.
+        self.unschedulable: BoolArray = np.ones(self._columns, dtype=np.bool_)
         self.vm_count: NDArray[np.int32] = np.zeros(self._columns, dtype=np.int32)
         self.host_ids: list[str] = []
         self.host_index: dict[str, int] = {}
@@ -74,8 +76,9 @@ class ClusterState:
         # Incremental aggregates over UP and DRAINING hosts.
         self.hosts_up = 0
         self.hosts_empty = 0
-        self.used_total = np.zeros(N_RESOURCES)
-        self.capacity_total = np.zeros(N_RESOURCES)
+        # Python floats: updated on every place/exit, where numpy scalars cost more.
+        self.used_total = [0.0] * N_RESOURCES
+        self.capacity_total = [0.0] * N_RESOURCES
         # Resources some host has: scores skip the others (disk on Azure, ...).
         self.resource_present = np.zeros(N_RESOURCES, dtype=np.bool_)
         # Deployment -> host -> count, for anti-affinity.
@@ -106,9 +109,11 @@ class ClusterState:
             self.inv_capacity[:, index] = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), 0.0)
         self.state[index] = HostState.UP
         self.schedulable[index] = True
+        self.unschedulable[index] = False
         self.hosts_up += 1
         self.hosts_empty += 1
-        self.capacity_total += cap
+        for r in range(N_RESOURCES):
+            self.capacity_total[r] += capacity[r]
         self.resource_present |= cap > 0
         return index
 
@@ -118,6 +123,7 @@ class ClusterState:
             raise ClusterError(f"host {host_id!r} is down; it cannot drain")
         self.state[index] = HostState.DRAINING
         self.schedulable[index] = False
+        self.unschedulable[index] = True
         return index
 
     def remove_host(self, host_id: str) -> list[VmRecord]:
@@ -128,9 +134,11 @@ class ClusterState:
         evicted = [self.release(vm_id) for vm_id in sorted(self.host_vms[index])]
         self.state[index] = HostState.DOWN
         self.schedulable[index] = False
+        self.unschedulable[index] = True
         self.hosts_up -= 1
         self.hosts_empty -= 1
-        self.capacity_total -= self.capacity[:, index]
+        for r in range(N_RESOURCES):
+            self.capacity_total[r] -= float(self.capacity[r, index])
         self.free[:, index] = 0.0
         return evicted
 
@@ -148,17 +156,19 @@ class ClusterState:
         if vm_id in self.vms:
             raise ClusterError(f"VM {vm_id!r} is already placed")
         free = self.free
+        used = self.used_total
         for r in range(N_RESOURCES):
             amount = demand[r]
             if amount:
                 free[r, host] -= amount
-                self.used_total[r] += amount
-        if self.vm_count[host] == 0:
+                used[r] += amount
+        residents = self.host_vms[host]
+        if not residents:
             self.hosts_empty -= 1
+        residents.add(vm_id)
         self.vm_count[host] += 1
         record = VmRecord(vm_id, host, demand, deployment, now)
         self.vms[vm_id] = record
-        self.host_vms[host].add(vm_id)
         if deployment:
             per_host = self.deployment_hosts.setdefault(deployment, {})
             per_host[host] = per_host.get(host, 0) + 1
@@ -171,17 +181,20 @@ class ClusterState:
             raise ClusterError(f"VM {vm_id!r} is not placed")
         host = record.host
         free = self.free
+        used = self.used_total
+        demand = record.demand
         for r in range(N_RESOURCES):
-            amount = record.demand[r]
+            amount = demand[r]
             if amount:
                 free[r, host] += amount
-                self.used_total[r] -= amount
+                used[r] -= amount
         self.vm_count[host] -= 1
-        if self.vm_count[host] == 0:
+        residents = self.host_vms[host]
+        residents.discard(vm_id)
+        if not residents:
             self.hosts_empty += 1
             # Snap back to capacity: no rounding residue survives an empty host.
-            self.free[:, host] = self.capacity[:, host]
-        self.host_vms[host].discard(vm_id)
+            free[:, host] = self.capacity[:, host]
         if record.deployment:
             per_host = self.deployment_hosts[record.deployment]
             left = per_host[host] - 1
@@ -225,5 +238,8 @@ class ClusterState:
         self.inv_capacity = widen(self.inv_capacity)  # type: ignore[assignment]
         self.state = widen(self.state)  # type: ignore[assignment]
         self.schedulable = widen(self.schedulable)  # type: ignore[assignment]
+        unschedulable = np.ones(new, dtype=np.bool_)
+        unschedulable[:old] = self.unschedulable
+        self.unschedulable = unschedulable
         self.vm_count = widen(self.vm_count)  # type: ignore[assignment]
         self._columns = new

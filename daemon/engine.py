@@ -122,7 +122,10 @@ class Engine:
         pool = self.pools.get(event.pool)
         if pool is None:
             pool = self._open_pool(event.pool)
-        pool.metrics.advance(pool.cluster, now)
+        metrics = pool.metrics
+        if metrics.last is None or now > metrics.last:
+            # Metrics advance lazily, per pool: its state held since its last event.
+            metrics.advance(pool.cluster, now)
         self.events_by_type[event.type] += 1
         handler = self._handlers.get(type(event))
         if handler is None:
@@ -133,9 +136,12 @@ class Engine:
         return handler(pool, event, now)
 
     def advance(self, now: float) -> list[Decision]:
-        """Run timers up to ``now``. Baseline policies have none; metrics sample here."""
-        for pool in self.pools.values():
-            pool.metrics.advance(pool.cluster, now)
+        """Run timers due by ``now`` and return their decisions.
+
+        Baseline policies have no timers yet (LAVA deadlines and reprediction
+        sweeps will). Pool metrics do not need this: they catch up lazily on
+        each pool's next event and in ``summary``.
+        """
         return []
 
     def summary(self, end: float) -> dict[str, Any]:
@@ -187,7 +193,7 @@ class Engine:
             )
             pool.auto_hosts += 1
             pool.metrics.hosts_added_on_demand += 1
-            result = Placed(host=host, candidates=0, scores={})
+            result = Placed(host=host, ties=0, scores={})
         decision_id = placement_decision_id(pool.name, vm_id)
         if attempt:
             decision_id = f"{decision_id}/retry{attempt}"
@@ -212,8 +218,8 @@ class Engine:
             ]
         record = cluster.book(vm_id, result.host, demand, event.deployment, now)
         self._booked(pool, record, now)
-        if result.candidates:
-            reason = f"{pool.policy.name}: best of {result.candidates} candidate hosts"
+        if result.ties:
+            reason = f"{pool.policy.name}: best score"
         else:
             reason = "no host fit: opened a new host"
         return [
@@ -225,7 +231,7 @@ class Engine:
                 host_id=cluster.host_ids[result.host],
                 policy=pool.policy.name,
                 reason=reason,
-                explanation={"candidates": result.candidates, "scores": result.scores},
+                explanation={"scores": result.scores, "ties": result.ties},
             )
         ]
 

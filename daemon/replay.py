@@ -28,6 +28,8 @@ class BinarySink(Protocol):
     """Where JSON lines go: a file, a BytesIO, or a lazily created file."""
 
     def write(self, data: bytes, /) -> int: ...
+
+
 PROGRESS_EVERY = 20_000
 
 
@@ -113,9 +115,13 @@ def replay(
         now = item.time
         if now > clock:
             clock = now
-            emit(engine.advance(now))
+            due = engine.advance(now)
+            if due:
+                emit(due)
         try:
-            emit(engine.handle(item, now))
+            decisions = engine.handle(item, now)
+            if decisions:
+                emit(decisions)
         except InvalidEvent as exc:
             dead["rejected"] += 1
             if dead_letters_out is not None:

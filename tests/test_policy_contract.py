@@ -53,3 +53,39 @@ def test_deterministic_for_a_seed(name: str) -> None:
 def test_arguments_are_validated(name: str) -> None:
     with pytest.raises(ValueError, match=name):
         validate_policy_args(name, {"no_such_argument": 1})
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_compiled_kernel_matches_numpy_pipeline(name: str) -> None:
+    """The fused kernel decides exactly as the filter/score pipeline on random states."""
+    rng = np.random.default_rng(11)
+    args = validate_policy_args(name, {})
+    compiled = build_policy(name, args, np.random.default_rng(4))
+    reference = build_policy(name, args, np.random.default_rng(4))
+    reference._kernel = None  # the plain numpy pipeline
+    cluster = ClusterState()
+    for h in range(300):
+        # Heterogeneous hosts, a few with GPUs, some draining.
+        cluster.add_host(
+            f"h{h}",
+            (
+                float(rng.choice([16, 32, 48])),
+                float(rng.choice([64, 256])),
+                0.0,
+                float(rng.choice([0, 0, 4])),
+            ),
+        )
+    for h in rng.choice(300, size=20, replace=False):
+        cluster.drain_host(f"h{h}")
+    for i in range(2_000):
+        cores, memory = SHAPES[int(rng.integers(len(SHAPES)))]
+        gpus = float(rng.choice([0.0, 0.0, 0.0, 0.5, 1.0]))
+        request = PlacementRequest(f"v{i}", (cores, memory, 0.0, gpus), "", None, float(i))
+        fast = compiled.place(cluster, request)
+        slow = reference.place(cluster, request)
+        assert fast == slow, f"request {i}"
+        if isinstance(fast, Placed):
+            cluster.book(request.vm_id, fast.host, request.demand, "", float(i))
+        if cluster.vms and rng.random() < 0.45:
+            victim = sorted(cluster.vms)[int(rng.integers(len(cluster.vms)))]
+            cluster.release(victim)

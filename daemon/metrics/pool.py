@@ -14,7 +14,7 @@ generator of their own, so switching them on or off never changes a decision.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,46 +67,49 @@ class PoolMetrics:
     integral: _Integral = field(default_factory=_Integral)
     series: list[TimePoint] = field(default_factory=list)
     stranding: list[StrandingSample] = field(default_factory=list)
+    measure_from: float = 0.0
     _next_tick: float = 0.0
-    _mix: deque[tuple[float, ...]] = field(default_factory=deque)
-    _mix_counts: Counter[tuple[float, ...]] = field(default_factory=Counter)
-
-    @property
-    def measure_from(self) -> float:
-        return (self.start or 0.0) + self.config.warmup_s
+    # The last ``mix_window`` request shapes, a ring buffer; counted only when
+    # a stranding sample needs the mix.
+    _mix: list[tuple[float, float, float, float]] = field(default_factory=list)
+    _mix_next: int = 0
 
     def advance(self, cluster: ClusterState, now: float) -> None:
         """Account for the state having held from the previous event until ``now``."""
         if self.start is None:
             self.start = self.last = now
             self._next_tick = now
+            self.measure_from = now + self.config.warmup_s
         last = self.last if self.last is not None else now
         if now <= last:
             return
-        while self._next_tick < now:
-            self._sample(cluster, self._next_tick)
-            self._next_tick += self.config.sample_interval_s
-        begin = max(last, self.measure_from)
-        if now > begin and cluster.hosts_up:
+        if self._next_tick < now:
+            while self._next_tick < now:
+                self._sample(cluster, self._next_tick)
+                self._next_tick += self.config.sample_interval_s
+        begin = last if last > self.measure_from else self.measure_from
+        up = cluster.hosts_up
+        if now > begin and up:
             dt = now - begin
             acc = self.integral
             acc.seconds += dt
-            acc.empty_pct += dt * 100.0 * cluster.hosts_empty / cluster.hosts_up
-            acc.cpu_util_pct += dt * _pct(cluster.used_total[CORES], cluster.capacity_total[CORES])
-            acc.memory_util_pct += dt * _pct(
-                cluster.used_total[MEMORY], cluster.capacity_total[MEMORY]
-            )
+            acc.empty_pct += dt * 100.0 * cluster.hosts_empty / up
+            used = cluster.used_total
+            capacity = cluster.capacity_total
+            if capacity[CORES]:
+                acc.cpu_util_pct += dt * 100.0 * used[CORES] / capacity[CORES]
+            if capacity[MEMORY]:
+                acc.memory_util_pct += dt * 100.0 * used[MEMORY] / capacity[MEMORY]
         self.last = now
 
     def observe_request(self, demand: tuple[float, float, float, float]) -> None:
         self.requests += 1
-        self._mix.append(demand)
-        self._mix_counts[demand] += 1
-        if len(self._mix) > self.config.mix_window:
-            old = self._mix.popleft()
-            self._mix_counts[old] -= 1
-            if not self._mix_counts[old]:
-                del self._mix_counts[old]
+        mix = self._mix
+        if len(mix) < self.config.mix_window:
+            mix.append(demand)
+        else:
+            mix[self._mix_next] = demand
+            self._mix_next = (self._mix_next + 1) % self.config.mix_window
 
     def observe_hosts_used(self, cluster: ClusterState) -> None:
         used = cluster.hosts_up - cluster.hosts_empty
@@ -124,7 +127,7 @@ class PoolMetrics:
                 memory_util_pct=_pct(cluster.used_total[MEMORY], cluster.capacity_total[MEMORY]),
             )
         )
-        if self.config.stranding and at >= self.measure_from and self._mix_counts:
+        if self.config.stranding and at >= self.measure_from and self._mix:
             self.stranding.append(self._strand(cluster, at))
 
     def _strand(self, cluster: ClusterState, at: float) -> StrandingSample:
@@ -132,7 +135,8 @@ class PoolMetrics:
         hosts = np.flatnonzero(cluster.schedulable[:n])
         free = cluster.free[:, hosts]
         capacity = cluster.capacity[:, hosts].sum(axis=1)
-        common = self._mix_counts.most_common(self.config.mix_max_shapes)
+        # Sorted before counting so equal counts rank the same in every run.
+        common = Counter(sorted(self._mix)).most_common(self.config.mix_max_shapes)
         shapes = np.array([shape for shape, _ in common], dtype=np.float64).reshape(-1, N_RESOURCES)
         weights = np.array([count for _, count in common], dtype=np.float64)
         left = inflate(free, shapes, weights, self.rng).sum(axis=1)

@@ -15,26 +15,30 @@ from __future__ import annotations
 import numpy as np
 
 from lavad.daemon.cluster import N_RESOURCES, RESOURCES, ClusterState, FloatArray
+from lavad.daemon.placement import kernels
 from lavad.daemon.placement.framework import PlacementRequest
 
 
 class BestFitScore:
     name = "bestfit"
+    kernel = kernels.BESTFIT
 
     def __init__(self, weights: dict[str, float] | None = None) -> None:
         given = weights or {}
         self.weights = tuple(float(given.get(name, 1.0)) for name in RESOURCES)
+        self.kernel_weights: FloatArray = np.array(self.weights)
 
-    def score(self, cluster: ClusterState, request: PlacementRequest) -> FloatArray:
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
         n = cluster.n_hosts
-        total = np.zeros(n)
+        out.fill(0.0)
         for r in range(N_RESOURCES):
             weight = self.weights[r]
             if not weight or not cluster.resource_present[r]:
                 continue
-            left = cluster.free[r, :n] - request.demand[r]
-            left *= cluster.inv_capacity[r, :n]
+            np.subtract(cluster.free[r, :n], request.demand[r], out=scratch)
+            np.multiply(scratch, cluster.inv_capacity[r, :n], out=scratch)
             if weight != 1.0:
-                left *= weight
-            total += left
-        return total
+                np.multiply(scratch, weight, out=scratch)
+            np.add(out, scratch, out=out)

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from lavad.daemon.cluster import ClusterState, FloatArray
+from lavad.daemon.cluster import N_RESOURCES, ClusterState, FloatArray
+from lavad.daemon.placement import kernels
 from lavad.daemon.placement.framework import PlacementRequest
 
 
 class FirstFitScore:
     name = "firstfit"
+    kernel = kernels.FIRSTFIT
 
     def __init__(self) -> None:
         self._index: FloatArray = np.zeros(0)
+        self.kernel_weights: FloatArray = np.zeros(N_RESOURCES)
 
-    def score(self, cluster: ClusterState, request: PlacementRequest) -> FloatArray:
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
         n = cluster.n_hosts
         if len(self._index) < n:
             self._index = np.arange(max(n, 2 * len(self._index)), dtype=np.float64)
-        return self._index[:n]
+        np.copyto(out, self._index[:n])

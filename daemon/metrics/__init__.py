@@ -1,0 +1,1 @@
+"""Bin-packing quality metrics: time-weighted pool metrics and stranding by inflation."""

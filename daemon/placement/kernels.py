@@ -1,0 +1,120 @@
+"""Compiled inner loop for the common placement pipelines (numba).
+
+The numpy pipeline in ``framework.py`` costs about a dozen array operations
+per request, and with pools of a few hundred to a few thousand hosts the
+per-call overhead of numpy, not the arithmetic, dominates: ~30 us at 1,000
+hosts, far too slow for a replay of 10^5 events per second. When a policy's
+filters are the default ones (schedulable, fit, no anti-affinity in play) and
+it has a single scorer this module knows (Best Fit, First Fit), one compiled
+pass over the hosts filters, scores and collects the tie set.
+
+It computes exactly what the numpy pipeline does, in the same floating-point
+order (sum over resources in index order, starting from 0.0; no fastmath), so
+both give bit-identical scores and the same seeded tie-break; a test holds
+them equal on random states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import numba
+import numpy as np
+
+from lavad.daemon.cluster import BoolArray, FloatArray, IntArray
+
+BESTFIT: Final = 0
+FIRSTFIT: Final = 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _filter_and_score(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    kind: int,
+    ties: IntArray,
+) -> tuple[int, float]:
+    # Unrolled over the four resources (cores, memory, disk, GPUs): a loop
+    # over resources with an early break runs 4x slower per host, and the
+    # per-resource conditions below are loop-invariant, so they predict well.
+    # A resource no host has is skipped, as the numpy scorer does.
+    w0 = weights[0] if present[0] else 0.0
+    w1 = weights[1] if present[1] else 0.0
+    w2 = weights[2] if present[2] else 0.0
+    w3 = weights[3] if present[3] else 0.0
+    best = np.inf
+    count = 0
+    for h in range(n):
+        if unschedulable[h]:
+            continue
+        f0 = free[0, h]
+        f1 = free[1, h]
+        if d0 != 0.0 and f0 < d0 - tolerance:
+            continue
+        if d1 != 0.0 and f1 < d1 - tolerance:
+            continue
+        if d2 != 0.0 and free[2, h] < d2 - tolerance:
+            continue
+        if d3 != 0.0 and free[3, h] < d3 - tolerance:
+            continue
+        if kind == FIRSTFIT:
+            ties[0] = h
+            return 1, float(h)
+        score = 0.0
+        if w0 != 0.0:
+            left = (f0 - d0) * inv_capacity[0, h]
+            score += left if w0 == 1.0 else left * w0
+        if w1 != 0.0:
+            left = (f1 - d1) * inv_capacity[1, h]
+            score += left if w1 == 1.0 else left * w1
+        if w2 != 0.0:
+            left = (free[2, h] - d2) * inv_capacity[2, h]
+            score += left if w2 == 1.0 else left * w2
+        if w3 != 0.0:
+            left = (free[3, h] - d3) * inv_capacity[3, h]
+            score += left if w3 == 1.0 else left * w3
+        if score < best:
+            best = score
+            ties[0] = h
+            count = 1
+        elif score == best:
+            ties[count] = h
+            count += 1
+    return count, best
+
+
+# The compiled function itself, typed: a Python wrapper around it would cost
+# as much per call as the whole scan of a 1,000-host pool.
+compiled_filter_and_score: Callable[
+    [
+        FloatArray,
+        FloatArray,
+        BoolArray,
+        int,
+        float,
+        float,
+        float,
+        float,
+        FloatArray,
+        BoolArray,
+        float,
+        int,
+        IntArray,
+    ],
+    tuple[int, float],
+] = _filter_and_score
+"""(free, inv_capacity, unschedulable, n, d0..d3, weights, present, tolerance, kind, ties).
+
+Fills ``ties[:count]`` with the best hosts (ascending) and returns (count,
+best score); count 0 means no host passed the filters.
+"""
