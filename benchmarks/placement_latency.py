@@ -1,6 +1,6 @@
 """Placement latency at a fixed pool size, against a recompute-per-request baseline.
 
-The pool holds N hosts of the default shape (48 cores, 384 GiB), filled to a
+The pool holds N hosts of the default shape (48 cores, 192 GiB), filled to a
 steady occupancy with real Azure V1 VM shapes drawn by their frequency in the
 trace. Each measured step places one request and releases one random resident
 VM, so occupancy stays put. The baseline, timed in the same process on the
@@ -20,7 +20,7 @@ from lavad.daemon.cluster import ClusterState
 from lavad.daemon.placement.framework import Placed, PlacementRequest
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
 
-HOST = (48.0, 384.0, 0.0, 0.0)
+HOST = (48.0, 192.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,8 @@ class ClusterState:
         self.capacity_total = [0.0] * N_RESOURCES
         # Resources some host has: scores skip the others (disk on Azure, ...).
         self.resource_present = np.zeros(N_RESOURCES, dtype=np.bool_)
+        # Bumped on every change, so samplers can tell an unchanged state.
+        self.version = 0
         # Deployment -> host -> count, for anti-affinity.
         self.deployment_hosts: dict[str, dict[int, int]] = {}
 
@@ -102,6 +104,7 @@ class ClusterState:
             self.host_ids.append(host_id)
             self.host_index[host_id] = index
             self.host_vms.append(set())
+        self.version += 1
         cap = np.asarray(capacity, dtype=np.float64)
         self.capacity[:, index] = cap
         self.free[:, index] = cap
@@ -121,6 +124,7 @@ class ClusterState:
         index = self._known_host(host_id)
         if self.state[index] == HostState.DOWN:
             raise ClusterError(f"host {host_id!r} is down; it cannot drain")
+        self.version += 1
         self.state[index] = HostState.DRAINING
         self.schedulable[index] = False
         self.unschedulable[index] = True
@@ -132,6 +136,7 @@ class ClusterState:
         if self.state[index] == HostState.DOWN:
             raise ClusterError(f"host {host_id!r} is already down")
         evicted = [self.release(vm_id) for vm_id in sorted(self.host_vms[index])]
+        self.version += 1
         self.state[index] = HostState.DOWN
         self.schedulable[index] = False
         self.unschedulable[index] = True
@@ -155,6 +160,7 @@ class ClusterState:
         """Charge ``demand`` to host column ``host``. The caller has checked the fit."""
         if vm_id in self.vms:
             raise ClusterError(f"VM {vm_id!r} is already placed")
+        self.version += 1
         free = self.free
         used = self.used_total
         for r in range(N_RESOURCES):
@@ -179,6 +185,7 @@ class ClusterState:
         record = self.vms.pop(vm_id, None)
         if record is None:
             raise ClusterError(f"VM {vm_id!r} is not placed")
+        self.version += 1
         host = record.host
         free = self.free
         used = self.used_total

@@ -52,7 +52,7 @@ class HostSettings(_Section):
         description="auto: the trace's own hosts when it has them, else the shape below",
     )
     cores: float = Field(default=48.0, gt=0)
-    memory_gib: float = Field(default=384.0, gt=0)
+    memory_gib: float = Field(default=192.0, gt=0)
     disk_gib: float = Field(default=0.0, ge=0)
     gpus: float = Field(default=0.0, ge=0)
     count: int = Field(default=0, ge=0, description="hosts of this shape at start")

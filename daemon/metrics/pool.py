@@ -15,7 +15,7 @@ generator of their own, so switching them on or off never changes a decision.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,7 @@ class PoolMetrics:
     # a stranding sample needs the mix.
     _mix: list[tuple[float, float, float, float]] = field(default_factory=list)
     _mix_next: int = 0
+    _stranded_version: tuple[int, int] = (-1, -1)
 
     def advance(self, cluster: ClusterState, now: float) -> None:
         """Account for the state having held from the previous event until ``now``."""
@@ -128,15 +129,24 @@ class PoolMetrics:
             )
         )
         if self.config.stranding and at >= self.measure_from and self._mix:
-            self.stranding.append(self._strand(cluster, at))
+            previous = self.stranding[-1] if self.stranding else None
+            version = (cluster.version, self.requests)
+            if previous is not None and self._stranded_version == version:
+                # Nothing changed since the last sample (long quiet spells in
+                # traces spanning months): the same state strands the same.
+                self.stranding.append(replace(previous, time=at))
+            else:
+                self.stranding.append(self._strand(cluster, at))
+                self._stranded_version = version
 
     def _strand(self, cluster: ClusterState, at: float) -> StrandingSample:
         n = cluster.n_hosts
         hosts = np.flatnonzero(cluster.schedulable[:n])
         free = cluster.free[:, hosts]
         capacity = cluster.capacity[:, hosts].sum(axis=1)
-        # Sorted before counting so equal counts rank the same in every run.
-        common = Counter(sorted(self._mix)).most_common(self.config.mix_max_shapes)
+        # Equal counts rank by shape, so the mix is the same in every run.
+        ranked = sorted(Counter(self._mix).items(), key=lambda item: (-item[1], item[0]))
+        common = ranked[: self.config.mix_max_shapes]
         shapes = np.array([shape for shape, _ in common], dtype=np.float64).reshape(-1, N_RESOURCES)
         weights = np.array([count for _, count in common], dtype=np.float64)
         left = inflate(free, shapes, weights, self.rng).sum(axis=1)

@@ -58,14 +58,19 @@ def inflate(
     if n_shapes == 0 or left.shape[1] == 0:
         return left
     requested = [r for r in range(shapes.shape[1]) if np.any(shapes[:, r] > 0)]
+    # Hosts still in the simulation; a host leaves once nothing fits it and
+    # never comes back (it only loses capacity).
+    hosts = np.arange(left.shape[1])
     for _ in range(max_rounds):
-        fits = np.ones((n_shapes, left.shape[1]), dtype=np.bool_)
+        fits = np.ones((n_shapes, len(hosts)), dtype=np.bool_)
         for r in requested:
-            fits &= left[r][None, :] >= shapes[:, r][:, None] - FIT_TOLERANCE
-        hosts = np.flatnonzero(fits.any(axis=0))
+            fits &= left[r, hosts][None, :] >= shapes[:, r][:, None] - FIT_TOLERANCE
+        still = fits.any(axis=0)
+        hosts = hosts[still]
         if len(hosts) == 0:
             break
-        cumulative = np.cumsum(np.where(fits[:, hosts], weights[:, None], 0.0), axis=0)
+        fits = fits[:, still]
+        cumulative = np.cumsum(np.where(fits, weights[:, None], 0.0), axis=0)
         draw = rng.random(len(hosts)) * cumulative[-1]
         choice = np.minimum((cumulative <= draw[None, :]).sum(axis=0), n_shapes - 1)
         chosen = shapes[choice]  # (hosts, resources)
