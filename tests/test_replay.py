@@ -74,7 +74,9 @@ def test_bad_input_is_dead_lettered_counted_and_never_fatal(tmp_path: Path) -> N
     t = real[9].time  # the bad records sit after the 10th line, in time order
     bad = [
         b'{"v": 1, "type": "vm.request", "time": ',  # malformed JSON
-        b'{"v": 1, "type": "vm.request", "time": 1, "pool": "default", "cores": 2, "memory_gib": 4}',
+        # no vm_id:
+        b'{"v": 1, "type": "vm.request", "time": 1, "pool": "default", "cores": 2, '
+        b'"memory_gib": 4}',
         orjson.dumps({**orjson.loads(encode(first)), "vm_id": "negative", "cores": -2}),
         encode(VmExit(time=t, pool="default", vm_id="never-requested")),
         encode(replace(first, time=t)),  # duplicate VM id: the same VM again

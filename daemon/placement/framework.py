@@ -32,7 +32,12 @@ from lavad.daemon.cluster import (
 from lavad.daemon.placement.kernels import compiled_filter_and_score
 
 
-@dataclass(frozen=True, slots=True)
+# The per-request value types below are not frozen: a frozen dataclass sets
+# each field through object.__setattr__, which costs more per placement than
+# the compiled host scan. Nothing keeps them beyond one placement.
+
+
+@dataclass(slots=True)
 class PlacementRequest:
     """What the pipeline needs to know about a VM asking for a host."""
 
@@ -47,7 +52,7 @@ class PlacementRequest:
         return tuple(r for r in range(N_RESOURCES) if self.demand[r])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Placed:
     host: int
     # How many hosts shared the best score (the seeded draw chose among them).
@@ -55,7 +60,7 @@ class Placed:
     scores: dict[str, float]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Unfit:
     """No host takes the request now.
 
