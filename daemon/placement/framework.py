@@ -31,7 +31,6 @@ from lavad.daemon.cluster import (
 )
 from lavad.daemon.placement.kernels import compiled_filter_and_score
 
-
 # The per-request value types below are not frozen: a frozen dataclass sets
 # each field through object.__setattr__, which costs more per placement than
 # the compiled host scan. Nothing keeps them beyond one placement.
