@@ -30,7 +30,8 @@ config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True
 app.add_typer(trace_app, name="trace")
 app.add_typer(config_app, name="config")
 
-out = Console()
+# A pipe or a file gets the whole table, not one squeezed to 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 

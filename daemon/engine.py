@@ -178,7 +178,7 @@ class Engine:
             raise InvalidEvent(f"duplicate VM id {vm_id!r}: already placed on host {where!r}")
         attempt = pool.refused.pop(vm_id, 0)
         demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
-        pool.metrics.observe_request(demand)
+        pool.metrics.observe_request(demand, now)
         request = PlacementRequest(vm_id, demand, event.deployment, event.max_per_host, now)
         result = pool.policy.place(cluster, request)
         setup = self.config.pools
@@ -264,7 +264,7 @@ class Engine:
             raise InvalidEvent(f"duplicate VM id {event.vm_id!r}: already placed")
         demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
         pool.refused.pop(event.vm_id, None)
-        pool.metrics.observe_request(demand)
+        pool.metrics.observe_request(demand, now)
         # Shadow mode books what another scheduler did, even past capacity:
         # the books must match reality. Such overcommitment is counted.
         if any(cluster.free[r, host] < demand[r] for r in range(4) if demand[r]):

@@ -26,17 +26,21 @@ def metrics_table(results: Sequence[ReplayResult], trace_name: str) -> Table:
         "policy",
         "pool",
         "empty hosts %",
-        "vs first (pp)",
+        "vs first pp",
         "CPU util %",
         "mem util %",
         "stranded CPU %",
         "stranded mem %",
-        "hosts used (peak)",
-        "hosts at end",
-        "placement failures",
+        "hosts used peak",
+        "hosts end",
+        "failures",
         "events/s",
     ):
-        table.add_column(header, justify="left" if header in ("policy", "pool") else "right")
+        table.add_column(
+            header,
+            justify="left" if header in ("policy", "pool") else "right",
+            no_wrap=header in ("policy", "pool"),
+        )
     baseline: dict[str, float | None] = {}
     if results:
         baseline = {name: m["empty_hosts_pct"] for name, m in results[0].pools.items()}
@@ -72,7 +76,8 @@ def print_results(results: Sequence[ReplayResult], trace_name: str, console: Con
                 f"Averages over [{first['measured_from_s']:.0f} s,"
                 f" {first['measured_until_s']:.0f} s]:"
                 f" the first {first['warmup_s']:.0f} s after the first event are warm-up"
-                " (the trace starts with an empty cluster) and are not counted."
+                " (the trace starts with an empty cluster) and are not counted;"
+                f" the window closes at the {first['measured_until'].replace('_', ' ')}."
             )
     for result in results:
         if result.dead_letters:
@@ -107,6 +112,15 @@ def plot_results(results: Sequence[ReplayResult], path: Path, trace_name: str) -
                     color="grey",
                     alpha=0.15,
                     label="warm-up" if axis is top else None,
+                )
+        if first is not None:
+            for axis in (top, bottom):
+                axis.axvline(
+                    first["measured_until_s"] / 3600.0,
+                    color="grey",
+                    linestyle="--",
+                    linewidth=1,
+                    label="end of measured window" if axis is top else None,
                 )
     top.set_ylabel("empty hosts (%)")
     bottom.set_ylabel("CPU utilisation (%)")

@@ -65,6 +65,10 @@ class MetricsSettings(_Section):
     warmup_s: float = Field(default=86_400.0, ge=0)
     sample_interval_s: float = Field(default=3_600.0, gt=0)
     stranding: bool = True
+    until: Literal["last_request", "trace_end"] = Field(
+        default="last_request",
+        description="close the averaging window at the last request or at the trace end",
+    )
     mix_window: int = Field(default=10_000, ge=1)
     mix_max_shapes: int = Field(default=32, ge=1)
 
@@ -120,6 +124,7 @@ class Settings(BaseSettings):
                 warmup_s=self.metrics.warmup_s,
                 sample_interval_s=self.metrics.sample_interval_s,
                 stranding=self.metrics.stranding,
+                until=self.metrics.until,
                 mix_window=self.metrics.mix_window,
                 mix_max_shapes=self.metrics.mix_max_shapes,
             ),

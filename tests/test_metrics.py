@@ -12,36 +12,45 @@ from lavad.daemon.placement.registry import validate_policy_args
 from lavad.streams.schema import VmExit, VmRequest
 
 
-def _engine(warmup: float) -> Engine:
+def _engine(warmup: float, until: str) -> Engine:
     return Engine(
         EngineConfig(
             policy="firstfit",
             policy_args=validate_policy_args("firstfit", {}),
             pools=PoolSetup(HostShape(8.0, 32.0), initial_hosts=2),
-            metrics=MetricsConfig(warmup_s=warmup, sample_interval_s=1_000.0),
+            metrics=MetricsConfig(warmup_s=warmup, sample_interval_s=1_000.0, until=until),  # type: ignore[arg-type]
         )
     )
 
 
+# Two 8-core hosts; the trace ends at t = 20.
+#   [0, 10):  VM a (8 cores) on one host -> 1 of 2 hosts empty (50 %), CPU 8/16 = 50 %
+#   [10, 15): no VMs                     -> 100 % empty, CPU 0 %
+#   [15, 20): VM b (4 cores), the last request -> 50 % empty, CPU 4/16 = 25 %
 @pytest.mark.parametrize(
-    ("warmup", "empty_pct", "cpu_pct"),
+    ("warmup", "until", "empty_pct", "cpu_pct", "seconds"),
     [
-        # Two 8-core hosts. t in [0, 10): one VM of 8 cores -> 1 of 2 hosts empty (50 %),
-        # 8 of 16 cores used (50 %). t in [10, 20): no VMs -> 100 % empty, 0 % used.
-        # Averages over [0, 20]: empty (10*50 + 10*100)/20 = 75; CPU (10*50 + 10*0)/20 = 25.
-        pytest.param(0.0, 75.0, 25.0, id="no-warmup"),
-        # Warm-up 5 s: window [5, 20]: empty (5*50 + 10*100)/15 = 83.33; CPU (5*50)/15 = 16.67.
-        pytest.param(5.0, (5 * 50 + 10 * 100) / 15, 5 * 50 / 15, id="warmup-5s"),
+        # [0, 20]: empty (10*50 + 5*100 + 5*50)/20 = 62.5; CPU (10*50 + 5*25)/20 = 31.25
+        pytest.param(0.0, "trace_end", 62.5, 31.25, 20.0, id="to-trace-end"),
+        # [0, 15]: empty (10*50 + 5*100)/15 = 66.67; CPU (10*50)/15 = 33.33
+        pytest.param(0.0, "last_request", 1000 / 15, 500 / 15, 15.0, id="to-last-request"),
+        # [5, 20]: empty (5*50 + 5*100 + 5*50)/15 = 66.67; CPU (5*50 + 5*25)/15 = 25
+        pytest.param(5.0, "trace_end", 1000 / 15, 25.0, 15.0, id="warmup-to-trace-end"),
+        # [5, 15]: empty (5*50 + 5*100)/10 = 75; CPU (5*50)/10 = 25
+        pytest.param(5.0, "last_request", 75.0, 25.0, 10.0, id="warmup-to-last-request"),
     ],
 )
-def test_time_weighted_averages(warmup: float, empty_pct: float, cpu_pct: float) -> None:
-    engine = _engine(warmup)
+def test_time_weighted_averages(
+    warmup: float, until: str, empty_pct: float, cpu_pct: float, seconds: float
+) -> None:
+    engine = _engine(warmup, until)
     engine.handle(VmRequest(time=0.0, pool="p", vm_id="a", cores=8.0, memory_gib=4.0), 0.0)
     engine.handle(VmExit(time=10.0, pool="p", vm_id="a"), 10.0)
+    engine.handle(VmRequest(time=15.0, pool="p", vm_id="b", cores=4.0, memory_gib=4.0), 15.0)
     summary = engine.summary(20.0)["p"]
     assert summary["empty_hosts_pct"] == pytest.approx(empty_pct)
     assert summary["cpu_util_pct"] == pytest.approx(cpu_pct)
-    assert summary["measured_seconds"] == pytest.approx(20.0 - warmup)
+    assert summary["measured_seconds"] == pytest.approx(seconds)
     assert summary["hosts_used_peak"] == 1
 
 

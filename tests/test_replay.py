@@ -130,7 +130,7 @@ def test_cli_compare_prints_table_writes_json_and_plot(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "bestfit" in result.output and "firstfit" in result.output
-    assert "empty hosts %" in result.output
+    assert "empty hosts" in result.output
     runs = orjson.loads(metrics.read_bytes())["runs"]
     assert [run["policy"] for run in runs] == ["bestfit", "firstfit"]
     assert plot.stat().st_size > 10_000

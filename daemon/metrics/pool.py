@@ -8,7 +8,11 @@
 
 Recorded traces start with an empty cluster (VMs running before recording
 began are missing), so averages skip a warm-up period after the first event;
-the summary states the window it measured. The metrics have a random
+the summary states the window it measured. Symmetrically, a trace's tail
+after its last request is pure drain (the arrivals that would have followed
+are missing too), so by default the window closes at the last request
+(``until = "last_request"``; ``"trace_end"`` measures to the end of the
+trace). The metrics have a random
 generator of their own, so switching them on or off never changes a decision.
 """
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -31,6 +35,7 @@ class MetricsConfig:
     warmup_s: float = 86_400.0
     sample_interval_s: float = 3_600.0
     stranding: bool = True
+    until: Literal["last_request", "trace_end"] = "last_request"
     mix_window: int = 10_000
     mix_max_shapes: int = 32
 
@@ -74,6 +79,8 @@ class PoolMetrics:
     _mix: list[tuple[float, float, float, float]] = field(default_factory=list)
     _mix_next: int = 0
     _stranded_version: tuple[int, int] = (-1, -1)
+    # (time, seconds, empty, cpu, memory) integrals as of the latest request.
+    _at_last_request: tuple[float, float, float, float, float] | None = None
 
     def advance(self, cluster: ClusterState, now: float) -> None:
         """Account for the state having held from the previous event until ``now``."""
@@ -103,8 +110,17 @@ class PoolMetrics:
                 acc.memory_util_pct += dt * 100.0 * used[MEMORY] / capacity[MEMORY]
         self.last = now
 
-    def observe_request(self, demand: tuple[float, float, float, float]) -> None:
+    def observe_request(self, demand: tuple[float, float, float, float], now: float) -> None:
+        """Count a request (after ``advance(now)``); remember the integrals at it."""
         self.requests += 1
+        acc = self.integral
+        self._at_last_request = (
+            now,
+            acc.seconds,
+            acc.empty_pct,
+            acc.cpu_util_pct,
+            acc.memory_util_pct,
+        )
         mix = self._mix
         if len(mix) < self.config.mix_window:
             mix.append(demand)
@@ -162,19 +178,29 @@ class PoolMetrics:
     def summary(self, cluster: ClusterState, end: float) -> dict[str, Any]:
         self.advance(cluster, end)
         acc = self.integral
-        seconds = acc.seconds
+        until, seconds, empty, cpu, memory = (
+            end,
+            acc.seconds,
+            acc.empty_pct,
+            acc.cpu_util_pct,
+            acc.memory_util_pct,
+        )
+        if self.config.until == "last_request" and self._at_last_request is not None:
+            until, seconds, empty, cpu, memory = self._at_last_request
+        strands = [s for s in self.stranding if s.time <= until]
         unfit = self.unfit_retryable + self.unfit_final
         return {
             "measured_from_s": self.measure_from,
-            "measured_until_s": end,
+            "measured_until_s": until,
             "measured_seconds": seconds,
+            "measured_until": self.config.until,
             "warmup_s": self.config.warmup_s,
-            "empty_hosts_pct": acc.empty_pct / seconds if seconds else None,
-            "cpu_util_pct": acc.cpu_util_pct / seconds if seconds else None,
-            "memory_util_pct": acc.memory_util_pct / seconds if seconds else None,
-            "stranded_cpu_pct": _mean([s.cpu_pct for s in self.stranding]),
-            "stranded_memory_pct": _mean([s.memory_pct for s in self.stranding]),
-            "stranding_samples": len(self.stranding),
+            "empty_hosts_pct": empty / seconds if seconds else None,
+            "cpu_util_pct": cpu / seconds if seconds else None,
+            "memory_util_pct": memory / seconds if seconds else None,
+            "stranded_cpu_pct": _mean([s.cpu_pct for s in strands]),
+            "stranded_memory_pct": _mean([s.memory_pct for s in strands]),
+            "stranding_samples": len(strands),
             "hosts_used_peak": self.peak_hosts_used,
             "hosts_up_end": cluster.hosts_up,
             "hosts_added_on_demand": self.hosts_added_on_demand,
