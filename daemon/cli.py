@@ -9,15 +9,15 @@ from typing import IO, Annotated
 
 import orjson
 import typer
-from lavad.streams.trace_tools import convert, trace_info
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.daemon.placement.registry import REGISTRY
-from lavad.daemon.replay import ReplayResult, replay
+from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError, Settings, load_settings
 from lavad.streams.adapters import TraceFormatError, open_trace
+from lavad.streams.trace_tools import convert, trace_info
 
 app = typer.Typer(
     name="lavad",
@@ -126,6 +126,7 @@ def replay_command(
                 progress=tick,
             )
         results.append(result)
+    on_common_pool(results)
     print_results(results, trace.name, out)
     metrics_json.parent.mkdir(parents=True, exist_ok=True)
     metrics_json.write_bytes(

@@ -157,3 +157,30 @@ def replay(
         wall_seconds=elapsed,
         series=series,
     )
+
+
+def on_common_pool(results: list[ReplayResult]) -> None:
+    """Restate empty hosts against one pool size when pools grew on demand.
+
+    A pool that grows on demand ends as large as its policy's peak need, so
+    a worse packer gets a larger pool, and its later empty hosts would flatter
+    it. Empty hosts are a share of a *fixed* pool (LAVA, section 2.3): here
+    the pool all compared policies would have needed, N = the largest final
+    size, with every host present from the start. Then
+    empty % = 100 * (1 - mean non-empty hosts / N). The own-pool figure is
+    kept as ``empty_hosts_pct_own_pool``. Pools that never grew are left as
+    measured (hosts up).
+    """
+    pools = {name for result in results for name in result.pools}
+    for name in pools:
+        runs = [r.pools[name] for r in results if name in r.pools]
+        if not any(run["hosts_added_on_demand"] for run in runs):
+            for run in runs:
+                run["empty_hosts_basis"] = "hosts up"
+            continue
+        size = max(run["hosts_up_end"] for run in runs)
+        for run in runs:
+            run["empty_hosts_pct_own_pool"] = run["empty_hosts_pct"]
+            used = run["hosts_used_mean"]
+            run["empty_hosts_pct"] = None if used is None else 100.0 * (1.0 - used / size)
+            run["empty_hosts_basis"] = f"common pool of {size} hosts"

@@ -78,6 +78,7 @@ def print_results(results: Sequence[ReplayResult], trace_name: str, console: Con
                 f" the first {first['warmup_s']:.0f} s after the first event are warm-up"
                 " (the trace starts with an empty cluster) and are not counted;"
                 f" the window closes at the {first['measured_until'].replace('_', ' ')}."
+                f" Empty hosts are counted against {first.get('empty_hosts_basis', 'hosts up')}."
             )
     for result in results:
         if result.dead_letters:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
 from lavad.daemon.metrics.pool import MetricsConfig
 from lavad.daemon.metrics.stranding import inflate
 from lavad.daemon.placement.registry import validate_policy_args
+from lavad.daemon.replay import ReplayResult, on_common_pool
 from lavad.streams.schema import VmExit, VmRequest
 
 
@@ -87,3 +90,23 @@ def test_inflation_leaves_nothing_that_fits() -> None:
     assert np.all(left >= -1e-9)
     for cores, memory, _, _ in shapes:
         assert not np.any((left[0] >= cores) & (left[1] >= memory))
+
+
+def test_pools_grown_on_demand_compare_on_one_size() -> None:
+    def run(policy: str, final: int, used_mean: float, own: float) -> ReplayResult:
+        pool = {
+            "hosts_added_on_demand": final,
+            "hosts_up_end": final,
+            "hosts_used_mean": used_mean,
+            "empty_hosts_pct": own,
+        }
+        return ReplayResult(policy, {"p": pool}, 0, Counter(), Counter(), 0.0, 1.0)
+
+    # Policy a needed 10 hosts and kept 5 busy on average; b needed 8, kept 4 busy.
+    # On the common pool of 10: a = 100 * (1 - 5/10) = 50 %, b = 100 * (1 - 4/10) = 60 %.
+    a, b = run("a", 10, 5.0, 45.0), run("b", 8, 4.0, 48.0)
+    on_common_pool([a, b])
+    assert a.pools["p"]["empty_hosts_pct"] == pytest.approx(50.0)
+    assert b.pools["p"]["empty_hosts_pct"] == pytest.approx(60.0)
+    assert b.pools["p"]["empty_hosts_pct_own_pool"] == 48.0
+    assert a.pools["p"]["empty_hosts_basis"] == "common pool of 10 hosts"

@@ -1,6 +1,8 @@
 """Bin-packing quality of one pool over time (LAVA paper, section 2.3).
 
-* empty hosts: time-weighted average of 100 x empty hosts / hosts up;
+* empty hosts: time-weighted average of 100 x empty hosts / hosts up (and
+  the mean number of non-empty hosts, to compare pools that grew on demand
+  against one common size);
 * utilisation: time-weighted average of used / capacity (cores, memory);
 * stranding: periodic inflation simulations (``stranding.py``);
 * hosts used: the peak number of non-empty hosts, and the pool size;
@@ -53,6 +55,7 @@ class TimePoint:
 class _Integral:
     seconds: float = 0.0
     empty_pct: float = 0.0
+    hosts_used: float = 0.0
     cpu_util_pct: float = 0.0
     memory_util_pct: float = 0.0
 
@@ -80,7 +83,7 @@ class PoolMetrics:
     _mix_next: int = 0
     _stranded_version: tuple[int, int] = (-1, -1)
     # (time, seconds, empty, cpu, memory) integrals as of the latest request.
-    _at_last_request: tuple[float, float, float, float, float] | None = None
+    _at_last_request: tuple[float, float, float, float, float, float] | None = None
 
     def advance(self, cluster: ClusterState, now: float) -> None:
         """Account for the state having held from the previous event until ``now``."""
@@ -102,6 +105,7 @@ class PoolMetrics:
             acc = self.integral
             acc.seconds += dt
             acc.empty_pct += dt * 100.0 * cluster.hosts_empty / up
+            acc.hosts_used += dt * (up - cluster.hosts_empty)
             used = cluster.used_total
             capacity = cluster.capacity_total
             if capacity[CORES]:
@@ -120,6 +124,7 @@ class PoolMetrics:
             acc.empty_pct,
             acc.cpu_util_pct,
             acc.memory_util_pct,
+            acc.hosts_used,
         )
         mix = self._mix
         if len(mix) < self.config.mix_window:
@@ -178,15 +183,16 @@ class PoolMetrics:
     def summary(self, cluster: ClusterState, end: float) -> dict[str, Any]:
         self.advance(cluster, end)
         acc = self.integral
-        until, seconds, empty, cpu, memory = (
+        until, seconds, empty, cpu, memory, used = (
             end,
             acc.seconds,
             acc.empty_pct,
             acc.cpu_util_pct,
             acc.memory_util_pct,
+            acc.hosts_used,
         )
         if self.config.until == "last_request" and self._at_last_request is not None:
-            until, seconds, empty, cpu, memory = self._at_last_request
+            until, seconds, empty, cpu, memory, used = self._at_last_request
         strands = [s for s in self.stranding if s.time <= until]
         unfit = self.unfit_retryable + self.unfit_final
         return {
@@ -196,6 +202,10 @@ class PoolMetrics:
             "measured_until": self.config.until,
             "warmup_s": self.config.warmup_s,
             "empty_hosts_pct": empty / seconds if seconds else None,
+            # Time-weighted mean of non-empty hosts: with a pool that grew on
+            # demand, empty hosts against a common pool size N follow as
+            # 100 * (1 - hosts_used_mean / N) (see replay.on_common_pool).
+            "hosts_used_mean": used / seconds if seconds else None,
             "cpu_util_pct": cpu / seconds if seconds else None,
             "memory_util_pct": memory / seconds if seconds else None,
             "stranded_cpu_pct": _mean([s.cpu_pct for s in strands]),
