@@ -24,6 +24,7 @@ from lavad.daemon.cluster import ClusterError, ClusterState, VmRecord
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
 from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy, Unfit
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
+from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import (
     Decision,
     Event,
@@ -38,6 +39,22 @@ from lavad.streams.schema import (
 )
 
 Demand = tuple[float, float, float, float]
+
+# One placement decision per request: built without the frozen __init__.
+_placement: Callable[
+    [str, float, str, str, str | None, str, str, bool, dict[str, Any]], Placement
+] = fast_constructor(
+    Placement,
+    "decision_id",
+    "time",
+    "pool",
+    "vm_id",
+    "host_id",
+    "policy",
+    "reason",
+    "retryable",
+    "explanation",
+)
 
 
 class InvalidEvent(Exception):
@@ -204,16 +221,16 @@ class Engine:
             else:
                 pool.metrics.unfit_final += 1
             return [
-                Placement(
-                    decision_id=decision_id,
-                    time=now,
-                    pool=pool.name,
-                    vm_id=vm_id,
-                    host_id=None,
-                    policy=pool.policy.name,
-                    reason=result.reason,
-                    retryable=result.retryable,
-                    explanation={"rejected_by": result.rejected_by},
+                _placement(
+                    decision_id,
+                    now,
+                    pool.name,
+                    vm_id,
+                    None,
+                    pool.policy.name,
+                    result.reason,
+                    result.retryable,
+                    {"rejected_by": result.rejected_by},
                 )
             ]
         record = cluster.book(vm_id, result.host, demand, event.deployment, now)
@@ -223,15 +240,16 @@ class Engine:
         else:
             reason = "no host fit: opened a new host"
         return [
-            Placement(
-                decision_id=decision_id,
-                time=now,
-                pool=pool.name,
-                vm_id=vm_id,
-                host_id=cluster.host_ids[result.host],
-                policy=pool.policy.name,
-                reason=reason,
-                explanation={"scores": result.scores, "ties": result.ties},
+            _placement(
+                decision_id,
+                now,
+                pool.name,
+                vm_id,
+                cluster.host_ids[result.host],
+                pool.policy.name,
+                reason,
+                False,
+                {"scores": result.scores, "ties": result.ties},
             )
         ]
 

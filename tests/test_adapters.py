@@ -32,8 +32,8 @@ from lavad.streams.adapters import (
     detect_format,
     open_trace,
 )
-from lavad.streams.adapters.base import fast_constructor
 from lavad.streams.codec import BadRecord
+from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import (
     DeploymentArrival,
     DeploymentScaleIn,

@@ -56,9 +56,9 @@ from lavad.streams.adapters.base import (
     TraceItem,
     TraceOptionError,
     bad_record,
-    fast_constructor,
 )
 from lavad.streams.codec import BadRecord
+from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import Features, VmExit, VmRequest
 
 BIN_S: Final = 300.0

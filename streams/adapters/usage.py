@@ -36,11 +36,11 @@ from lavad.streams.adapters.base import (
     TraceFormatError,
     TraceItem,
     bad_record,
-    fast_constructor,
     number,
     sniff_header,
 )
 from lavad.streams.codec import BadRecord
+from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import UsageSample, UsageStats
 
 INTERVAL_S: Final = 300.0
