@@ -232,9 +232,11 @@ class Policy:
         n = cluster.n_hosts
         if n == 0:
             return Unfit("the pool has no hosts", retryable=True)
-        blocked, key, scratch = self._buffers(n)
         if self._kernel is not None and (request.max_per_host is None or not request.deployment):
+            if len(self._ties) < n:
+                self._buffers(n)
             return self._place_compiled(cluster, request, self._kernel)
+        blocked, key, scratch = self._buffers(n)
         blocked.fill(False)
         for plugin in self.filters:
             plugin.apply(cluster, request, blocked)
