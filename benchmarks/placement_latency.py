@@ -32,14 +32,18 @@ class LatencyFigures:
     occupancy_pct: float
 
 
-def _fill(
-    cluster: ClusterState,
+def _filled_pool(
+    hosts: int,
     policy_name: str,
     shapes: Sequence[tuple[float, float]],
     weights: np.ndarray,
     rng: np.random.Generator,
     target: float,
-) -> list[str]:
+) -> tuple[ClusterState, list[str]]:
+    """``hosts`` default-shape hosts filled by ``policy_name`` to ``target`` CPU occupancy."""
+    cluster = ClusterState()
+    for h in range(hosts):
+        cluster.add_host(f"h{h}", HOST)
     policy = build_policy(policy_name, validate_policy_args(policy_name, {}), rng)
     resident: list[str] = []
     capacity = cluster.capacity_total[0]
@@ -53,7 +57,7 @@ def _fill(
             break
         cluster.book(request.vm_id, result.host, request.demand, "", 0.0)
         resident.append(request.vm_id)
-    return resident
+    return cluster, resident
 
 
 def measure(
@@ -67,10 +71,7 @@ def measure(
     seed: int = 7,
 ) -> LatencyFigures:
     rng = np.random.default_rng(seed)
-    cluster = ClusterState()
-    for h in range(hosts):
-        cluster.add_host(f"h{h}", HOST)
-    resident = _fill(cluster, policy_name, shapes, weights, rng, occupancy)
+    cluster, resident = _filled_pool(hosts, policy_name, shapes, weights, rng, occupancy)
     policy = build_policy(policy_name, validate_policy_args(policy_name, {}), rng)
     samples = np.empty(steps)
     draws = rng.choice(len(shapes), p=weights, size=steps)
@@ -105,10 +106,7 @@ def measure_recompute_baseline(
 ) -> LatencyFigures:
     """Best Fit that rebuilds free capacity from the VM list on every request."""
     rng = np.random.default_rng(seed)
-    cluster = ClusterState()
-    for h in range(hosts):
-        cluster.add_host(f"h{h}", HOST)
-    resident = _fill(cluster, "bestfit", shapes, weights, rng, occupancy)
+    cluster, resident = _filled_pool(hosts, "bestfit", shapes, weights, rng, occupancy)
     vm_host = np.array([cluster.vms[v].host for v in resident], dtype=np.int64)
     vm_cores = np.array([cluster.vms[v].demand[0] for v in resident])
     vm_memory = np.array([cluster.vms[v].demand[1] for v in resident])

@@ -214,42 +214,36 @@ class Engine:
         decision_id = placement_decision_id(pool.name, vm_id)
         if attempt:
             decision_id = f"{decision_id}/retry{attempt}"
+        host_id: str | None
         if isinstance(result, Unfit):
             pool.refused[vm_id] = attempt + 1
             if result.retryable:
                 pool.metrics.unfit_retryable += 1
             else:
                 pool.metrics.unfit_final += 1
-            return [
-                _placement(
-                    decision_id,
-                    now,
-                    pool.name,
-                    vm_id,
-                    None,
-                    pool.policy.name,
-                    result.reason,
-                    result.retryable,
-                    {"rejected_by": result.rejected_by},
-                )
-            ]
-        record = cluster.book(vm_id, result.host, demand, event.deployment, now)
-        self._booked(pool, record, now)
-        if result.ties:
-            reason = f"{pool.policy.name}: best score"
+            host_id, reason, retryable = None, result.reason, result.retryable
+            explanation: dict[str, Any] = {"rejected_by": result.rejected_by}
         else:
-            reason = "no host fit: opened a new host"
+            record = cluster.book(vm_id, result.host, demand, event.deployment, now)
+            self._booked(pool, record, now)
+            host_id, retryable = cluster.host_ids[result.host], False
+            reason = (
+                f"{pool.policy.name}: best score"
+                if result.ties
+                else "no host fit: opened a new host"
+            )
+            explanation = {"scores": result.scores, "ties": result.ties}
         return [
             _placement(
                 decision_id,
                 now,
                 pool.name,
                 vm_id,
-                cluster.host_ids[result.host],
+                host_id,
                 pool.policy.name,
                 reason,
-                False,
-                {"scores": result.scores, "ties": result.ties},
+                retryable,
+                explanation,
             )
         ]
 
