@@ -123,7 +123,7 @@ def plot_results(results: Sequence[ReplayResult], path: Path, trace_name: str) -
                     linewidth=1,
                     label="end of measured window" if axis is top else None,
                 )
-    top.set_ylabel("empty hosts (%)")
+    top.set_ylabel("empty hosts (% of hosts up)")
     bottom.set_ylabel("CPU utilisation (%)")
     bottom.set_xlabel("trace time (h)")
     top.set_title(f"lavad replay: {trace_name}")
