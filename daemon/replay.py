@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import orjson
 
 from lavad.daemon.engine import Engine, EngineConfig, InvalidEvent
+from lavad.daemon.placement.kernels import warm_up
 from lavad.streams.codec import BadRecord, encode
 from lavad.streams.schema import Decision, Event
 
@@ -88,6 +89,7 @@ def replay(
     censoring time); metrics are integrated up to it, or to the last event.
     """
     engine = Engine(config)
+    warm_up()
     decision_counts: Counter[str] = Counter()
     dead: Counter[str] = Counter()
     write = decisions_out.write if decisions_out is not None else None
