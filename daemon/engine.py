@@ -123,7 +123,6 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.pools: dict[str, PoolRuntime] = {}
-        self.events_by_type: Counter[str] = Counter()
         self._handlers: dict[type[Any], Callable[[PoolRuntime, Any, float], list[Decision]]] = {
             VmRequest: self._on_request,
             VmExit: self._on_exit,
@@ -143,7 +142,6 @@ class Engine:
         if metrics.last is None or now > metrics.last:
             # Metrics advance lazily, per pool: its state held since its last event.
             metrics.advance(pool.cluster, now)
-        self.events_by_type[event.type] += 1
         handler = self._handlers.get(type(event))
         if handler is None:
             # Deployment and usage events have no consumer until the admission
@@ -151,6 +149,15 @@ class Engine:
             pool.counters[f"unconsumed.{event.type}"] += 1
             return []
         return handler(pool, event, now)
+
+    @property
+    def next_deadline(self) -> float:
+        """The earliest time ``advance`` has work to do (inf when no timer is set).
+
+        Shells call ``advance`` only once event time reaches it, so an engine
+        without timers costs nothing per event.
+        """
+        return float("inf")
 
     def advance(self, now: float) -> list[Decision]:
         """Run timers due by ``now`` and return their decisions.

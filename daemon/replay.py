@@ -117,9 +117,8 @@ def replay(
         now = item.time
         if now > clock:
             clock = now
-            due = engine.advance(now)
-            if due:
-                emit(due)
+            if now >= engine.next_deadline:
+                emit(engine.advance(now))
         try:
             decisions = engine.handle(item, now)
             if decisions:
