@@ -159,3 +159,19 @@ def test_openb_full_trace_replays(shared_data: Path) -> None:
     pool = summary["pools"]["default"]  # type: ignore[index]
     assert pool["requests"] == 8152
     assert pool["empty_hosts_pct"] is not None
+
+
+def test_converted_trace_replays_to_the_same_decisions(tmp_path: Path) -> None:
+    """Trace -> canonical JSON lines -> replay decides exactly as the trace itself."""
+    events = tmp_path / "azure.jsonl"
+    result = CliRunner().invoke(app, ["trace", "convert", str(AZURE_SLICE), str(events)])
+    assert result.exit_code == 0, result.output
+    direct, _ = _replay_bytes(AZURE_SLICE, "bestfit", seed=0)
+    settings = load_settings(CONFIG)
+    sink = io.BytesIO()
+    replay(
+        open_trace(events).events(),
+        settings.engine_config("bestfit", trace_has_hosts=False),
+        decisions_out=sink,
+    )
+    assert sink.getvalue() == direct
