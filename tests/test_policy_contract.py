@@ -25,9 +25,11 @@ def _run(policy_name: str, seed: int) -> tuple[list[int | None], ClusterState]:
         cores, memory = SHAPES[int(k)]
         request = PlacementRequest(f"v{i}", (cores, memory, 0.0, 0.0), "", None, float(i))
         free_before = cluster.free.copy()
+        asked = (request.vm_id, request.demand, request.deployment, request.max_per_host)
         result = policy.place(cluster, request)
-        # place() only decides: the cluster is unchanged until the engine books.
+        # place() only decides: neither the cluster nor the request changes.
         assert np.array_equal(free_before, cluster.free)
+        assert asked == (request.vm_id, request.demand, request.deployment, request.max_per_host)
         if isinstance(result, Placed):
             assert cluster.schedulable[result.host]
             assert np.all(
