@@ -9,16 +9,12 @@ is intended, regenerate the files and review their diff:
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 from pathlib import Path
 
 import orjson
 import pytest
-
-from lavad.daemon.replay import replay
-from lavad.daemon.settings import load_settings
-from lavad.streams.adapters import open_trace
+from support import replay_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = ROOT / "data" / "azure-v1-vms-slice"
@@ -32,19 +28,11 @@ TOLERANCE = 1e-9
 @pytest.mark.parametrize("policy", ["bestfit", "firstfit"])
 def test_azure_slice_matches_golden(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAVAD_METRICS__WARMUP_S", "21600")
-    settings = load_settings(ROOT / "config" / "lavad.toml")
-    trace = open_trace(SLICE, seed=settings.seed)
-    sink = io.BytesIO()
-    result = replay(
-        trace.events(),
-        settings.engine_config(policy, trace_has_hosts=trace.has_hosts),
-        end_time=trace.end_time,
-        decisions_out=sink,
-    )
+    decisions, result = replay_trace(SLICE, policy, 0)
     pool = result.pools["default"]
     observed = {
-        "decisions": sink.getvalue().count(b"\n"),
-        "decisions_sha256": hashlib.sha256(sink.getvalue()).hexdigest(),
+        "decisions": decisions.count(b"\n"),
+        "decisions_sha256": hashlib.sha256(decisions).hexdigest(),
         "metrics": {k: v for k, v in pool.items() if k != "counters"},
     }
     path = GOLDEN / f"azure-slice-{policy}.json"

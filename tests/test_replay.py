@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from support import replay_trace
 from typer.testing import CliRunner
 
 from lavad.daemon.cli import app
@@ -24,16 +25,8 @@ CONFIG = ROOT / "config" / "lavad.toml"
 
 
 def _replay_bytes(path: Path, policy: str, seed: int) -> tuple[bytes, dict[str, object]]:
-    settings = load_settings(CONFIG).model_copy(update={"seed": seed})
-    trace = open_trace(path, seed=seed)
-    sink = io.BytesIO()
-    result = replay(
-        trace.events(),
-        settings.engine_config(policy, trace_has_hosts=trace.has_hosts),
-        end_time=trace.end_time,
-        decisions_out=sink,
-    )
-    return sink.getvalue(), result.as_dict()
+    decisions, result = replay_trace(path, policy, seed)
+    return decisions, result.as_dict()
 
 
 @pytest.mark.parametrize("path", [AZURE_SLICE, OPENB_SLICE], ids=["azure", "openb"])
