@@ -205,7 +205,7 @@ def policies_command() -> None:
         out.print(f"[bold]{name}[/bold]: {spec.summary}")
         for field_name, info in spec.args_model.model_fields.items():
             out.print(
-                f"    {field_name}: {info.description or ''} (default {info.get_default()!r})"
+                f"    {field_name}: {info.description or ''} (default {info.get_default(call_default_factory=True)!r})"
             )
 
 
