@@ -204,9 +204,8 @@ def policies_command() -> None:
     for name, spec in sorted(REGISTRY.items()):
         out.print(f"[bold]{name}[/bold]: {spec.summary}")
         for field_name, info in spec.args_model.model_fields.items():
-            out.print(
-                f"    {field_name}: {info.description or ''} (default {info.get_default(call_default_factory=True)!r})"
-            )
+            default = info.get_default(call_default_factory=True)
+            out.print(f"    {field_name}: {info.description or ''} (default {default!r})")
 
 
 @config_app.command("check")
