@@ -86,7 +86,10 @@ def test_inflation_leaves_nothing_that_fits() -> None:
         [rng.uniform(0, 48, 500), rng.uniform(0, 384, 500), np.zeros(500), np.zeros(500)]
     )
     shapes = np.array([[1, 1.75, 0, 0], [2, 3.5, 0, 0], [4, 28, 0, 0], [8, 56, 0, 0]], dtype=float)
-    left = inflate(free, shapes, np.array([5.0, 3.0, 1.0, 1.0]), np.random.default_rng(2))
+    weights = np.array([5.0, 3.0, 1.0, 1.0])
+    left = inflate(free, shapes, weights, np.random.default_rng(2))
+    assert np.array_equal(left, inflate(free, shapes, weights, np.random.default_rng(2)))
+    assert not np.array_equal(left, inflate(free, shapes, weights, np.random.default_rng(3)))
     assert np.all(left >= -1e-9)
     for cores, memory, _, _ in shapes:
         assert not np.any((left[0] >= cores) & (left[1] >= memory))
