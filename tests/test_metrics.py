@@ -113,3 +113,17 @@ def test_pools_grown_on_demand_compare_on_one_size() -> None:
     assert b.pools["p"]["empty_hosts_pct"] == pytest.approx(60.0)
     assert b.pools["p"]["empty_hosts_pct_own_pool"] == 48.0
     assert a.pools["p"]["empty_hosts_basis"] == "common pool of 10 hosts"
+
+
+def test_inflation_draws_shapes_by_their_weights() -> None:
+    # 4,000 hosts with room for exactly one VM: (4 cores, 28 GiB) free.
+    # Shape A (4, 7) has weight 3, shape B (4, 28) weight 1, so about 3/4 of the
+    # hosts take A (21 GiB left) and 1/4 take B (0 left). Binomial sd of the
+    # share: sqrt(0.75 * 0.25 / 4000) = 0.0068; allow 4 sd.
+    hosts = 4_000
+    free = np.vstack([np.full(hosts, 4.0), np.full(hosts, 28.0), np.zeros(hosts), np.zeros(hosts)])
+    shapes = np.array([[4.0, 7.0, 0.0, 0.0], [4.0, 28.0, 0.0, 0.0]])
+    left = inflate(free, shapes, np.array([3.0, 1.0]), np.random.default_rng(0))
+    share_a = float(np.mean(left[1] == 21.0))
+    assert share_a == pytest.approx(0.75, abs=4 * 0.0068)
+    assert np.all((left[1] == 21.0) | (left[1] == 0.0))

@@ -70,15 +70,20 @@ def inflate(
     return left
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
 @numba.njit(cache=True, nogil=True)
-def _uniform(state: int) -> tuple[int, float]:
-    """splitmix64: the next state and a uniform draw in [0, 1)."""
-    state = (state + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+def _uniform(state: np.uint64) -> tuple[np.uint64, float]:
+    """splitmix64 on unsigned 64-bit words: the next state and a draw in [0, 1)."""
+    state = state + _GOLDEN
     z = state
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    z = z ^ (z >> 31)
-    return state, (z >> 11) * (1.0 / 9007199254740992.0)
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return state, float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -95,7 +100,7 @@ def _fill_hosts(
     usable = np.empty(n_shapes)
     for h in range(n_hosts):
         # One stream per host, so hosts do not depend on each other's draws.
-        state = (seed ^ ((h + 1) * 0x9E3779B97F4A7C15)) & 0xFFFFFFFFFFFFFFFF
+        state = np.uint64(seed) ^ (np.uint64(h + 1) * _GOLDEN)
         for _ in range(max_rounds):
             total = 0.0
             for s in range(n_shapes):
