@@ -2,8 +2,9 @@
 
 Synchronous and deterministic: it never reads a clock (time is the event time
 passed in), does no I/O, and draws randomness only from generators seeded by
-the configured seed and the pool name. The replay shell and the live shell
-feed it the same way, so both give the same decisions.
+the configured seed and the pool name. The replay shell feeds it from trace
+files; the live shell (issue 3) will feed it from Kafka the same way, so both
+give the same decisions.
 
 An event that contradicts the state (exit of an unknown VM, a duplicate VM id,
 an unknown host) raises ``InvalidEvent`` *before* any state changes; the shell
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from lavad.daemon.cluster import ClusterError, ClusterState, VmRecord
+from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
 from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy, Unfit
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
@@ -279,6 +280,10 @@ class Engine:
         host = cluster.host_index.get(event.host_id)
         if host is None:
             raise InvalidEvent(f"VM {event.vm_id!r} placed on unknown host {event.host_id!r}")
+        if cluster.state[host] == HostState.DOWN:
+            raise InvalidEvent(
+                f"VM {event.vm_id!r} placed on host {event.host_id!r}, which is down"
+            )
         if event.vm_id in cluster.vms:
             raise InvalidEvent(f"duplicate VM id {event.vm_id!r}: already placed")
         demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)

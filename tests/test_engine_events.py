@@ -109,6 +109,15 @@ def test_contradictions_are_rejected_without_change(event: object, message: str)
     assert engine.pools["p"].cluster.version == before
 
 
+def test_shadow_placement_on_a_down_host_is_rejected() -> None:
+    engine = _engine()
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=8.0, memory_gib=32.0), 0.0)
+    engine.handle(HostDown(time=1.0, pool="p", host_id="h1"), 1.0)
+    placed = VmPlaced(time=2.0, pool="p", vm_id="x", host_id="h1", cores=1.0, memory_gib=1.0)
+    with pytest.raises(InvalidEvent, match="which is down"):
+        engine.handle(placed, 2.0)
+
+
 def test_events_without_a_consumer_are_counted() -> None:
     engine = _engine()
     arrival = DeploymentArrival(time=0.0, pool="p", deployment_id="d", cores=4.0)
