@@ -1,4 +1,7 @@
-"""The ``lavad`` command line: replay, trace tools, policies, configuration check."""
+"""The ``lavad`` command line: replay, trace tools, policies, configuration check.
+
+The live commands (run, produce, demo) live in ``daemon/live/cli.py``.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +12,14 @@ from typing import IO, Annotated
 
 import orjson
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.live.cli import demo_command, produce_command, run_command
 from lavad.daemon.placement.registry import REGISTRY
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
-from lavad.daemon.settings import ConfigError, Settings, load_settings
+from lavad.daemon.settings import ConfigError
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.trace_tools import convert, trace_info
 
@@ -30,22 +34,12 @@ config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True
 app.add_typer(trace_app, name="trace")
 app.add_typer(config_app, name="config")
 
-# A pipe or a file gets the whole table, not one squeezed to 80 columns.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+app.command("run")(run_command)
+app.command("produce")(produce_command)
+app.command("demo")(demo_command)
 
-
-def _settings(config: Path | None) -> Settings:
-    try:
-        return load_settings(config)
-    except ConfigError as exc:
-        err.print(f"[red]lavad: {exc}[/red]")
-        raise typer.Exit(2) from None
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]lavad: {message}[/red]")
-    return typer.Exit(2)
+_settings = settings_or_exit
+_fail = fail
 
 
 @app.command("replay")

@@ -3,8 +3,8 @@
 Synchronous and deterministic: it never reads a clock (time is the event time
 passed in), does no I/O, and draws randomness only from generators seeded by
 the configured seed and the pool name. The replay shell feeds it from trace
-files; the live shell (issue 3) will feed it from Kafka the same way, so both
-give the same decisions.
+files; the live shell (``daemon/live``) feeds it from Kafka the same way, so
+both give the same decisions.
 
 An event that contradicts the state (exit of an unknown VM, a duplicate VM id,
 an unknown host) raises ``InvalidEvent`` *before* any state changes; the shell
@@ -13,9 +13,10 @@ dead-letters it with the reason and counts it.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +177,26 @@ class Engine:
         }
 
     # ----------------------------------------------------------------- pools
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the configuration a pool's state was built under.
+
+        A snapshot taken under another policy, seed or host setup would resume
+        a different run; the live shell refuses it instead of mixing the two.
+        """
+        return hashlib.sha256(repr(self.config).encode()).hexdigest()[:16]
+
+    def take_pools(self, names: Iterable[str]) -> dict[str, PoolRuntime]:
+        """Remove and return pools (their partition moved to another instance)."""
+        return {name: self.pools.pop(name) for name in names if name in self.pools}
+
+    def adopt_pools(self, pools: dict[str, PoolRuntime]) -> None:
+        """Resume pools restored from a snapshot; their RNG streams continue where they were."""
+        clash = sorted(set(pools) & set(self.pools))
+        if clash:
+            raise ValueError(f"pools already held by this engine: {', '.join(clash)}")
+        self.pools.update(pools)
 
     def _open_pool(self, name: str) -> PoolRuntime:
         config = self.config

@@ -73,6 +73,75 @@ class MetricsSettings(_Section):
     mix_max_shapes: int = Field(default=32, ge=1)
 
 
+class KafkaSettings(_Section):
+    """The broker connection; security options pass through to aiokafka unchanged."""
+
+    bootstrap_servers: str = Field(default="127.0.0.1:9092", min_length=1)
+    client_id: str = "lavad"
+    group_id: str = Field(default="lavad", min_length=1)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"] = (
+        "PLAIN"
+    )
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    # Off by default: the embedded Tansu broker answers InitProducerId with an
+    # error, so neither works against it; on a real Kafka cluster they may.
+    enable_idempotence: bool = False
+    transactional_id: str | None = Field(
+        default=None,
+        description="publish each batch's decisions and its offsets in one transaction",
+    )
+    request_timeout_ms: int = Field(default=10_000, ge=1000)
+    max_batch_records: int = Field(default=2_000, ge=1)
+    fetch_wait_ms: int = Field(default=100, ge=0)
+
+
+class TopicSettings(_Section):
+    """Input topics are co-partitioned: keyed by pool, with one partition count."""
+
+    vm_events: str = "lavad.vm-events"
+    deployments: str = "lavad.deployments"
+    usage: str = "lavad.usage"
+    placements: str = "lavad.placements"
+    admissions: str = "lavad.admissions"
+    migrations: str = "lavad.migrations"
+    limits: str = "lavad.limits"
+    repredictions: str = "lavad.repredictions"
+    dead_letters: str = "lavad.dead-letters"
+
+
+class LiveSettings(_Section):
+    snapshot_dir: Path = Path("var/lavad/snapshots")
+    snapshot_interval_s: float = Field(default=60.0, gt=0)
+    idle_partition_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a partition with no record for this long stops holding the watermark back",
+    )
+    retry_initial_s: float = Field(default=0.2, gt=0)
+    retry_max_s: float = Field(default=5.0, gt=0)
+    broker_probe_s: float = Field(default=2.0, gt=0)
+    cluster_gauges_s: float = Field(
+        default=10.0, gt=0, description="how often the cluster gauges (and stranding) refresh"
+    )
+
+
+class HttpSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=0, le=65535)
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="debug logs every decision id"
+    )
+    format: Literal["json", "console"] = "json"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAVAD_",
@@ -87,6 +156,11 @@ class Settings(BaseSettings):
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     hosts: HostSettings = HostSettings()
     metrics: MetricsSettings = MetricsSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    topics: TopicSettings = TopicSettings()
+    live: LiveSettings = LiveSettings()
+    http: HttpSettings = HttpSettings()
+    log: LogSettings = LogSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -154,6 +228,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
             f"unknown policy {settings.placement.policy!r}; known: {', '.join(sorted(REGISTRY))}",
         )
     settings.policy_args(settings.placement.policy)
+    _check_live(settings)
     for name in settings.policies:
         if name not in REGISTRY:
             raise ConfigError(
@@ -161,3 +236,26 @@ def load_settings(path: Path | str | None = None) -> Settings:
             )
         settings.policy_args(name)
     return settings
+
+
+def _check_live(settings: Settings) -> None:
+    topics = settings.topics.model_dump()
+    seen: dict[str, str] = {}
+    for key, name in topics.items():
+        if name in seen:
+            raise ConfigError(
+                f"topics.{key}", f"topic {name!r} is also topics.{seen[name]}; each needs its own"
+            )
+        seen[name] = key
+    kafka = settings.kafka
+    if (
+        kafka.security_protocol.startswith("SASL")
+        and kafka.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+        and (kafka.sasl_plain_username is None or kafka.sasl_plain_password is None)
+    ):
+        raise ConfigError(
+            "kafka.sasl_plain_username",
+            f"{kafka.sasl_mechanism} over {kafka.security_protocol} needs a username and password",
+        )
+    if settings.live.retry_max_s < settings.live.retry_initial_s:
+        raise ConfigError("live.retry_max_s", "must not be below live.retry_initial_s")

@@ -8,9 +8,12 @@ what must always run.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -24,3 +27,16 @@ def shared_data() -> Path:
             f"real traces not found at {SHARED_DATA} (../shared/data from the project root)"
         )
     return SHARED_DATA
+
+
+@pytest.fixture
+def broker() -> Iterator[EmbeddedBroker]:
+    """A real Kafka-protocol broker (Tansu, memory storage) on a free loopback port."""
+    try:
+        handle = EmbeddedBroker.start()
+    except BrokerError as exc:
+        pytest.fail(f"the embedded broker did not start: {exc}")
+    try:
+        yield handle
+    finally:
+        handle.close()

@@ -1,0 +1,1 @@
+"""The live shell: Kafka in, the engine, decisions out."""

@@ -1,0 +1,111 @@
+"""Per-partition snapshots: the pools a partition carries plus the input offsets they reflect.
+
+A pool's events all arrive on one partition number of the (co-partitioned)
+input topics, so that number is the unit that moves between instances: the
+snapshot of partition ``p`` holds every pool seen on ``p`` and, for each input
+topic, the offset of the next record of ``(topic, p)`` not yet reflected in
+that state. Restoring it and seeking to those offsets re-derives exactly the
+decisions that followed it, with the same ids.
+
+The file is a one-line JSON header (format, version, engine fingerprint,
+partition, offsets, pools) and then the pickled pools. Pickle because the
+state is numpy arrays, dicts and the policies' seeded generators, which must
+round-trip exactly; the files are written and read only by lavad, in a
+directory the operator owns (never load a snapshot from an untrusted source).
+A snapshot from another format version or another engine configuration is
+refused with the reason, not half-loaded. Writes go to a temporary file that
+is fsynced and renamed, so a kill -9 leaves the previous snapshot intact.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lavad.daemon.engine import PoolRuntime
+
+SNAPSHOT_FORMAT = "lavad.partition-snapshot"
+SNAPSHOT_VERSION = 1
+
+
+class SnapshotError(Exception):
+    """A snapshot exists but cannot be used; the message says why and what to do."""
+
+
+@dataclass(slots=True)
+class PartitionSnapshot:
+    partition: int
+    fingerprint: str
+    # input topic -> offset of the next record not reflected in ``pools``
+    offsets: dict[str, int]
+    pools: dict[str, PoolRuntime]
+
+
+class SnapshotStore:
+    """Snapshots of one consumer group under ``root/<group>/partition-<p>.snapshot``."""
+
+    def __init__(self, root: Path, group: str) -> None:
+        self.directory = root / group
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def path(self, partition: int) -> Path:
+        return self.directory / f"partition-{partition:05d}.snapshot"
+
+    def save(self, snapshot: PartitionSnapshot) -> int:
+        """Write atomically; return the size in bytes."""
+        header = {
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "fingerprint": snapshot.fingerprint,
+            "partition": snapshot.partition,
+            "offsets": snapshot.offsets,
+            "pools": sorted(snapshot.pools),
+        }
+        body = pickle.dumps(snapshot.pools, protocol=pickle.HIGHEST_PROTOCOL)
+        target = self.path(snapshot.partition)
+        temporary = target.with_suffix(".tmp")
+        with temporary.open("wb") as file:
+            file.write(orjson.dumps(header) + b"\n")
+            file.write(body)
+            file.flush()
+            os.fsync(file.fileno())
+        temporary.replace(target)
+        return len(body)
+
+    def load(self, partition: int, fingerprint: str) -> PartitionSnapshot | None:
+        """The partition's snapshot, or None when it has none yet."""
+        path = self.path(partition)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        line, _, body = data.partition(b"\n")
+        try:
+            header: dict[str, Any] = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise SnapshotError(f"{path}: header is not JSON ({exc})") from None
+        if header.get("format") != SNAPSHOT_FORMAT:
+            raise SnapshotError(f"{path}: not a lavad partition snapshot")
+        if header.get("version") != SNAPSHOT_VERSION:
+            raise SnapshotError(
+                f"{path}: snapshot format version {header.get('version')!r}, this lavad reads "
+                f"{SNAPSHOT_VERSION}; move it away to rebuild the state from the input topics"
+            )
+        if header.get("fingerprint") != fingerprint:
+            raise SnapshotError(
+                f"{path}: taken under another engine configuration (policy, seed or hosts "
+                f"changed: {header.get('fingerprint')} != {fingerprint}); restore that "
+                "configuration, or move the snapshot away to rebuild from the input topics"
+            )
+        if header.get("partition") != partition:
+            raise SnapshotError(f"{path}: holds partition {header.get('partition')!r}")
+        pools: dict[str, PoolRuntime] = pickle.loads(body)
+        if sorted(pools) != header.get("pools"):
+            raise SnapshotError(f"{path}: body does not match its header (truncated?)")
+        offsets = {str(topic): int(offset) for topic, offset in header["offsets"].items()}
+        return PartitionSnapshot(partition, fingerprint, offsets, pools)

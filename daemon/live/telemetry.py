@@ -1,0 +1,131 @@
+"""Prometheus metrics of one live daemon, on its own registry (no process globals).
+
+Names follow Prometheus conventions: counters end in ``_total``, ratios are
+0..1, durations are seconds. The cluster gauges are refreshed from the
+engine's pools every ``live.cluster_gauges_s`` of wall time, not per event.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from lavad.daemon.engine import PoolRuntime
+from lavad.daemon.metrics.pool import CORES, MEMORY
+
+# Decision latency = input record timestamp -> decision acknowledged by the
+# broker; the buckets straddle the 50 ms goal.
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        self.events = Counter(
+            "lavad_events", "Input records decoded, by event type", ["type"], registry=registry
+        )
+        self.decisions = Counter(
+            "lavad_decisions", "Decisions published, by kind", ["kind"], registry=registry
+        )
+        self.dead_letters = Counter(
+            "lavad_dead_letters",
+            "Input records sent to the dead-letter topic, by stage that refused them",
+            ["stage"],
+            registry=registry,
+        )
+        self.decision_latency = Histogram(
+            "lavad_decision_latency_seconds",
+            "Input record timestamp to decision acknowledged by the broker",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.consumer_lag = Gauge(
+            "lavad_consumer_lag_records",
+            "High watermark minus the next offset to process",
+            ["topic", "partition"],
+            registry=registry,
+        )
+        self.publish_retries = Counter(
+            "lavad_publish_retries", "Batches re-sent after a failed publish", registry=registry
+        )
+        self.commit_failures = Counter(
+            "lavad_commit_failures", "Offset commits that failed (retried)", registry=registry
+        )
+        self.snapshots = Counter(
+            "lavad_snapshots", "Partition snapshots written", registry=registry
+        )
+        self.broker_reachable = Gauge(
+            "lavad_broker_reachable", "1 when the broker answered the last probe", registry=registry
+        )
+        self.ready = Gauge("lavad_ready", "1 when /readyz answers 200", registry=registry)
+        self.watermark = Gauge(
+            "lavad_watermark_seconds", "Event-time watermark over the partitions", registry=registry
+        )
+        self.assigned_partitions = Gauge(
+            "lavad_assigned_partitions", "Input partitions assigned", registry=registry
+        )
+        self.empty_hosts = Gauge(
+            "lavad_pool_empty_hosts_ratio",
+            "Hosts up with no VM / hosts up",
+            ["pool"],
+            registry=registry,
+        )
+        self.hosts_up = Gauge("lavad_pool_hosts_up", "Hosts up", ["pool"], registry=registry)
+        self.vms = Gauge("lavad_pool_vms", "VMs placed and running", ["pool"], registry=registry)
+        self.utilisation = Gauge(
+            "lavad_pool_utilisation_ratio",
+            "Booked / capacity over hosts up",
+            ["pool", "resource"],
+            registry=registry,
+        )
+        self.stranded = Gauge(
+            "lavad_pool_stranded_ratio",
+            "Free capacity no request of the recent mix can use (latest inflation sample)",
+            ["pool", "resource"],
+            registry=registry,
+        )
+
+    def refresh_pool(self, pool: PoolRuntime) -> None:
+        cluster = pool.cluster
+        name = pool.name
+        up = cluster.hosts_up
+        self.hosts_up.labels(name).set(up)
+        self.vms.labels(name).set(len(cluster.vms))
+        self.empty_hosts.labels(name).set(cluster.hosts_empty / up if up else 0.0)
+        used, capacity = cluster.used_total, cluster.capacity_total
+        for resource, index in (("cpu", CORES), ("memory", MEMORY)):
+            share = used[index] / capacity[index] if capacity[index] else 0.0
+            self.utilisation.labels(name, resource).set(share)
+        if pool.metrics.stranding:
+            latest = pool.metrics.stranding[-1]
+            self.stranded.labels(name, "cpu").set(latest.cpu_pct / 100.0)
+            self.stranded.labels(name, "memory").set(latest.memory_pct / 100.0)
+
+    def forget_pool(self, name: str) -> None:
+        """A pool moved to another instance: stop exporting its gauges here."""
+        for gauge in (self.hosts_up, self.vms, self.empty_hosts):
+            _remove(gauge, name)
+        for gauge in (self.utilisation, self.stranded):
+            for resource in ("cpu", "memory"):
+                _remove(gauge, name, resource)
+
+
+def _remove(gauge: Gauge, *labels: str) -> None:
+    try:
+        gauge.remove(*labels)
+    except KeyError:
+        return

@@ -1,0 +1,1 @@
+"""Kafka sources and sinks: topics, the embedded broker, trace publishing."""

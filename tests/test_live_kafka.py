@@ -1,0 +1,95 @@
+"""The live shell against a real Kafka-protocol broker (Tansu) on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from live_support import (
+    NAMES,
+    by_pool,
+    create_topics,
+    live_settings,
+    produce,
+    produce_raw,
+    read_topic,
+    replay_in_process,
+    two_pool_events,
+    wait_for,
+)
+
+from lavad.daemon.live.shell import LiveDaemon, live_engine_config
+from lavad.streams.kafka.deadletter import header_map
+from lavad.streams.kafka.embedded import EmbeddedBroker
+
+pytestmark = pytest.mark.kafka
+
+
+async def _serve(daemon: LiveDaemon, stop: asyncio.Event) -> asyncio.Task[None]:
+    task = asyncio.create_task(daemon.run(stop))
+    await wait_for(lambda: all(daemon.readiness().values()), 30, "the daemon to be ready")
+    return task
+
+
+async def test_kafka_gives_the_decisions_of_an_in_process_replay(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    events = two_pool_events(3_000)
+    expected = replay_in_process(settings, events)
+    await create_topics(broker.bootstrap_servers)
+    await produce(broker.bootstrap_servers, events)
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    stop = asyncio.Event()
+    task = await _serve(daemon, stop)
+    await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
+    stop.set()
+    await task
+    total = sum(len(lines) for lines in expected.values())
+    records = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=total)
+    got = by_pool(record.value for record in records)
+    assert set(got) == {"east", "west"}
+    for pool, lines in expected.items():
+        assert got[pool] == lines, f"pool {pool}: Kafka and in-process decisions differ"
+
+
+async def test_malformed_records_go_to_dead_letters_and_valid_decisions_are_unaffected(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    events = two_pool_events(1_500)
+    expected = replay_in_process(settings, events)
+    await create_topics(broker.bootstrap_servers)
+    # 1,000 bad records of several kinds, interleaved with the valid stream.
+    bad_values = [
+        b"not json at all",
+        b'{"v": 1, "type": "vm.request", "pool": "east"}',
+        b'{"v": 2, "type": "vm.exit", "time": 1.0, "pool": "east", "vm_id": "x"}',
+        b'{"v": 1, "type": "vm.teleport", "time": 1.0, "pool": "east"}',
+        b'{"v": 1, "type": "vm.exit", "time": 1.0, "pool": "east", "vm_id": "never-seen"}',
+    ]
+    bad = [(b"east", bad_values[i % len(bad_values)] + b" " * (i // 5 % 2)) for i in range(1_000)]
+    half = len(events) // 2
+    await produce(broker.bootstrap_servers, events[:half])
+    await produce_raw(broker.bootstrap_servers, NAMES.vm_events, bad)
+    await produce(broker.bootstrap_servers, events[half:])
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    stop = asyncio.Event()
+    task = await _serve(daemon, stop)
+    await wait_for(lambda: daemon.records_processed >= len(events) + 1_000, 60, "all records")
+    stop.set()
+    await task
+    dead = await read_topic(broker.bootstrap_servers, NAMES.dead_letters, at_least=1_000)
+    assert len(dead) == 1_000
+    assert sorted(record.value for record in dead) == sorted(value for _, value in bad)
+    stages = {header_map(record.headers)["lavad.stage"] for record in dead}
+    assert stages == {"decode", "engine"}
+    for record in dead:
+        headers = header_map(record.headers)
+        assert headers["lavad.reason"]
+        assert headers["lavad.source.topic"] == NAMES.vm_events
+        assert int(headers["lavad.source.offset"]) >= 0
+    total = sum(len(lines) for lines in expected.values())
+    placements = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=total)
+    assert by_pool(record.value for record in placements) == expected
