@@ -134,3 +134,99 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+class DaemonProcess:
+    """``lavad run`` as a child process, configured through LAVAD_* variables."""
+
+    def __init__(self, bootstrap: str, snapshots: Path, log: Path, **settings: str) -> None:
+        import os  # noqa: PLC0415
+        import subprocess  # noqa: PLC0415
+        import sys  # noqa: PLC0415
+
+        from lavad.streams.kafka.embedded import free_port  # noqa: PLC0415
+
+        self.port = free_port()
+        env = {
+            **os.environ,
+            "LAVAD_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "LAVAD_KAFKA__REQUEST_TIMEOUT_MS": "3000",
+            "LAVAD_LIVE__SNAPSHOT_DIR": str(snapshots),
+            "LAVAD_HTTP__PORT": str(self.port),
+            **settings,
+        }
+        self._log = log.open("ab")
+        self.process = subprocess.Popen(  # noqa: S603 - the interpreter running the tests
+            [
+                sys.executable,
+                "-c",
+                "from lavad.daemon.cli import main; main()",
+                "run",
+                "--config",
+                str(PROJECT_ROOT / "config" / "lavad.toml"),
+            ],
+            env=env,
+            stdout=self._log,
+            stderr=self._log,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def get(self, path: str) -> tuple[int, str]:
+        import aiohttp  # noqa: PLC0415
+
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(self.url + path, timeout=aiohttp.ClientTimeout(total=2)) as response,
+        ):
+            return response.status, await response.text()
+
+    async def status(self, path: str) -> int | None:
+        import aiohttp  # noqa: PLC0415
+
+        try:
+            return (await self.get(path))[0]
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
+    async def wait_status(self, path: str, status: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (await self.status(path)) != status:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the daemon exited with {self.process.returncode}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{path} did not answer {status} within {timeout_s} s")
+            await asyncio.sleep(0.1)
+
+    def kill(self) -> None:
+        import signal  # noqa: PLC0415
+
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        self._log.close()
+
+    def stop(self) -> int:
+        import signal  # noqa: PLC0415
+        import subprocess  # noqa: PLC0415
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+def decision_ids(records: Iterable[Any]) -> dict[str, set[bytes]]:
+    """Decision id -> every distinct published body under it."""
+    import orjson  # noqa: PLC0415
+
+    seen: dict[str, set[bytes]] = {}
+    for record in records:
+        seen.setdefault(orjson.loads(record.value)["decision_id"], set()).add(record.value)
+    return seen

@@ -209,7 +209,12 @@ class LiveDaemon:
             owned = self.owned.get(tp.partition)
             if owned is None or not records:
                 continue  # revoked between fetch and processing: the next owner reads them
+            expected = owned.positions.get(tp.topic, 0)
             for record in records:
+                if record.offset < expected:
+                    # Already reflected in the state (a fetch that raced a seek).
+                    self.telemetry.records_skipped.inc()
+                    continue
                 out.extend(self._one(engine, names, owned, tp, record, wall))
             owned.positions[tp.topic] = records[-1].offset + 1
             self.records_processed += len(records)
@@ -443,15 +448,13 @@ class LiveDaemon:
                     owned.positions = dict(snapshot.offsets)
                     for pool in snapshot.pools:
                         self.pool_partition[pool] = number
-                from_start = []
+                # Every seek is synchronous: awaiting here (seek_to_beginning)
+                # lets the fetcher reset the partitions not yet sought from the
+                # committed offsets, which are ahead of the snapshot. Offset 0
+                # below a truncated log start resets to the earliest offset
+                # (auto_offset_reset), which is what "from the beginning" means.
                 for tp in tps:
-                    offset = owned.positions.get(tp.topic)
-                    if offset is None:
-                        from_start.append(tp)
-                    else:
-                        self._consumer.seek(tp, offset)
-                if from_start:
-                    await self._consumer.seek_to_beginning(*from_start)
+                    self._consumer.seek(tp, owned.positions.get(tp.topic, 0))
                 self.owned[number] = owned
                 log.info(
                     "partition acquired",

@@ -62,6 +62,11 @@ class Telemetry:
         self.publish_retries = Counter(
             "lavad_publish_retries", "Batches re-sent after a failed publish", registry=registry
         )
+        self.records_skipped = Counter(
+            "lavad_records_skipped",
+            "Fetched records below the partition's known position (already in the state)",
+            registry=registry,
+        )
         self.commit_failures = Counter(
             "lavad_commit_failures", "Offset commits that failed (retried)", registry=registry
         )

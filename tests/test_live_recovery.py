@@ -1,0 +1,117 @@
+"""Crashes and broker outages: ``lavad run`` as a child process against a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+from live_support import (
+    NAMES,
+    DaemonProcess,
+    create_topics,
+    decision_ids,
+    live_settings,
+    produce,
+    read_topic,
+    replay_in_process,
+    two_pool_events,
+)
+
+from lavad.streams.kafka.embedded import EmbeddedBroker
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def _expected(tmp_path: Path, bootstrap: str, per_pool: int) -> dict[str, bytes]:
+    events = two_pool_events(per_pool)
+    decisions = replay_in_process(live_settings(bootstrap, tmp_path / "unused"), events)
+    return {
+        orjson.loads(line)["decision_id"]: line
+        for lines in decisions.values()
+        for line in lines
+    }
+
+
+async def _placements_count(bootstrap: str, at_least: int) -> int:
+    return len(await read_topic(bootstrap, NAMES.placements, at_least=at_least, timeout_s=0.5))
+
+
+async def test_kill_9_mid_stream_then_restart_loses_no_decision(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    events = two_pool_events(4_000)
+    expected = _expected(tmp_path, bootstrap, 4_000)
+    first, second, third = events[:2_500], events[2_500:5_500], events[5_500:]
+    await create_topics(bootstrap)
+    await produce(bootstrap, first)
+    snapshots = tmp_path / "snapshots"
+    env = {"LAVAD_LIVE__SNAPSHOT_INTERVAL_S": "2"}
+    daemon = DaemonProcess(bootstrap, snapshots, tmp_path / "daemon.log", **env)
+    try:
+        await daemon.wait_status("/readyz", 200, 60)
+        for _ in range(200):
+            if list(snapshots.rglob("*.snapshot")):
+                break
+            await asyncio.sleep(0.1)
+        assert list(snapshots.rglob("*.snapshot")), "no snapshot was written"
+        before = await _placements_count(bootstrap, 1)
+        await produce(bootstrap, second)
+        # Kill as soon as the daemon has published beyond what it had: mid-stream,
+        # and (with snapshots 2 s apart) after its last snapshot.
+        for _ in range(300):
+            if await _placements_count(bootstrap, before + 1) > before:
+                break
+        daemon.kill()
+    finally:
+        daemon.stop()
+    after_kill = await _placements_count(bootstrap, 1)
+    assert after_kill < len(expected), "the stream was finished before the kill"
+    await produce(bootstrap, third)
+    restarted = DaemonProcess(bootstrap, snapshots, tmp_path / "daemon.log", **env)
+    try:
+        await restarted.wait_status("/readyz", 200, 60)
+        records = await read_topic(bootstrap, NAMES.placements, at_least=len(expected) + 1)
+    finally:
+        assert restarted.stop() == 0
+    published = decision_ids(records)
+    missing = set(expected) - set(published)
+    assert not missing, f"{len(missing)} decisions missing, e.g. {sorted(missing)[:3]}"
+    assert set(published) == set(expected)
+    for decision_id, bodies in published.items():
+        assert bodies == {expected[decision_id]}, f"{decision_id}: duplicates differ"
+
+
+async def test_paused_broker_flips_readiness_and_loses_nothing(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    events = two_pool_events(2_000)
+    expected = _expected(tmp_path, bootstrap, 2_000)
+    half = len(events) // 2
+    await create_topics(bootstrap)
+    await produce(bootstrap, events[:half])
+    env = {"LAVAD_LIVE__BROKER_PROBE_S": "0.5"}
+    daemon = DaemonProcess(bootstrap, tmp_path / "snapshots", tmp_path / "daemon.log", **env)
+    try:
+        await daemon.wait_status("/readyz", 200, 60)
+        broker.pause()
+        try:
+            await daemon.wait_status("/readyz", 503, 20)
+            assert await daemon.status("/healthz") == 200
+            await asyncio.sleep(3)
+        finally:
+            broker.resume()
+        await produce(bootstrap, events[half:])
+        await daemon.wait_status("/readyz", 200, 60)
+        records = await read_topic(bootstrap, NAMES.placements, at_least=len(expected))
+        status, body = await daemon.get("/readyz")
+        assert status == 200, body
+    finally:
+        assert daemon.stop() == 0
+    published = decision_ids(records)
+    assert set(published) == set(expected)
+    for decision_id, bodies in published.items():
+        assert bodies == {expected[decision_id]}, f"{decision_id}: duplicates differ"
