@@ -156,7 +156,7 @@ class DaemonProcess:
             **settings,
         }
         self._log = log.open("ab")
-        self.process = subprocess.Popen(  # noqa: S603 - the interpreter running the tests
+        self.process = subprocess.Popen(
             [
                 sys.executable,
                 "-c",

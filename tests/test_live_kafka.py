@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
+import orjson
 import pytest
 from live_support import (
     NAMES,
@@ -18,10 +20,11 @@ from live_support import (
     two_pool_events,
     wait_for,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from lavad.daemon.live.shell import LiveDaemon, live_engine_config
 from lavad.streams.kafka.deadletter import header_map
-from lavad.streams.kafka.embedded import EmbeddedBroker
+from lavad.streams.kafka.embedded import EmbeddedBroker, free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -93,3 +96,74 @@ async def test_malformed_records_go_to_dead_letters_and_valid_decisions_are_unaf
     total = sum(len(lines) for lines in expected.values())
     placements = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=total)
     assert by_pool(record.value for record in placements) == expected
+
+
+async def _get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    raise AssertionError(f"{name}{labels} not exported")
+
+
+async def test_readiness_is_false_without_a_broker_while_health_stays_true(
+    tmp_path: Path,
+) -> None:
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
+    settings = live_settings(nobody, tmp_path)
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    await wait_for(lambda: daemon.http is not None, 30, "the HTTP server")
+    assert daemon.http is not None
+    assert (await _get(daemon.http.url + "/healthz"))[0] == 200
+    status, body = await _get(daemon.http.url + "/readyz")
+    assert status == 503
+    checks = orjson.loads(body)["checks"]
+    assert checks["broker_reachable"] is False
+    assert checks["partitions_assigned"] is False
+    stop.set()
+    await task
+
+
+async def test_health_readiness_and_metrics_when_serving(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path, cluster_gauges_s=0.2)
+    events = two_pool_events(1_000)
+    expected = replay_in_process(settings, events)
+    requests = sum(1 for event in events if event.type == "vm.request")
+    await create_topics(broker.bootstrap_servers)
+    await produce(broker.bootstrap_servers, events)
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    stop = asyncio.Event()
+    task = await _serve(daemon, stop)
+    await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
+    assert daemon.http is not None
+    url = daemon.http.url
+    assert (await _get(url + "/healthz"))[0] == 200
+    status, body = await _get(url + "/readyz")
+    assert status == 200
+    assert orjson.loads(body)["checks"] == {
+        "partitions_assigned": True,
+        "snapshots_loaded": True,
+        "broker_reachable": True,
+    }
+    await asyncio.sleep(0.5)  # one cluster-gauge refresh
+    _, text = await _get(url + "/metrics")
+    stop.set()
+    await task
+    assert _metric(text, "lavad_events_total", type="vm.request") == requests
+    placements = sum(len(lines) for lines in expected.values())
+    assert _metric(text, "lavad_decisions_total", kind="placement") == placements
+    assert _metric(text, "lavad_decision_latency_seconds_count") == placements
+    for pool in ("east", "west"):
+        assert _metric(text, "lavad_pool_hosts_up", pool=pool) > 0
+        empty = _metric(text, "lavad_pool_empty_hosts_ratio", pool=pool)
+        assert 0.0 <= empty <= 1.0
+    assert _metric(text, "lavad_broker_reachable") == 1.0

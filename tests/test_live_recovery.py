@@ -28,9 +28,7 @@ def _expected(tmp_path: Path, bootstrap: str, per_pool: int) -> dict[str, bytes]
     events = two_pool_events(per_pool)
     decisions = replay_in_process(live_settings(bootstrap, tmp_path / "unused"), events)
     return {
-        orjson.loads(line)["decision_id"]: line
-        for lines in decisions.values()
-        for line in lines
+        orjson.loads(line)["decision_id"]: line for lines in decisions.values() for line in lines
     }
 
 

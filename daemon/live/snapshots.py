@@ -8,7 +8,7 @@ that state. Restoring it and seeking to those offsets re-derives exactly the
 decisions that followed it, with the same ids.
 
 The file is a one-line JSON header (format, version, engine fingerprint,
-partition, offsets, pools) and then the pickled pools. Pickle because the
+partition, offsets, pools, checksum of the body) and then the pickled pools. Pickle because the
 state is numpy arrays, dicts and the policies' seeded generators, which must
 round-trip exactly; the files are written and read only by lavad, in a
 directory the operator owns (never load a snapshot from an untrusted source).
@@ -19,6 +19,7 @@ is fsynced and renamed, so a kill -9 leaves the previous snapshot intact.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 from dataclasses import dataclass
@@ -58,7 +59,9 @@ class SnapshotStore:
 
     def save(self, snapshot: PartitionSnapshot) -> int:
         """Write atomically; return the size in bytes."""
+        body = pickle.dumps(snapshot.pools, protocol=pickle.HIGHEST_PROTOCOL)
         header = {
+            "body_sha256": hashlib.sha256(body).hexdigest(),
             "format": SNAPSHOT_FORMAT,
             "version": SNAPSHOT_VERSION,
             "fingerprint": snapshot.fingerprint,
@@ -66,7 +69,6 @@ class SnapshotStore:
             "offsets": snapshot.offsets,
             "pools": sorted(snapshot.pools),
         }
-        body = pickle.dumps(snapshot.pools, protocol=pickle.HIGHEST_PROTOCOL)
         target = self.path(snapshot.partition)
         temporary = target.with_suffix(".tmp")
         with temporary.open("wb") as file:
@@ -104,8 +106,11 @@ class SnapshotStore:
             )
         if header.get("partition") != partition:
             raise SnapshotError(f"{path}: holds partition {header.get('partition')!r}")
+        if hashlib.sha256(body).hexdigest() != header.get("body_sha256"):
+            raise SnapshotError(f"{path}: body does not match its checksum (truncated?)")
+        # lavad's own file, checksummed; see the module docstring on trust.
         pools: dict[str, PoolRuntime] = pickle.loads(body)
         if sorted(pools) != header.get("pools"):
-            raise SnapshotError(f"{path}: body does not match its header (truncated?)")
+            raise SnapshotError(f"{path}: body does not match its header")
         offsets = {str(topic): int(offset) for topic, offset in header["offsets"].items()}
         return PartitionSnapshot(partition, fingerprint, offsets, pools)
