@@ -1,12 +1,13 @@
 # Two entry points for a new user (see README.md):
-#   make run   set up .venv and replay the bundled real trace slice
+#   make run   set up .venv; embedded broker + live daemon + the bundled real
+#              trace slice published into it, with a live summary (Ctrl-C stops)
 #   make test  set up .venv and run lint, types and the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run replay test lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +15,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+run: $(STAMP)
+	$(BIN)/lavad demo data/azure-v1-vms-slice --config config/lavad.toml
+
 # The bundled slice holds 16.7 h of arrivals, so its warm-up is 6 h rather than
 # the default day (which suits the full traces).
-run: $(STAMP)
+replay: $(STAMP)
 	LAVAD_METRICS__WARMUP_S=21600 $(BIN)/lavad replay data/azure-v1-vms-slice \
 		--compare bestfit,firstfit --config config/lavad.toml --plot lavad-replay.png
 
@@ -34,6 +38,7 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks --live
 
 clean:
 	rm -rf $(VENV) build *.egg-info

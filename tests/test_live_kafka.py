@@ -9,6 +9,7 @@ import aiohttp
 import orjson
 import pytest
 from live_support import (
+    AZURE_SLICE,
     NAMES,
     by_pool,
     create_topics,
@@ -167,3 +168,24 @@ async def test_health_readiness_and_metrics_when_serving(
         empty = _metric(text, "lavad_pool_empty_hosts_ratio", pool=pool)
         assert 0.0 <= empty <= 1.0
     assert _metric(text, "lavad_broker_reachable") == 1.0
+
+
+def test_lavad_produce_publishes_a_trace_keyed_by_pool(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from lavad.daemon.cli import app  # noqa: PLC0415
+
+    asyncio.run(create_topics(broker.bootstrap_servers))
+    monkeypatch.setenv("LAVAD_KAFKA__BOOTSTRAP_SERVERS", broker.bootstrap_servers)
+    result = CliRunner().invoke(
+        app, ["produce", str(AZURE_SLICE), "--limit", "500", "--speed", "0"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "published 500 records" in result.output
+    records = asyncio.run(read_topic(broker.bootstrap_servers, NAMES.vm_events, at_least=500))
+    assert len(records) == 500
+    assert {record.key for record in records} == {b"default"}
+    first = orjson.loads(min(records, key=lambda r: r.offset).value)
+    assert first["type"] == "vm.request"
