@@ -30,8 +30,13 @@ NAMES = TopicNames()
 
 def two_pool_events(per_pool: int) -> list[Event]:
     """The bundled Azure slice as two pools (two lifetime-sampling seeds), merged by time."""
+    return pool_events(("east", "west"), per_pool)
+
+
+def pool_events(names: Iterable[str], per_pool: int) -> list[Event]:
+    """The bundled Azure slice once per pool (seeded apart), merged by time."""
     pools = []
-    for seed, pool in ((0, "east"), (1, "west")):
+    for seed, pool in enumerate(names):
         events = (
             item
             for item in open_trace(AZURE_SLICE, seed=seed, pool=pool).events()

@@ -13,6 +13,7 @@ from live_support import (
     create_topics,
     decision_ids,
     live_settings,
+    pool_events,
     produce,
     read_topic,
     replay_in_process,
@@ -113,3 +114,63 @@ async def test_paused_broker_flips_readiness_and_loses_nothing(
     assert set(published) == set(expected)
     for decision_id, bodies in published.items():
         assert bodies == {expected[decision_id]}, f"{decision_id}: duplicates differ"
+
+
+async def test_a_crashed_instances_pools_resume_on_the_other_instance(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """Two instances split the partitions; one is killed; the other takes its pools over."""
+    bootstrap = broker.bootstrap_servers
+    # The default partitioner puts these pools on partitions 0, 1 and 2 of 3.
+    pools = ("east", "alpha", "west")
+    events = pool_events(pools, 1_500)
+    settings = live_settings(bootstrap, tmp_path / "unused")
+    expected = {
+        orjson.loads(line)["decision_id"]: line
+        for lines in replay_in_process(settings, events).values()
+        for line in lines
+    }
+    first, second, third = events[:1_500], events[1_500:3_000], events[3_000:]
+    await create_topics(bootstrap)
+    await produce(bootstrap, first)
+    snapshots = tmp_path / "snapshots"
+    env = {"LAVAD_LIVE__SNAPSHOT_INTERVAL_S": "1"}
+    one = DaemonProcess(bootstrap, snapshots, tmp_path / "one.log", **env)
+    two: DaemonProcess | None = None
+    try:
+        await one.wait_status("/readyz", 200, 60)
+        two = DaemonProcess(bootstrap, snapshots, tmp_path / "two.log", **env)
+        await two.wait_status("/readyz", 200, 60)
+        await _wait_split(one, two)
+        await produce(bootstrap, second)
+        await asyncio.sleep(2)  # both publish, and snapshot, some of it
+        one.kill()
+        await produce(bootstrap, third)
+        records = await read_topic(bootstrap, NAMES.placements, at_least=len(expected))
+        _, text = await two.get("/metrics")
+    finally:
+        one.stop()
+        if two is not None:
+            assert two.stop() == 0
+    assert "lavad_assigned_partitions 3.0" in text, "the survivor did not take every partition"
+    published = decision_ids(records)
+    assert set(published) == set(expected)
+    for decision_id, bodies in published.items():
+        assert bodies == {expected[decision_id]}, f"{decision_id}: duplicates differ"
+
+
+async def _wait_split(one: DaemonProcess, two: DaemonProcess) -> None:
+    """Until both instances hold partitions (the group has rebalanced)."""
+    for _ in range(300):
+        counts = []
+        for daemon in (one, two):
+            _, text = await daemon.get("/metrics")
+            line = next(
+                (row for row in text.splitlines() if row.startswith("lavad_assigned_partitions ")),
+                "lavad_assigned_partitions 0",
+            )
+            counts.append(float(line.split()[1]))
+        if all(counts) and sum(counts) == 3:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"the two instances did not split the partitions: {counts}")
