@@ -7,6 +7,10 @@
   Fit, next to a recompute-per-request numpy Best Fit baseline;
 * peak resident memory of this process.
 
+``--live`` runs only the live-shell figures instead (``benchmarks/live_kafka.py``,
+about a minute): sustained Kafka ingest next to the in-process replay, and
+decision latency at 1,000 records/s, against the embedded broker.
+
 Uses ../shared/data/azure-v1-vms when present, else the slice in data/.
 """
 
@@ -110,7 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--skip-replay", action="store_true")
     parser.add_argument("--sizes", default="1000,10000", help="host counts for latency")
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="only the live shell against the embedded Kafka broker: ingest and latency",
+    )
     args = parser.parse_args(argv)
+    if args.live:
+        from benchmarks.live_kafka import live_benchmark  # noqa: PLC0415 - opt-in, heavier imports
+
+        live_benchmark()
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(f"peak resident memory of this process: {peak_kib / 1024:.0f} MiB")
+        return 0
     path = _azure_path()
     if not args.skip_replay:
         replay_throughput(path)
