@@ -29,6 +29,11 @@ test: $(STAMP) lint typecheck unit
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint docker/Dockerfile
+	@# No Docker engine (or compose plugin) on our machines: dclint checks the
+	@# compose file against the Compose schema; it comes from the npm registry.
+	@if command -v npx >/dev/null; then npx --yes dclint@3.1.0 docker/compose.yaml; \
+	else echo "compose lint skipped: needs node/npx (npm registry)"; fi
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

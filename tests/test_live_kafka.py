@@ -23,7 +23,7 @@ from live_support import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from lavad.daemon.live.shell import LiveDaemon, live_engine_config
+from lavad.daemon.live.shell import LiveDaemon, StartupError, live_engine_config
 from lavad.streams.kafka.deadletter import header_map
 from lavad.streams.kafka.embedded import EmbeddedBroker, free_port
 
@@ -189,3 +189,16 @@ def test_lavad_produce_publishes_a_trace_keyed_by_pool(
     assert {record.key for record in records} == {b"default"}
     first = orjson.loads(min(records, key=lambda r: r.offset).value)
     assert first["type"] == "vm.request"
+
+
+async def test_idempotent_producer_against_tansu_fails_at_start_with_the_reason(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    settings = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"enable_idempotence": True})}
+    )
+    await create_topics(broker.bootstrap_servers)
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    with pytest.raises(StartupError, match="enable_idempotence"):
+        await asyncio.wait_for(daemon.run(asyncio.Event()), 60)

@@ -136,9 +136,7 @@ def _table(daemon: LiveDaemon, progress: _Progress, trace_name: str) -> Table:
     done = " (done)" if progress.publishing_done else ""
     table.add_row("records published", f"{progress.published:,}{done}")
     table.add_row("records processed", f"{daemon.records_processed:,}")
-    table.add_row(
-        "records/s (wall, incl. start-up)", f"{daemon.records_processed / elapsed:,.0f}"
-    )
+    table.add_row("records/s (wall, incl. start-up)", f"{daemon.records_processed / elapsed:,.0f}")
     for kind, count in _samples(registry, "lavad_decisions_total", "kind").items():
         table.add_row(f"decisions: {kind}", f"{count:,.0f}")
     for stage, count in _samples(registry, "lavad_dead_letters_total", "stage").items():

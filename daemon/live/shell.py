@@ -26,13 +26,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.partitioner import DefaultPartitioner
 
 from lavad.daemon.engine import Engine, EngineConfig, InvalidEvent
 from lavad.daemon.live.connection import decision_producer, input_consumer
@@ -41,7 +43,7 @@ from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotStore
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.placement.kernels import warm_up
-from lavad.daemon.settings import Settings
+from lavad.daemon.settings import KafkaSettings, Settings
 from lavad.streams.codec import SchemaError, decode_event, encode
 from lavad.streams.kafka.deadletter import dead_letter_headers
 from lavad.streams.kafka.topics import TopicNames, check_copartitioned
@@ -72,6 +74,20 @@ class OwnedPartition:
     positions: dict[str, int] = field(default_factory=dict)
 
 
+class StartupError(Exception):
+    """The broker answered but refused what this configuration needs; retrying cannot help."""
+
+
+def _refusal(exc: KafkaError, kafka: KafkaSettings) -> str:
+    hint = ""
+    if kafka.enable_idempotence or kafka.transactional_id is not None:
+        hint = (
+            " (kafka.enable_idempotence / kafka.transactional_id need a broker that supports "
+            "InitProducerId; the embedded Tansu broker does not: turn them off there)"
+        )
+    return f"broker {kafka.bootstrap_servers} refused at start-up: {exc!r}{hint}"
+
+
 class Stopping(Exception):
     """Shutdown was requested while a batch could not be published."""
 
@@ -97,8 +113,10 @@ class LiveDaemon:
         self._consumer: Any = None
         self._producer: Any = None
         self._fingerprint = self.engine.fingerprint
-        self._event_counters: dict[str, Any] = {}
-        self._decision_counters: dict[str, Any] = {}
+        self._event_counts: Counter[str] = Counter()
+        self._route: dict[tuple[str, bytes | None], int] = {}
+        self._partitioner = DefaultPartitioner()
+        self._log_decisions = settings.log.level == "debug"
 
     # ------------------------------------------------------------ readiness
 
@@ -154,6 +172,9 @@ class LiveDaemon:
                 counts = {topic: _count(consumer.partitions_for_topic(topic)) for topic in topics}
                 partitions = check_copartitioned(counts, self.names)
             except KafkaError as exc:
+                if not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
+                    await _stop_quietly(consumer, producer)
+                    raise StartupError(_refusal(exc, kafka)) from None
                 log.warning("broker unreachable at start", error=repr(exc), retry_in_s=delay)
                 await _stop_quietly(consumer, producer)
                 await _sleep_or_stop(stop, delay)
@@ -218,6 +239,9 @@ class LiveDaemon:
                 out.extend(self._one(engine, names, owned, tp, record, wall))
             owned.positions[tp.topic] = records[-1].offset + 1
             self.records_processed += len(records)
+        for event_type, count in self._event_counts.items():
+            self.telemetry.events.labels(event_type).inc(count)
+        self._event_counts.clear()
         return out
 
     def _one(
@@ -251,10 +275,7 @@ class LiveDaemon:
                     f"came on partition {owned.number}: key every input record by its pool",
                 )
             ]
-        counter = self._event_counters.get(event.type)
-        if counter is None:
-            counter = self._event_counters[event.type] = self.telemetry.events.labels(event.type)
-        counter.inc()
+        self._event_counts[event.type] += 1
         self.watermark.observe(tp, event.time, wall)
         try:
             decisions = engine.handle(event, event.time)
@@ -265,7 +286,16 @@ class LiveDaemon:
     def _decision(
         self, decision: Decision, timestamp_ms: int | None, names: TopicNames
     ) -> Outgoing:
-        log.debug("decision", decision_id=decision.decision_id, host_id=decision.host_id)
+        if self._log_decisions:
+            log.debug("decision", decision_id=decision.decision_id, host_id=decision.host_id)
+        elif decision.host_id is None:
+            # A request nobody could take is worth a line at info level.
+            log.info(
+                "unplaced",
+                decision_id=decision.decision_id,
+                reason=decision.reason,
+                retryable=decision.retryable,
+            )
         return Outgoing(
             names.for_decision(decision.kind),
             decision.pool.encode(),
@@ -313,28 +343,28 @@ class LiveDaemon:
         self._unpublished = False
 
     async def _publish(self, out: list[Outgoing], stop: asyncio.Event) -> None:
-        """Send every record and wait for acks=all; re-send what failed until all are in."""
+        """Send every record and wait for acks=all; re-send what failed until all are in.
+
+        Records go out as one producer batch per (topic, partition), in the
+        order they were decided; the partition is the one aiokafka's default
+        partitioner gives the key (the pool), so a pool's decisions stay in
+        order on one partition. Unkeyed dead letters go to partition 0.
+        """
         pending = out
         delay = self.settings.live.retry_initial_s
         while pending:
-            sent: list[tuple[Outgoing, Awaitable[Any]]] = []
             failed: list[Outgoing] = []
-            for item in pending:
-                try:
-                    future = await self._producer.send(
-                        item.topic, item.value, key=item.key, headers=item.headers
-                    )
-                except KafkaError:
-                    failed.append(item)
-                else:
-                    sent.append((item, future))
+            try:
+                sent = await self._send_batches(pending)
+            except KafkaError as exc:
+                log.warning("publish could not be queued", error=repr(exc))
+                sent, failed = [], pending
             results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
             acked = time.time()
-            for (item, _), result in zip(sent, results, strict=True):
-                if isinstance(result, BaseException):
-                    failed.append(item)
-                else:
-                    self._count_published(item, acked)
+            published: list[Outgoing] = []
+            for (items, _), result in zip(sent, results, strict=True):
+                (failed if isinstance(result, BaseException) else published).extend(items)
+            self._count_published(published, acked)
             if not failed:
                 return
             self.broker_reachable = False
@@ -346,19 +376,55 @@ class LiveDaemon:
             delay = min(delay * 2, self.settings.live.retry_max_s)
             pending = failed
 
-    def _count_published(self, item: Outgoing, acked: float) -> None:
-        if item.label == "dead_letter":
-            return
-        counter = self._decision_counters.get(item.label)
-        if counter is None:
-            counter = self._decision_counters[item.label] = self.telemetry.decisions.labels(
-                item.label
-            )
-        counter.inc()
-        if item.source_timestamp_ms is not None:
-            self.telemetry.decision_latency.observe(
-                max(0.0, acked - item.source_timestamp_ms / 1e3)
-            )
+    async def _send_batches(
+        self, items: list[Outgoing]
+    ) -> list[tuple[list[Outgoing], Awaitable[Any]]]:
+        producer = self._producer
+        groups: dict[tuple[str, int], list[Outgoing]] = {}
+        route = self._route
+        for item in items:
+            # Keys are pool names, a handful: murmur2 in Python costs ~9 us a call.
+            partition = route.get((item.topic, item.key))
+            if partition is None:
+                partitions = sorted(await producer.partitions_for(item.topic))
+                partition = (
+                    self._partitioner(item.key, partitions, partitions)
+                    if item.key is not None
+                    else partitions[0]
+                )
+                route[item.topic, item.key] = partition
+            groups.setdefault((item.topic, partition), []).append(item)
+        sent: list[tuple[list[Outgoing], Awaitable[Any]]] = []
+        for (topic, partition), group in groups.items():
+            batch = producer.create_batch()
+            members: list[Outgoing] = []
+            for item in group:
+                appended = batch.append(
+                    key=item.key, value=item.value, timestamp=None, headers=item.headers
+                )
+                if appended is None:  # full: send it and start the next
+                    future = await producer.send_batch(batch, topic, partition=partition)
+                    sent.append((members, future))
+                    batch, members = producer.create_batch(), []
+                    batch.append(
+                        key=item.key, value=item.value, timestamp=None, headers=item.headers
+                    )
+                members.append(item)
+            future = await producer.send_batch(batch, topic, partition=partition)
+            sent.append((members, future))
+        return sent
+
+    def _count_published(self, items: list[Outgoing], acked: float) -> None:
+        kinds: Counter[str] = Counter()
+        observe = self.telemetry.decision_latency.observe
+        for item in items:
+            if item.label == "dead_letter":
+                continue
+            kinds[item.label] += 1
+            if item.source_timestamp_ms is not None:
+                observe(max(0.0, acked - item.source_timestamp_ms / 1e3))
+        for kind, count in kinds.items():
+            self.telemetry.decisions.labels(kind).inc(count)
 
     async def _publish_transaction(self, out: list[Outgoing], stop: asyncio.Event) -> None:
         delay = self.settings.live.retry_initial_s
@@ -381,9 +447,7 @@ class LiveDaemon:
                 await _sleep_or_stop(stop, delay)
                 delay = min(delay * 2, self.settings.live.retry_max_s)
                 continue
-            acked = time.time()
-            for item in out:
-                self._count_published(item, acked)
+            self._count_published(out, time.time())
             return
 
     def _offsets(self) -> dict[Any, int]:

@@ -58,13 +58,15 @@ class TopicNames:
         return self.vm_events
 
     def for_decision(self, kind: DecisionKind) -> str:
-        return {
-            "placement": self.placements,
-            "admission": self.admissions,
-            "migration": self.migrations,
-            "limit": self.limits,
-            "reprediction": self.repredictions,
-        }[kind]
+        if kind == "placement":  # the hot case, first
+            return self.placements
+        if kind == "admission":
+            return self.admissions
+        if kind == "migration":
+            return self.migrations
+        if kind == "limit":
+            return self.limits
+        return self.repredictions
 
 
 async def ensure_topics(admin: AIOKafkaAdminClient, names: TopicNames, partitions: int) -> None:
