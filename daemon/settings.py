@@ -96,6 +96,9 @@ class KafkaSettings(_Section):
         description="publish each batch's decisions and its offsets in one transaction",
     )
     request_timeout_ms: int = Field(default=10_000, ge=1000)
+    # How soon the group notices a crashed instance and hands its partitions on.
+    session_timeout_ms: int = Field(default=10_000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=3_000, ge=100)
     max_batch_records: int = Field(default=2_000, ge=1)
     fetch_wait_ms: int = Field(default=100, ge=0)
 
@@ -257,5 +260,7 @@ def _check_live(settings: Settings) -> None:
             "kafka.sasl_plain_username",
             f"{kafka.sasl_mechanism} over {kafka.security_protocol} needs a username and password",
         )
+    if kafka.heartbeat_interval_ms >= kafka.session_timeout_ms:
+        raise ConfigError("kafka.heartbeat_interval_ms", "must be below kafka.session_timeout_ms")
     if settings.live.retry_max_s < settings.live.retry_initial_s:
         raise ConfigError("live.retry_max_s", "must not be below live.retry_initial_s")

@@ -156,6 +156,9 @@ class DaemonProcess:
             **os.environ,
             "LAVAD_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
             "LAVAD_KAFKA__REQUEST_TIMEOUT_MS": "3000",
+            # Crashed instances leave the group sooner (the tests kill some).
+            "LAVAD_KAFKA__SESSION_TIMEOUT_MS": "4000",
+            "LAVAD_KAFKA__HEARTBEAT_INTERVAL_MS": "500",
             "LAVAD_LIVE__SNAPSHOT_DIR": str(snapshots),
             "LAVAD_HTTP__PORT": str(self.port),
             **settings,

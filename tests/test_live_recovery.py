@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -20,7 +21,9 @@ from live_support import (
     two_pool_events,
 )
 
+from lavad.daemon.settings import Settings
 from lavad.streams.kafka.embedded import EmbeddedBroker
+from lavad.streams.schema import Event
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -37,50 +40,98 @@ async def _placements_count(bootstrap: str, at_least: int) -> int:
     return len(await read_topic(bootstrap, NAMES.placements, at_least=at_least, timeout_s=0.5))
 
 
-async def test_kill_9_mid_stream_then_restart_loses_no_decision(
+async def test_kill_9_between_snapshots_then_restart_loses_no_decision(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
+    """A snapshot, then decisions, then kill -9: the restart re-derives them, byte for byte.
+
+    Instance A processes the first part and stops cleanly (its shutdown
+    snapshot covers exactly that part). B resumes from it, publishes the
+    decisions of the second part and is killed with no snapshot since (the
+    periodic interval is an hour). C then resumes from A's snapshot again, so
+    it must re-derive every decision of the second part, and then go on.
+    """
     bootstrap = broker.bootstrap_servers
     events = two_pool_events(4_000)
     expected = _expected(tmp_path, bootstrap, 4_000)
     first, second, third = events[:2_500], events[2_500:5_500], events[5_500:]
+    settings = live_settings(bootstrap, tmp_path / "unused")
+    decided_by_second = _decided(settings, first + second)
+    redo = decided_by_second - _decided(settings, first)
+    snapshots = tmp_path / "snapshots"
+    env = {"LAVAD_LIVE__SNAPSHOT_INTERVAL_S": "3600"}
     await create_topics(bootstrap)
     await produce(bootstrap, first)
-    snapshots = tmp_path / "snapshots"
-    env = {"LAVAD_LIVE__SNAPSHOT_INTERVAL_S": "2"}
-    daemon = DaemonProcess(bootstrap, snapshots, tmp_path / "daemon.log", **env)
+    a = DaemonProcess(bootstrap, snapshots, tmp_path / "a.log", **env)
     try:
-        await daemon.wait_status("/readyz", 200, 60)
-        for _ in range(200):
-            if list(snapshots.rglob("*.snapshot")):
-                break
-            await asyncio.sleep(0.1)
-        assert list(snapshots.rglob("*.snapshot")), "no snapshot was written"
-        before = await _placements_count(bootstrap, 1)
+        await a.wait_status("/readyz", 200, 60)
+        await _wait_events(a, len(first))
+    finally:
+        assert a.stop() == 0
+    assert _snapshot_records(snapshots) == len(first)
+
+    b = DaemonProcess(bootstrap, snapshots, tmp_path / "b.log", **env)
+    try:
+        await b.wait_status("/readyz", 200, 60)
         await produce(bootstrap, second)
-        # Kill as soon as the daemon has published beyond what it had: mid-stream,
-        # and (with snapshots 2 s apart) after its last snapshot.
-        for _ in range(300):
-            if await _placements_count(bootstrap, before + 1) > before:
-                break
-        daemon.kill()
+        records = await read_topic(bootstrap, NAMES.placements, at_least=len(decided_by_second))
+        assert set(decision_ids(records)) == decided_by_second
+        b.kill()
     finally:
-        daemon.stop()
-    after_kill = await _placements_count(bootstrap, 1)
-    assert after_kill < len(expected), "the stream was finished before the kill"
+        b.stop()
+    assert _snapshot_records(snapshots) == len(first), "B wrote a snapshot: not a crash test"
+
     await produce(bootstrap, third)
-    restarted = DaemonProcess(bootstrap, snapshots, tmp_path / "daemon.log", **env)
+    c = DaemonProcess(bootstrap, snapshots, tmp_path / "c.log", **env)
     try:
-        await restarted.wait_status("/readyz", 200, 60)
-        records = await read_topic(bootstrap, NAMES.placements, at_least=len(expected) + 1)
+        await c.wait_status("/readyz", 200, 60)
+        records = await read_topic(bootstrap, NAMES.placements, at_least=len(expected) + len(redo))
     finally:
-        assert restarted.stop() == 0
+        assert c.stop() == 0
     published = decision_ids(records)
     missing = set(expected) - set(published)
     assert not missing, f"{len(missing)} decisions missing, e.g. {sorted(missing)[:3]}"
     assert set(published) == set(expected)
     for decision_id, bodies in published.items():
         assert bodies == {expected[decision_id]}, f"{decision_id}: duplicates differ"
+    counts = Counter(orjson.loads(record.value)["decision_id"] for record in records)
+    redone = {decision_id for decision_id, count in counts.items() if count > 1}
+    assert redone == redo
+
+
+def _decided(settings: Settings, events: list[Event]) -> set[str]:
+    return {
+        orjson.loads(line)["decision_id"]
+        for lines in replay_in_process(settings, events).values()
+        for line in lines
+    }
+
+
+def _snapshot_records(snapshots: Path) -> int:
+    """Input records reflected by the snapshots on disk (sum of their offsets)."""
+    total = 0
+    for path in snapshots.rglob("*.snapshot"):
+        header = orjson.loads(path.read_bytes().split(b"\n", 1)[0])
+        total += sum(header["offsets"].values())
+    return total
+
+
+async def _wait_events(daemon: DaemonProcess, count: int, timeout_s: float = 60) -> None:
+    """Until the daemon's /metrics counts ``count`` events and as many decisions are out."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        _, text = await daemon.get("/metrics")
+        seen = sum(
+            float(row.split()[-1])
+            for row in text.splitlines()
+            if row.startswith("lavad_events_total{")
+        )
+        if seen >= count:
+            await asyncio.sleep(0.5)  # its decisions are published before the next fetch
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the daemon saw {seen} of {count} events")
+        await asyncio.sleep(0.1)
 
 
 async def test_paused_broker_flips_readiness_and_loses_nothing(

@@ -54,6 +54,8 @@ def input_consumer(kafka: KafkaSettings) -> AIOKafkaConsumer:
         isolation_level="read_committed" if kafka.transactional_id else "read_uncommitted",
         partition_assignment_strategy=(RangePartitionAssignor,),
         fetch_max_wait_ms=kafka.fetch_wait_ms,
+        session_timeout_ms=kafka.session_timeout_ms,
+        heartbeat_interval_ms=kafka.heartbeat_interval_ms,
         max_partition_fetch_bytes=4 * 1024 * 1024,
         # JoinGroup is answered only when the group settles (about 5 s on
         # Tansu), so the consumer keeps aiokafka's own 40 s request timeout;
