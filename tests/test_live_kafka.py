@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
 import aiohttp
@@ -202,3 +203,17 @@ async def test_idempotent_producer_against_tansu_fails_at_start_with_the_reason(
     daemon = LiveDaemon(settings, live_engine_config(settings))
     with pytest.raises(StartupError, match="enable_idempotence"):
         await asyncio.wait_for(daemon.run(asyncio.Event()), 60)
+
+
+async def test_a_taken_http_port_stops_start_up_with_the_key(tmp_path: Path) -> None:
+    settings = live_settings(f"127.0.0.1:{free_port()}", tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = settings.model_copy(
+            update={"http": settings.http.model_copy(update={"port": port})}
+        )
+        daemon = LiveDaemon(settings, live_engine_config(settings))
+        with pytest.raises(StartupError, match=r"http\.port"):
+            await daemon.run(asyncio.Event())

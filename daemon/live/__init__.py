@@ -1,1 +1,20 @@
-"""The live shell: Kafka in, the engine, decisions out."""
+"""The live shell: Kafka in, the engine, decisions out.
+
+- ``shell.py``: the consume -> decide -> publish (acks=all) -> commit loop,
+  partition ownership, rebalances and snapshots; the delivery guarantee.
+- ``snapshots.py``: versioned per-partition state with the offsets it reflects.
+- ``watermark.py``: event-time watermark for the engine's timers.
+- ``telemetry.py`` and ``http.py``: Prometheus metrics, /healthz, /readyz.
+- ``connection.py``: aiokafka clients from ``[kafka]`` settings.
+- ``cli.py`` and ``demo.py``: ``lavad run``, ``lavad produce``, ``lavad demo``.
+
+Why aiokafka directly and not faust-streaming: lavad's state per pool is
+numpy arrays plus seeded generators that must be restored exactly and move
+with a partition as one unit. Faust tables are key-value stores replicated
+through a changelog topic, one record per key change; at tens of thousands
+of placements a second that is a changelog write per event, and a pool's
+arrays do not split into keys. A snapshot of the whole partition plus the
+input offsets it reflects gives the same "state follows the partition" with
+one write per interval. Faust stays the designated engine for multi-worker
+stream jobs whose state is naturally keyed (per-deployment counters, say).
+"""

@@ -106,6 +106,6 @@ def demo_command(
     )
     try:
         asyncio.run(run_demo(settings, trace, options, install_stop_signals))
-    except (SnapshotError, TopicError) as exc:
+    except (SnapshotError, TopicError, StartupError) as exc:
         raise fail(str(exc)) from None
     err.print("demo stopped")

@@ -133,12 +133,15 @@ class LiveDaemon:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set; then snapshot, commit and close everything."""
         warm_up()
-        self.http = await serve_http(
-            self.settings.http.host,
-            self.settings.http.port,
-            self.telemetry.registry,
-            self.readiness,
-        )
+        http = self.settings.http
+        try:
+            self.http = await serve_http(
+                http.host, http.port, self.telemetry.registry, self.readiness
+            )
+        except OSError as exc:
+            raise StartupError(
+                f"http.host/http.port {http.host}:{http.port}: cannot listen ({exc.strerror})"
+            ) from None
         log.info("http serving", url=self.http.url)
         tasks: list[asyncio.Task[None]] = []
         try:
