@@ -100,7 +100,7 @@ class KafkaSettings(_Section):
     session_timeout_ms: int = Field(default=10_000, ge=1000)
     heartbeat_interval_ms: int = Field(default=3_000, ge=100)
     max_batch_records: int = Field(default=2_000, ge=1)
-    fetch_wait_ms: int = Field(default=100, ge=0)
+    fetch_wait_ms: int = Field(default=20, ge=0)
 
 
 class TopicSettings(_Section):
