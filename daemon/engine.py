@@ -225,7 +225,7 @@ class Engine:
         attempt = pool.refused.pop(vm_id, 0)
         demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
         pool.metrics.observe_request(demand, now)
-        request = PlacementRequest(vm_id, demand, event.deployment, event.max_per_host, now)
+        request = PlacementRequest(vm_id, demand, event.deployment, event.max_per_host, now, event)
         result = pool.policy.place(cluster, request)
         setup = self.config.pools
         if (
@@ -254,7 +254,7 @@ class Engine:
             explanation: dict[str, Any] = {"rejected_by": result.rejected_by}
         else:
             record = cluster.book(vm_id, result.host, demand, event.deployment, now)
-            self._booked(pool, record, now)
+            self._booked(pool, record, now, event)
             host_id, retryable = cluster.host_ids[result.host], False
             reason = (
                 f"{pool.policy.name}: best score"
@@ -276,12 +276,14 @@ class Engine:
             )
         ]
 
-    def _booked(self, pool: PoolRuntime, record: VmRecord, now: float) -> None:
+    def _booked(
+        self, pool: PoolRuntime, record: VmRecord, now: float, event: VmRequest | VmPlaced
+    ) -> None:
         pool.metrics.placed += 1
         pool.metrics.observe_hosts_used(pool.cluster)
         hooks = pool.policy.hooks
         if hooks is not None:
-            hooks.on_booked(pool.cluster, record, now)
+            hooks.on_booked(pool.cluster, record, now, event)
 
     def _on_exit(self, pool: PoolRuntime, event: VmExit, now: float) -> list[Decision]:
         vm_id = event.vm_id
@@ -289,7 +291,7 @@ class Engine:
             record = pool.cluster.release(vm_id)
             hooks = pool.policy.hooks
             if hooks is not None:
-                hooks.on_released(pool.cluster, record, now)
+                hooks.on_released(pool.cluster, record, now, exited=True)
             return []
         if pool.refused.pop(vm_id, None) is not None:
             pool.counters["exit_of_unplaced_vm"] += 1
@@ -315,7 +317,7 @@ class Engine:
         if any(cluster.free[r, host] < demand[r] for r in range(4) if demand[r]):
             pool.counters["shadow_overcommit"] += 1
         record = cluster.book(event.vm_id, host, demand, event.deployment, now)
-        self._booked(pool, record, now)
+        self._booked(pool, record, now, event)
         return []
 
     def _on_host_up(self, pool: PoolRuntime, event: HostUp, now: float) -> list[Decision]:
@@ -337,7 +339,7 @@ class Engine:
             pool.refused[record.vm_id] = 1
             pool.counters["evicted_by_host_down"] += 1
             if hooks is not None:
-                hooks.on_released(pool.cluster, record, now)
+                hooks.on_released(pool.cluster, record, now, exited=False)
         return []
 
     def _on_host_drain(self, pool: PoolRuntime, event: HostDrain, now: float) -> list[Decision]:

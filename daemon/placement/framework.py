@@ -32,6 +32,7 @@ from lavad.daemon.cluster import (
     VmRecord,
 )
 from lavad.daemon.placement.kernels import compiled_filter_and_score
+from lavad.streams.schema import VmPlaced, VmRequest
 
 # The per-request value types below are not frozen: a frozen dataclass sets
 # each field through object.__setattr__, which costs more per placement than
@@ -47,6 +48,8 @@ class PlacementRequest:
     deployment: str
     max_per_host: int | None
     now: float
+    # The request itself, for policies that predict from its features.
+    event: VmRequest | None = None
 
     @property
     def requested_resources(self) -> tuple[int, ...]:
@@ -111,9 +114,19 @@ class ScorePlugin(Protocol):
 class PlacementHooks(Protocol):
     """State a policy keeps beside the cluster (lifetime classes, deadlines, ...)."""
 
-    def on_booked(self, cluster: ClusterState, record: VmRecord, now: float) -> None: ...
+    def on_booked(
+        self,
+        cluster: ClusterState,
+        record: VmRecord,
+        now: float,
+        event: VmRequest | VmPlaced | None,
+    ) -> None:
+        """A VM was booked: placed by this policy (VmRequest) or by another (VmPlaced)."""
 
-    def on_released(self, cluster: ClusterState, record: VmRecord, now: float) -> None: ...
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        """A VM left its host: ``exited`` (it ended) or not (evicted by a host going down)."""
 
 
 # ------------------------------------------------------------------ filters

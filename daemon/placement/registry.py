@@ -17,6 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lavad.daemon.placement.bestfit import BestFitScore
 from lavad.daemon.placement.firstfit import FirstFitScore
 from lavad.daemon.placement.framework import Policy
+from lavad.daemon.placement.lifetime import (
+    LaBinaryClass,
+    LasTemporalCost,
+    LifetimeSettings,
+    LifetimeTracker,
+)
 
 ResourceName = Literal["cores", "memory_gib", "disk_gib", "gpus"]
 
@@ -42,6 +48,18 @@ class BestFitArgs(PolicyArgs):
 
 class FirstFitArgs(PolicyArgs):
     pass
+
+
+class LifetimeArgs(PolicyArgs):
+    refit_interval_s: float = Field(
+        default=3600.0, gt=0, description="event time between refits of the lifetime tables"
+    )
+    min_observations: int = Field(
+        default=30, ge=1, description="observations a feature group needs before it is used"
+    )
+    tie_break: Literal["random", "first"] = Field(
+        default="random", description="among equal scores: a seeded random host, or the first"
+    )
 
 
 class PolicyConfigError(ValueError):
@@ -76,6 +94,26 @@ def _build_firstfit(name: str, args: PolicyArgs, rng: np.random.Generator) -> Po
     return Policy(name, (FirstFitScore(),), rng, random_ties=False)
 
 
+def _lifetime_tracker(args: PolicyArgs) -> LifetimeTracker:
+    if not isinstance(args, LifetimeArgs):
+        raise TypeError(f"lifetime policy built with {type(args).__name__}")
+    return LifetimeTracker(LifetimeSettings(args.refit_interval_s, args.min_observations))
+
+
+def _build_las(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+    tracker = _lifetime_tracker(args)
+    random_ties = isinstance(args, LifetimeArgs) and args.tie_break == "random"
+    scorers = (LasTemporalCost(tracker), BestFitScore())
+    return Policy(name, scorers, rng, random_ties=random_ties, hooks=tracker)
+
+
+def _build_la_binary(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+    tracker = _lifetime_tracker(args)
+    random_ties = isinstance(args, LifetimeArgs) and args.tie_break == "random"
+    scorers = (LaBinaryClass(tracker), BestFitScore())
+    return Policy(name, scorers, rng, random_ties=random_ties, hooks=tracker)
+
+
 REGISTRY: dict[str, PolicySpec] = {
     spec.name: spec
     for spec in (
@@ -90,6 +128,18 @@ REGISTRY: dict[str, PolicySpec] = {
             "First Fit: lowest-numbered host that fits",
             FirstFitArgs,
             _build_firstfit,
+        ),
+        PolicySpec(
+            "las",
+            "LAS: repredicted host exit vs the VM's predicted exit, bucketed, above Best Fit",
+            LifetimeArgs,
+            _build_las,
+        ),
+        PolicySpec(
+            "la-binary",
+            "LA-Binary: short/long (2 h) by one-shot prediction, same class first, then Best Fit",
+            LifetimeArgs,
+            _build_la_binary,
         ),
     )
 }

@@ -1,0 +1,9 @@
+"""Online models of VM lifetimes as distributions (issue 4).
+
+- ``bins.py``: log-spaced lifetime bins, the support of every distribution.
+- ``survival.py``: the life-table (binned Kaplan-Meier) estimator and the
+  repredictions it gives: E[T_r | T_u] and P(T > t | T_u), vectorised.
+- ``grouped.py``: the online, censoring-aware model: life tables per feature
+  group at several levels of detail, backing off to coarser groups.
+- ``features.py``: the grouping keys a VM request yields (nothing from the future).
+"""

@@ -1,0 +1,113 @@
+"""Online life tables per feature group, censoring-aware, with back-off.
+
+Each VM falls in one group per level (``features.lifetime_keys``). An exit
+adds a death to the VM's group at every level; a VM evicted, or alive when
+a recording ends, adds a permanent censoring; VMs still running are added as
+censored at their current uptime each time the tables are refitted (every
+``refit_interval_s`` of event time), so a fleet of long-running VMs pulls the
+distribution up before any of them exits. A prediction uses the finest
+group with at least ``min_observations`` (deaths + censorings, running VMs
+included), else the pool-wide group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import numpy as np
+
+from lavad.daemon.cluster import FloatArray
+from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.features import LEVELS
+from lavad.models.lifetime.survival import life_table, suffix_sums
+
+GroupRows = tuple[int, ...]
+
+
+class GroupedLifeTables:
+    def __init__(self, bins: LifetimeBins, min_observations: int = 30) -> None:
+        if min_observations < 1:
+            raise ValueError(f"min_observations must be >= 1, got {min_observations}")
+        self.bins = bins
+        self.min_observations = min_observations
+        self._rows: dict[tuple[int, Hashable], int] = {}
+        width = bins.count
+        self.deaths: FloatArray = np.zeros((16, width))
+        self.censored: FloatArray = np.zeros((16, width))
+        self.observations: FloatArray = np.zeros(16)
+        self.mass: FloatArray = life_table(self.deaths, self.censored)
+        self.m0, self.m1 = suffix_sums(self.mass, bins)
+
+    @property
+    def groups(self) -> int:
+        return len(self._rows)
+
+    def rows_for(self, keys: tuple[Hashable, ...]) -> GroupRows:
+        """The row of each level's group (new groups get empty rows)."""
+        if len(keys) != LEVELS:
+            raise ValueError(f"expected {LEVELS} keys, got {len(keys)}")
+        rows = []
+        for level, key in enumerate(keys):
+            row = self._rows.get((level, key))
+            if row is None:
+                row = self._rows[level, key] = len(self._rows)
+                self._grow(row + 1)
+            rows.append(row)
+        return tuple(rows)
+
+    def choose(self, rows: GroupRows) -> int:
+        """The finest group with enough observations (as of the last refit)."""
+        for row in rows[:-1]:
+            if self.observations[row] >= self.min_observations:
+                return row
+        return rows[-1]
+
+    def observe_exit(self, rows: GroupRows, lifetime: float) -> None:
+        column = int(self.bins.index(np.array([lifetime]))[0])
+        for row in rows:
+            self.deaths[row, column] += 1.0
+
+    def observe_censored(self, rows: GroupRows, seen: float) -> None:
+        column = int(self.bins.index(np.array([seen]))[0])
+        for row in rows:
+            self.censored[row, column] += 1.0
+
+    def refit(self, running_rows: np.ndarray, running_uptimes: FloatArray) -> None:
+        """Rebuild every table with the running VMs censored at their uptimes.
+
+        ``running_rows`` is (VMs, levels); ``running_uptimes`` their uptimes.
+        """
+        n = len(self._rows)
+        censored = self.censored[:n].copy()
+        if len(running_uptimes):
+            columns = self.bins.index(np.asarray(running_uptimes, dtype=np.float64))
+            for level in range(running_rows.shape[1]):
+                np.add.at(censored, (running_rows[:, level], columns), 1.0)
+        deaths = self.deaths[:n]
+        self.observations[:n] = deaths.sum(axis=1) + censored.sum(axis=1)
+        mass = life_table(deaths, censored)
+        m0, m1 = suffix_sums(mass, self.bins)
+        self.mass[:n], self.m0[:n], self.m1[:n] = mass, m0, m1
+
+    def _grow(self, rows: int) -> None:
+        if rows <= len(self.deaths):
+            return
+        size = max(rows, 2 * len(self.deaths))
+        width = self.bins.count
+
+        def grown(array: FloatArray, columns: int) -> FloatArray:
+            bigger = np.zeros((size, columns))
+            bigger[: len(array)] = array
+            return bigger
+
+        self.deaths = grown(self.deaths, width)
+        self.censored = grown(self.censored, width)
+        self.observations = np.concatenate(
+            [self.observations, np.zeros(size - len(self.observations))]
+        )
+        old = len(self.mass)
+        self.mass = grown(self.mass, width)
+        self.mass[old:] = 1.0 / width  # no observation yet: uniform
+        self.m0 = grown(self.m0, width + 1)
+        self.m1 = grown(self.m1, width + 1)
+        self.m0[old:], self.m1[old:] = suffix_sums(self.mass[old:], self.bins)
