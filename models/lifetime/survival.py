@@ -17,11 +17,13 @@ last bin with data goes to the open bin beyond the horizon.
 Repredictions, for a VM of uptime u in bin j (mass taken as uniform inside
 a bin):
 
-    E[T | T > u] = (m_j * f * (u + e_{j+1}) / 2 + M1[j+1]) / (m_j * f + M0[j+1])
+    E[T | T > u] = (m_j * f * r(u) + M1[j+1]) / (m_j * f + M0[j+1])
     E[T_r | T_u] = E[T | T > u] - u
 
 with f = (e_{j+1} - u) / (e_{j+1} - e_j) the part of bin j still ahead,
-M0/M1 the suffix sums of mass and mass * representative lifetime. A VM that
+r(u) = sqrt(u * e_{j+1}) its representative lifetime (as whole bins use the
+geometric mean of their edges; (u + e_1) / 2 in the first bin), and M0/M1
+the suffix sums of mass and mass * representative lifetime. A VM that
 outlived all the mass (no mass left ahead) is given E[T_r | T_u] = u, the
 heavy-tail rule "it will live about as long again" (Lindy), rather than 0.
 """
@@ -84,7 +86,10 @@ def _ahead(
     width = np.where(inner, hi - lo, 1.0)
     part = np.where(inner, np.clip((hi - u) / width, 0.0, 1.0), 1.0)
     here = mass[rows, j] * part
-    middle = np.where(inner, (u + hi) / 2.0, np.maximum(bins.representative[-1], u * 2.0))
+    # The rest of bin j is represented as whole bins are: by the geometric
+    # mean of its ends (arithmetic in the first bin, which starts at 0).
+    rest = np.where(j == 0, (u + hi) / 2.0, np.sqrt(np.maximum(u, lo) * hi))
+    middle = np.where(inner, rest, np.maximum(bins.representative[-1], u * 2.0))
     return here + m0[rows, j + 1], here * middle + m1[rows, j + 1]
 
 

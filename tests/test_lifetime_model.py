@@ -1,0 +1,134 @@
+"""The lifetime model: life tables against a hand/batch computation, censoring, repredictions."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from live_support import AZURE_SLICE
+
+from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.features import lifetime_keys
+from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.survival import (
+    expected_remaining,
+    life_table,
+    suffix_sums,
+    survival_beyond,
+)
+from lavad.streams.adapters import open_trace
+from lavad.streams.schema import VmExit, VmRequest
+
+BINS = LifetimeBins.log_spaced(first_s=300.0, horizon_s=30 * 86_400.0, count=30)
+
+
+def test_life_table_worked_by_hand() -> None:
+    # Three bins. 4 VMs: deaths 1 in bin 0, 1 in bin 1; censored 2 in bin 1.
+    # at risk: bin 0 = 4; bin 1 = 4 - 1 - 2/2 = 2; bin 2 = 4 - 1 - 3 - 0 = 0
+    # hazard:  1/4, 1/2, 0 -> S = 0.75, 0.375, 0.375
+    # mass:    0.25, 0.375, 0 + 0.375 (what survives goes to the last bin)
+    mass = life_table(np.array([1.0, 1.0, 0.0]), np.array([0.0, 2.0, 0.0]))
+    assert mass[0] == pytest.approx([0.25, 0.375, 0.375])
+
+
+def test_life_table_without_censoring_is_the_histogram() -> None:
+    lifetimes = np.random.default_rng(3).lognormal(8.0, 2.0, size=5_000)
+    deaths = np.bincount(BINS.index(lifetimes), minlength=BINS.count).astype(float)
+    mass = life_table(deaths, np.zeros(BINS.count))[0]
+    assert mass == pytest.approx(deaths / deaths.sum())
+
+
+def test_expected_remaining_matches_a_direct_computation() -> None:
+    lifetimes = np.random.default_rng(4).lognormal(9.0, 1.5, size=20_000)
+    deaths = np.bincount(BINS.index(lifetimes), minlength=BINS.count).astype(float)
+    mass = life_table(deaths, np.zeros(BINS.count))
+    m0, m1 = suffix_sums(mass, BINS)
+    # At uptime 0, E[T] is the mean of the binned distribution.
+    got = expected_remaining(BINS, mass, m0, m1, np.array([0]), np.array([0.0]))[0]
+    assert got == pytest.approx(float((mass[0] * BINS.representative).sum()))
+    # At an uptime on a bin edge, E[T | T > u] is the mean of the bins beyond.
+    edge = 10
+    u = BINS.edges[edge]
+    beyond = mass[0, edge:]
+    direct = float((beyond * BINS.representative[edge:]).sum() / beyond.sum()) - u
+    got = expected_remaining(BINS, mass, m0, m1, np.array([0]), np.array([u]))[0]
+    assert got == pytest.approx(direct)
+
+
+def _azure_counts() -> tuple[np.ndarray, np.ndarray]:
+    """Deaths and censorings per bin over the bundled real Azure slice.
+
+    VMs with no exit before the recording ends are censored at their age then.
+    """
+    trace = open_trace(AZURE_SLICE, seed=0)
+    started: dict[str, float] = {}
+    lived: list[float] = []
+    for event in trace.events():
+        if isinstance(event, VmRequest):
+            started[event.vm_id] = event.time
+        elif isinstance(event, VmExit) and event.vm_id in started:
+            lived.append(event.time - started.pop(event.vm_id))
+    ages = np.array([trace.end_time - start for start in started.values()])
+    deaths = np.bincount(BINS.index(np.array(lived)), minlength=BINS.count).astype(float)
+    censored = np.bincount(BINS.index(ages), minlength=BINS.count).astype(float)
+    return deaths, censored
+
+
+def test_remaining_lifetime_grows_with_uptime_on_real_lifetimes() -> None:
+    """Azure lifetimes are long-tailed: past an hour, the longer a VM ran, the more it has left."""
+    deaths, censored = _azure_counts()
+    mass = life_table(deaths, censored)
+    m0, m1 = suffix_sums(mass, BINS)
+    uptimes = np.array([3_600.0, 6 * 3_600.0, 86_400.0, 3 * 86_400.0])
+    remaining = expected_remaining(BINS, mass, m0, m1, np.zeros(4, dtype=np.int64), uptimes)
+    assert np.all(np.diff(remaining) > 0), remaining
+
+
+def test_censored_long_lived_vms_never_shorten_the_prediction() -> None:
+    short = np.random.default_rng(5).exponential(1_800.0, size=200)
+    plain = GroupedLifeTables(BINS, min_observations=1)
+    aware = GroupedLifeTables(BINS, min_observations=1)
+    rows_plain = plain.rows_for(("t", "s", "b", ()))
+    rows_aware = aware.rows_for(("t", "s", "b", ()))
+    for lifetime in short:
+        plain.observe_exit(rows_plain, float(lifetime))
+        aware.observe_exit(rows_aware, float(lifetime))
+    plain.refit(np.zeros((0, 4), dtype=np.int64), np.zeros(0))
+    # 50 VMs still running after 3 days: right-censored, not missing, not exits.
+    running = np.tile(np.array(rows_aware), (50, 1))
+    aware.refit(running, np.full(50, 3 * 86_400.0))
+    row = np.array([rows_plain[0]])
+    zero = np.zeros(1)
+    e_plain = expected_remaining(BINS, plain.mass, plain.m0, plain.m1, row, zero)[0]
+    e_aware = expected_remaining(BINS, aware.mass, aware.m0, aware.m1, row, zero)[0]
+    assert e_aware > e_plain
+    p_plain = survival_beyond(BINS, plain.mass, plain.m0, plain.m1, row, 86_400.0, zero)[0]
+    p_aware = survival_beyond(BINS, aware.mass, aware.m0, aware.m1, row, 86_400.0, zero)[0]
+    assert p_aware > p_plain
+
+
+def test_back_off_to_coarser_groups_until_enough_observations() -> None:
+    model = GroupedLifeTables(BINS, min_observations=3)
+    rows = model.rows_for(("tenant", "2c4g", (1, 2), ()))
+    assert model.choose(rows) == rows[-1]  # nothing seen: the pool-wide group
+    for _ in range(3):
+        model.observe_exit(rows, 7_200.0)
+    model.refit(np.zeros((0, 4), dtype=np.int64), np.zeros(0))
+    assert model.choose(rows) == rows[0]
+
+
+def test_features_from_the_future_are_refused() -> None:
+    with pytest.raises(ValueError, match="future"):
+        lifetime_keys("t", 2.0, 4.0, "", {"oracle_lifetime_s": 3600.0})
+
+
+def test_repredictions_are_finite_and_non_negative_over_many_vms() -> None:
+    deaths, censored = _azure_counts()
+    mass = life_table(np.tile(deaths, (3, 1)), np.tile(censored, (3, 1)))
+    m0, m1 = suffix_sums(mass, BINS)
+    rows = np.array(list(itertools.islice(itertools.cycle([0, 1, 2]), 1_000)))
+    uptimes = np.linspace(0.0, 40 * 86_400.0, 1_000)  # past the horizon too
+    remaining = expected_remaining(BINS, mass, m0, m1, rows, uptimes)
+    assert np.all(np.isfinite(remaining))
+    assert np.all(remaining >= 0.0)
