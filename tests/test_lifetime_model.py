@@ -118,9 +118,14 @@ def test_back_off_to_coarser_groups_until_enough_observations() -> None:
     assert model.choose(rows) == rows[0]
 
 
-def test_features_from_the_future_are_refused() -> None:
-    with pytest.raises(ValueError, match="future"):
-        lifetime_keys("t", 2.0, 4.0, "", {"oracle_lifetime_s": 3600.0})
+def test_only_known_features_reach_the_model() -> None:
+    """An oracle lifetime (or any other field) in the features changes no group."""
+    plain = lifetime_keys("t", 2.0, 4.0, "", {"hour_of_day": 13, "batch_size": 3})
+    leaky = lifetime_keys(
+        "t", 2.0, 4.0, "", {"hour_of_day": 13, "batch_size": 3, "oracle_lifetime_s": 60.0}
+    )
+    assert leaky == plain
+    assert plain[1] == ("2c4g", 2, 2)  # 13 h is in block 2 (12-18 h); 3 VMs: class 2
 
 
 def test_repredictions_are_finite_and_non_negative_over_many_vms() -> None:
