@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.placement_latency import measure, measure_recompute_baseline
+from benchmarks.reprediction_latency import reprediction_latency
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_replay:
         replay_throughput(path)
     placement_latency(path, [int(s) for s in args.sizes.split(",")])
+    reprediction_latency(SLICE_AZURE)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak resident memory of this process: {peak_kib / 1024:.0f} MiB")
     return 0
