@@ -38,9 +38,6 @@ app.command("run")(run_command)
 app.command("produce")(produce_command)
 app.command("demo")(demo_command)
 
-_settings = settings_or_exit
-_fail = fail
-
 
 @app.command("replay")
 def replay_command(
@@ -64,7 +61,7 @@ def replay_command(
     progress: Annotated[bool, typer.Option(help="progress bar on a terminal")] = True,
 ) -> None:
     """Replay a recorded trace through the decision core and print the metrics."""
-    settings = _settings(config)
+    settings = settings_or_exit(config)
     if seed is not None:
         settings = settings.model_copy(update={"seed": seed})
     names = [p.strip() for p in compare.split(",") if p.strip()] if compare else []
@@ -72,15 +69,15 @@ def replay_command(
         names = [policy or settings.placement.policy]
     for name in names:
         if name not in REGISTRY:
-            raise _fail(f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY))}")
+            raise fail(f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY))}")
         try:
             settings.policy_args(name)
         except ConfigError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
     try:
         trace = open_trace(path, seed=settings.seed)
     except TraceFormatError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     results: list[ReplayResult] = []
     for name in names:
         engine_config = settings.engine_config(name, trace_has_hosts=trace.has_hosts)
@@ -174,7 +171,7 @@ def trace_info_command(
     try:
         info = trace_info(path, seed=seed)
     except TraceFormatError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     out.print_json(orjson.dumps(info).decode())
 
 
@@ -188,7 +185,7 @@ def trace_convert_command(
     try:
         written = convert(path, output, seed=seed)
     except TraceFormatError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     out.print(f"{written} written to {output}")
 
 
@@ -207,7 +204,7 @@ def config_check_command(
     path: Annotated[Path, typer.Argument(help="TOML configuration file")],
 ) -> None:
     """Validate a configuration file (and LAVAD_* environment overrides)."""
-    settings = _settings(path)
+    settings = settings_or_exit(path)
     out.print_json(settings.model_dump_json())
 
 
