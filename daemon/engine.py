@@ -24,7 +24,7 @@ import numpy as np
 
 from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
-from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy, Unfit
+from lavad.daemon.placement.framework import Notice, Placed, PlacementRequest, Policy, Unfit
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
 from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import (
@@ -34,10 +34,12 @@ from lavad.streams.schema import (
     HostDrain,
     HostUp,
     Placement,
+    Reprediction,
     VmExit,
     VmPlaced,
     VmRequest,
     placement_decision_id,
+    reprediction_decision_id,
 )
 
 Demand = tuple[float, float, float, float]
@@ -115,6 +117,8 @@ class PoolRuntime:
     refused: dict[str, int] = field(default_factory=dict)
     auto_hosts: int = 0
     counters: Counter[str] = field(default_factory=Counter)
+    # Numbers the pool's reprediction decisions, so their ids are deterministic.
+    repredictions: int = 0
 
 
 def _stable_seed(seed: int, pool: str, stream: int) -> np.random.Generator:
@@ -144,13 +148,24 @@ class Engine:
         if metrics.last is None or now > metrics.last:
             # Metrics advance lazily, per pool: its state held since its last event.
             metrics.advance(pool.cluster, now)
+        hooks = pool.policy.hooks
+        if hooks is not None and now >= hooks.next_deadline:
+            # The pool's own timers first, whatever the shell's watermark says:
+            # a pool then decides the same in a replay and in the live daemon.
+            hooks.advance(pool.cluster, now)
         handler = self._handlers.get(type(event))
         if handler is None:
             # Deployment and usage events have no consumer until the admission
             # and usage models exist; they are counted, not lost silently.
             pool.counters[f"unconsumed.{event.type}"] += 1
-            return []
-        return handler(pool, event, now)
+            decisions: list[Decision] = []
+        else:
+            decisions = handler(pool, event, now)
+        if hooks is not None:
+            notices = hooks.take_notices()
+            if notices:
+                return self._notices_first(pool, notices, now, decisions)
+        return decisions
 
     @property
     def next_deadline(self) -> float:
@@ -159,16 +174,57 @@ class Engine:
         Shells call ``advance`` only once event time reaches it, so an engine
         without timers costs nothing per event.
         """
-        return float("inf")
+        earliest = float("inf")
+        for pool in self.pools.values():
+            hooks = pool.policy.hooks
+            if hooks is not None:
+                earliest = min(earliest, hooks.next_deadline)
+        return earliest
 
     def advance(self, now: float) -> list[Decision]:
-        """Run timers due by ``now`` and return their decisions.
+        """Run timers due by ``now`` and return their decisions (repredictions).
 
-        Baseline policies have no timers yet (LAVA deadlines and reprediction
-        sweeps will). Pool metrics do not need this: they catch up lazily on
-        each pool's next event and in ``summary``.
+        Timers: lifetime refits, VMs outliving their predictions, LAVA deadlines.
+
+        Pool metrics do not need this: they catch up lazily on each pool's
+        next event and in ``summary``.
         """
-        return []
+        out: list[Decision] = []
+        for pool in self.pools.values():
+            hooks = pool.policy.hooks
+            if hooks is not None and now >= hooks.next_deadline:
+                hooks.advance(pool.cluster, now)
+                out.extend(self._repredictions(pool, hooks.take_notices()))
+        return out
+
+    def _notices_first(
+        self, pool: PoolRuntime, notices: list[Notice], now: float, decisions: list[Decision]
+    ) -> list[Decision]:
+        """Timer notices (before ``now``) precede the event's decisions; the event's follow."""
+        earlier = [n for n in notices if n.time < now]
+        later = [n for n in notices if n.time >= now]
+        return self._repredictions(pool, earlier) + decisions + self._repredictions(pool, later)
+
+    def _repredictions(self, pool: PoolRuntime, notices: list[Notice]) -> list[Decision]:
+        out: list[Decision] = []
+        policy = pool.policy.name
+        for notice in notices:
+            pool.repredictions += 1
+            out.append(
+                Reprediction(
+                    reprediction_decision_id(
+                        pool.name, notice.subject, notice.subject_id, pool.repredictions
+                    ),
+                    notice.time,
+                    pool.name,
+                    notice.subject,
+                    notice.subject_id,
+                    policy,
+                    notice.reason,
+                    notice.explanation,
+                )
+            )
+        return out
 
     def summary(self, end: float) -> dict[str, Any]:
         return {

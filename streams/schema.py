@@ -253,9 +253,37 @@ class Placement:
     v: Literal[1] = 1
 
 
-Decision = Placement
+@dataclass(frozen=True, slots=True)
+class Reprediction:
+    """A lifetime policy changed its view of a VM or a host.
+
+    ``subject`` "vm": the VM outlived its predicted exit and was repredicted
+    from its uptime (``explanation``: uptime_s, predicted_remaining_s,
+    predicted_exit). ``subject`` "host": a host's LAVA state or lifetime class
+    changed (``explanation``: state, lifetime_class, previous ones, deadline,
+    residual VMs). ``time`` is when the change took effect in event time.
+    """
+
+    decision_id: str
+    time: float
+    pool: str
+    subject: Literal["vm", "host"]
+    subject_id: str
+    policy: str
+    reason: str
+    explanation: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["reprediction"] = "reprediction"
+    v: Literal[1] = 1
+
+
+Decision = Placement | Reprediction
 
 
 def placement_decision_id(pool: str, vm_id: str) -> str:
     """Deterministic id: a redelivered request yields the same id, so consumers dedupe."""
     return f"placement/{pool}/{vm_id}"
+
+
+def reprediction_decision_id(pool: str, subject: str, subject_id: str, sequence: int) -> str:
+    """Deterministic id: the n-th change of one VM or host (a replay numbers them alike)."""
+    return f"reprediction/{pool}/{subject}/{subject_id}/{sequence}"

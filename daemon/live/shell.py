@@ -47,7 +47,7 @@ from lavad.daemon.settings import KafkaSettings, Settings
 from lavad.streams.codec import SchemaError, decode_event, encode
 from lavad.streams.kafka.deadletter import dead_letter_headers
 from lavad.streams.kafka.topics import TopicNames, check_copartitioned
-from lavad.streams.schema import Decision
+from lavad.streams.schema import Decision, Placement
 
 log = structlog.get_logger("lavad.live")
 
@@ -290,8 +290,8 @@ class LiveDaemon:
         self, decision: Decision, timestamp_ms: int | None, names: TopicNames
     ) -> Outgoing:
         if self._log_decisions:
-            log.debug("decision", decision_id=decision.decision_id, host_id=decision.host_id)
-        elif decision.host_id is None:
+            log.debug("decision", decision_id=decision.decision_id, kind=decision.kind)
+        elif isinstance(decision, Placement) and decision.host_id is None:
             # A request nobody could take is worth a line at info level.
             log.info(
                 "unplaced",

@@ -17,7 +17,7 @@ the final tie set, usually a handful of hosts, is turned into indices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -111,8 +111,35 @@ class ScorePlugin(Protocol):
         """
 
 
+@dataclass(slots=True)
+class Notice:
+    """A change a policy reports: the engine publishes it as a reprediction decision."""
+
+    time: float
+    subject: Literal["vm", "host"]
+    subject_id: str
+    reason: str
+    explanation: dict[str, Any]
+
+
 class PlacementHooks(Protocol):
-    """State a policy keeps beside the cluster (lifetime classes, deadlines, ...)."""
+    """State a policy keeps beside the cluster (lifetime classes, deadlines, ...).
+
+    Timers: the engine calls ``advance(cluster, now)`` once event time reaches
+    ``next_deadline``, before the pool's next event, so a replay and the live
+    daemon fire them at the same points. What changed is reported as notices,
+    which the engine takes after each event and each advance.
+    """
+
+    @property
+    def next_deadline(self) -> float:
+        """The earliest time ``advance`` has work to do (inf: none)."""
+
+    def advance(self, cluster: ClusterState, now: float) -> None:
+        """Run every timer due by ``now``, in time order."""
+
+    def take_notices(self) -> list[Notice]:
+        """The changes reported since the last call, in time order (and forget them)."""
 
     def on_booked(
         self,
