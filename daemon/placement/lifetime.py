@@ -1,17 +1,29 @@
 """Lifetime-aware placement: the VM lifetime tracker and the LAS and LA-Binary scores.
 
 ``LifetimeTracker`` is a policy's hooks: it keeps, per running VM, its host,
-start time, feature groups and predicted distribution, feeds exits (deaths)
-and evictions (censorings) to the online model, and refits the model's life
-tables every ``refit_interval_s`` of event time with the running VMs
-censored at their uptimes. The score plugins read it:
+start time, feature groups and predicted exit, feeds exits (deaths) and
+evictions (censorings) to the online model, and runs two kinds of timers:
+
+* a refit of the model's life tables every ``refit_interval_s`` of event
+  time, with the running VMs censored at their uptimes, after which every
+  running VM is repredicted (not published: it would be one decision per VM
+  per hour);
+* a VM's predicted exit: when a VM outlives it, it is repredicted from its
+  uptime, start + uptime + E[T_r | T_u], and that is published (a
+  reprediction decision). This is the paper's adaptation to mispredictions.
+
+With ``oracle`` the prediction is the VM's true lifetime, attached to the
+request by the replay (``streams/oracle.py``); no model is fitted and no
+reprediction is needed. Oracle policies are upper bounds for a replay.
+
+The score plugins read it:
 
 * ``LasTemporalCost`` (LAVA paper, section 4.2): dT = max(vm_exit -
-  host_exit, 0), host_exit the latest *repredicted* exit of the host's VMs
-  (start + E[T | T > uptime]), quantised into the buckets {0m, 30m, 60m, 90m,
-  2h, 3h, 4h, 6h, 12h, 24h, 168h}; the bucket index is the cost, one
-  lexicographic level above Best Fit. An empty host's exit is "now", so it
-  costs the VM's whole predicted lifetime.
+  host_exit, 0), host_exit the latest *repredicted* exit of the host's VMs,
+  quantised into the buckets {0m, 30m, 60m, 90m, 2h, 3h, 4h, 6h, 12h, 24h,
+  168h}; the bucket index is the cost, one lexicographic level above Best
+  Fit. An empty host's exit is "now", so it costs the VM's whole predicted
+  lifetime.
 * ``LaBinaryClass`` (Barbalho et al., as the paper's sections 2.4 and 5.3
   describe it): one prediction at creation, E[T] from the same model, no
   reprediction; a VM is long when that exceeds 2 hours; a host is long when
@@ -22,14 +34,15 @@ censored at their uptimes. The score plugins read it:
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
-from lavad.daemon.placement.framework import PlacementRequest
+from lavad.daemon.placement.framework import Notice, PlacementRequest
 from lavad.models.lifetime.bins import LifetimeBins
-from lavad.models.lifetime.features import LEVELS, lifetime_keys
+from lavad.models.lifetime.features import LEVELS, ORACLE_FEATURE, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
 from lavad.models.lifetime.survival import expected_remaining
 from lavad.streams.schema import VmPlaced, VmRequest
@@ -47,25 +60,39 @@ def temporal_cost(delta_s: FloatArray) -> FloatArray:
     return index.astype(np.float64)
 
 
+class OracleMissing(ValueError):
+    """An oracle policy got a request without its true lifetime."""
+
+
 @dataclass(frozen=True, slots=True)
 class LifetimeSettings:
     refit_interval_s: float = 3600.0
     min_observations: int = 30
+    # Publish and act on repredictions when a VM outlives its prediction
+    # (LAS, LAVA); LA-Binary predicts once.
+    repredict: bool = True
+    oracle: bool = False
+
+
+@dataclass(slots=True)
+class Prediction:
+    rows: GroupRows
+    row: int
+    lifetime_s: float
 
 
 class LifetimeTracker:
     """Per-VM lifetime state of one pool, and the model it feeds (a policy's hooks).
 
-    Cost per placement is O(hosts) plus the VMs whose predicted exit has
-    passed: each VM keeps its predicted exit, and each host the latest of its
-    VMs' (``host_exit``), updated on booking and release. A VM is repredicted
-    (E[T_r | T_u] from its uptime) when it outlives its prediction, and every
-    VM is when the tables are refitted. Repredicting an overdue VM only moves
-    its exit later, so the host maximum stays exact without a rescan.
+    Cost per placement is O(hosts): each VM keeps its predicted exit, and
+    each host the latest of its VMs' (``host_exit``), updated on booking,
+    release and reprediction. A reprediction only moves a VM's exit later
+    (it outlived the old one), so the host maximum stays exact without a
+    rescan; a refit rebuilds it.
     """
 
-    # An overdue VM is given at least this much more life, so that it is not
-    # repredicted again on every placement while its table says "ending now".
+    # An overdue VM is given at least this much more life, so that a table
+    # saying "ending now" does not reschedule it at the same instant forever.
     MIN_REMAINING_S = 60.0
 
     def __init__(self, settings: LifetimeSettings, bins: LifetimeBins | None = None) -> None:
@@ -80,18 +107,25 @@ class LifetimeTracker:
         self.initial_exit = np.zeros(size)
         self.predicted_exit = np.zeros(size)
         self.alive = np.zeros(size, dtype=np.bool_)
+        # A slot's generation: heap entries of a former occupant are stale.
+        self.generation = np.zeros(size, dtype=np.int64)
+        self.vm_ids: list[str] = [""] * size
         self.host_exit: FloatArray = np.full(0, -np.inf)
         self.host_initial_exit: FloatArray = np.full(0, -np.inf)
         self._on_host: dict[int, set[int]] = {}
         self._slot: dict[str, int] = {}
         self._free: list[int] = list(range(size - 1, -1, -1))
-        self._next_refit = float("-inf")
+        self._next_refit = float("inf") if settings.oracle else float("-inf")
+        # (predicted exit, slot, generation) of VMs that may outlive it.
+        self._exits: list[tuple[float, int, int]] = []
+        self._cached: tuple[str, float, Prediction] | None = None
         self.repredictions = 0
+        self.notices: list[Notice] = []
 
     # ------------------------------------------------------------ predicting
 
-    def predict(self, event: VmRequest | VmPlaced | None) -> tuple[GroupRows, int, float]:
-        """The VM's groups, its chosen distribution row and E[T] at creation."""
+    def predict(self, event: VmRequest | VmPlaced | None) -> Prediction:
+        """The VM's groups, its chosen distribution row and its lifetime at creation."""
         if event is None:
             keys: tuple[object, ...] = (None, None, None, ())
         else:
@@ -100,47 +134,159 @@ class LifetimeTracker:
             )
         rows = self.model.rows_for(keys)
         chosen = self.model.choose(rows)
+        if self.settings.oracle:
+            return Prediction(rows, chosen, self._true_lifetime(event))
         # E[T | T > 0] is the first moment of the whole table.
-        return rows, chosen, float(self.model.m1[chosen, 0] / self.model.m0[chosen, 0])
+        return Prediction(rows, chosen, float(self.model.m1[chosen, 0] / self.model.m0[chosen, 0]))
+
+    def prediction_for(self, request: PlacementRequest) -> Prediction:
+        """``predict`` for a placement, computed once for all of a policy's scorers."""
+        cached = self._cached
+        if cached is not None and cached[0] == request.vm_id and cached[1] == request.now:
+            return cached[2]
+        prediction = self.predict(request.event)
+        self._cached = (request.vm_id, request.now, prediction)
+        return prediction
+
+    @staticmethod
+    def _true_lifetime(event: VmRequest | VmPlaced | None) -> float:
+        value = None if event is None else event.features.get(ORACLE_FEATURE)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise OracleMissing(
+                f"an oracle policy needs each request's true lifetime in features"
+                f"[{ORACLE_FEATURE!r}] (attached by `lavad replay`; the live daemon has none),"
+                f" got {value!r}"
+            )
+        return float(value)
 
     def expected_remaining(self, rows: np.ndarray, uptimes: FloatArray) -> FloatArray:
         model = self.model
         return expected_remaining(model.bins, model.mass, model.m0, model.m1, rows, uptimes)
 
-    def refresh(self, now: float) -> None:
-        """Refit when due, and repredict the VMs that outlived their predicted exit."""
-        if now >= self._next_refit:
-            self._refit(now)
+    # ---------------------------------------------------------------- timers
+
+    def _first_exit(self) -> float:
+        exits = self._exits
+        generation = self.generation
+        while exits and exits[0][2] != generation[exits[0][1]]:
+            heapq.heappop(exits)
+        return exits[0][0] if exits else float("inf")
+
+    @property
+    def next_deadline(self) -> float:
+        return min(self._next_refit, self._first_exit())
+
+    def advance(self, cluster: ClusterState, now: float) -> None:
+        """Refits and repredictions due by ``now``, in time order (a refit first on a tie)."""
+        while True:
+            first_exit = self._first_exit()
+            refit = self._next_refit
+            if refit <= now and refit <= first_exit:
+                # A refit rebuilds the tables, so of several refits due with
+                # nothing between them only the last counts: jump to it (an
+                # idle gap of days would otherwise cost one refit per hour).
+                until = min(now, first_exit)
+                if refit == float("-inf"):  # the first one: on the first event
+                    self._refit(until)
+                else:
+                    interval = self.settings.refit_interval_s
+                    self._refit(refit + (until - refit) // interval * interval)
+            elif first_exit <= now:
+                self._repredict_overdue(now, refit)
+            else:
+                return
+
+    def refresh(self, cluster: ClusterState, now: float) -> None:
+        """Catch up when used outside an engine (which fires the timers itself)."""
+        if now >= self.next_deadline:
+            self.advance(cluster, now)
+
+    def take_notices(self) -> list[Notice]:
+        notices = self.notices
+        self.notices = []
+        return notices
+
+    def _repredict_overdue(self, now: float, refit: float) -> None:
+        """Repredict, each at its own predicted exit, the VMs whose exit is due by ``now``.
+
+        Only those due before the next refit: the refit changes the model.
+        Batched, since the VMs do not depend on each other between refits.
+        """
+        exits = self._exits
+        generation = self.generation
+        due_times: list[float] = []
+        slots: list[int] = []
+        while exits and exits[0][0] <= now and exits[0][0] < refit:
+            due, slot, gen = heapq.heappop(exits)
+            if gen == generation[slot]:
+                due_times.append(due)
+                slots.append(slot)
+        if not slots:
             return
-        overdue = np.flatnonzero(self.alive & (self.predicted_exit <= now))
-        if not len(overdue):
-            return
-        remaining = self.expected_remaining(self.row[overdue], now - self.start[overdue])
-        exits = now + np.maximum(remaining, self.MIN_REMAINING_S)
-        self.predicted_exit[overdue] = exits
-        np.maximum.at(self.host_exit, self.host[overdue], exits)
-        self.repredictions += len(overdue)
+        at = np.asarray(due_times)
+        index = np.asarray(slots, dtype=np.int64)
+        uptimes = at - self.start[index]
+        remaining = np.maximum(
+            self.expected_remaining(self.row[index], uptimes), self.MIN_REMAINING_S
+        )
+        new_exits = at + remaining
+        previous = self.predicted_exit[index].copy()
+        self.predicted_exit[index] = new_exits
+        np.maximum.at(self.host_exit, self.host[index], new_exits)
+        self.repredictions += len(index)
+        for i, slot in enumerate(slots):
+            exit_time = float(new_exits[i])
+            heapq.heappush(exits, (exit_time, slot, int(generation[slot])))
+            self.notices.append(
+                Notice(
+                    float(at[i]),
+                    "vm",
+                    self.vm_ids[slot],
+                    "outlived its predicted exit: repredicted from its uptime",
+                    {
+                        "uptime_s": float(uptimes[i]),
+                        "predicted_remaining_s": float(remaining[i]),
+                        "predicted_exit": exit_time,
+                        "previous_exit": float(previous[i]),
+                    },
+                )
+            )
 
     def _refit(self, now: float) -> None:
         alive = np.flatnonzero(self.alive)
         self.model.refit(self.levels[alive], now - self.start[alive])
+        self._next_refit = now + self.settings.refit_interval_s
+        if not self.settings.repredict:
+            return
         if len(alive):
             remaining = self.expected_remaining(self.row[alive], now - self.start[alive])
             self.predicted_exit[alive] = now + np.maximum(remaining, self.MIN_REMAINING_S)
             self.repredictions += len(alive)
         self.host_exit.fill(-np.inf)
         np.maximum.at(self.host_exit, self.host[alive], self.predicted_exit[alive])
-        self._next_refit = now + self.settings.refit_interval_s
+        generation = self.generation
+        self._exits = [
+            (float(self.predicted_exit[s]), int(s), int(generation[s])) for s in alive.tolist()
+        ]
+        heapq.heapify(self._exits)
 
     def host_exits(self, n_hosts: int, now: float, *, repredict: bool) -> FloatArray:
         """Per host, the latest predicted exit of its VMs (``now`` for a host without any).
 
-        ``repredict``: the current predictions (LAS; call ``refresh`` first);
-        else each VM's exit as predicted at its creation (LA-Binary).
+        ``repredict``: the current predictions (LAS); else each VM's exit as
+        predicted at its creation (LA-Binary).
         """
         self._grow_hosts(n_hosts)
         exits = self.host_exit if repredict else self.host_initial_exit
         return np.maximum(exits[:n_hosts], now)
+
+    def initial_lifetime(self, vm_id: str) -> float:
+        slot = self._slot[vm_id]
+        return float(self.initial_exit[slot] - self.start[slot])
+
+    def remaining(self, vm_id: str, now: float) -> float:
+        """The VM's current predicted remaining lifetime (0 when its exit has passed)."""
+        return max(float(self.predicted_exit[self._slot[vm_id]]) - now, 0.0)
 
     # ----------------------------------------------------------------- hooks
 
@@ -151,21 +297,28 @@ class LifetimeTracker:
         now: float,
         event: VmRequest | VmPlaced | None,
     ) -> None:
-        rows, chosen, expected = self.predict(event)
+        cached = self._cached
+        if cached is not None and cached[0] == record.vm_id and cached[1] == now:
+            prediction = cached[2]  # scored a moment ago
+        else:
+            prediction = self.predict(event)
         slot = self._take_slot()
         host = record.host
         self._grow_hosts(host + 1)
         self._slot[record.vm_id] = slot
+        self.vm_ids[slot] = record.vm_id
         self._on_host.setdefault(host, set()).add(slot)
-        exit_time = record.placed_at + expected
+        exit_time = record.placed_at + prediction.lifetime_s
         self.host[slot] = host
         self.start[slot] = record.placed_at
-        self.row[slot] = chosen
-        self.levels[slot] = rows
+        self.row[slot] = prediction.row
+        self.levels[slot] = prediction.rows
         self.initial_exit[slot] = self.predicted_exit[slot] = exit_time
         self.alive[slot] = True
         self.host_exit[host] = max(self.host_exit[host], exit_time)
         self.host_initial_exit[host] = max(self.host_initial_exit[host], exit_time)
+        if self.settings.repredict and not self.settings.oracle:
+            heapq.heappush(self._exits, (exit_time, slot, int(self.generation[slot])))
 
     def on_released(
         self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
@@ -183,6 +336,7 @@ class LifetimeTracker:
         host = int(self.host[slot])
         self.alive[slot] = False
         self.host[slot] = -1
+        self.generation[slot] += 1
         self._free.append(slot)
         others = self._on_host[host]
         others.discard(slot)
@@ -210,6 +364,8 @@ class LifetimeTracker:
             self.initial_exit = np.concatenate([self.initial_exit, np.zeros(size)])
             self.predicted_exit = np.concatenate([self.predicted_exit, np.zeros(size)])
             self.alive = np.concatenate([self.alive, np.zeros(size, dtype=np.bool_)])
+            self.generation = np.concatenate([self.generation, np.zeros(size, dtype=np.int64)])
+            self.vm_ids.extend([""] * size)
             self._free = list(range(2 * size - 1, size - 1, -1))
         return self._free.pop()
 
@@ -229,10 +385,10 @@ class LasTemporalCost:
     ) -> None:
         tracker = self.tracker
         now = request.now
-        tracker.refresh(now)
-        _, _, expected = tracker.predict(request.event)
+        tracker.refresh(cluster, now)
+        lifetime = tracker.prediction_for(request).lifetime_s
         host_exit = tracker.host_exits(cluster.n_hosts, now, repredict=True)
-        out[:] = temporal_cost(now + expected - host_exit)
+        out[:] = temporal_cost(now + lifetime - host_exit)
 
 
 class LaBinaryClass:
@@ -251,12 +407,12 @@ class LaBinaryClass:
         tracker = self.tracker
         now = request.now
         # The model learns as for LAS; only the initial predictions are used.
-        tracker.refresh(now)
-        _, _, expected = tracker.predict(request.event)
+        tracker.refresh(cluster, now)
+        lifetime = tracker.prediction_for(request).lifetime_s
         n = cluster.n_hosts
         remaining = tracker.host_exits(n, now, repredict=False) - now
         host_long = remaining > LA_BINARY_CUTOFF_S
-        vm_long = expected > LA_BINARY_CUTOFF_S
+        vm_long = lifetime > LA_BINARY_CUTOFF_S
         out[:] = np.where(host_long == vm_long, 0.0, 1.0)
         empty = cluster.vm_count[:n] == 0
         out[empty] = 2.0

@@ -19,6 +19,9 @@ from collections.abc import Hashable, Mapping
 
 LEVELS = 4
 USED_FEATURES = ("hour_of_day", "batch_size")
+# Where a replay puts a VM's true lifetime for the oracle policies. The model
+# never reads it; only a tracker built with ``oracle`` does.
+ORACLE_FEATURE = "oracle_lifetime_s"
 
 
 def lifetime_keys(
