@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Annotated
 
@@ -16,11 +17,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.live.cli import demo_command, produce_command, run_command
-from lavad.daemon.placement.registry import REGISTRY
+from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError
 from lavad.streams.adapters import TraceFormatError, open_trace
+from lavad.streams.codec import BadRecord
+from lavad.streams.oracle import exit_times, with_true_lifetimes
+from lavad.streams.schema import Event
 from lavad.streams.trace_tools import convert, trace_info
 
 app = typer.Typer(
@@ -79,6 +83,8 @@ def replay_command(
     except TraceFormatError as exc:
         raise fail(str(exc)) from None
     results: list[ReplayResult] = []
+    # The oracle policies' true lifetimes: one extra pass over the trace, shared.
+    true_exits: dict[tuple[str, str], float] | None = None
     for name in names:
         engine_config = settings.engine_config(name, trace_has_hosts=trace.has_hosts)
         decisions_file = _per_policy(out_path, name, len(names) > 1)
@@ -108,8 +114,14 @@ def replay_command(
                 p.update(task_id, completed=count, clock=max(clock, 0.0))  # type: ignore[arg-type]
 
             fresh = open_trace(path, seed=settings.seed)
+            events: Iterable[Event | BadRecord] = fresh.events()
+            if needs_true_lifetimes(name):
+                if true_exits is None:
+                    true_exits = exit_times(open_trace(path, seed=settings.seed).events())
+                end = fresh.end_time if fresh.end_time is not None else float("inf")
+                events = with_true_lifetimes(events, true_exits, end)
             result = replay(
-                fresh.events(),
+                events,
                 engine_config,
                 end_time=fresh.end_time,
                 decisions_out=decisions_out,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lavad.daemon.placement.bestfit import BestFitScore
 from lavad.daemon.placement.firstfit import FirstFitScore
 from lavad.daemon.placement.framework import Policy
+from lavad.daemon.placement.lava import LavaHosts, LavaPreference
 from lavad.daemon.placement.lifetime import (
     LaBinaryClass,
     LasTemporalCost,
@@ -62,6 +63,20 @@ class LifetimeArgs(PolicyArgs):
     )
 
 
+class LavaArgs(LifetimeArgs):
+    recycle_above: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="an open host starts recycling above this fraction of CPU or memory booked",
+    )
+    deadline_factor: float = Field(
+        default=1.1,
+        ge=1,
+        description="a host's deadline: this times its lifetime class's upper bound",
+    )
+
+
 class PolicyConfigError(ValueError):
     """A policy name or argument that cannot be used; ``key`` locates it."""
 
@@ -94,24 +109,91 @@ def _build_firstfit(name: str, args: PolicyArgs, rng: np.random.Generator) -> Po
     return Policy(name, (FirstFitScore(),), rng, random_ties=False)
 
 
-def _lifetime_tracker(args: PolicyArgs) -> LifetimeTracker:
+def _lifetime_args(args: PolicyArgs) -> LifetimeArgs:
     if not isinstance(args, LifetimeArgs):
         raise TypeError(f"lifetime policy built with {type(args).__name__}")
-    return LifetimeTracker(LifetimeSettings(args.refit_interval_s, args.min_observations))
+    return args
 
 
-def _build_las(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
-    tracker = _lifetime_tracker(args)
-    random_ties = isinstance(args, LifetimeArgs) and args.tie_break == "random"
-    scorers = (LasTemporalCost(tracker), BestFitScore())
-    return Policy(name, scorers, rng, random_ties=random_ties, hooks=tracker)
+def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> LifetimeTracker:
+    return LifetimeTracker(
+        LifetimeSettings(
+            args.refit_interval_s, args.min_observations, repredict=repredict, oracle=oracle
+        )
+    )
 
 
-def _build_la_binary(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
-    tracker = _lifetime_tracker(args)
-    random_ties = isinstance(args, LifetimeArgs) and args.tie_break == "random"
-    scorers = (LaBinaryClass(tracker), BestFitScore())
-    return Policy(name, scorers, rng, random_ties=random_ties, hooks=tracker)
+def _las(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], Policy]:
+    def build(name: str, raw: PolicyArgs, rng: np.random.Generator) -> Policy:
+        args = _lifetime_args(raw)
+        tracker = _tracker(args, oracle=oracle)
+        scorers = (LasTemporalCost(tracker), BestFitScore())
+        return Policy(name, scorers, rng, random_ties=args.tie_break == "random", hooks=tracker)
+
+    return build
+
+
+def _la_binary(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], Policy]:
+    def build(name: str, raw: PolicyArgs, rng: np.random.Generator) -> Policy:
+        args = _lifetime_args(raw)
+        tracker = _tracker(args, oracle=oracle, repredict=False)
+        scorers = (LaBinaryClass(tracker), BestFitScore())
+        return Policy(name, scorers, rng, random_ties=args.tie_break == "random", hooks=tracker)
+
+    return build
+
+
+def _lava(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], Policy]:
+    def build(name: str, raw: PolicyArgs, rng: np.random.Generator) -> Policy:
+        if not isinstance(raw, LavaArgs):
+            raise TypeError(f"lava built with {type(raw).__name__}")
+        tracker = _tracker(raw, oracle=oracle)
+        hosts = LavaHosts(
+            tracker, recycle_above=raw.recycle_above, deadline_factor=raw.deadline_factor
+        )
+        scorers = (LavaPreference(hosts), LasTemporalCost(tracker), BestFitScore())
+        return Policy(name, scorers, rng, random_ties=raw.tie_break == "random", hooks=hosts)
+
+    return build
+
+
+ORACLE_SUFFIX = "-oracle"
+
+
+def needs_true_lifetimes(policy: str) -> bool:
+    """Oracle policies read each VM's true lifetime, which only a replay can attach."""
+    return policy.endswith(ORACLE_SUFFIX)
+
+
+def _lifetime_specs() -> list[PolicySpec]:
+    specs = []
+    for oracle in (False, True):
+        suffix = ORACLE_SUFFIX if oracle else ""
+        bound = " (oracle: the true lifetime, an upper bound for replays)" if oracle else ""
+        specs += [
+            PolicySpec(
+                "las" + suffix,
+                "LAS: repredicted host exit vs the VM's predicted exit, bucketed, above Best Fit"
+                + bound,
+                LifetimeArgs,
+                _las(oracle=oracle),
+            ),
+            PolicySpec(
+                "la-binary" + suffix,
+                "LA-Binary: short/long (2 h) by one-shot prediction, same class first, then "
+                "Best Fit" + bound,
+                LifetimeArgs,
+                _la_binary(oracle=oracle),
+            ),
+            PolicySpec(
+                "lava" + suffix,
+                "LAVA: lifetime classes, open/recycling hosts, deadlines; ties by LAS, then "
+                "Best Fit" + bound,
+                LavaArgs,
+                _lava(oracle=oracle),
+            ),
+        ]
+    return specs
 
 
 REGISTRY: dict[str, PolicySpec] = {
@@ -129,18 +211,7 @@ REGISTRY: dict[str, PolicySpec] = {
             FirstFitArgs,
             _build_firstfit,
         ),
-        PolicySpec(
-            "las",
-            "LAS: repredicted host exit vs the VM's predicted exit, bucketed, above Best Fit",
-            LifetimeArgs,
-            _build_las,
-        ),
-        PolicySpec(
-            "la-binary",
-            "LA-Binary: short/long (2 h) by one-shot prediction, same class first, then Best Fit",
-            LifetimeArgs,
-            _build_la_binary,
-        ),
+        *_lifetime_specs(),
     )
 }
 

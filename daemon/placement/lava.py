@@ -1,0 +1,279 @@
+"""LAVA (LAVA paper, section 4.3): lifetime classes and host states, adapting to mispredictions.
+
+Lifetime classes by predicted lifetime: 0 is < 1 h, 1 is 1-10 h, 2 is
+10-100 h, 3 is 100-1000 h, 4 is longer. Each host is empty, open or
+recycling, and a non-empty host has a class:
+
+* A VM placed on an empty host opens it with the VM's class.
+* An open host whose CPU or memory is over 90% booked starts recycling; the
+  VMs on it at that moment are its *residual* VMs.
+* When the last residual VM of a recycling host exits, the host's class goes
+  down one (its remaining VMs were placed as shorter-lived) and the
+  remaining VMs become the residual ones.
+* Each host has a deadline, set whenever its class is set: 1.1 times the
+  class's upper bound from then (the paper: with correct predictions a host
+  does not outlive 1.1 times its class). A host still not empty at its
+  deadline was underpredicted: its class goes up one, its VMs become
+  residual, and a new deadline is set. The top class has none.
+* An empty host has no class and no deadline.
+
+Preference, first to last (``LavaPreference``, the cost one level above LAS,
+which is above Best Fit): recycling hosts of a higher class than the VM's,
+the closest class first (cost 0 for one class above, up to 3); open hosts of
+the VM's class (4); any other non-empty host (5); empty hosts (6).
+
+Where this differs from the paper: the paper's deadline is "a time-out per
+host" without its length; we take 1.1 x the class bound, the paper's own
+bound on a correctly predicted host. The VM's class comes from E[T] at
+creation (the paper names the class of "lifetime predictions"); a VM placed
+on an open host of another class (the "any non-empty host" case) does not
+change the host's class.
+"""
+
+from __future__ import annotations
+
+import heapq
+from enum import IntEnum
+
+import numpy as np
+
+from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
+from lavad.daemon.placement.framework import Notice, PlacementRequest
+from lavad.daemon.placement.lifetime import LifetimeTracker
+from lavad.streams.schema import VmPlaced, VmRequest
+
+HOUR = 3600.0
+# Upper bounds of classes 0..3; class 4 is everything longer.
+CLASS_BOUNDS_S: FloatArray = np.array([1.0, 10.0, 100.0, 1000.0]) * HOUR
+TOP_CLASS = len(CLASS_BOUNDS_S)
+CLASS_NAMES = ("<1h", "1-10h", "10-100h", "100-1000h", ">=1000h")
+NO_CLASS = -1
+
+
+class HostPhase(IntEnum):
+    EMPTY = 0
+    OPEN = 1
+    RECYCLING = 2
+
+
+def lifetime_class(lifetime_s: float) -> int:
+    """0 below 1 h, 1 from 1 h to 10 h, ..., 4 from 1000 h on."""
+    return int(np.searchsorted(CLASS_BOUNDS_S, lifetime_s, side="right"))
+
+
+def preference_cost(
+    phase: np.ndarray, host_class: np.ndarray, empty: np.ndarray, vm_class: int, out: FloatArray
+) -> None:
+    """The section 4.3 order as a cost per host (lower is preferred); see the module doc."""
+    out.fill(5.0)
+    recycling_above = (phase == HostPhase.RECYCLING) & (host_class > vm_class)
+    np.copyto(out, (host_class - vm_class - 1).astype(np.float64), where=recycling_above)
+    out[(phase == HostPhase.OPEN) & (host_class == vm_class)] = 4.0
+    out[empty] = 6.0
+
+
+class LavaHosts:
+    """Per-host LAVA state (phase, class, deadline, residual VMs): a policy's hooks.
+
+    Wraps the ``LifetimeTracker``, which predicts and repredicts the VMs
+    (LAS, the tie-breaker, reads it too).
+    """
+
+    def __init__(
+        self, tracker: LifetimeTracker, *, recycle_above: float = 0.9, deadline_factor: float = 1.1
+    ) -> None:
+        if not 0.0 < recycle_above <= 1.0:
+            raise ValueError(f"recycle_above must be in (0, 1], got {recycle_above}")
+        if deadline_factor < 1.0:
+            raise ValueError(f"deadline_factor must be >= 1, got {deadline_factor}")
+        self.tracker = tracker
+        self.recycle_above = recycle_above
+        self.deadline_factor = deadline_factor
+        self.phase = np.zeros(0, dtype=np.int8)
+        self.host_class = np.zeros(0, dtype=np.int8)
+        self.deadline: FloatArray = np.zeros(0)
+        self.residual: dict[int, set[str]] = {}
+        self.vm_class: dict[str, int] = {}
+        # (deadline, host, generation): a host's entries go stale when its deadline moves.
+        self._deadlines: list[tuple[float, int, int]] = []
+        self._generation = np.zeros(0, dtype=np.int64)
+        self.notices: list[Notice] = []
+
+    # ----------------------------------------------------------------- state
+
+    def _grow(self, n_hosts: int) -> None:
+        if n_hosts <= len(self.phase):
+            return
+        size = max(n_hosts, 2 * len(self.phase), 64)
+        extra = size - len(self.phase)
+        self.phase = np.concatenate([self.phase, np.zeros(extra, dtype=np.int8)])
+        self.host_class = np.concatenate([self.host_class, np.full(extra, NO_CLASS, dtype=np.int8)])
+        self.deadline = np.concatenate([self.deadline, np.full(extra, np.inf)])
+        self._generation = np.concatenate([self._generation, np.zeros(extra, dtype=np.int64)])
+
+    def _set_class(self, host: int, new_class: int, now: float) -> None:
+        self.host_class[host] = new_class
+        self._generation[host] += 1
+        if new_class == NO_CLASS or new_class >= TOP_CLASS:
+            self.deadline[host] = np.inf
+            return
+        deadline = now + self.deadline_factor * float(CLASS_BOUNDS_S[new_class])
+        self.deadline[host] = deadline
+        heapq.heappush(self._deadlines, (deadline, host, int(self._generation[host])))
+
+    def _report(
+        self, cluster: ClusterState, host: int, now: float, reason: str, before: tuple[int, int]
+    ) -> None:
+        phase, klass = int(self.phase[host]), int(self.host_class[host])
+        self.notices.append(
+            Notice(
+                now,
+                "host",
+                cluster.host_ids[host],
+                reason,
+                {
+                    "state": HostPhase(phase).name.lower(),
+                    "lifetime_class": CLASS_NAMES[klass] if klass != NO_CLASS else None,
+                    "previous_state": HostPhase(before[0]).name.lower(),
+                    "previous_class": CLASS_NAMES[before[1]] if before[1] != NO_CLASS else None,
+                    "deadline": float(self.deadline[host]),
+                    "residual_vms": len(self.residual.get(host, ())),
+                },
+            )
+        )
+
+    def _over_threshold(self, cluster: ClusterState, host: int) -> bool:
+        """CPU or memory booked above ``recycle_above`` of the host's capacity."""
+        for r in (0, 1):
+            capacity = cluster.capacity[r, host]
+            if capacity > 0 and capacity - cluster.free[r, host] > self.recycle_above * capacity:
+                return True
+        return False
+
+    # ----------------------------------------------------------------- hooks
+
+    def on_booked(
+        self,
+        cluster: ClusterState,
+        record: VmRecord,
+        now: float,
+        event: VmRequest | VmPlaced | None,
+    ) -> None:
+        tracker = self.tracker
+        tracker.on_booked(cluster, record, now, event)
+        klass = lifetime_class(tracker.initial_lifetime(record.vm_id))
+        self.vm_class[record.vm_id] = klass
+        host = record.host
+        self._grow(host + 1)
+        before = (int(self.phase[host]), int(self.host_class[host]))
+        if self.phase[host] == HostPhase.EMPTY:
+            self.phase[host] = HostPhase.OPEN
+            self._set_class(host, klass, now)
+            self._report(cluster, host, now, "opened with the class of its first VM", before)
+            before = (int(self.phase[host]), int(self.host_class[host]))
+        if self.phase[host] == HostPhase.OPEN and self._over_threshold(cluster, host):
+            self.phase[host] = HostPhase.RECYCLING
+            self.residual[host] = set(cluster.host_vms[host])
+            self._report(
+                cluster,
+                host,
+                now,
+                f"over {self.recycle_above:.0%} of CPU or memory: recycling, its VMs residual",
+                before,
+            )
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        self.tracker.on_released(cluster, record, now, exited=exited)
+        self.vm_class.pop(record.vm_id, None)
+        host = record.host
+        if host >= len(self.phase):
+            return
+        before = (int(self.phase[host]), int(self.host_class[host]))
+        residual = self.residual.get(host)
+        was_residual = residual is not None and record.vm_id in residual
+        if residual is not None:
+            residual.discard(record.vm_id)
+        if not cluster.host_vms[host]:
+            self.phase[host] = HostPhase.EMPTY
+            self.residual.pop(host, None)
+            self._set_class(host, NO_CLASS, now)
+            self._report(cluster, host, now, "empty", before)
+        elif self.phase[host] == HostPhase.RECYCLING and was_residual and not residual:
+            self._set_class(host, max(int(self.host_class[host]) - 1, 0), now)
+            self.residual[host] = set(cluster.host_vms[host])
+            self._report(
+                cluster, host, now, "its last residual VM exited: class down, VMs residual", before
+            )
+
+    # ---------------------------------------------------------------- timers
+
+    def _first_deadline(self) -> float:
+        deadlines = self._deadlines
+        generation = self._generation
+        while deadlines and deadlines[0][2] != generation[deadlines[0][1]]:
+            heapq.heappop(deadlines)
+        return deadlines[0][0] if deadlines else float("inf")
+
+    @property
+    def next_deadline(self) -> float:
+        return min(self.tracker.next_deadline, self._first_deadline())
+
+    def advance(self, cluster: ClusterState, now: float) -> None:
+        """VM repredictions and host deadlines due by ``now``, notices in time order.
+
+        The two do not read each other's state, so they run one after the
+        other; the notices are merged by time.
+        """
+        tracker = self.tracker
+        tracker.advance(cluster, now)
+        while self._first_deadline() <= now:
+            due, host, _ = heapq.heappop(self._deadlines)
+            before = (int(self.phase[host]), int(self.host_class[host]))
+            self._set_class(host, min(before[1] + 1, TOP_CLASS), due)
+            self.residual[host] = set(cluster.host_vms[host])
+            self._report(
+                cluster,
+                host,
+                due,
+                "deadline passed (underpredicted): class up, VMs residual",
+                before,
+            )
+        if tracker.notices:
+            self.notices.extend(tracker.notices)
+            tracker.notices.clear()
+            self.notices.sort(key=lambda notice: notice.time)
+
+    def take_notices(self) -> list[Notice]:
+        notices = self.notices
+        if self.tracker.notices:
+            notices.extend(self.tracker.notices)
+            self.tracker.notices.clear()
+        self.notices = []
+        return notices
+
+
+class LavaPreference:
+    """LAVA's host preference by lifetime class and state (the level above LAS)."""
+
+    name = "lava"
+    kernel = None
+    kernel_weights: FloatArray = np.ones(4)
+
+    def __init__(self, hosts: LavaHosts) -> None:
+        self.hosts = hosts
+
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
+        hosts = self.hosts
+        now = request.now
+        if now >= hosts.next_deadline:
+            hosts.advance(cluster, now)
+        n = cluster.n_hosts
+        hosts._grow(n)
+        vm_class = lifetime_class(hosts.tracker.prediction_for(request).lifetime_s)
+        preference_cost(
+            hosts.phase[:n], hosts.host_class[:n], cluster.vm_count[:n] == 0, vm_class, out
+        )
