@@ -11,7 +11,8 @@ from lavad.daemon.cluster import FIT_TOLERANCE
 from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
 from lavad.daemon.metrics.pool import MetricsConfig
 from lavad.daemon.placement.registry import REGISTRY, validate_policy_args
-from lavad.streams.schema import Placement, VmExit, VmRequest
+from lavad.models.lifetime.features import ORACLE_FEATURE
+from lavad.streams.schema import Placement, Reprediction, VmExit, VmRequest
 
 # Azure V1 flavors (flav_map.txt): cores, GiB. Requests draw from these and
 # from arbitrary fractional shapes.
@@ -31,8 +32,10 @@ shape = st.one_of(
     st.sampled_from(AZURE_SHAPES),
     st.tuples(st.floats(0.1, 20.0, allow_nan=False), st.floats(0.0, 130.0, allow_nan=False)),
 )
+# The true lifetime goes to every request: oracle policies read it, the
+# others must ignore it.
 operation = st.one_of(
-    st.tuples(st.just("request"), shape),
+    st.tuples(st.just("request"), st.tuples(shape, st.floats(0.0, 1e6))),
     st.tuples(st.just("exit"), st.integers(0, 10_000)),
 )
 
@@ -59,15 +62,23 @@ def test_invariants(policy: str, grow: bool, ops: list[tuple[str, object]]) -> N
     for step, (kind, arg) in enumerate(ops):
         now = float(step)
         if kind == "request":
-            cores, memory = arg  # type: ignore[misc]
+            (cores, memory), lifetime = arg  # type: ignore[misc]
             vm_id = f"vm{step}"
-            decisions = engine.handle(
-                VmRequest(time=now, pool="p", vm_id=vm_id, cores=cores, memory_gib=memory), now
+            request = VmRequest(
+                time=now,
+                pool="p",
+                vm_id=vm_id,
+                cores=cores,
+                memory_gib=memory,
+                features={ORACLE_FEATURE: lifetime},
             )
-            # Every request gets exactly one decision, about itself.
-            assert len(decisions) == 1
-            decision = decisions[0]
-            assert isinstance(decision, Placement)
+            decisions = engine.handle(request, now)
+            # Every request gets exactly one placement decision, about itself;
+            # anything else is a reprediction made on the way.
+            placements = [d for d in decisions if isinstance(d, Placement)]
+            assert all(isinstance(d, Reprediction) for d in decisions if d not in placements)
+            assert len(placements) == 1
+            decision = placements[0]
             assert decision.vm_id == vm_id
             if decision.host_id is not None:
                 placed[vm_id] = (float(cores), float(memory))
@@ -78,7 +89,8 @@ def test_invariants(policy: str, grow: bool, ops: list[tuple[str, object]]) -> N
             cluster = engine.pools["p"].cluster
             host = cluster.vms[vm_id].host
             before = cluster.free[:, host].copy()
-            assert engine.handle(VmExit(time=now, pool="p", vm_id=vm_id), now) == []
+            after_exit = engine.handle(VmExit(time=now, pool="p", vm_id=vm_id), now)
+            assert all(isinstance(d, Reprediction) for d in after_exit)
             cores, memory = placed.pop(vm_id)
             # An exit frees exactly what its request took.
             gained = cluster.free[:, host] - before

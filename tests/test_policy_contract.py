@@ -8,8 +8,26 @@ import pytest
 from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState
 from lavad.daemon.placement.framework import Placed, PlacementRequest
 from lavad.daemon.placement.registry import REGISTRY, build_policy, validate_policy_args
+from lavad.models.lifetime.features import ORACLE_FEATURE
+from lavad.streams.schema import VmRequest
 
 SHAPES = [(1.0, 0.75), (1.0, 1.75), (2.0, 3.5), (4.0, 7.0), (8.0, 56.0), (16.0, 112.0)]
+
+
+def _request(
+    i: int, demand: tuple[float, float, float, float], lifetime: float
+) -> PlacementRequest:
+    """Request ``i`` at time ``i``, carrying a true lifetime (oracle policies read it)."""
+    event = VmRequest(
+        time=float(i),
+        pool="p",
+        vm_id=f"v{i}",
+        cores=demand[0],
+        memory_gib=demand[1],
+        gpus=demand[3],
+        features={ORACLE_FEATURE: lifetime},
+    )
+    return PlacementRequest(f"v{i}", demand, "", None, float(i), event)
 
 
 def _run(policy_name: str, seed: int) -> tuple[list[int | None], ClusterState]:
@@ -19,28 +37,39 @@ def _run(policy_name: str, seed: int) -> tuple[list[int | None], ClusterState]:
     policy = build_policy(
         policy_name, validate_policy_args(policy_name, {}), np.random.default_rng(seed)
     )
+    hooks = policy.hooks
     draws = np.random.default_rng(99).integers(len(SHAPES), size=150)
     hosts: list[int | None] = []
     for i, k in enumerate(draws):
         cores, memory = SHAPES[int(k)]
-        request = PlacementRequest(f"v{i}", (cores, memory, 0.0, 0.0), "", None, float(i))
+        request = _request(i, (cores, memory, 0.0, 0.0), lifetime=3.0)
+        now = request.now
+        if hooks is not None and now >= hooks.next_deadline:
+            hooks.advance(cluster, now)
         free_before = cluster.free.copy()
         asked = (request.vm_id, request.demand, request.deployment, request.max_per_host)
+        features = dict(request.event.features) if request.event else None
         result = policy.place(cluster, request)
         # place() only decides: neither the cluster nor the request changes.
         assert np.array_equal(free_before, cluster.free)
         assert asked == (request.vm_id, request.demand, request.deployment, request.max_per_host)
+        assert features == (request.event.features if request.event else None)
         if isinstance(result, Placed):
             assert cluster.schedulable[result.host]
             assert np.all(
                 cluster.free[:2, result.host] >= np.array([cores, memory]) - FIT_TOLERANCE
             )
-            cluster.book(request.vm_id, result.host, request.demand, "", float(i))
+            record = cluster.book(request.vm_id, result.host, request.demand, "", now)
+            if hooks is not None:
+                hooks.on_booked(cluster, record, now, request.event)
             hosts.append(result.host)
         else:
             hosts.append(None)
-        if i % 3 == 2:
-            cluster.release(f"v{i - 2}") if f"v{i - 2}" in cluster.vms else None
+        # Every VM lives 3 s: the oracle's lifetime is the truth.
+        if i >= 3 and f"v{i - 3}" in cluster.vms:
+            record = cluster.release(f"v{i - 3}")
+            if hooks is not None:
+                hooks.on_released(cluster, record, now, exited=True)
     return hosts, cluster
 
 
@@ -82,7 +111,7 @@ def test_compiled_kernel_matches_numpy_pipeline(name: str) -> None:
     for i in range(2_000):
         cores, memory = SHAPES[int(rng.integers(len(SHAPES)))]
         gpus = float(rng.choice([0.0, 0.0, 0.0, 0.5, 1.0]))
-        request = PlacementRequest(f"v{i}", (cores, memory, 0.0, gpus), "", None, float(i))
+        request = _request(i, (cores, memory, 0.0, gpus), lifetime=float(rng.exponential(600.0)))
         fast = compiled.place(cluster, request)
         slow = reference.place(cluster, request)
         assert fast == slow, f"request {i}"
