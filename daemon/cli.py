@@ -16,6 +16,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.evaluation.lifetime import lifetime_command
 from lavad.daemon.live.cli import demo_command, produce_command, run_command
 from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
@@ -35,8 +36,13 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(help="Inspect and convert recorded traces.", no_args_is_help=True)
 config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
+evaluate_app = typer.Typer(
+    help="Evaluate lavad's models and policies on recorded traces.", no_args_is_help=True
+)
 app.add_typer(trace_app, name="trace")
 app.add_typer(config_app, name="config")
+app.add_typer(evaluate_app, name="evaluate")
+evaluate_app.command("lifetime")(lifetime_command)
 
 app.command("run")(run_command)
 app.command("produce")(produce_command)

@@ -1,0 +1,1 @@
+"""Offline evaluations that reproduce papers' experiments on the real traces."""

@@ -1,0 +1,125 @@
+"""``lavad evaluate lifetime``: the lifetime model's F1 by uptime, calibration and latency.
+
+The protocol is ``models/lifetime/evaluation.py``'s; this module reads the
+trace, picks the split and prints the tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.table import Table
+
+from lavad.daemon.console import fail, out
+from lavad.models.lifetime.evaluation import FRACTIONS, LifetimeEvaluation, evaluate_lifetime_model
+from lavad.streams.adapters import TraceFormatError, open_trace
+from lavad.streams.schema import VmRequest
+
+
+def lifetime_command(
+    path: Annotated[Path, typer.Argument(help="VM trace file or directory")],
+    split: Annotated[
+        float, typer.Option(help="fraction of the request span used for learning (0-1)")
+    ] = 0.5,
+    thresholds_h: Annotated[
+        str, typer.Option("--thresholds-h", help="comma-separated 'lives beyond X hours'")
+    ] = "1,24",
+    settle_days: Annotated[
+        float, typer.Option(help="F1 counts VMs requested at least this long before the end")
+    ] = 2.0,
+    min_observations: Annotated[
+        int, typer.Option(help="observations a group needs before it is used")
+    ] = 30,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the results as JSON")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed for sampled trace fields")] = 0,
+) -> None:
+    """F1 of "lives beyond X" at uptimes 0-90% of the lifetime, calibration, latency."""
+    if not 0.0 < split < 1.0:
+        raise fail(f"--split must be in (0, 1), got {split}")
+    try:
+        thresholds = tuple(float(x) * 3600.0 for x in thresholds_h.split(","))
+    except ValueError:
+        raise fail(
+            f"--thresholds-h must be numbers separated by commas, got {thresholds_h!r}"
+        ) from None
+    try:
+        trace = open_trace(path, seed=seed)
+        first = last = None
+        for item in trace.events():
+            if isinstance(item, VmRequest):
+                first = item.time if first is None else first
+                last = item.time
+    except TraceFormatError as exc:
+        raise fail(str(exc)) from None
+    if first is None or last is None or last <= first:
+        raise fail(f"{path}: needs VM requests spread over time")
+    end = trace.end_time if trace.end_time is not None else last
+    split_time = first + split * (last - first)
+    try:
+        result = evaluate_lifetime_model(
+            open_trace(path, seed=seed).events(),
+            split_time=split_time,
+            end_time=end,
+            thresholds_s=thresholds,
+            # At most half the test period, so that short recordings keep a test set.
+            settle_s=min(settle_days * 86_400.0, (end - split_time) / 2.0),
+            min_observations=min_observations,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    print_evaluation(trace.name, result)
+    if json_out is not None:
+        json_out.write_bytes(
+            orjson.dumps(asdict(result), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+        )
+        out.print(f"results written to {json_out}")
+
+
+def print_evaluation(name: str, result: LifetimeEvaluation) -> None:
+    out.print(
+        f"[bold]{name}[/bold]: learned online until {result.split_time:,.0f} s "
+        f"({result.train_exits:,} exits, {result.train_censored:,} running VMs censored, "
+        f"{result.groups:,} groups); F1 on {result.test_vms:,} VMs requested after it, "
+        f"at least {result.settle_s / 86_400:g} days before the end, and exited"
+    )
+    f1 = Table(title='F1 of "lives beyond X" by uptime (fraction of the true lifetime)')
+    f1.add_column("uptime")
+    for report in result.thresholds:
+        hours = report.threshold_s / 3600.0
+        f1.add_column(f"X={hours:g}h all", justify="right")
+        f1.add_column(f"X={hours:g}h undecided (n)", justify="right")
+    for fraction in FRACTIONS:
+        cells = [f"{fraction:.0%}"]
+        for report in result.thresholds:
+            cells.append(f"{report.f1[fraction]:.3f}")
+            cells.append(f"{report.f1_undecided[fraction]:.3f} ({report.undecided[fraction]:,})")
+        f1.add_row(*cells)
+    out.print(f1)
+    for report in result.thresholds:
+        table = Table(
+            title=(
+                f"Calibration of P(T > {report.threshold_s / 3600:g} h) at creation: "
+                f"{report.calibration_vms:,} VMs, ECE {report.expected_calibration_error:.3f}"
+            )
+        )
+        for column in ("predicted", "VMs", "mean predicted", "observed"):
+            table.add_column(column, justify="right")
+        for row in report.calibration:
+            table.add_row(
+                f"{row.predicted_low:.1f}-{row.predicted_high:.1f}",
+                f"{row.count:,}",
+                f"{row.mean_predicted:.3f}",
+                f"{row.observed:.3f}",
+            )
+        out.print(table)
+    out.print(
+        f"prediction at creation: median {result.predict_us_median:.1f} us, "
+        f"p99 {result.predict_us_p99:.1f} us per call; reprediction E[T_r|T_u]: "
+        f"{result.repredict_us_per_vm:.3f} us per VM in batches of 1,000"
+    )

@@ -1,0 +1,99 @@
+"""The lifetime model's evaluation: F1 and calibration by hand, the protocol on the real slice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import PROJECT_ROOT
+from typer.testing import CliRunner
+
+from lavad.daemon.cli import app
+from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.evaluation import calibration, evaluate_lifetime_model, f1_score
+from lavad.models.lifetime.survival import expected_remaining, life_table, suffix_sums
+from lavad.streams.adapters import open_trace
+from lavad.streams.schema import VmRequest
+
+AZURE_SLICE = PROJECT_ROOT / "data" / "azure-v1-vms-slice"
+HOUR = 3600.0
+
+
+def test_f1_by_hand() -> None:
+    predicted = np.array([True, True, False, False, True])
+    truth = np.array([True, False, True, False, True])
+    # tp = 2, fp = 1, fn = 1: F1 = 2*2 / (2*2 + 1 + 1) = 4/6
+    assert f1_score(predicted, truth) == pytest.approx(4 / 6)
+    assert f1_score(np.zeros(3, bool), np.zeros(3, bool)) == 0.0
+
+
+def test_calibration_by_hand() -> None:
+    predicted = np.array([0.05, 0.15, 0.12, 0.95])
+    truth = np.array([False, True, False, True])
+    table, ece = calibration(predicted, truth)
+    # bins [0, .1): 0.05 vs 0; [.1, .2): mean 0.135 vs 0.5; [.9, 1]: 0.95 vs 1
+    assert [(b.count, b.mean_predicted, b.observed) for b in table] == [
+        (1, pytest.approx(0.05), 0.0),
+        (2, pytest.approx(0.135), 0.5),
+        (1, pytest.approx(0.95), 1.0),
+    ]
+    # ECE = (1 * 0.05 + 2 * 0.365 + 1 * 0.05) / 4 = 0.2075
+    assert ece == pytest.approx(0.2075)
+
+
+def test_pareto_tail_keeps_the_mass_and_shortens_the_unknown_tail() -> None:
+    bins = LifetimeBins.log_spaced()
+    deaths = np.zeros(bins.count)
+    censored = np.zeros(bins.count)
+    deaths[5] = 10.0
+    censored[12] = 10.0  # half the VMs are still running at bin 12
+    plain = life_table(deaths, censored)
+    tailed = life_table(deaths, censored, bins.pareto_tail_hazard)
+    # Up to the last observation the two agree; the mass beyond is the same
+    # in total (the data say only that it is beyond), spread instead of at
+    # the horizon.
+    assert tailed[0, :13] == pytest.approx(plain[0, :13])
+    assert tailed[0, 13:].sum() == pytest.approx(plain[0, 13:].sum())
+    assert plain[0, -1] == pytest.approx(plain[0, 13:].sum())
+    assert tailed[0, -1] < plain[0, -1]
+    rows = np.array([0])
+    u = np.array([bins.edges[13]])
+    remaining_plain = expected_remaining(bins, plain, *suffix_sums(plain, bins), rows, u)
+    remaining_tailed = expected_remaining(bins, tailed, *suffix_sums(tailed, bins), rows, u)
+    assert remaining_tailed[0] < remaining_plain[0]
+    # Still a heavy tail: it expects at least as long again as it has run.
+    assert remaining_tailed[0] >= u[0]
+
+
+def test_protocol_on_the_real_slice() -> None:
+    trace = open_trace(AZURE_SLICE, seed=0)
+    times = [e.time for e in trace.events() if isinstance(e, VmRequest)]
+    end = trace.end_time if trace.end_time is not None else times[-1]
+    split = times[0] + 0.5 * (times[-1] - times[0])
+    result = evaluate_lifetime_model(
+        open_trace(AZURE_SLICE, seed=0).events(),
+        split_time=split,
+        end_time=end,
+        settle_s=(end - split) / 2,
+    )
+    assert result.train_exits > 1000 and result.test_vms > 1000
+    one_hour = result.thresholds[0]
+    assert one_hour.threshold_s == HOUR
+    # Knowing the uptime helps: F1 at 30% of the lifetime beats F1 at creation.
+    assert one_hour.f1[0.3] > one_hour.f1[0.0]
+    # Calibration covers every settled test VM exactly once.
+    assert sum(b.count for b in one_hour.calibration) == one_hour.calibration_vms
+    assert 0.0 <= one_hour.expected_calibration_error <= 1.0
+
+
+def test_protocol_refuses_a_split_after_the_end() -> None:
+    with pytest.raises(ValueError, match="split_time"):
+        evaluate_lifetime_model([], split_time=10.0, end_time=5.0)
+
+
+def test_cli_prints_f1_calibration_and_latency() -> None:
+    result = CliRunner().invoke(
+        app, ["evaluate", "lifetime", str(AZURE_SLICE)], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "F1" in result.output and "Calibration" in result.output
+    assert "per VM in batches" in result.output
