@@ -52,14 +52,23 @@ def test_la_binary_prefers_its_class_then_other_hosts_then_empty_ones() -> None:
     score = LaBinaryClass(tracker)
     out = np.zeros(3)
     request = PlacementRequest("new", (1.0, 1.0, 0.0, 0.0), "", None, 60.0)
-    # With no data the model predicts a uniform log-spaced mix: E[T] is days,
-    # so the new VM is long: host 0 (long) 0, host 1 (short) 1, host 2 (empty) 2.
+    # The first refit (at 60 s) sees only the two VMs, censored in the first
+    # bin (< 300 s); past it the Pareto tail S(t) = 300 / t applies, so
+    # E[T] = 300 (1 + ln(90 d / 300 s)) ~ 56 min, plus the open bin's share
+    # (300 / 90 d of 180 d = 600 s): about 66 min, under 2 h. The new VM is
+    # short: host 1 (short) 0, host 0 (long) 1, host 2 (empty) 2.
     score.score(cluster, request, out, np.zeros(3))
-    assert out.tolist() == [0.0, 1.0, 2.0]
+    assert tracker.prediction_for(request).lifetime_s < 2 * 3600.0
+    assert out.tolist() == [1.0, 0.0, 2.0]
     # Three hours on, host 0's VM has 7 h left by its initial prediction (still
     # long) and host 1's none (short).
     later = PlacementRequest("new2", (1.0, 1.0, 0.0, 0.0), "", None, 3 * 3600.0)
     score.score(cluster, later, out, np.zeros(3))
+    assert out.tolist() == [1.0, 0.0, 2.0]
+    # A VM predicted long (set by hand) prefers host 0 instead.
+    tracker.model.m1[:, 0] = tracker.model.m0[:, 0] * 10 * 3600.0
+    longer = PlacementRequest("new3", (1.0, 1.0, 0.0, 0.0), "", None, 3 * 3600.0 + 1)
+    score.score(cluster, longer, out, np.zeros(3))
     assert out.tolist() == [0.0, 1.0, 2.0]
 
 

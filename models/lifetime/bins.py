@@ -38,6 +38,19 @@ class LifetimeBins:
         return cls(edges, representative)
 
     @property
+    def pareto_tail_hazard(self) -> FloatArray:
+        """Per bin, the hazard of a Pareto tail with index 1: S(t) ~ 1 / t.
+
+        S(e_{j+1}) / S(e_j) = e_j / e_{j+1}, so hazard_j = 1 - e_j / e_{j+1}:
+        the "it lives about as long again" rule (Lindy) that the heavy tails
+        of VM lifetimes follow, used where a group has no data yet.
+        """
+        edges = self.edges
+        inner = 1.0 - edges[:-1] / edges[1:]
+        hazard: FloatArray = np.concatenate([inner, [0.0]])
+        return hazard
+
+    @property
     def count(self) -> int:
         """Bins including the open one beyond the horizon."""
         return len(self.edges)

@@ -25,7 +25,9 @@ GroupRows = tuple[int, ...]
 
 
 class GroupedLifeTables:
-    def __init__(self, bins: LifetimeBins, min_observations: int = 30) -> None:
+    def __init__(
+        self, bins: LifetimeBins, min_observations: int = 30, *, pareto_tail: bool = True
+    ) -> None:
         if min_observations < 1:
             raise ValueError(f"min_observations must be >= 1, got {min_observations}")
         self.bins = bins
@@ -35,6 +37,7 @@ class GroupedLifeTables:
         self.deaths: FloatArray = np.zeros((16, width))
         self.censored: FloatArray = np.zeros((16, width))
         self.observations: FloatArray = np.zeros(16)
+        self.tail_hazard: FloatArray | None = bins.pareto_tail_hazard if pareto_tail else None
         self.mass: FloatArray = life_table(self.deaths, self.censored)
         self.m0, self.m1 = suffix_sums(self.mass, bins)
 
@@ -85,7 +88,7 @@ class GroupedLifeTables:
                 np.add.at(censored, (running_rows[:, level], columns), 1.0)
         deaths = self.deaths[:n]
         self.observations[:n] = deaths.sum(axis=1) + censored.sum(axis=1)
-        mass = life_table(deaths, censored)
+        mass = life_table(deaths, censored, self.tail_hazard)
         m0, m1 = suffix_sums(mass, self.bins)
         self.mass[:n], self.m0[:n], self.m1[:n] = mass, m0, m1
 

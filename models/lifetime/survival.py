@@ -36,8 +36,17 @@ from lavad.daemon.cluster import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 
 
-def life_table(deaths: FloatArray, censored: FloatArray) -> FloatArray:
-    """Probability mass per bin (rows = groups), from death and censoring counts."""
+def life_table(
+    deaths: FloatArray, censored: FloatArray, tail_hazard: FloatArray | None = None
+) -> FloatArray:
+    """Probability mass per bin (rows = groups), from death and censoring counts.
+
+    Past a group's last observation the data say nothing. Without
+    ``tail_hazard`` all the survival left there goes to the open bin beyond
+    the horizon; with it (``LifetimeBins.pareto_tail_hazard``), those bins
+    get that hazard, so a group whose longest VMs are still running does not
+    predict the horizon for all of them.
+    """
     deaths = np.atleast_2d(deaths)
     censored = np.atleast_2d(censored)
     total = deaths.sum(axis=1, keepdims=True) + censored.sum(axis=1, keepdims=True)
@@ -46,6 +55,13 @@ def life_table(deaths: FloatArray, censored: FloatArray) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
         hazard = np.where(at_risk > 0, deaths / at_risk, 0.0)
     hazard = np.clip(hazard, 0.0, 1.0)
+    if tail_hazard is not None:
+        seen = (deaths + censored) > 0
+        width = seen.shape[1]
+        last_seen = width - 1 - np.argmax(seen[:, ::-1], axis=1)
+        beyond = np.arange(width)[None, :] > last_seen[:, None]
+        beyond[:, -1] = False  # the open bin takes what is left
+        hazard = np.where(beyond, tail_hazard[None, :], hazard)
     survival = np.cumprod(1.0 - hazard, axis=1)
     before = np.concatenate([np.ones((len(survival), 1)), survival[:, :-1]], axis=1)
     mass = before - survival
