@@ -1,0 +1,230 @@
+"""LAVA's classes, host states and preference, worked out by hand.
+
+The tracker runs in oracle mode so that each VM's predicted lifetime is the
+one the test writes in its request: the state machine is what is tested.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lavad.daemon.cluster import ClusterState
+from lavad.daemon.placement.framework import PlacementRequest
+from lavad.daemon.placement.lava import (
+    NO_CLASS,
+    HostPhase,
+    LavaHosts,
+    LavaPreference,
+    lifetime_class,
+    preference_cost,
+)
+from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
+from lavad.models.lifetime.features import ORACLE_FEATURE
+from lavad.streams.schema import VmRequest
+
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize(
+    ("lifetime_h", "klass"),
+    [
+        (0.0, 0),
+        (0.99, 0),
+        (1.0, 1),  # a bound belongs to the class above it
+        (9.9, 1),
+        (10.0, 2),
+        (999.0, 3),
+        (1000.0, 4),
+        (1e6, 4),
+    ],
+)
+def test_lifetime_class_bounds(lifetime_h: float, klass: int) -> None:
+    assert lifetime_class(lifetime_h * HOUR) == klass
+
+
+# Hosts: recycling 100-1000h, recycling 10-100h, open 1-10h, open 10-100h,
+# recycling 1-10h, empty, open <1h. A 1-10h VM (class 1):
+PREFERENCE_CASES = [
+    (HostPhase.RECYCLING, 3, False, 1.0),  # recycling, higher class: 3 - 1 - 1 = 1
+    (HostPhase.RECYCLING, 2, False, 0.0),  # recycling, one class above: 0, the best
+    (HostPhase.OPEN, 1, False, 4.0),  # open, the VM's own class
+    (HostPhase.OPEN, 2, False, 5.0),  # open, another class: "any non-empty host"
+    (HostPhase.RECYCLING, 1, False, 5.0),  # recycling but not above the VM's class
+    (HostPhase.EMPTY, NO_CLASS, True, 6.0),  # empty: last
+    (HostPhase.OPEN, 0, False, 5.0),
+]
+
+
+def test_preference_order_of_section_4_3() -> None:
+    phase = np.array([case[0] for case in PREFERENCE_CASES], dtype=np.int8)
+    host_class = np.array([case[1] for case in PREFERENCE_CASES], dtype=np.int8)
+    empty = np.array([case[2] for case in PREFERENCE_CASES])
+    out = np.zeros(len(PREFERENCE_CASES))
+    preference_cost(phase, host_class, empty, 1, out)
+    assert out.tolist() == [case[3] for case in PREFERENCE_CASES]
+
+
+class _Pool:
+    """One 16-core, 64 GiB host (or more) with LAVA's hooks driven by hand."""
+
+    def __init__(self, hosts: int = 1) -> None:
+        self.cluster = ClusterState()
+        for h in range(hosts):
+            self.cluster.add_host(f"h{h}", (16.0, 64.0, 0.0, 0.0))
+        tracker = LifetimeTracker(LifetimeSettings(oracle=True))
+        self.lava = LavaHosts(tracker)
+
+    def book(self, vm_id: str, cores: float, memory: float, lifetime_h: float, now: float) -> None:
+        event = VmRequest(
+            time=now,
+            pool="p",
+            vm_id=vm_id,
+            cores=cores,
+            memory_gib=memory,
+            features={ORACLE_FEATURE: lifetime_h * HOUR},
+        )
+        record = self.cluster.book(vm_id, 0, (cores, memory, 0.0, 0.0), "", now)
+        self.lava.on_booked(self.cluster, record, now, event)
+
+    def exit(self, vm_id: str, now: float) -> None:
+        record = self.cluster.release(vm_id)
+        self.lava.on_released(self.cluster, record, now, exited=True)
+
+    def state(self) -> tuple[HostPhase, int, float]:
+        lava = self.lava
+        return HostPhase(int(lava.phase[0])), int(lava.host_class[0]), float(lava.deadline[0])
+
+
+def test_first_vm_opens_the_host_with_its_class_and_a_deadline() -> None:
+    pool = _Pool()
+    pool.book("a", 1.0, 4.0, lifetime_h=5.0, now=100.0)
+    # 5 h is class 1 (1-10h); deadline = 100 + 1.1 x 10 h = 39,700 s.
+    assert pool.state() == (HostPhase.OPEN, 1, 100.0 + 39_600.0)
+    (notice,) = pool.lava.take_notices()
+    assert notice.subject == "host"
+    assert notice.explanation["state"] == "open"
+    assert notice.explanation["lifetime_class"] == "1-10h"
+    assert notice.explanation["previous_state"] == "empty"
+
+
+def test_open_becomes_recycling_only_above_90_percent() -> None:
+    pool = _Pool()
+    # 14.4 of 16 cores is exactly 90%: not above, still open.
+    pool.book("a", 14.4, 8.0, lifetime_h=5.0, now=0.0)
+    assert pool.state()[0] == HostPhase.OPEN
+    # 14.5 cores is 90.6%: recycling; the two VMs there are its residual VMs.
+    pool.book("b", 0.1, 1.0, lifetime_h=0.5, now=10.0)
+    assert pool.state()[0] == HostPhase.RECYCLING
+    assert pool.lava.residual[0] == {"a", "b"}
+
+
+def test_memory_alone_triggers_recycling() -> None:
+    pool = _Pool()
+    # 1 core but 58 of 64 GiB (90.6%).
+    pool.book("a", 1.0, 58.0, lifetime_h=20.0, now=0.0)
+    assert pool.state()[0] == HostPhase.RECYCLING
+    assert pool.state()[1] == 2  # 20 h: 10-100h
+
+
+def test_last_residual_exit_moves_the_class_down_and_renews_residuals() -> None:
+    pool = _Pool()
+    pool.book("a", 10.0, 8.0, lifetime_h=50.0, now=0.0)  # opens class 2 (10-100h)
+    pool.book("b", 5.0, 8.0, lifetime_h=50.0, now=0.0)  # 15/16 cores: recycling
+    assert pool.state()[:2] == (HostPhase.RECYCLING, 2)
+    pool.exit("a", now=HOUR)
+    pool.book("c", 2.0, 8.0, lifetime_h=5.0, now=2 * HOUR)  # not residual
+    # One residual (b) remains: no change yet.
+    assert pool.state()[:2] == (HostPhase.RECYCLING, 2)
+    pool.lava.take_notices()
+    pool.exit("b", now=3 * HOUR)
+    # The last residual exited: class 2 -> 1, c is now residual, and the
+    # deadline restarts: 3 h + 1.1 x 10 h = 14 h.
+    assert pool.state() == (HostPhase.RECYCLING, 1, 14 * HOUR)
+    assert pool.lava.residual[0] == {"c"}
+    (notice,) = pool.lava.take_notices()
+    assert notice.explanation["previous_class"] == "10-100h"
+    assert notice.explanation["lifetime_class"] == "1-10h"
+    assert notice.explanation["residual_vms"] == 1
+
+
+def test_class_never_goes_below_zero() -> None:
+    pool = _Pool()
+    pool.book("a", 15.0, 8.0, lifetime_h=0.2, now=0.0)  # class 0, recycling at once
+    pool.book("b", 0.5, 1.0, lifetime_h=0.2, now=0.0)
+    pool.exit("a", now=60.0)
+    assert pool.state()[:2] == (HostPhase.RECYCLING, 0)  # b is still residual
+    pool.book("c", 0.5, 1.0, lifetime_h=0.2, now=70.0)
+    pool.exit("b", now=80.0)
+    assert pool.state()[:2] == (HostPhase.RECYCLING, 0)
+
+
+def test_deadline_moves_the_class_up_at_the_deadline_time() -> None:
+    pool = _Pool()
+    pool.book("a", 1.0, 4.0, lifetime_h=0.5, now=0.0)  # class 0, deadline 1.1 h
+    pool.lava.take_notices()
+    assert pool.lava.next_deadline == pytest.approx(1.1 * HOUR)
+    pool.lava.advance(pool.cluster, 1.0 * HOUR)
+    assert pool.state()[1] == 0  # not yet
+    pool.lava.advance(pool.cluster, 2.0 * HOUR)
+    # Underpredicted: class 0 -> 1 at 1.1 h, next deadline 1.1 h + 11 h.
+    assert pool.state() == (HostPhase.OPEN, 1, pytest.approx(12.1 * HOUR))
+    (notice,) = pool.lava.take_notices()
+    assert notice.time == pytest.approx(1.1 * HOUR)  # when it was due, not when seen
+    assert notice.explanation["lifetime_class"] == "1-10h"
+    assert pool.lava.residual[0] == {"a"}
+
+
+def test_top_class_has_no_deadline_and_empty_host_has_no_class() -> None:
+    pool = _Pool()
+    pool.book("a", 1.0, 4.0, lifetime_h=2000.0, now=0.0)
+    assert pool.state() == (HostPhase.OPEN, 4, float("inf"))
+    pool.exit("a", now=10.0)
+    assert pool.state() == (HostPhase.EMPTY, NO_CLASS, float("inf"))
+
+
+def test_preference_scorer_routes_a_short_vm_to_a_recycling_longer_host() -> None:
+    pool = _Pool(hosts=3)
+    cluster = pool.cluster
+    # Host 0: recycling, class 2. Host 1: open, class 0. Host 2: empty.
+    for vm_id, host, cores, lifetime_h in (("a", 0, 15.0, 50.0), ("b", 1, 1.0, 0.5)):
+        event = VmRequest(
+            time=0.0,
+            pool="p",
+            vm_id=vm_id,
+            cores=cores,
+            memory_gib=1.0,
+            features={ORACLE_FEATURE: lifetime_h * HOUR},
+        )
+        record = cluster.book(vm_id, host, (cores, 1.0, 0.0, 0.0), "", 0.0)
+        pool.lava.on_booked(cluster, record, 0.0, event)
+    scorer = LavaPreference(pool.lava)
+    out = np.zeros(3)
+
+    def score(lifetime_h: float) -> list[float]:
+        event = VmRequest(
+            time=60.0,
+            pool="p",
+            vm_id=f"new{lifetime_h}",
+            cores=0.5,
+            memory_gib=1.0,
+            features={ORACLE_FEATURE: lifetime_h * HOUR},
+        )
+        request = PlacementRequest(event.vm_id, (0.5, 1.0, 0.0, 0.0), "", None, 60.0, event)
+        scorer.score(cluster, request, out, np.zeros(3))
+        return out.tolist()
+
+    # A class-0 VM: recycling class 2 costs 2 - 0 - 1 = 1; open class 0 is
+    # its own class, 4; empty 6.
+    assert score(0.5) == [1.0, 4.0, 6.0]
+    # A class-2 VM: host 0 is recycling but not above it, host 1 open of
+    # another class: both 5; empty 6.
+    assert score(50.0) == [5.0, 5.0, 6.0]
+
+
+def test_oracle_policy_without_true_lifetime_is_a_clear_error() -> None:
+    pool = _Pool()
+    event = VmRequest(time=0.0, pool="p", vm_id="a", cores=1.0, memory_gib=1.0)
+    record = pool.cluster.book("a", 0, (1.0, 1.0, 0.0, 0.0), "", 0.0)
+    with pytest.raises(OracleMissing, match=ORACLE_FEATURE):
+        pool.lava.on_booked(pool.cluster, record, 0.0, event)
