@@ -94,3 +94,13 @@ def test_cli_compare_runs_oracle_variants(tmp_path: Path) -> None:
     assert [run["policy"] for run in runs] == ["lava", "lava-oracle", "las-oracle"]
     # The oracle's placements differ from the model's: it was told other lifetimes.
     assert runs[0]["pools"] != runs[1]["pools"]
+
+
+def test_live_daemon_refuses_an_oracle_policy() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["run", "--config", str(CONFIG)],
+        env={"COLUMNS": "200", "LAVAD_PLACEMENT__POLICY": "lava-oracle"},
+    )
+    assert result.exit_code == 2
+    assert "placement.policy" in result.output and "oracle" in result.output

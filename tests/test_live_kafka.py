@@ -15,6 +15,7 @@ from live_support import (
     by_pool,
     create_topics,
     live_settings,
+    pool_events,
     produce,
     produce_raw,
     read_topic,
@@ -217,3 +218,31 @@ async def test_a_taken_http_port_stops_start_up_with_the_key(tmp_path: Path) -> 
         daemon = LiveDaemon(settings, live_engine_config(settings))
         with pytest.raises(StartupError, match=r"http\.port"):
             await daemon.run(asyncio.Event())
+
+
+async def test_lava_repredictions_are_published_as_in_a_replay(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    settings = settings.model_copy(
+        update={"placement": settings.placement.model_copy(update={"policy": "lava"})}
+    )
+    events = pool_events(("east",), 3_000)
+    expected = replay_in_process(settings, events)["east"]
+    placements = [line for line in expected if b'"kind":"placement"' in line]
+    repredictions = [line for line in expected if b'"kind":"reprediction"' in line]
+    assert repredictions, "the slice should change some LAVA host states"
+    await create_topics(broker.bootstrap_servers)
+    await produce(broker.bootstrap_servers, events)
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    stop = asyncio.Event()
+    task = await _serve(daemon, stop)
+    await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
+    stop.set()
+    await task
+    got = await read_topic(
+        broker.bootstrap_servers, NAMES.repredictions, at_least=len(repredictions)
+    )
+    assert [record.value for record in got] == repredictions
+    got = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=len(placements))
+    assert [record.value for record in got] == placements
