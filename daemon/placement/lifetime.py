@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -44,7 +45,7 @@ from lavad.daemon.placement.framework import Notice, PlacementRequest
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS, ORACLE_FEATURE, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
-from lavad.models.lifetime.survival import expected_remaining
+from lavad.models.lifetime.survival import expected_remaining, median_remaining
 from lavad.streams.schema import VmPlaced, VmRequest
 
 HOUR = 3600.0
@@ -72,6 +73,9 @@ class LifetimeSettings:
     # (LAS, LAVA); LA-Binary predicts once.
     repredict: bool = True
     oracle: bool = False
+    # The point a distribution is summarised by: "mean" (E[T_r | T_u], the
+    # paper's) or "median" (see ``median_remaining``).
+    estimate: Literal["mean", "median"] = "mean"
 
 
 @dataclass(slots=True)
@@ -119,6 +123,8 @@ class LifetimeTracker:
         # (predicted exit, slot, generation) of VMs that may outlive it.
         self._exits: list[tuple[float, int, int]] = []
         self._cached: tuple[str, float, Prediction] | None = None
+        # Per distribution row, the median lifetime at creation (until the next refit).
+        self._median_at_creation: dict[int, float] = {}
         self.repredictions = 0
         self.notices: list[Notice] = []
 
@@ -136,6 +142,12 @@ class LifetimeTracker:
         chosen = self.model.choose(rows)
         if self.settings.oracle:
             return Prediction(rows, chosen, self._true_lifetime(event))
+        if self.settings.estimate == "median":
+            at_creation = self._median_at_creation.get(chosen)
+            if at_creation is None:
+                at_creation = float(self.remaining_estimate(np.array([chosen]), np.zeros(1))[0])
+                self._median_at_creation[chosen] = at_creation
+            return Prediction(rows, chosen, at_creation)
         # E[T | T > 0] is the first moment of the whole table.
         return Prediction(rows, chosen, float(self.model.m1[chosen, 0] / self.model.m0[chosen, 0]))
 
@@ -159,9 +171,11 @@ class LifetimeTracker:
             )
         return float(value)
 
-    def expected_remaining(self, rows: np.ndarray, uptimes: FloatArray) -> FloatArray:
+    def remaining_estimate(self, rows: np.ndarray, uptimes: FloatArray) -> FloatArray:
+        """Each VM's remaining lifetime from its uptime: the mean or the median of T_r | T_u."""
         model = self.model
-        return expected_remaining(model.bins, model.mass, model.m0, model.m1, rows, uptimes)
+        estimator = median_remaining if self.settings.estimate == "median" else expected_remaining
+        return estimator(model.bins, model.mass, model.m0, model.m1, rows, uptimes)
 
     # ---------------------------------------------------------------- timers
 
@@ -227,7 +241,7 @@ class LifetimeTracker:
         index = np.asarray(slots, dtype=np.int64)
         uptimes = at - self.start[index]
         remaining = np.maximum(
-            self.expected_remaining(self.row[index], uptimes), self.MIN_REMAINING_S
+            self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
         )
         new_exits = at + remaining
         previous = self.predicted_exit[index].copy()
@@ -255,11 +269,12 @@ class LifetimeTracker:
     def _refit(self, now: float) -> None:
         alive = np.flatnonzero(self.alive)
         self.model.refit(self.levels[alive], now - self.start[alive])
+        self._median_at_creation.clear()
         self._next_refit = now + self.settings.refit_interval_s
         if not self.settings.repredict:
             return
         if len(alive):
-            remaining = self.expected_remaining(self.row[alive], now - self.start[alive])
+            remaining = self.remaining_estimate(self.row[alive], now - self.start[alive])
             self.predicted_exit[alive] = now + np.maximum(remaining, self.MIN_REMAINING_S)
             self.repredictions += len(alive)
         self.host_exit.fill(-np.inf)

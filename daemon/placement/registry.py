@@ -61,6 +61,10 @@ class LifetimeArgs(PolicyArgs):
     tie_break: Literal["random", "first"] = Field(
         default="random", description="among equal scores: a seeded random host, or the first"
     )
+    estimate: Literal["mean", "median"] = Field(
+        default="mean",
+        description="a VM's predicted (remaining) lifetime: the mean of T_r | T_u or its median",
+    )
 
 
 class LavaArgs(LifetimeArgs):
@@ -118,7 +122,11 @@ def _lifetime_args(args: PolicyArgs) -> LifetimeArgs:
 def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> LifetimeTracker:
     return LifetimeTracker(
         LifetimeSettings(
-            args.refit_interval_s, args.min_observations, repredict=repredict, oracle=oracle
+            args.refit_interval_s,
+            args.min_observations,
+            repredict=repredict,
+            oracle=oracle,
+            estimate=args.estimate,
         )
     )
 

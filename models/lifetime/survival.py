@@ -141,3 +141,47 @@ def survival_beyond(
     ahead_t, _ = _ahead(bins, mass, m0, m1, rows, t)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(ahead_u > 1e-12, np.clip(ahead_t / ahead_u, 0.0, 1.0), 1.0)
+
+
+def median_remaining(
+    bins: LifetimeBins,
+    mass: FloatArray,
+    m0: FloatArray,
+    m1: FloatArray,
+    rows: np.ndarray,
+    uptime: FloatArray,
+) -> FloatArray:
+    """The median of T_r given T_u per VM: t - u where P(T > t | T > u) = 1/2.
+
+    Mass is uniform in time inside a bin (as ``expected_remaining`` takes
+    it), so the median is found by linear interpolation in the bin where the
+    mass ahead falls to half. In the open bin beyond the horizon it is the
+    bin's representative lifetime (or twice the uptime, if later). A VM
+    with no mass ahead gets its uptime (the Lindy rule, as the mean does).
+    """
+    u = np.asarray(uptime, dtype=np.float64)
+    edges = bins.edges
+    last = len(edges) - 1
+    j = np.minimum(np.searchsorted(edges, u, side="right") - 1, last)
+    ahead, _ = _ahead(bins, mass, m0, m1, rows, u)
+    half = ahead / 2.0
+    columns = np.arange(m0.shape[1])
+    # The first edge k > j whose suffix mass is at most half: the median is
+    # in bin k - 1 (or in the rest of bin j when k = j + 1).
+    past = (m0[rows] <= half[:, None] + 1e-15) & (columns[None, :] > j[:, None])
+    k = np.argmax(past, axis=1)
+    b = k - 1
+    in_open = (b >= last) | ~past.any(axis=1)
+    b_safe = np.minimum(b, last - 1)
+    lo = np.where(b == j, u, edges[b_safe])
+    hi = edges[np.minimum(b_safe + 1, last)]
+    # Mass of bin b from lo on, and what must be crossed in it to reach half.
+    start_mass = np.where(b == j, ahead - m0[rows, np.minimum(j + 1, last + 1)], mass[rows, b_safe])
+    need = np.where(b == j, ahead - half, m0[rows, b_safe] - half)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(start_mass > 1e-15, np.clip(need / start_mass, 0.0, 1.0), 0.0)
+    t = lo + share * (hi - lo)
+    t = np.where(in_open, np.maximum(bins.representative[-1], 2.0 * u), t)
+    remaining = np.where(ahead > 1e-12, t - u, u)
+    result: FloatArray = np.maximum(remaining, 0.0)
+    return result
