@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import orjson
 import pytest
 from support import PROJECT_ROOT
 from typer.testing import CliRunner
@@ -74,15 +77,18 @@ def test_protocol_on_the_real_slice() -> None:
         split_time=split,
         end_time=end,
         settle_s=(end - split) / 2,
+        river_seed=0,
     )
     assert result.train_exits > 1000 and result.test_vms > 1000
-    one_hour = result.thresholds[0]
-    assert one_hour.threshold_s == HOUR
-    # Knowing the uptime helps: F1 at 30% of the lifetime beats F1 at creation.
-    assert one_hour.f1[0.3] > one_hour.f1[0.0]
-    # Calibration covers every settled test VM exactly once.
-    assert sum(b.count for b in one_hour.calibration) == one_hour.calibration_vms
-    assert 0.0 <= one_hour.expected_calibration_error <= 1.0
+    assert [m.name for m in result.models] == ["life tables", "river (Hoeffding adaptive tree)"]
+    for model in result.models:
+        one_hour = model.thresholds[0]
+        assert one_hour.threshold_s == HOUR
+        # Knowing the uptime helps: F1 at 30% of the lifetime beats F1 at creation.
+        assert one_hour.f1[0.3] > one_hour.f1[0.0], model.name
+        # Calibration covers every settled test VM exactly once.
+        assert sum(b.count for b in one_hour.calibration) == one_hour.calibration_vms
+        assert 0.0 <= one_hour.expected_calibration_error <= 1.0
 
 
 def test_protocol_refuses_a_split_after_the_end() -> None:
@@ -90,10 +96,16 @@ def test_protocol_refuses_a_split_after_the_end() -> None:
         evaluate_lifetime_model([], split_time=10.0, end_time=5.0)
 
 
-def test_cli_prints_f1_calibration_and_latency() -> None:
+def test_cli_prints_f1_calibration_and_latency(tmp_path: Path) -> None:
+    written = tmp_path / "lifetime.json"
     result = CliRunner().invoke(
-        app, ["evaluate", "lifetime", str(AZURE_SLICE)], env={"COLUMNS": "200"}
+        app,
+        ["evaluate", "lifetime", str(AZURE_SLICE), "--json", str(written)],
+        env={"COLUMNS": "200"},
     )
     assert result.exit_code == 0, result.output
-    assert "F1" in result.output and "Calibration" in result.output
+    assert "F1" in result.output and "calibration" in result.output
     assert "per VM in batches" in result.output
+    assert "river" in result.output
+    models = orjson.loads(written.read_bytes())["models"]
+    assert [len(m["thresholds"]) for m in models] == [2, 2]

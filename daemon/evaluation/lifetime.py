@@ -15,7 +15,12 @@ import typer
 from rich.table import Table
 
 from lavad.daemon.console import fail, out
-from lavad.models.lifetime.evaluation import FRACTIONS, LifetimeEvaluation, evaluate_lifetime_model
+from lavad.models.lifetime.evaluation import (
+    FRACTIONS,
+    LifetimeEvaluation,
+    ModelReport,
+    evaluate_lifetime_model,
+)
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.schema import VmRequest
 
@@ -38,6 +43,9 @@ def lifetime_command(
         Path | None, typer.Option("--json", help="write the results as JSON")
     ] = None,
     seed: Annotated[int, typer.Option(help="seed for sampled trace fields")] = 0,
+    river: Annotated[
+        bool, typer.Option(help="also evaluate the river classifier (learns from exits only)")
+    ] = True,
 ) -> None:
     """F1 of "lives beyond X" at uptimes 0-90% of the lifetime, calibration, latency."""
     if not 0.0 < split < 1.0:
@@ -70,6 +78,7 @@ def lifetime_command(
             # At most half the test period, so that short recordings keep a test set.
             settle_s=min(settle_days * 86_400.0, (end - split_time) / 2.0),
             min_observations=min_observations,
+            river_seed=seed if river else None,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -86,26 +95,34 @@ def print_evaluation(name: str, result: LifetimeEvaluation) -> None:
         f"[bold]{name}[/bold]: learned online until {result.split_time:,.0f} s "
         f"({result.train_exits:,} exits, {result.train_censored:,} running VMs censored, "
         f"{result.groups:,} groups); F1 on {result.test_vms:,} VMs requested after it, "
-        f"at least {result.settle_s / 86_400:g} days before the end, and exited"
+        f"at least {result.settle_s / 86_400:.2g} days before the end, and exited"
     )
-    f1 = Table(title='F1 of "lives beyond X" by uptime (fraction of the true lifetime)')
+    for model in result.models:
+        _print_model(model)
+
+
+def _print_model(model: ModelReport) -> None:
+    f1 = Table(
+        title=f'{model.name}: F1 of "lives beyond X" by uptime (fraction of the true lifetime)'
+    )
     f1.add_column("uptime")
-    for report in result.thresholds:
+    for report in model.thresholds:
         hours = report.threshold_s / 3600.0
         f1.add_column(f"X={hours:g}h all", justify="right")
         f1.add_column(f"X={hours:g}h undecided (n)", justify="right")
     for fraction in FRACTIONS:
         cells = [f"{fraction:.0%}"]
-        for report in result.thresholds:
+        for report in model.thresholds:
             cells.append(f"{report.f1[fraction]:.3f}")
             cells.append(f"{report.f1_undecided[fraction]:.3f} ({report.undecided[fraction]:,})")
         f1.add_row(*cells)
     out.print(f1)
-    for report in result.thresholds:
+    for report in model.thresholds:
         table = Table(
             title=(
-                f"Calibration of P(T > {report.threshold_s / 3600:g} h) at creation: "
-                f"{report.calibration_vms:,} VMs, ECE {report.expected_calibration_error:.3f}"
+                f"{model.name}: calibration of P(T > {report.threshold_s / 3600:g} h) at "
+                f"creation, {report.calibration_vms:,} VMs, "
+                f"ECE {report.expected_calibration_error:.3f}"
             )
         )
         for column in ("predicted", "VMs", "mean predicted", "observed"):
@@ -119,7 +136,7 @@ def print_evaluation(name: str, result: LifetimeEvaluation) -> None:
             )
         out.print(table)
     out.print(
-        f"prediction at creation: median {result.predict_us_median:.1f} us, "
-        f"p99 {result.predict_us_p99:.1f} us per call; reprediction E[T_r|T_u]: "
-        f"{result.repredict_us_per_vm:.3f} us per VM in batches of 1,000"
+        f"{model.name}: prediction at creation median {model.predict_us_median:.1f} us, "
+        f"p99 {model.predict_us_p99:.1f} us per call; reprediction E[T_r|T_u] "
+        f"{model.repredict_us_per_vm:.3f} us per VM in batches of 1,000"
     )

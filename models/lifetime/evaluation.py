@@ -42,7 +42,8 @@ from lavad.daemon.cluster import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
-from lavad.models.lifetime.survival import expected_remaining, survival_beyond
+from lavad.models.lifetime.river_model import RiverLifetimeClassifier, river_features
+from lavad.models.lifetime.survival import expected_remaining, suffix_sums, survival_beyond
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import Event, VmExit, VmRequest
 
@@ -73,6 +74,17 @@ class ThresholdReport:
 
 
 @dataclass(slots=True)
+class ModelReport:
+    name: str
+    thresholds: list[ThresholdReport]
+    # Wall-clock cost, in microseconds: one prediction at creation (median and
+    # p99 over single calls), and a reprediction per VM in batches of 1,000.
+    predict_us_median: float
+    predict_us_p99: float
+    repredict_us_per_vm: float
+
+
+@dataclass(slots=True)
 class LifetimeEvaluation:
     split_time: float
     end_time: float
@@ -81,12 +93,17 @@ class LifetimeEvaluation:
     train_censored: int
     test_vms: int
     groups: int
-    thresholds: list[ThresholdReport]
-    # Wall-clock cost, in microseconds: one prediction at creation (median and
-    # p99 over single calls), and a reprediction per VM in batches of 1,000.
-    predict_us_median: float
-    predict_us_p99: float
-    repredict_us_per_vm: float
+    models: list[ModelReport]
+
+
+@dataclass(frozen=True, slots=True)
+class _Distributions:
+    """Test VMs' predicted distributions: ``rows[k]`` is VM k's row of ``mass``."""
+
+    mass: FloatArray
+    m0: FloatArray
+    m1: FloatArray
+    rows: dict[tuple[str, str], int]
 
 
 def f1_score(predicted: np.ndarray, truth: np.ndarray) -> float:
@@ -113,7 +130,9 @@ def calibration(
         mean_predicted = float(predicted[members].mean())
         observed = float(truth[members].mean())
         gap += count * abs(mean_predicted - observed)
-        table.append(CalibrationBin(edges[b], edges[b + 1], count, mean_predicted, observed))
+        table.append(
+            CalibrationBin(float(edges[b]), float(edges[b + 1]), count, mean_predicted, observed)
+        )
     return table, gap / max(len(predicted), 1)
 
 
@@ -149,7 +168,9 @@ def evaluate_lifetime_model(
     min_observations: int = 30,
     refit_interval_s: float = HOUR,
     bins: LifetimeBins | None = None,
+    river_seed: int | None = None,
 ) -> LifetimeEvaluation:
+    """The life tables (and, with ``river_seed``, the river classifier) by the protocol above."""
     if not split_time < end_time:
         raise ValueError(f"split_time ({split_time}) must be before end_time ({end_time})")
     if not thresholds_s or min(thresholds_s) <= 0:
@@ -157,11 +178,15 @@ def evaluate_lifetime_model(
     bins = bins or LifetimeBins.log_spaced()
     online = _OnlineModel(bins, min_observations, refit_interval_s)
     model = online.model
+    river = None if river_seed is None else RiverLifetimeClassifier(bins, seed=river_seed)
+    pending_x: dict[tuple[str, str], dict[str, float | str]] = {}
     frozen = False
-    # Test VMs: (pool, id) -> (chosen row, start).
+    # Test VMs: (pool, id) -> (chosen row, start); the river's distributions.
     test: dict[tuple[str, str], tuple[int, float]] = {}
+    river_mass: list[FloatArray] = []
     test_lifetimes: dict[tuple[str, str], float] = {}
     predict_ns: list[int] = []
+    river_ns: list[int] = []
     for event in events:
         if isinstance(event, BadRecord):
             continue
@@ -171,8 +196,8 @@ def evaluate_lifetime_model(
             frozen = True
         if not frozen:
             online.advance(now)
-        key = (event.pool, event.vm_id) if isinstance(event, VmRequest | VmExit) else None
         if isinstance(event, VmRequest):
+            key = (event.pool, event.vm_id)
             features = lifetime_keys(
                 event.tenant, event.cores, event.memory_gib, event.flavor, event.features
             )
@@ -181,11 +206,25 @@ def evaluate_lifetime_model(
             chosen = model.choose(rows)
             _ = model.m1[chosen, 0] / model.m0[chosen, 0]
             predict_ns.append(time.perf_counter_ns() - started)
+            x = (
+                river_features(event.cores, event.memory_gib, event.flavor, event.features)
+                if river is not None
+                else None
+            )
             if frozen:
-                test[event.pool, event.vm_id] = (chosen, now)
+                if key in test:
+                    continue  # a repeated request: the first one counts
+                test[key] = (chosen, now)
+                if river is not None and x is not None:
+                    started = time.perf_counter_ns()
+                    river_mass.append(river.distribution(x))
+                    river_ns.append(time.perf_counter_ns() - started)
             else:
-                online.running[event.pool, event.vm_id] = (rows, now)
-        elif isinstance(event, VmExit) and key is not None:
+                online.running[key] = (rows, now)
+                if x is not None:
+                    pending_x[key] = x
+        elif isinstance(event, VmExit):
+            key = (event.pool, event.vm_id)
             if frozen:
                 if key in test and key not in test_lifetimes:
                     test_lifetimes[key] = now - test[key][1]
@@ -194,34 +233,85 @@ def evaluate_lifetime_model(
             if entry is not None:
                 model.observe_exit(entry[0], now - entry[1])
                 online.exits += 1
+                x = pending_x.pop(key, None)
+                if river is not None and x is not None:
+                    river.learn(x, now - entry[1])
     if not frozen:
         raise ValueError(f"no event at or after split_time {split_time}: nothing to test")
-    censored_at_split = len(online.running)
 
     settled = {k: v for k, v in test_lifetimes.items() if test[k][1] + settle_s <= end_time}
+    tables = _Distributions(
+        model.mass, model.m0, model.m1, {k: row for k, (row, _) in test.items()}
+    )
     reports = [
-        _threshold_report(model, bins, test, settled, test_lifetimes, threshold, end_time)
-        for threshold in thresholds_s
+        _model_report(
+            "life tables",
+            bins,
+            tables,
+            test,
+            settled,
+            test_lifetimes,
+            thresholds_s,
+            end_time,
+            predict_ns,
+        )
     ]
-    predict_us = np.asarray(predict_ns) / 1000.0
+    if river is not None:
+        stacked = np.vstack(river_mass) if river_mass else np.zeros((0, bins.count))
+        m0, m1 = suffix_sums(stacked, bins)
+        forest = _Distributions(stacked, m0, m1, {k: i for i, k in enumerate(test)})
+        reports.append(
+            _model_report(
+                "river (Hoeffding adaptive tree)",
+                bins,
+                forest,
+                test,
+                settled,
+                test_lifetimes,
+                thresholds_s,
+                end_time,
+                river_ns,
+            )
+        )
     return LifetimeEvaluation(
         split_time=split_time,
         end_time=end_time,
         settle_s=settle_s,
         train_exits=online.exits,
-        train_censored=censored_at_split,
+        train_censored=len(online.running),
         test_vms=len(settled),
         groups=model.groups,
-        thresholds=reports,
+        models=reports,
+    )
+
+
+def _model_report(
+    name: str,
+    bins: LifetimeBins,
+    predicted: _Distributions,
+    test: dict[tuple[str, str], tuple[int, float]],
+    settled: dict[tuple[str, str], float],
+    all_lifetimes: dict[tuple[str, str], float],
+    thresholds_s: tuple[float, ...],
+    end_time: float,
+    predict_ns: list[int],
+) -> ModelReport:
+    predict_us = np.asarray(predict_ns) / 1000.0
+    return ModelReport(
+        name=name,
+        thresholds=[
+            _threshold_report(bins, predicted, test, settled, all_lifetimes, threshold, end_time)
+            for threshold in thresholds_s
+        ],
         predict_us_median=float(np.median(predict_us)) if len(predict_us) else float("nan"),
         predict_us_p99=float(np.percentile(predict_us, 99)) if len(predict_us) else float("nan"),
-        repredict_us_per_vm=_reprediction_cost(model, bins, test),
+        repredict_us_per_vm=_reprediction_cost(bins, predicted),
     )
 
 
 def _threshold_report(
-    model: GroupedLifeTables,
     bins: LifetimeBins,
+    predicted: _Distributions,
     test: dict[tuple[str, str], tuple[int, float]],
     lifetimes: dict[tuple[str, str], float],
     all_lifetimes: dict[tuple[str, str], float],
@@ -230,46 +320,43 @@ def _threshold_report(
 ) -> ThresholdReport:
     """F1 over ``lifetimes`` (the settled exits); calibration over every test VM it can judge."""
     report = ThresholdReport(threshold)
+    mass, m0, m1 = predicted.mass, predicted.m0, predicted.m1
     keys = list(lifetimes)
-    rows = np.array([test[k][0] for k in keys], dtype=np.int64)
+    rows = np.array([predicted.rows[k] for k in keys], dtype=np.int64)
     lifetime = np.array([lifetimes[k] for k in keys])
     truth = lifetime > threshold
     report.positives = int(np.count_nonzero(truth))
     for fraction in FRACTIONS:
         uptime = fraction * lifetime
-        p = survival_beyond(bins, model.mass, model.m0, model.m1, rows, threshold, uptime)
-        predicted = p > 0.5
-        report.f1[fraction] = f1_score(predicted, truth)
+        p = survival_beyond(bins, mass, m0, m1, rows, threshold, uptime)
+        guess = p > 0.5
+        report.f1[fraction] = f1_score(guess, truth)
         undecided = uptime < threshold
         report.undecided[fraction] = int(np.count_nonzero(undecided))
-        report.f1_undecided[fraction] = f1_score(predicted[undecided], truth[undecided])
+        report.f1_undecided[fraction] = f1_score(guess[undecided], truth[undecided])
     # Calibration at creation, on VMs whose label the recording settles.
-    settled = [k for k, (_, start) in test.items() if start + threshold <= end_time]
-    if settled:
-        c_rows = np.array([test[k][0] for k in settled], dtype=np.int64)
+    judged = [k for k, (_, start) in test.items() if start + threshold <= end_time]
+    if judged:
+        c_rows = np.array([predicted.rows[k] for k in judged], dtype=np.int64)
         # Exited VMs: their lifetime; still running at the end: past the threshold.
-        c_truth = np.array([all_lifetimes.get(k, float("inf")) > threshold for k in settled])
-        p0 = survival_beyond(
-            bins, model.mass, model.m0, model.m1, c_rows, threshold, np.zeros(len(settled))
-        )
+        c_truth = np.array([all_lifetimes.get(k, float("inf")) > threshold for k in judged])
+        p0 = survival_beyond(bins, mass, m0, m1, c_rows, threshold, np.zeros(len(judged)))
         report.calibration, report.expected_calibration_error = calibration(p0, c_truth)
-        report.calibration_vms = len(settled)
+        report.calibration_vms = len(judged)
     return report
 
 
-def _reprediction_cost(
-    model: GroupedLifeTables, bins: LifetimeBins, test: dict[tuple[str, str], tuple[int, float]]
-) -> float:
+def _reprediction_cost(bins: LifetimeBins, predicted: _Distributions) -> float:
     """Microseconds per VM of E[T_r | T_u] over batches of 1,000 test VMs (best of 5 rounds)."""
-    if not test:
+    if not predicted.rows:
         return float("nan")
-    rows = np.array([row for row, _ in test.values()], dtype=np.int64)
+    rows = np.array(list(predicted.rows.values()), dtype=np.int64)
     rng = np.random.default_rng(0)
     batch = rows[rng.integers(len(rows), size=1000)]
     uptimes = rng.uniform(0.0, 30 * 86_400.0, size=1000)
     best = float("inf")
     for _ in range(5):
         started = time.perf_counter_ns()
-        expected_remaining(bins, model.mass, model.m0, model.m1, batch, uptimes)
+        expected_remaining(bins, predicted.mass, predicted.m0, predicted.m1, batch, uptimes)
         best = min(best, (time.perf_counter_ns() - started) / 1000.0 / len(batch))
     return best
