@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import orjson
@@ -18,14 +19,20 @@ AZURE_SLICE = PROJECT_ROOT / "data" / "azure-v1-vms-slice"
 CONFIG = PROJECT_ROOT / "config" / "lavad.toml"
 
 
-def _decisions(policy: str) -> list[dict[str, object]]:
+@functools.cache
+def _replayed(policy: str) -> bytes:
+    """One replay per policy for the whole module (each takes seconds)."""
     raw, _ = replay_trace(AZURE_SLICE, policy, seed=1)
-    return [orjson.loads(line) for line in raw.splitlines()]
+    return raw
+
+
+def _decisions(policy: str) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in _replayed(policy).splitlines()]
 
 
 @pytest.mark.parametrize("policy", ["las", "lava"])
 def test_replay_with_repredictions_is_deterministic_and_ordered(policy: str) -> None:
-    first, _ = replay_trace(AZURE_SLICE, policy, seed=1)
+    first = _replayed(policy)
     second, _ = replay_trace(AZURE_SLICE, policy, seed=1)
     assert first == second
     decisions = [orjson.loads(line) for line in first.splitlines()]
