@@ -1,0 +1,208 @@
+"""Autopilot's moving-window recommenders (section 3.2.2).
+
+A recommender sees one job's one resource as a stream of ``Observation``s
+(5-minute windows, in time order) and keeps a limit. ``observe(obs)`` learns
+from a window; ``limit`` is the recommendation for the next window, ``None``
+before the first observation.
+
+Statistics over the decayed aggregated signal (weights ``2**(-age / t_half)``):
+
+- ``max``: the highest non-empty bucket bound over the last ``peak_samples``
+  windows (``S_max``; the paper leaves N to the system: default one day).
+- ``avg``: the weighted mean of the windows' averages (``S_avg``, equation 2).
+  The paper divides by ``sum_{tau<=N} w``; we divide by the sum of the same
+  weights as the numerator, so a constant signal gives its value.
+- ``pJJ``: the JJ-th percentile of the load-adjusted decayed histogram
+  ``h[k] = b[k] * sum w s[k]`` (``S_pj``, equation 3).
+- ``p60_half_max``: ``max(S_p60, 0.5 S_max)``, memory at intermediate OOM tolerance.
+
+Post-processing: times ``1 + margin`` (the paper's 10-15 %), then the maximum of
+those values over the last hour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol
+
+import numpy as np
+
+from lavad.models.limits.histogram import (
+    CPU_HALF_LIFE_S,
+    HOUR_S,
+    MEMORY_HALF_LIFE_S,
+    BucketScheme,
+    DecayedCounts,
+    Observation,
+    weighted_percentile,
+)
+
+Statistic = Literal["max", "avg", "p60", "p90", "p95", "p98", "p60_half_max"]
+Resource = Literal["cpu", "memory"]
+JobClass = Literal["batch", "serving", "serving_latency_sensitive"]
+OomTolerance = Literal["minimal", "low", "intermediate"]
+
+STATISTICS: Final[tuple[Statistic, ...]] = (
+    "max",
+    "avg",
+    "p60",
+    "p90",
+    "p95",
+    "p98",
+    "p60_half_max",
+)
+DEFAULT_MARGIN: Final = 0.10
+DAY_SAMPLES: Final = 288
+
+
+class LimitRecommender(Protocol):
+    """What the evaluation and the limit decisions need from any recommender."""
+
+    name: str
+
+    def observe(self, obs: Observation) -> None:
+        """Learn from one window (windows arrive in time order)."""
+
+    @property
+    def limit(self) -> float | None:
+        """The limit for the next window, or None before any observation."""
+
+    def explain(self) -> dict[str, str | float | None]:
+        """Statistic, window, margin and chosen model, for a person to read."""
+
+    def on_overrun(self, time: float, limit: float) -> None:
+        """The window ending at ``time`` ran over ``limit`` (an OOM, for memory)."""
+
+
+def default_statistic(
+    resource: Resource,
+    job_class: JobClass = "serving",
+    oom_tolerance: OomTolerance = "low",
+) -> Statistic:
+    """The paper's default statistic by resource, job class and OOM tolerance."""
+    if resource == "cpu":
+        if job_class == "batch":
+            return "avg"
+        return "p95" if job_class == "serving_latency_sensitive" else "p90"
+    if resource == "memory":
+        by_tolerance: dict[str, Statistic] = {
+            "minimal": "max",
+            "low": "p98",
+            "intermediate": "p60_half_max",
+        }
+        return by_tolerance[oom_tolerance]
+    raise ValueError(f"resource must be 'cpu' or 'memory', got {resource!r}")
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """A moving-window recommender's parameters (defaults: the paper's)."""
+
+    statistic: Statistic = "p95"
+    half_life_s: float = CPU_HALF_LIFE_S
+    margin: float = DEFAULT_MARGIN
+    hold_s: float = HOUR_S
+    peak_samples: int = DAY_SAMPLES
+
+    def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {STATISTICS}, got {self.statistic!r}")
+        if not (math.isfinite(self.half_life_s) and self.half_life_s > 0):
+            raise ValueError(f"half_life_s must be > 0, got {self.half_life_s!r}")
+        if not (math.isfinite(self.margin) and self.margin >= 0):
+            raise ValueError(f"margin must be >= 0, got {self.margin!r}")
+        if not (math.isfinite(self.hold_s) and self.hold_s >= 0):
+            raise ValueError(f"hold_s must be >= 0, got {self.hold_s!r}")
+        if self.peak_samples < 1:
+            raise ValueError(f"peak_samples must be >= 1, got {self.peak_samples!r}")
+
+    @classmethod
+    def for_resource(
+        cls,
+        resource: Resource,
+        job_class: JobClass = "serving",
+        oom_tolerance: OomTolerance = "low",
+    ) -> WindowConfig:
+        """12 h half-life for CPU, 48 h for memory, and the class's default statistic."""
+        half = CPU_HALF_LIFE_S if resource == "cpu" else MEMORY_HALF_LIFE_S
+        return cls(default_statistic(resource, job_class, oom_tolerance), half)
+
+
+class MovingWindowRecommender:
+    """One statistic over the decayed signal, plus margin and one-hour hold."""
+
+    def __init__(self, config: WindowConfig, scheme: BucketScheme | None = None) -> None:
+        self.config = config
+        self.scheme = scheme if scheme is not None else BucketScheme.default()
+        self.name = f"window-{config.statistic}"
+        self._counts = DecayedCounts(len(self.scheme), config.half_life_s)
+        self._avg_num = DecayedCounts(1, config.half_life_s)
+        self._avg_den = DecayedCounts(1, config.half_life_s)
+        self._peaks: deque[float] = deque(maxlen=config.peak_samples)
+        self._held: deque[tuple[float, float]] = deque()
+        self._raw: float | None = None
+        self._limit: float | None = None
+
+    # ----------------------------------------------------------- statistics
+
+    def percentile(self, q: float) -> float:
+        """``P_q`` of the load-adjusted histogram ``h[k] = b[k] sum w s[k]``."""
+        b = self.scheme.b
+        return weighted_percentile(b, b * self._counts.acc, q)
+
+    def average(self) -> float:
+        den = float(self._avg_den.acc[0])
+        return float(self._avg_num.acc[0]) / den if den > 0 else 0.0
+
+    def peak(self) -> float:
+        return max(self._peaks) if self._peaks else 0.0
+
+    def raw(self) -> float:
+        """``S[t]`` before margin and hold."""
+        stat = self.config.statistic
+        if stat == "max":
+            return self.peak()
+        if stat == "avg":
+            return self.average()
+        if stat == "p60_half_max":
+            return max(self.percentile(0.60), 0.5 * self.peak())
+        return self.percentile(int(stat[1:]) / 100.0)
+
+    # ------------------------------------------------------------ interface
+
+    def observe(self, obs: Observation) -> None:
+        counts = self.scheme.counts(obs.values)
+        self._counts.add(counts, obs.end)
+        # The window's average is that of its histogram, as the paper's
+        # s-bar[tau] = sum b[j] s[j] / sum s[j].
+        mean = float((self.scheme.b * counts).sum() / counts.sum())
+        self._avg_num.add(np.array([mean]), obs.end)
+        self._avg_den.add(np.array([1.0]), obs.end)
+        self._peaks.append(float(self.scheme.b[int(np.flatnonzero(counts)[-1])]))
+        self._raw = self.raw()
+        with_margin = self._raw * (1.0 + self.config.margin)
+        self._held.append((obs.end, with_margin))
+        # Keep the current window even with hold_s = 0.
+        while len(self._held) > 1 and self._held[0][0] <= obs.end - self.config.hold_s:
+            self._held.popleft()
+        self._limit = max(v for _, v in self._held)
+
+    @property
+    def limit(self) -> float | None:
+        return self._limit
+
+    def explain(self) -> dict[str, str | float | None]:
+        return {
+            "recommender": self.name,
+            "statistic": self.config.statistic,
+            "half_life_s": self.config.half_life_s,
+            "window_s": self.config.hold_s,
+            "margin": self.config.margin,
+            "raw": self._raw,
+            "model": None,
+        }
+
+    def on_overrun(self, time: float, limit: float) -> None:
+        """Autopilot's moving window does not react to OOMs beyond the signal itself."""
