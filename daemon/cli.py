@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.evaluation.lifetime import lifetime_command
+from lavad.daemon.evaluation.limits_cli import limits_command, limits_sweep_command
 from lavad.daemon.live.cli import demo_command, produce_command, run_command
 from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
@@ -43,6 +44,8 @@ app.add_typer(trace_app, name="trace")
 app.add_typer(config_app, name="config")
 app.add_typer(evaluate_app, name="evaluate")
 evaluate_app.command("lifetime")(lifetime_command)
+evaluate_app.command("limits")(limits_command)
+evaluate_app.command("limits-sweep")(limits_sweep_command)
 
 app.command("run")(run_command)
 app.command("produce")(produce_command)

@@ -1,0 +1,168 @@
+"""``lavad evaluate limits PATH``: Autopilot's recommenders against the VPA baseline.
+
+Wire into ``daemon/cli.py`` as ``lifetime`` is:
+``evaluate_app.command("limits")(limits_command)`` and
+``evaluate_app.command("limits-sweep")(limits_sweep_command)``, for
+``lavad evaluate limits PATH...`` and ``lavad evaluate limits-sweep PATH`` (the
+documented hyperparameter sweep). ``app`` holds both commands. The protocol
+is ``lavad.daemon.evaluation.limits``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.table import Table
+
+from lavad.daemon.console import fail, out
+from lavad.daemon.evaluation.limits import (
+    DEFAULT_WARMUP_S,
+    LimitsEvaluation,
+    Resource,
+    default_recommenders,
+    dominates,
+    evaluate_jobs,
+    evaluate_limits,
+    plot_pareto,
+    sweep_ml,
+    training_jobs,
+)
+from lavad.models.limits.ml import MlConfig
+from lavad.streams.adapters import TraceFormatError
+
+app = typer.Typer(help="Limits: Autopilot moving-window and ML recommenders vs. Kubernetes VPA.")
+
+
+def limits_command(
+    paths: Annotated[list[Path], typer.Argument(help="usage trace folders (one or more)")],
+    jobs: Annotated[int, typer.Option(help="jobs sampled per trace (0: all of them)", min=0)] = 20,
+    seed: Annotated[int, typer.Option(help="seed for the job sample and sampled fields")] = 0,
+    warmup_h: Annotated[float, typer.Option(help="hours before scoring starts", min=0)] = (
+        DEFAULT_WARMUP_S / 3600
+    ),
+    ml_cpu_w_u: Annotated[
+        float | None, typer.Option(help="ML underrun weight for CPU (default: the tuned one)")
+    ] = None,
+    ml_memory_w_u: Annotated[
+        float | None, typer.Option(help="ML underrun weight for memory (default: the tuned one)")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG Pareto plot of slack vs overruns")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the scores as JSON")
+    ] = None,
+) -> None:
+    """Relative/absolute slack, overrun rate, clean job-days and limit changes per recommender."""
+    overrides: dict[str, MlConfig] = {}
+    try:
+        if ml_cpu_w_u is not None:
+            overrides["cpu"] = replace(MlConfig.for_resource("cpu"), w_u=ml_cpu_w_u)
+        if ml_memory_w_u is not None:
+            overrides["memory"] = replace(MlConfig.for_resource("memory"), w_u=ml_memory_w_u)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    results: list[LimitsEvaluation] = []
+    for path in paths:
+        try:
+            ev = evaluate_limits(
+                path,
+                max_jobs=jobs or None,
+                seed=seed,
+                ml=overrides,
+                warmup_s=warmup_h * 3600.0,
+            )
+        except (TraceFormatError, ValueError) as exc:
+            raise fail(f"{path}: {exc}") from None
+        results.append(ev)
+        table = Table(title=f"{ev.trace}: {ev.jobs} jobs, seed {ev.seed}")
+        for column in (
+            "resource",
+            "recommender",
+            "job-days",
+            "rel. slack mean",
+            "rel. slack median",
+            "abs. slack",
+            "overrun rate",
+            "days w/o overrun",
+            "changes/job-day",
+        ):
+            table.add_column(column)
+        for s in ev.scores:
+            table.add_row(
+                s.resource,
+                s.recommender,
+                str(s.job_days),
+                f"{s.relative_slack_mean:.1%}",
+                f"{s.relative_slack_median:.1%}",
+                f"{s.absolute_slack_mean:.4f}",
+                f"{s.overrun_rate:.3%}",
+                f"{s.days_without_overrun:.1%}",
+                f"{s.changes_per_job_day:.2f}",
+            )
+        out.print(table)
+        for resource in ("cpu", "memory"):
+            ml, vpa = ev.get(resource, "ml"), ev.get(resource, "vpa")
+            if ml is not None and vpa is not None:
+                verdict = "dominates" if dominates(ml, vpa) else "does NOT dominate"
+                out.print(f"{ev.trace} {resource}: ML {verdict} VPA")
+    if plot is not None:
+        plot_pareto(results, plot)
+        out.print(f"plot: {plot}")
+    if json_out is not None:
+        json_out.write_bytes(
+            orjson.dumps([r.as_dict() for r in results], option=orjson.OPT_INDENT_2)
+        )
+
+
+def limits_sweep_command(
+    path: Annotated[Path, typer.Argument(help="usage trace folder")],
+    resource: Annotated[str, typer.Option(help="cpu or memory")] = "cpu",
+    w_u: Annotated[str, typer.Option(help="comma-separated ML underrun weights")] = (
+        "0.003,0.01,0.03,0.1,0.3"
+    ),
+    train: Annotated[int, typer.Option(help="training jobs, outside the sample", min=1)] = 8,
+    jobs: Annotated[int, typer.Option(help="size of the evaluation sample to avoid", min=1)] = 20,
+    seed: Annotated[int, typer.Option(help="seed (as for `limits`)")] = 0,
+) -> None:
+    """Sweep the ML underrun weight on jobs held out of `limits`' sample; VPA for reference.
+
+    Pick the weight whose point dominates VPA here, then run `limits` with
+    --ml-cpu-w-u / --ml-memory-w-u: the reported numbers stay out-of-sample.
+    """
+    if resource not in ("cpu", "memory"):
+        raise fail(f"--resource must be cpu or memory, got {resource!r}")
+    res: Resource = "cpu" if resource == "cpu" else "memory"
+    try:
+        weights = [float(x) for x in w_u.split(",")]
+        base = MlConfig.for_resource(res)
+        grid = [replace(base, w_u=w) for w in weights]
+        train_set = training_jobs(path, count=train, exclude_sample=jobs, seed=seed)
+    except (TraceFormatError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    [vpa] = evaluate_jobs(train_set, {"vpa": default_recommenders()["vpa"]}, resources=(res,))
+    table = Table(title=f"{path.name} {res}: {len(train_set)} training jobs")
+    for column in ("ML w_u", "rel. slack mean", "overrun rate", "changes/job-day", "vs VPA"):
+        table.add_column(column)
+    table.add_row(
+        "VPA",
+        f"{vpa.relative_slack_mean:.1%}",
+        f"{vpa.overrun_rate:.3%}",
+        f"{vpa.changes_per_job_day:.2f}",
+        "",
+    )
+    for config, s in sweep_ml(train_set, grid, resource=res):
+        table.add_row(
+            f"{config.w_u:g}",
+            f"{s.relative_slack_mean:.1%}",
+            f"{s.overrun_rate:.3%}",
+            f"{s.changes_per_job_day:.2f}",
+            "dominates" if dominates(s, vpa) else "",
+        )
+    out.print(table)
+
+
+app.command("limits")(limits_command)
+app.command("limits-sweep")(limits_sweep_command)
