@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 
 from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
+from lavad.daemon.limits.service import LimitsConfig, PoolLimits
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
 from lavad.daemon.placement.framework import Notice, Placed, PlacementRequest, Policy, Unfit
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
+from lavad.models.limits.decision import LimitDecision
 from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import (
     Decision,
@@ -33,8 +35,10 @@ from lavad.streams.schema import (
     HostDown,
     HostDrain,
     HostUp,
+    Limit,
     Placement,
     Reprediction,
+    UsageSample,
     VmExit,
     VmPlaced,
     VmRequest,
@@ -104,6 +108,7 @@ class EngineConfig:
     pools: PoolSetup = field(default_factory=PoolSetup)
     seed: int = 0
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
 @dataclass(slots=True)
@@ -119,6 +124,8 @@ class PoolRuntime:
     counters: Counter[str] = field(default_factory=Counter)
     # Numbers the pool's reprediction decisions, so their ids are deterministic.
     repredictions: int = 0
+    # Limit recommendations from the usage stream (None when turned off).
+    limits: PoolLimits | None = None
 
 
 def _stable_seed(seed: int, pool: str, stream: int) -> np.random.Generator:
@@ -136,6 +143,7 @@ class Engine:
             HostUp: self._on_host_up,
             HostDown: self._on_host_down,
             HostDrain: self._on_host_drain,
+            UsageSample: self._on_usage,
         }
 
     # ------------------------------------------------------------ interface
@@ -155,8 +163,8 @@ class Engine:
             hooks.advance(pool.cluster, now)
         handler = self._handlers.get(type(event))
         if handler is None:
-            # Deployment and usage events have no consumer until the admission
-            # and usage models exist; they are counted, not lost silently.
+            # Deployment events have no consumer until admission control is
+            # wired in; they are counted, not lost silently.
             pool.counters[f"unconsumed.{event.type}"] += 1
             decisions: list[Decision] = []
         else:
@@ -254,6 +262,17 @@ class Engine:
             raise ValueError(f"pools already held by this engine: {', '.join(clash)}")
         self.pools.update(pools)
 
+    def _on_usage(self, pool: PoolRuntime, event: UsageSample, now: float) -> list[Decision]:
+        limits = pool.limits
+        if limits is None:
+            pool.counters["unconsumed.usage"] += 1
+            return []
+        # Windows that ended before this sample are complete: decide on them
+        # first (this sample belongs to a later window).
+        decided = limits.close_before(now)
+        limits.on_usage(event)
+        return [_limit_decision(pool.name, d) for d in decided]
+
     def _open_pool(self, name: str) -> PoolRuntime:
         config = self.config
         policy = build_policy(config.policy, config.policy_args, _stable_seed(config.seed, name, 0))
@@ -262,6 +281,7 @@ class Engine:
             cluster=ClusterState(),
             policy=policy,
             metrics=PoolMetrics(config.metrics, _stable_seed(config.seed, name, 1)),
+            limits=None if config.limits.recommender == "off" else PoolLimits(config.limits),
         )
         setup = config.pools
         if setup.shape is not None:
@@ -404,3 +424,24 @@ class Engine:
         except ClusterError as exc:
             raise InvalidEvent(str(exc)) from None
         return []
+
+
+def _limit_decision(pool: str, decision: LimitDecision) -> Limit:
+    return Limit(
+        decision_id=f"limit/{pool}/{decision.job_id}/{decision.resource}/{decision.decision_id}",
+        time=decision.time,
+        pool=pool,
+        vm_id=decision.job_id,
+        resource=decision.resource,
+        limit=decision.limit,
+        previous=decision.previous,
+        policy=decision.recommender,
+        reason=decision.explanation(),
+        explanation={
+            "statistic": decision.statistic,
+            "window_s": decision.window_s,
+            "half_life_s": decision.half_life_s,
+            "margin": decision.margin,
+            "model": decision.model,
+        },
+    )

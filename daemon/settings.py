@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
+from lavad.daemon.limits.service import RECOMMENDERS, LimitsConfig
 from lavad.daemon.metrics.pool import MetricsConfig
 from lavad.daemon.placement.registry import (
     REGISTRY,
@@ -44,6 +45,22 @@ class _Section(BaseModel):
 
 class PlacementSettings(_Section):
     policy: str = Field(default="bestfit", description="a name from `lavad policies`")
+
+
+class LimitSettings(_Section):
+    recommender: str = Field(
+        default="ml", description="CPU and memory limits from usage: off, ml, vpa, window-<stat>"
+    )
+    tolerance: float = Field(
+        default=0.05, ge=0, description="a limit within this fraction of the last is not news"
+    )
+
+    @field_validator("recommender")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in RECOMMENDERS:
+            raise ValueError(f"unknown recommender; known: {', '.join(RECOMMENDERS)}")
+        return value
 
 
 class HostSettings(_Section):
@@ -159,6 +176,7 @@ class Settings(BaseSettings):
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     hosts: HostSettings = HostSettings()
     metrics: MetricsSettings = MetricsSettings()
+    limits: LimitSettings = LimitSettings()
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     live: LiveSettings = LiveSettings()
@@ -197,6 +215,7 @@ class Settings(BaseSettings):
                 grow_on_demand=hosts.grow_on_demand and use_shape,
             ),
             seed=self.seed,
+            limits=LimitsConfig(self.limits.recommender, self.limits.tolerance),
             metrics=MetricsConfig(
                 warmup_s=self.metrics.warmup_s,
                 sample_interval_s=self.metrics.sample_interval_s,

@@ -276,7 +276,31 @@ class Reprediction:
     v: Literal[1] = 1
 
 
-Decision = Placement | Reprediction
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A new CPU or memory limit for a VM (or task), from the usage stream.
+
+    ``limit`` is in the usage stream's unit: a fraction of the VM's request.
+    ``previous`` is the limit published before (None for the first).
+    ``explanation``: recommender, statistic, window, half-life, margin and,
+    for the ML recommender, the chosen model.
+    """
+
+    decision_id: str
+    time: float
+    pool: str
+    vm_id: str
+    resource: Literal["cpu", "memory"]
+    limit: float
+    previous: float | None
+    policy: str
+    reason: str
+    explanation: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["limit"] = "limit"
+    v: Literal[1] = 1
+
+
+Decision = Placement | Reprediction | Limit
 
 
 def placement_decision_id(pool: str, vm_id: str) -> str:

@@ -26,10 +26,13 @@ from live_support import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from lavad.daemon.live.shell import LiveDaemon, StartupError, live_engine_config
+from lavad.streams.adapters import open_trace
+from lavad.streams.codec import BadRecord
 from lavad.streams.kafka.deadletter import header_map
 from lavad.streams.kafka.embedded import EmbeddedBroker, free_port
 
 pytestmark = pytest.mark.kafka
+GOOGLE_LIMITS_SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-limits-slice"
 
 
 async def _serve(daemon: LiveDaemon, stop: asyncio.Event) -> asyncio.Task[None]:
@@ -246,3 +249,26 @@ async def test_lava_repredictions_are_published_as_in_a_replay(
     assert [record.value for record in got] == repredictions
     got = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=len(placements))
     assert [record.value for record in got] == placements
+
+
+async def test_usage_limits_are_published_as_in_a_replay(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    events = [
+        item
+        for item in open_trace(GOOGLE_LIMITS_SLICE, seed=0).events()
+        if not isinstance(item, BadRecord)
+    ]
+    expected = replay_in_process(settings, events)["default"]
+    assert expected and all(b'"kind":"limit"' in line for line in expected)
+    await create_topics(broker.bootstrap_servers)
+    await produce(broker.bootstrap_servers, events)
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    stop = asyncio.Event()
+    task = await _serve(daemon, stop)
+    await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
+    stop.set()
+    await task
+    got = await read_topic(broker.bootstrap_servers, NAMES.limits, at_least=len(expected))
+    assert [record.value for record in got] == expected

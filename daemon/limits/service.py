@@ -1,0 +1,106 @@
+"""Per-pool limit recommendations from the usage stream (Autopilot, issue 6).
+
+Each usage sample is filed into its VM's 5-minute window (``JobAggregator``);
+when event time passes a window's end, the window becomes one observation
+per resource for the configured recommender (``LimitTracker``), and a limit
+decision is emitted when the recommended limit moves by more than the
+tolerance.
+
+A job here is one VM (or task): the usage stream names VMs, not the jobs
+they belong to. A window closes once an event later than its end arrives
+in the pool, so every sample of that window has been seen (events of a pool
+are in time order).
+
+The live daemon pickles pools into snapshots, so the recommender factory
+is a class here, not a closure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from lavad.models.limits.decision import LimitDecision, LimitTracker, Resource
+from lavad.models.limits.histogram import JobAggregator
+from lavad.models.limits.ml import MlConfig, MlRecommender
+from lavad.models.limits.vpa import VpaRecommender
+from lavad.models.limits.window import (
+    STATISTICS,
+    LimitRecommender,
+    MovingWindowRecommender,
+    WindowConfig,
+)
+from lavad.streams.schema import UsageSample
+
+RECOMMENDERS: Final[tuple[str, ...]] = (
+    "off",
+    "ml",
+    "vpa",
+    *(f"window-{statistic}" for statistic in STATISTICS),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    # "off", "ml", "vpa" or "window-<statistic>" (see RECOMMENDERS).
+    recommender: str = "ml"
+    # A new limit within this fraction of the published one is not a decision.
+    tolerance: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.recommender not in RECOMMENDERS:
+            raise ValueError(
+                f"recommender must be one of {', '.join(RECOMMENDERS)}, got {self.recommender!r}"
+            )
+        if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
+            raise ValueError(f"tolerance must be >= 0, got {self.tolerance!r}")
+
+
+class RecommenderFactory:
+    """Builds the named recommender for one resource (picklable, unlike a closure)."""
+
+    def __init__(self, name: str) -> None:
+        if name not in RECOMMENDERS or name == "off":
+            raise ValueError(f"no recommender named {name!r}")
+        self.name = name
+
+    def __call__(self, resource: Resource) -> LimitRecommender:
+        if self.name == "ml":
+            return MlRecommender(MlConfig.for_resource(resource))
+        if self.name == "vpa":
+            return VpaRecommender(resource)
+        statistic = self.name.removeprefix("window-")
+        half_life = WindowConfig.for_resource(resource).half_life_s
+        return MovingWindowRecommender(WindowConfig(statistic, half_life))  # type: ignore[arg-type]
+
+
+class PoolLimits:
+    """One pool's usage windows and recommenders."""
+
+    def __init__(self, config: LimitsConfig) -> None:
+        self.config = config
+        self.windows = JobAggregator()
+        self.tracker = LimitTracker(RecommenderFactory(config.recommender), config.tolerance)
+        self.samples = 0
+
+    def on_usage(self, sample: UsageSample) -> None:
+        cpu = sample.cpu
+        # Raw samples when the source has them; else the interval's mean and
+        # peak stand for its distribution (as the offline evaluation does).
+        values = cpu.samples or (cpu.mean, cpu.peak)
+        memory = sample.memory.peak if sample.memory is not None else None
+        self.windows.add(sample.vm_id, sample.vm_id, sample.time, values, memory)
+        self.samples += 1
+
+    def close_before(self, now: float) -> list[LimitDecision]:
+        """Decisions of every window that ended strictly before ``now``, in time order."""
+        decisions: list[LimitDecision] = []
+        for job, cpu, memory in self.windows.close(math.nextafter(now, -math.inf)):
+            for resource, observation in (("cpu", cpu), ("memory", memory)):
+                if observation is None:
+                    continue
+                decision = self.tracker.observe(job, resource, observation)  # type: ignore[arg-type]
+                if decision is not None:
+                    decisions.append(decision)
+        return decisions

@@ -1,0 +1,87 @@
+"""Limit decisions from the usage stream, through the engine, on the bundled real Google slice."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from support import PROJECT_ROOT
+
+from lavad.daemon.engine import Engine
+from lavad.daemon.limits.service import LimitsConfig
+from lavad.daemon.settings import ConfigError, load_settings
+from lavad.streams.adapters import open_trace
+from lavad.streams.codec import BadRecord
+from lavad.streams.schema import Decision, Limit, UsageSample
+
+GOOGLE_SLICE = PROJECT_ROOT / "data" / "google-2011-gcd-limits-slice"
+CONFIG = PROJECT_ROOT / "config" / "lavad.toml"
+
+
+def _usage() -> list[UsageSample]:
+    events = open_trace(GOOGLE_SLICE, seed=0).events()
+    return [e for e in events if not isinstance(e, BadRecord) and isinstance(e, UsageSample)]
+
+
+def _run(recommender: str, events: list[UsageSample]) -> tuple[Engine, list[Decision]]:
+    settings = load_settings(CONFIG)
+    config = replace(
+        settings.engine_config(trace_has_hosts=False), limits=LimitsConfig(recommender, 0.05)
+    )
+    engine = Engine(config)
+    decisions: list[Decision] = []
+    for event in events:
+        decisions.extend(engine.handle(event, event.time))
+    return engine, decisions
+
+
+@pytest.mark.parametrize("recommender", ["ml", "vpa", "window-p95"])
+def test_usage_becomes_limit_decisions(recommender: str) -> None:
+    events = _usage()
+    _, decisions = _run(recommender, events)
+    assert decisions and all(isinstance(d, Limit) for d in decisions)
+    limits = [d for d in decisions if isinstance(d, Limit)]
+    assert {d.vm_id for d in limits} == {e.vm_id for e in events}
+    assert {d.resource for d in limits} == {"cpu", "memory"}
+    assert {d.policy for d in limits} == {recommender}
+    # Each decision's previous limit is the one published before it, and a
+    # change smaller than the 5% tolerance is never published.
+    last: dict[tuple[str, str], float] = {}
+    for d in limits:
+        key = (d.vm_id, d.resource)
+        assert d.previous == last.get(key)
+        if d.previous is not None:
+            assert abs(d.limit - d.previous) > 0.05 * d.previous
+        last[key] = d.limit
+    # Decided on closed 5-minute windows, in time order.
+    times = [d.time for d in limits]
+    assert times == sorted(times)
+    assert all(t % 300 == 0 for t in times)
+
+
+def test_limit_decisions_are_deterministic_and_survive_a_snapshot() -> None:
+    events = _usage()
+    half = len(events) // 2
+    _, whole = _run("ml", events)
+    engine, first = _run("ml", events[:half])
+    # The live daemon pickles pools into snapshots: a restored pool decides on.
+    restored = pickle.loads(pickle.dumps(engine.pools))
+    engine.pools = restored
+    rest = [d for e in events[half:] for d in engine.handle(e, e.time)]
+    assert first + rest == whole
+
+
+def test_off_counts_usage_without_deciding() -> None:
+    events = _usage()
+    engine, decisions = _run("off", events)
+    assert decisions == []
+    assert engine.pools["default"].counters["unconsumed.usage"] == len(events)
+
+
+def test_unknown_recommender_fails_at_start_up_with_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[limits]\nrecommender = "oracle"\n')
+    with pytest.raises(ConfigError, match=r"limits\.recommender"):
+        load_settings(bad)
