@@ -1,0 +1,283 @@
+"""GPA, the Gaussian Percentile Approximation fit test (Janus and Rzadca, SoCC'17).
+
+A VM fits a host iff, with the VM added, the normal approximation of the
+host's total usage N(sum mu_i, sum sigma_i^2) exceeds the capacity c with
+probability at most rho (Algorithm 1: FitBin = rho - (1 - F(c)) >= 0).
+With z = Phi^-1(1 - rho) that is the quantile form used here,
+
+    sum mu_i + z * sqrt(sum sigma_i^2) <= c,
+
+which needs no CDF per host and stays exact when the variance is 0.
+
+Best Fit (the paper: "the minimal among non-negative FitBin results") takes
+the host whose overflow probability after the placement is largest, i.e.
+whose standardised headroom h = (c - mu') / sigma' is smallest. Ranking by h
+is the same order, and keeps apart hosts whose overflow probability is far
+below rho, where rho - P would round to rho for all of them. A host with no
+variance (every VM still on the prior) would have h infinite; sigma' is
+floored at ``SIGMA_FLOOR`` x c, so such hosts rank by mean headroom, the
+classic Best Fit, and no score is infinite (the pipeline reads an infinite
+best score as "nothing fits").
+
+The math is shared with the offline packer (``stochastic_packing.py``); the
+plugins below are the live pipeline's: ``GpaFilter`` for the fit, and
+``GpaBestFitScore`` (or ``FirstFitScore``) to rank, on the host sums of
+``lavad.models.usage.hosts.HostUsage``, which ``UsageHooks`` keep up to date
+as the engine books and releases VMs.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Final
+
+import numpy as np
+from scipy.special import ndtr
+
+from lavad.daemon.cluster import (
+    FIT_TOLERANCE,
+    N_RESOURCES,
+    BoolArray,
+    ClusterState,
+    FloatArray,
+    VmRecord,
+)
+from lavad.daemon.placement.framework import Notice, PlacementRequest
+from lavad.models.usage.hosts import HostUsage
+from lavad.models.usage.moments import CPU, MEMORY, USAGE_RESOURCES
+from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
+
+# The cluster row of each usage resource (cores, memory_gib).
+CLUSTER_ROW: Final = {CPU: 0, MEMORY: 1}
+SIGMA_FLOOR: Final = 1e-9
+
+
+def quantile_factor(rho: float) -> float:
+    """z = Phi^-1(1 - rho): how many standard deviations the mean may sit below c."""
+    if not (isinstance(rho, float | int) and 0.0 < rho < 1.0):
+        raise ValueError(f"rho must be in (0, 1), got {rho!r}")
+    return NormalDist().inv_cdf(1.0 - rho)
+
+
+def overflow_probability(
+    mean: FloatArray | float, variance: FloatArray | float, capacity: FloatArray | float
+) -> FloatArray:
+    """P(N(mean, variance) > capacity), elementwise; a point mass when the variance is 0."""
+    mean_a = np.asarray(mean, dtype=np.float64)
+    sd = np.sqrt(np.maximum(np.asarray(variance, dtype=np.float64), 0.0))
+    excess = mean_a - np.asarray(capacity, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        smooth = ndtr(excess / sd)
+    probability: FloatArray = np.where(sd > 0, smooth, (excess > 0).astype(np.float64))
+    return probability
+
+
+def gpa_fits(
+    mean: FloatArray,
+    variance: FloatArray,
+    capacity: FloatArray | float,
+    z: float,
+    tolerance: float = 0.0,
+) -> BoolArray:
+    """The GPA fit of bins whose totals (with the item added) are ``mean`` and ``variance``."""
+    load = mean + z * np.sqrt(np.maximum(variance, 0.0))
+    fits: BoolArray = load <= np.asarray(capacity) + tolerance
+    return fits
+
+
+def standardized_headroom(
+    mean: FloatArray, variance: FloatArray, capacity: FloatArray | float
+) -> FloatArray:
+    """(c - mean) / sigma, sigma floored at SIGMA_FLOOR * c: GPA Best Fit's rank (lower first)."""
+    cap = np.asarray(capacity, dtype=np.float64)
+    floor = SIGMA_FLOOR * cap
+    headroom: FloatArray = (cap - mean) / np.sqrt(np.maximum(variance, 0.0) + floor * floor)
+    return headroom
+
+
+# ------------------------------------------------------------ live plugins
+
+
+def _request_scale(request: PlacementRequest) -> tuple[float, float]:
+    return (request.demand[0], request.demand[1])
+
+
+def _after_placement(
+    usage: HostUsage, request: PlacementRequest, resource: int, n: int
+) -> tuple[FloatArray, FloatArray]:
+    """Per host, the mean and variance sums with the request's VM added."""
+    added = usage.contribution(request.vm_id, _request_scale(request))
+    usage.ensure_columns(n)
+    mean = usage.mean_sum[resource, :n] + added[resource]
+    variance = usage.variance(resource, n) + added[2 + resource]
+    return mean, variance
+
+
+class GpaFilter:
+    """Blocks hosts where the VM would push P(usage > capacity) above rho.
+
+    ``resources``: which usage resources are overcommitted this way (CPU by
+    default: the paper's rate-limited resource; running out of memory kills,
+    so memory is better left to a hard fit on the request).
+    """
+
+    name = "gpa"
+
+    def __init__(
+        self, usage: HostUsage, rho: float, *, resources: tuple[int, ...] = (CPU,)
+    ) -> None:
+        unknown = [r for r in resources if r not in CLUSTER_ROW]
+        if unknown or not resources:
+            raise ValueError(f"resources must be a non-empty subset of {USAGE_RESOURCES} indices")
+        self.usage = usage
+        self.rho = rho
+        self.z = quantile_factor(rho)
+        self.resources = resources
+
+    def apply(self, cluster: ClusterState, request: PlacementRequest, blocked: BoolArray) -> None:
+        n = cluster.n_hosts
+        for resource in self.resources:
+            mean, variance = _after_placement(self.usage, request, resource, n)
+            capacity = cluster.capacity[CLUSTER_ROW[resource], :n]
+            fits = gpa_fits(mean, variance, capacity, self.z, FIT_TOLERANCE)
+            np.logical_or(blocked, ~fits, out=blocked)
+
+
+class GpaBestFitScore:
+    """GPA Best Fit on CPU: the smallest standardised headroom after the placement."""
+
+    name = "gpa_bestfit"
+    kernel = None
+    kernel_weights: FloatArray = np.ones(N_RESOURCES)
+
+    def __init__(self, usage: HostUsage) -> None:
+        self.usage = usage
+
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
+        n = cluster.n_hosts
+        mean, variance = _after_placement(self.usage, request, CPU, n)
+        # A host without CPU (capacity 0) is blocked by the filter; keep its score finite.
+        capacity = np.maximum(cluster.capacity[CLUSTER_ROW[CPU], :n], FIT_TOLERANCE)
+        out[:] = standardized_headroom(mean, variance, capacity)
+
+
+class RequestFitFilter:
+    """Hard fit on the requested amounts of some resources only (those GPA does not overcommit).
+
+    ``FitFilter`` checks every resource, cores included, which would forbid
+    the CPU overcommitment GPA is for.
+    """
+
+    name = "request_fit"
+
+    def __init__(self, resource_rows: tuple[int, ...] = (1, 2, 3)) -> None:
+        if any(not 0 <= row < N_RESOURCES for row in resource_rows):
+            raise ValueError(f"resource rows must be in 0..{N_RESOURCES - 1}")
+        self.resource_rows = resource_rows
+
+    def apply(self, cluster: ClusterState, request: PlacementRequest, blocked: BoolArray) -> None:
+        n = cluster.n_hosts
+        for row in self.resource_rows:
+            amount = request.demand[row]
+            if amount:
+                np.logical_or(blocked, cluster.free[row, :n] < amount - FIT_TOLERANCE, out=blocked)
+
+
+class UsageHooks:
+    """Policy hooks that keep ``HostUsage`` in step with the engine's bookings.
+
+    They also take the pool's usage stream (``observe``): each sample moves
+    its VM's estimate and its host's sums in O(1), and when a host's
+    predicted P(CPU usage > capacity) crosses above ``rho`` a ``host``
+    notice ``overflow_risk`` is queued (once per crossing; it re-arms when
+    the probability falls back to rho or below), which the engine publishes
+    on the repredictions output. The engine does not route usage samples to
+    policies yet: until it calls ``observe``, VMs stay on the prior.
+    """
+
+    def __init__(self, usage: HostUsage, rho: float | None = None) -> None:
+        if rho is not None:
+            quantile_factor(rho)  # validates rho
+        self.usage = usage
+        self.rho = rho
+        self._notices: list[Notice] = []
+        self._at_risk: set[int] = set()
+
+    @property
+    def next_deadline(self) -> float:
+        return math.inf
+
+    def advance(self, cluster: ClusterState, now: float) -> None:
+        """No timers: everything happens on bookings and samples."""
+
+    def take_notices(self) -> list[Notice]:
+        notices, self._notices = self._notices, []
+        return notices
+
+    def on_booked(
+        self,
+        cluster: ClusterState,
+        record: VmRecord,
+        now: float,
+        event: VmRequest | VmPlaced | None,
+    ) -> None:
+        self.usage.place(record.vm_id, record.host, (record.demand[0], record.demand[1]))
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        host = self.usage.remove(record.vm_id)
+        if exited:
+            # An evicted VM comes back with its history; an exited one is done.
+            self.usage.moments.forget(record.vm_id)
+        if host is not None:
+            self._check(cluster, host, now)
+
+    def observe(self, cluster: ClusterState, sample: UsageSample) -> None:
+        """Feed one usage sample; a placed VM's host is re-checked against rho."""
+        host = self.usage.observe(sample)
+        if host is not None:
+            self._check(cluster, host, sample.time)
+
+    def _check(self, cluster: ClusterState, host: int, now: float) -> None:
+        if self.rho is None or host >= cluster.n_hosts:
+            return
+        row = CLUSTER_ROW[CPU]
+        probability = float(
+            overflow_probability(
+                self.usage.mean_sum[CPU, host],
+                max(float(self.usage.variance_sum[CPU, host]), 0.0),
+                cluster.capacity[row, host],
+            )
+        )
+        if probability > self.rho:
+            if host not in self._at_risk:
+                self._at_risk.add(host)
+                self._notices.append(
+                    Notice(
+                        now,
+                        "host",
+                        cluster.host_ids[host],
+                        "overflow_risk",
+                        {
+                            "probability": probability,
+                            "rho": self.rho,
+                            "mean": float(self.usage.mean_sum[CPU, host]),
+                            "variance": float(self.usage.variance_sum[CPU, host]),
+                            "capacity": float(cluster.capacity[row, host]),
+                        },
+                    )
+                )
+        else:
+            self._at_risk.discard(host)
+
+
+def host_overflow_probability(usage: HostUsage, cluster: ClusterState, resource: int) -> FloatArray:
+    """Each host's predicted P(usage > capacity) now: what repredictions compare with rho."""
+    n = cluster.n_hosts
+    usage.ensure_columns(n)
+    capacity = cluster.capacity[CLUSTER_ROW[resource], :n]
+    return overflow_probability(usage.mean_sum[resource, :n], usage.variance(resource, n), capacity)

@@ -1,0 +1,177 @@
+"""Per host column: the sums of its VMs' usage means and variances, in absolute units.
+
+Assuming independent VMs, a host's total usage has mean sum(mu_i) and
+variance sum(sigma_i^2) (the GPA paper's estimate), so a fit test needs only
+these two sums per host and resource. They are kept like the free capacity
+in ``daemon/cluster.py``: one column per host, changed in O(1) when a VM is
+placed, leaves, or its estimate moves with a new sample, never recomputed
+from the VM list.
+
+Units: ``UsageMoments`` holds fractions of each VM's request; a VM placed
+with ``scale = (cores, memory_gib)`` adds mean * scale and variance * scale^2.
+Until a VM has ``prior.min_samples`` observations of a resource, it adds the
+prior instead (by default its whole request, with no variance: the hard fit
+on the request), so a VM is overcommitted only once its usage is known.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lavad.daemon.cluster import FloatArray
+from lavad.models.usage.moments import N_USAGE, UsageMoments
+from lavad.streams.schema import UsageSample
+
+Scale = tuple[float, float]
+# (mean cpu, mean memory, variance cpu, variance memory), absolute units.
+Contribution = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class UsagePrior:
+    """What a VM with too few observations is taken to use, as fractions of its request."""
+
+    mean_fraction: float = 1.0
+    variance_fraction: float = 0.0
+    min_samples: int = 12
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.mean_fraction) and self.mean_fraction >= 0):
+            raise ValueError(f"mean_fraction must be >= 0, got {self.mean_fraction}")
+        if not (math.isfinite(self.variance_fraction) and self.variance_fraction >= 0):
+            raise ValueError(f"variance_fraction must be >= 0, got {self.variance_fraction}")
+        if self.min_samples < 1:
+            raise ValueError(f"min_samples must be >= 1, got {self.min_samples}")
+
+
+@dataclass(slots=True)
+class _Placement:
+    host: int
+    scale: Scale
+    # Exactly what was added to the host's sums, so removal gives it back.
+    added: Contribution
+
+
+class HostUsage:
+    """Sums of usage means and variances per host column, fed by a ``UsageMoments``."""
+
+    def __init__(
+        self,
+        moments: UsageMoments,
+        prior: UsagePrior | None = None,
+        initial_columns: int = 256,
+    ) -> None:
+        self.moments = moments
+        self.prior = prior or UsagePrior()
+        columns = max(1, initial_columns)
+        self.mean_sum: FloatArray = np.zeros((N_USAGE, columns))
+        self.variance_sum: FloatArray = np.zeros((N_USAGE, columns))
+        self.vm_count: NDArray[np.int32] = np.zeros(columns, dtype=np.int32)
+        self._placed: dict[str, _Placement] = {}
+
+    def __contains__(self, vm_id: object) -> bool:
+        return vm_id in self._placed
+
+    def host_of(self, vm_id: str) -> int | None:
+        placement = self._placed.get(vm_id)
+        return None if placement is None else placement.host
+
+    def ensure_columns(self, n_hosts: int) -> None:
+        """Make room for host columns 0..n_hosts-1 (hosts join the cluster at any time)."""
+        columns = self.mean_sum.shape[1]
+        if n_hosts <= columns:
+            return
+        size = max(n_hosts, 2 * columns)
+        mean_sum: FloatArray = np.zeros((N_USAGE, size))
+        variance_sum: FloatArray = np.zeros((N_USAGE, size))
+        vm_count: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
+        mean_sum[:, :columns] = self.mean_sum
+        variance_sum[:, :columns] = self.variance_sum
+        vm_count[:columns] = self.vm_count
+        self.mean_sum, self.variance_sum, self.vm_count = mean_sum, variance_sum, vm_count
+
+    # ------------------------------------------------------------ estimates
+
+    def contribution(self, vm_id: str, scale: Scale) -> Contribution:
+        """What ``vm_id`` of request ``scale`` adds to a host: its estimate, or the prior."""
+        prior = self.prior
+        means = [prior.mean_fraction * scale[0], prior.mean_fraction * scale[1]]
+        variances = [
+            prior.variance_fraction * scale[0] ** 2,
+            prior.variance_fraction * scale[1] ** 2,
+        ]
+        moments = self.moments
+        slot = moments.slot(vm_id)
+        if slot is not None:
+            for resource in range(N_USAGE):
+                if moments.samples(slot, resource) >= prior.min_samples:
+                    size = scale[resource]
+                    means[resource] = float(moments.mean[resource, slot]) * size
+                    variances[resource] = moments.variance_at(slot, resource) * size * size
+        return (means[0], means[1], variances[0], variances[1])
+
+    # -------------------------------------------------------------- updates
+
+    def place(self, vm_id: str, host: int, scale: Scale) -> None:
+        if vm_id in self._placed:
+            raise ValueError(f"VM {vm_id!r} is already placed on host column {host}")
+        if host < 0:
+            raise ValueError(f"host column must be >= 0, got {host}")
+        self.ensure_columns(host + 1)
+        added = self.contribution(vm_id, scale)
+        self._add(host, added, 1.0)
+        self.vm_count[host] += 1
+        self._placed[vm_id] = _Placement(host, scale, added)
+
+    def remove(self, vm_id: str) -> int | None:
+        """Take a VM off its host; returns the host column (None if it was not placed)."""
+        placement = self._placed.pop(vm_id, None)
+        if placement is None:
+            return None
+        host = placement.host
+        self.vm_count[host] -= 1
+        if self.vm_count[host]:
+            self._add(host, placement.added, -1.0)
+        else:
+            # Snap to zero: no rounding residue survives an empty host.
+            self.mean_sum[:, host] = 0.0
+            self.variance_sum[:, host] = 0.0
+        return host
+
+    def refresh(self, vm_id: str) -> int | None:
+        """Move a placed VM's share of its host's sums to its current estimate."""
+        placement = self._placed.get(vm_id)
+        if placement is None:
+            return None
+        now = self.contribution(vm_id, placement.scale)
+        before = placement.added
+        if now != before:
+            host = placement.host
+            self._add(host, before, -1.0)
+            self._add(host, now, 1.0)
+            placement.added = now
+        return placement.host
+
+    def observe(self, sample: UsageSample) -> int | None:
+        """Feed a usage sample to the moments and the sums; returns the VM's host column."""
+        self.moments.observe_sample(sample)
+        return self.refresh(sample.vm_id)
+
+    def _add(self, host: int, contribution: Contribution, sign: float) -> None:
+        mean_cpu, mean_memory, variance_cpu, variance_memory = contribution
+        self.mean_sum[0, host] += sign * mean_cpu
+        self.mean_sum[1, host] += sign * mean_memory
+        self.variance_sum[0, host] += sign * variance_cpu
+        self.variance_sum[1, host] += sign * variance_memory
+
+    # -------------------------------------------------------------- readers
+
+    def variance(self, resource: int, n_hosts: int) -> FloatArray:
+        """Variance sums of hosts 0..n_hosts-1, clipped at 0 (subtraction can leave -1e-18)."""
+        self.ensure_columns(n_hosts)
+        clipped: FloatArray = np.maximum(self.variance_sum[resource, :n_hosts], 0.0)
+        return clipped

@@ -1,0 +1,215 @@
+"""Per VM, the online mean and variance of its CPU and memory usage.
+
+Each observation x arrives with weight 1; with a half-life H, every earlier
+weight is multiplied by 2^(-dt / H) first, dt the event time elapsed since
+the resource's previous observation, so the estimates follow a workload that
+changes. West's weighted form of Welford's update keeps it numerically
+stable (no sum of squares minus square of sums):
+
+    W  <- d W,  W2 <- d^2 W2,  S <- d S          (d = 2^(-dt/H), 1 without decay)
+    W' =  W + 1
+    mean' = mean + (x - mean) / W'
+    S' = S + (x - mean) (x - mean')
+
+``variance`` is S / (W - W2 / W), unbiased for these (reliability) weights:
+without decay W = W2 = n and it is numpy's ``var(ddof=1)``. ``population_variance``
+is S / W, numpy's ``var(ddof=0)``. W^2 / W2 is the effective sample size.
+
+Usage is a fraction of the VM's request, as ``UsageSample`` carries it; a
+sample with raw per-sample values (``UsageStats.samples``) contributes each
+of them, since those are the instantaneous usage the variance is about, and
+otherwise contributes its interval mean.
+
+State lives in numpy arrays indexed by a slot per VM (rows: resources), so an
+update by VM id is O(1) and readers can take all VMs at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lavad.daemon.cluster import FloatArray
+from lavad.streams.schema import UsageSample, UsageStats
+
+USAGE_RESOURCES: Final = ("cpu", "memory")
+CPU: Final = 0
+MEMORY: Final = 1
+N_USAGE: Final = len(USAGE_RESOURCES)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEstimate:
+    """One VM's estimate for one resource, as fractions of its request."""
+
+    mean: float
+    variance: float
+    population_variance: float
+    samples: int
+    effective_samples: float
+
+
+class UsageMoments:
+    """Online weighted mean and variance per VM and resource, O(1) per observation."""
+
+    def __init__(self, half_life_s: float | None = None, initial_slots: int = 64) -> None:
+        if half_life_s is not None and not (math.isfinite(half_life_s) and half_life_s > 0):
+            raise ValueError(f"half_life_s must be a positive number or None, got {half_life_s}")
+        self.half_life_s = half_life_s
+        # Decay per second of event time, as a natural log: d = exp(rate * dt).
+        self._log_decay = -math.log(2.0) / half_life_s if half_life_s is not None else 0.0
+        size = max(1, initial_slots)
+        self.weight: FloatArray = np.zeros((N_USAGE, size))
+        self.weight_sq: FloatArray = np.zeros((N_USAGE, size))
+        self.mean: FloatArray = np.zeros((N_USAGE, size))
+        self.spread: FloatArray = np.zeros((N_USAGE, size))
+        self.last_time: FloatArray = np.full((N_USAGE, size), -np.inf)
+        self.count: NDArray[np.int64] = np.zeros((N_USAGE, size), dtype=np.int64)
+        self._slot: dict[str, int] = {}
+        self._free: list[int] = list(range(size - 1, -1, -1))
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, vm_id: object) -> bool:
+        return vm_id in self._slot
+
+    def slot(self, vm_id: str) -> int | None:
+        return self._slot.get(vm_id)
+
+    # ------------------------------------------------------------- updating
+
+    def observe(self, vm_id: str, resource: int, time: float, value: float) -> int:
+        """Add one observation of ``resource`` for ``vm_id`` at event time ``time``.
+
+        An observation older than the resource's latest is added without
+        decaying anything (dt is clamped at 0): replays can interleave VMs,
+        and weights must never grow.
+        """
+        if not math.isfinite(value):
+            raise ValueError(f"usage of {vm_id!r} must be finite, got {value}")
+        slot = self._slot.get(vm_id)
+        if slot is None:
+            slot = self._take_slot(vm_id)
+        self._add(resource, slot, time, value)
+        return slot
+
+    def observe_sample(self, sample: UsageSample) -> int:
+        """Add a usage event's CPU (and memory, when it has any) observations."""
+        slot = self._slot.get(sample.vm_id)
+        if slot is None:
+            slot = self._take_slot(sample.vm_id)
+        self._add_stats(CPU, slot, sample.time, sample.cpu)
+        if sample.memory is not None:
+            self._add_stats(MEMORY, slot, sample.time, sample.memory)
+        return slot
+
+    def forget(self, vm_id: str) -> bool:
+        """Drop a VM's state (it exited); False if it had none."""
+        slot = self._slot.pop(vm_id, None)
+        if slot is None:
+            return False
+        self._reset(slot)
+        self._free.append(slot)
+        return True
+
+    def _add_stats(self, resource: int, slot: int, time: float, stats: UsageStats) -> None:
+        if stats.samples:
+            for value in stats.samples:
+                self._add(resource, slot, time, value)
+        else:
+            self._add(resource, slot, time, stats.mean)
+
+    def _add(self, resource: int, slot: int, time: float, value: float) -> None:
+        weight = float(self.weight[resource, slot])
+        weight_sq = float(self.weight_sq[resource, slot])
+        spread = float(self.spread[resource, slot])
+        last = float(self.last_time[resource, slot])
+        if self._log_decay and weight and time > last:
+            decay = math.exp(self._log_decay * (time - last))
+            weight *= decay
+            weight_sq *= decay * decay
+            spread *= decay
+        mean = float(self.mean[resource, slot])
+        weight += 1.0
+        delta = value - mean
+        mean += delta / weight
+        spread += delta * (value - mean)
+        self.weight[resource, slot] = weight
+        self.weight_sq[resource, slot] = weight_sq + 1.0
+        self.mean[resource, slot] = mean
+        self.spread[resource, slot] = spread
+        if time > last:
+            self.last_time[resource, slot] = time
+        self.count[resource, slot] += 1
+
+    # -------------------------------------------------------------- reading
+
+    def samples(self, slot: int, resource: int) -> int:
+        return int(self.count[resource, slot])
+
+    def variance_at(self, slot: int, resource: int) -> float:
+        """Unbiased weighted variance; 0 until the effective sample size exceeds 1."""
+        weight = float(self.weight[resource, slot])
+        if weight <= 0.0:
+            return 0.0
+        denominator = weight - float(self.weight_sq[resource, slot]) / weight
+        # One observation (or decay so fast that only the latest counts)
+        # says nothing about spread.
+        if denominator <= 1e-12 * weight:
+            return 0.0
+        return max(float(self.spread[resource, slot]), 0.0) / denominator
+
+    def estimate(self, vm_id: str, resource: int) -> UsageEstimate | None:
+        """The VM's estimate, or None if it never had an observation of ``resource``."""
+        slot = self._slot.get(vm_id)
+        if slot is None or not self.count[resource, slot]:
+            return None
+        weight = float(self.weight[resource, slot])
+        weight_sq = float(self.weight_sq[resource, slot])
+        return UsageEstimate(
+            mean=float(self.mean[resource, slot]),
+            variance=self.variance_at(slot, resource),
+            population_variance=max(float(self.spread[resource, slot]), 0.0) / weight,
+            samples=int(self.count[resource, slot]),
+            effective_samples=weight * weight / weight_sq,
+        )
+
+    # ---------------------------------------------------------------- slots
+
+    def _take_slot(self, vm_id: str) -> int:
+        if not self._free:
+            self._grow()
+        slot = self._free.pop()
+        self._slot[vm_id] = slot
+        return slot
+
+    def _reset(self, slot: int) -> None:
+        self.weight[:, slot] = 0.0
+        self.weight_sq[:, slot] = 0.0
+        self.mean[:, slot] = 0.0
+        self.spread[:, slot] = 0.0
+        self.last_time[:, slot] = -np.inf
+        self.count[:, slot] = 0
+
+    def _grow(self) -> None:
+        size = self.weight.shape[1]
+
+        def widen(array: FloatArray, fill: float) -> FloatArray:
+            grown: FloatArray = np.full((N_USAGE, 2 * size), fill, dtype=array.dtype)
+            grown[:, :size] = array
+            return grown
+
+        self.weight = widen(self.weight, 0.0)
+        self.weight_sq = widen(self.weight_sq, 0.0)
+        self.mean = widen(self.mean, 0.0)
+        self.spread = widen(self.spread, 0.0)
+        self.last_time = widen(self.last_time, -np.inf)
+        count: NDArray[np.int64] = np.zeros((N_USAGE, 2 * size), dtype=np.int64)
+        count[:, :size] = self.count
+        self.count = count
+        self._free = list(range(2 * size - 1, size - 1, -1))
