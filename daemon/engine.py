@@ -25,7 +25,14 @@ import numpy as np
 from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
 from lavad.daemon.limits.service import LimitsConfig, PoolLimits
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
-from lavad.daemon.placement.framework import Notice, Placed, PlacementRequest, Policy, Unfit
+from lavad.daemon.placement.framework import (
+    Notice,
+    Placed,
+    PlacementRequest,
+    Policy,
+    Unfit,
+    UsageObserver,
+)
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
 from lavad.models.limits.decision import LimitDecision
 from lavad.streams.fastbuild import fast_constructor
@@ -263,9 +270,15 @@ class Engine:
         self.pools.update(pools)
 
     def _on_usage(self, pool: PoolRuntime, event: UsageSample, now: float) -> list[Decision]:
+        hooks = pool.policy.hooks
+        observed = isinstance(hooks, UsageObserver)
+        if isinstance(hooks, UsageObserver):
+            # A usage-aware policy (gpa) learns first; its risk notices follow.
+            hooks.observe(pool.cluster, event)
         limits = pool.limits
         if limits is None:
-            pool.counters["unconsumed.usage"] += 1
+            if not observed:
+                pool.counters["unconsumed.usage"] += 1
             return []
         # Windows that ended before this sample are complete: decide on them
         # first (this sample belongs to a later window).

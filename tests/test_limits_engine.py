@@ -1,4 +1,4 @@
-"""Limit decisions from the usage stream, through the engine, on the bundled real Google slice."""
+"""The usage stream through the engine (limits, gpa), on the bundled real Google slice."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from support import PROJECT_ROOT
 
 from lavad.daemon.engine import Engine
 from lavad.daemon.limits.service import LimitsConfig
+from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.settings import ConfigError, load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord
-from lavad.streams.schema import Decision, Limit, UsageSample
+from lavad.streams.schema import Decision, Limit, UsageSample, VmRequest
 
 GOOGLE_SLICE = PROJECT_ROOT / "data" / "google-2011-gcd-limits-slice"
 CONFIG = PROJECT_ROOT / "config" / "lavad.toml"
@@ -85,3 +86,22 @@ def test_unknown_recommender_fails_at_start_up_with_the_key(tmp_path: Path) -> N
     bad.write_text('[limits]\nrecommender = "oracle"\n')
     with pytest.raises(ConfigError, match=r"limits\.recommender"):
         load_settings(bad)
+
+
+def test_gpa_policy_learns_from_the_usage_stream_in_the_engine() -> None:
+    """With gpa, usage samples reach the policy's usage model (and the limits) via the engine."""
+    events = _usage()
+    settings = load_settings(CONFIG)
+    config = settings.engine_config("gpa", trace_has_hosts=False)
+    engine = Engine(config)
+    for vm_id in sorted({e.vm_id for e in events}):
+        engine.handle(
+            VmRequest(time=0.0, pool="default", vm_id=vm_id, cores=1.0, memory_gib=1.0), 0.0
+        )
+    decisions = [d for e in events for d in engine.handle(e, e.time)]
+    pool = engine.pools["default"]
+    hooks = pool.policy.hooks
+    assert isinstance(hooks, UsageHooks)
+    assert all(vm_id in hooks.usage.moments for vm_id in {e.vm_id for e in events})
+    assert pool.counters["unconsumed.usage"] == 0
+    assert any(isinstance(d, Limit) for d in decisions)

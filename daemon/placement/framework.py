@@ -17,7 +17,7 @@ the final tie set, usually a handful of hosts, is turned into indices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from lavad.daemon.cluster import (
     VmRecord,
 )
 from lavad.daemon.placement.kernels import compiled_filter_and_score
-from lavad.streams.schema import VmPlaced, VmRequest
+from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
 
 # The per-request value types below are not frozen: a frozen dataclass sets
 # each field through object.__setattr__, which costs more per placement than
@@ -154,6 +154,14 @@ class PlacementHooks(Protocol):
         self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
     ) -> None:
         """A VM left its host: ``exited`` (it ended) or not (evicted by a host going down)."""
+
+
+@runtime_checkable
+class UsageObserver(Protocol):
+    """Hooks that learn from the usage stream (GPA's per-VM usage moments)."""
+
+    def observe(self, cluster: ClusterState, sample: UsageSample) -> None:
+        """One measured usage sample of a VM (placed here or not yet)."""
 
 
 # ------------------------------------------------------------------ filters

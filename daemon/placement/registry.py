@@ -16,7 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lavad.daemon.placement.bestfit import BestFitScore
 from lavad.daemon.placement.firstfit import FirstFitScore
-from lavad.daemon.placement.framework import Policy
+from lavad.daemon.placement.framework import AntiAffinityFilter, Policy, SchedulableFilter
+from lavad.daemon.placement.gpa import (
+    GpaBestFitScore,
+    GpaFilter,
+    RequestFitFilter,
+    UsageHooks,
+)
 from lavad.daemon.placement.lava import LavaHosts, LavaPreference
 from lavad.daemon.placement.lifetime import (
     LaBinaryClass,
@@ -24,6 +30,8 @@ from lavad.daemon.placement.lifetime import (
     LifetimeSettings,
     LifetimeTracker,
 )
+from lavad.models.usage.hosts import HostUsage, UsagePrior
+from lavad.models.usage.moments import UsageMoments
 
 ResourceName = Literal["cores", "memory_gib", "disk_gib", "gpus"]
 
@@ -78,6 +86,30 @@ class LavaArgs(LifetimeArgs):
         default=1.1,
         ge=1,
         description="a host's deadline: this times its lifetime class's upper bound",
+    )
+
+
+class GpaArgs(PolicyArgs):
+    """GPA overcommitment of CPU (Janus and Rzadca, SoCC'17); rho is this pool's SLO."""
+
+    rho: float = Field(
+        default=0.01, gt=0, lt=1, description="allowed P(host CPU usage > capacity), the SLO"
+    )
+    fit: Literal["bestfit", "firstfit"] = Field(
+        default="bestfit",
+        description="among hosts that pass: smallest standardised headroom, or the first",
+    )
+    half_life_s: float | None = Field(
+        default=None, gt=0, description="half-life of the usage statistics (None: no decay)"
+    )
+    min_samples: int = Field(
+        default=12, ge=1, description="usage samples before a VM's estimate replaces its request"
+    )
+    prior_mean_fraction: float = Field(
+        default=1.0, ge=0, description="fraction of its request a VM without estimate counts"
+    )
+    tie_break: Literal["random", "first"] = Field(
+        default="random", description="among equal scores: a seeded random host, or the first"
     )
 
 
@@ -165,6 +197,31 @@ def _lava(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], P
     return build
 
 
+def _build_gpa(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+    if not isinstance(args, GpaArgs):
+        raise TypeError(f"gpa built with {type(args).__name__}")
+    usage = HostUsage(
+        UsageMoments(half_life_s=args.half_life_s),
+        UsagePrior(mean_fraction=args.prior_mean_fraction, min_samples=args.min_samples),
+    )
+    # CPU goes through GPA; memory, disk and GPUs keep the hard fit on requests.
+    filters = (
+        SchedulableFilter(),
+        RequestFitFilter(),
+        AntiAffinityFilter(),
+        GpaFilter(usage, args.rho),
+    )
+    scorer = GpaBestFitScore(usage) if args.fit == "bestfit" else FirstFitScore()
+    return Policy(
+        name,
+        (scorer,),
+        rng,
+        filters=filters,
+        random_ties=args.tie_break == "random" and args.fit == "bestfit",
+        hooks=UsageHooks(usage, args.rho),
+    )
+
+
 ORACLE_SUFFIX = "-oracle"
 
 
@@ -218,6 +275,13 @@ REGISTRY: dict[str, PolicySpec] = {
             "First Fit: lowest-numbered host that fits",
             FirstFitArgs,
             _build_firstfit,
+        ),
+        PolicySpec(
+            "gpa",
+            "GPA: CPU overcommitted while P(host usage > capacity) <= rho under a normal "
+            "approximation of online usage statistics; Best Fit or First Fit",
+            GpaArgs,
+            _build_gpa,
         ),
         *_lifetime_specs(),
     )
