@@ -1,0 +1,99 @@
+"""``lavad evaluate gpa PATH``: GPA and the paper's baselines, resampled and time-aligned.
+
+Wire into ``daemon/cli.py`` as the other evaluations are:
+``evaluate_app.command("gpa")(gpa_command)`` (``app`` holds the same command).
+The protocols are ``lavad.daemon.evaluation.gpa_sweep``'s (the paper's
+section 5) and ``lavad.daemon.evaluation.gpa_aligned``'s (issue 5, item 6).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from lavad.daemon.console import fail, out
+from lavad.daemon.evaluation.gpa_evaluation import run_gpa_evaluation
+from lavad.streams.adapters import TraceFormatError
+
+app = typer.Typer(help="GPA stochastic bin packing against the paper's baselines.")
+
+
+def _floats(name: str, text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise fail(f"--{name}: want comma-separated numbers, got {text!r}") from None
+
+
+def gpa_command(
+    paths: Annotated[list[Path], typer.Argument(help="usage trace folders (one or more)")],
+    tasks: Annotated[int, typer.Option(help="tasks per resampled instance", min=1)] = 200,
+    aligned_tasks: Annotated[
+        int, typer.Option(help="tasks per time-aligned instance (at most the trace's VMs)", min=1)
+    ] = 200,
+    instances: Annotated[int, typer.Option(help="instances per evaluation", min=1)] = 5,
+    realisations: Annotated[int, typer.Option(help="realisations per task", min=3)] = 2000,
+    capacities: Annotated[str, typer.Option(help="machine capacities")] = "0.5,1,2,5",
+    rhos: Annotated[str, typer.Option(help="GPA SLOs rho")] = "0.1,0.05,0.01,0.001",
+    history_steps: Annotated[
+        int | None, typer.Option(help="aligned history length in 300 s steps (default per trace)")
+    ] = None,
+    future_steps: Annotated[
+        int | None, typer.Option(help="aligned future length in 300 s steps (default per trace)")
+    ] = None,
+    min_window_vms: Annotated[
+        int, typer.Option(help="aligned windows need this many usable VMs", min=1)
+    ] = 20,
+    seed: Annotated[int, typer.Option(help="seed of the instances", min=0)] = 0,
+    out_dir: Annotated[
+        Path | None, typer.Option(help="write <trace>-gpa.{json,md,png} here")
+    ] = None,
+) -> None:
+    """Normalised machines m and overflow frequency q per capacity and method."""
+    capacity_values = _floats("capacities", capacities)
+    rho_values = _floats("rhos", rhos)
+    for path in paths:
+        try:
+            evaluation = run_gpa_evaluation(
+                path,
+                tasks=tasks,
+                instances=instances,
+                realisations=realisations,
+                aligned_tasks=aligned_tasks,
+                capacities=capacity_values,
+                rhos=rho_values,
+                history_steps=history_steps,
+                future_steps=future_steps,
+                min_window_vms=min_window_vms,
+                seed=seed,
+                out_dir=out_dir,
+            )
+        except (TraceFormatError, ValueError) as exc:
+            raise fail(f"{path}: {exc}") from None
+        table = Table(title=f"{evaluation.trace}: resampled vs time-aligned")
+        for column in ("c", "method", "m res.", "q res.", "q/rho", "m al.", "q al.", "q/rho"):
+            table.add_column(column)
+
+        def cell(value: float | None, spec: str) -> str:
+            return "-" if value is None else format(value, spec)
+
+        for row in evaluation.rows():
+            table.add_row(
+                f"{row['capacity']:g}",
+                row["method"],
+                cell(row["resampled_m"], ".3f"),
+                cell(row["resampled_q"], ".4f"),
+                cell(row["resampled_q_over_rho"], ".2f"),
+                cell(row["aligned_m"], ".3f"),
+                cell(row["aligned_q"], ".4f"),
+                cell(row["aligned_q_over_rho"], ".2f"),
+            )
+        out.print(table)
+    if out_dir is not None:
+        out.print(f"written to {out_dir}")
+
+
+app.command("gpa")(gpa_command)
