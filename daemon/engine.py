@@ -33,6 +33,7 @@ from lavad.daemon.placement.framework import (
     Unfit,
     UsageObserver,
 )
+from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
 from lavad.models.limits.decision import LimitDecision
 from lavad.streams.fastbuild import fast_constructor
@@ -242,10 +243,19 @@ class Engine:
         return out
 
     def summary(self, end: float) -> dict[str, Any]:
-        return {
-            name: {**pool.metrics.summary(pool.cluster, end), "counters": dict(pool.counters)}
-            for name, pool in sorted(self.pools.items())
-        }
+        return {name: self._pool_summary(pool, end) for name, pool in sorted(self.pools.items())}
+
+    @staticmethod
+    def _pool_summary(pool: PoolRuntime, end: float) -> dict[str, Any]:
+        summary = {**pool.metrics.summary(pool.cluster, end), "counters": dict(pool.counters)}
+        hooks = pool.policy.hooks
+        if isinstance(hooks, UsageHooks):
+            summary["cpu_overflow"] = {
+                "host_windows": hooks.host_windows,
+                "overflowed": hooks.host_overflows,
+                "frequency": hooks.realised_overflow,
+            }
+        return summary
 
     # ----------------------------------------------------------------- pools
 

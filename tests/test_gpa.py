@@ -267,3 +267,27 @@ def test_gpa_policy_arguments_are_validated() -> None:
     for bad in ({"rho": 0.0}, {"rho": 1.0}, {"rho": "x"}, {"half_life_s": -1.0}, {"r": 1}):
         with pytest.raises(PolicyConfigError, match=r"policies\.gpa"):
             validate_policy_args("gpa", bad)
+
+
+def test_realised_overflow_is_counted_per_host_window() -> None:
+    policy = build_policy(
+        "gpa", validate_policy_args("gpa", {"tie_break": "first"}), np.random.default_rng(0)
+    )
+    hooks = policy.hooks
+    assert isinstance(hooks, UsageHooks)
+    cluster = ClusterState()
+    cluster.add_host("h0", (8.0, 128.0, 0.0, 0.0))
+    # Two 4-core VMs fill the 8-core host on the prior.
+    assert _place(policy, cluster, "a", 0.0) == 0
+    assert _place(policy, cluster, "b", 0.0) == 0
+    # Window (0, 300]: 4 x 0.9 + 4 x 0.8 = 6.8 cores <= 8: no overflow.
+    hooks.observe(cluster, _sample("a", 300.0, 0.9))
+    hooks.observe(cluster, _sample("b", 300.0, 0.8))
+    # Window (300, 600]: 4 x 1.5 + 4 x 0.6 = 8.4 cores > 8: an overflow.
+    hooks.observe(cluster, _sample("a", 600.0, 1.5))
+    hooks.observe(cluster, _sample("b", 600.0, 0.6))
+    # Not counted until a later window starts.
+    assert (hooks.host_windows, hooks.host_overflows) == (1, 0)
+    hooks.observe(cluster, _sample("a", 900.0, 0.1))
+    assert (hooks.host_windows, hooks.host_overflows) == (2, 1)
+    assert hooks.realised_overflow == 0.5

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from lavad.daemon.engine import PoolRuntime
 from lavad.daemon.metrics.pool import CORES, MEMORY
+from lavad.daemon.placement.gpa import UsageHooks
 
 # Decision latency = input record timestamp -> decision acknowledged by the
 # broker; the buckets straddle the 50 ms goal.
@@ -104,6 +105,14 @@ class Telemetry:
             registry=registry,
         )
 
+        self.cpu_overflow = Gauge(
+            "lavad_pool_cpu_overflow_ratio",
+            "Realised CPU overflow frequency: host 5-minute windows whose measured usage"
+            " exceeded capacity / host windows measured (usage-aware policies only)",
+            ["pool"],
+            registry=registry,
+        )
+
     def refresh_pool(self, pool: PoolRuntime) -> None:
         cluster = pool.cluster
         name = pool.name
@@ -115,6 +124,9 @@ class Telemetry:
         for resource, index in (("cpu", CORES), ("memory", MEMORY)):
             share = used[index] / capacity[index] if capacity[index] else 0.0
             self.utilisation.labels(name, resource).set(share)
+        hooks = pool.policy.hooks
+        if isinstance(hooks, UsageHooks):
+            self.cpu_overflow.labels(name).set(hooks.realised_overflow)
         if pool.metrics.stranding:
             latest = pool.metrics.stranding[-1]
             self.stranded.labels(name, "cpu").set(latest.cpu_pct / 100.0)
@@ -122,7 +134,7 @@ class Telemetry:
 
     def forget_pool(self, name: str) -> None:
         """A pool moved to another instance: stop exporting its gauges here."""
-        for gauge in (self.hosts_up, self.vms, self.empty_hosts):
+        for gauge in (self.hosts_up, self.vms, self.empty_hosts, self.cpu_overflow):
             _remove(gauge, name)
         for gauge in (self.utilisation, self.stranded):
             for resource in ("cpu", "memory"):

@@ -194,17 +194,47 @@ class UsageHooks:
     predicted P(CPU usage > capacity) crosses above ``rho`` a ``host``
     notice ``overflow_risk`` is queued (once per crossing; it re-arms when
     the probability falls back to rho or below), which the engine publishes
-    on the repredictions output. The engine does not route usage samples to
-    policies yet: until it calls ``observe``, VMs stay on the prior.
+    on the repredictions output. A VM without samples stays on the prior.
+
+    They also measure what GPA promises: the *realised* overflow frequency.
+    Samples fall into ``interval_s`` windows; when a window closes (a sample
+    of a later one arrives), each host with readings in it counts one
+    window, and one overflow if its VMs' summed CPU usage (mean over the
+    sample x the VM's requested cores) exceeded its capacity. A VM with no
+    reading in a window is missing from that sum, so this can only
+    undercount.
     """
 
-    def __init__(self, usage: HostUsage, rho: float | None = None) -> None:
+    def __init__(
+        self, usage: HostUsage, rho: float | None = None, *, interval_s: float = 300.0
+    ) -> None:
         if rho is not None:
             quantile_factor(rho)  # validates rho
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.usage = usage
         self.rho = rho
+        self.interval_s = interval_s
         self._notices: list[Notice] = []
         self._at_risk: set[int] = set()
+        self._window_end = -math.inf
+        self._window_cores: dict[int, float] = {}
+        self.host_windows = 0
+        self.host_overflows = 0
+
+    @property
+    def realised_overflow(self) -> float:
+        """Overflowed host-windows / host-windows observed (0 before any)."""
+        return self.host_overflows / self.host_windows if self.host_windows else 0.0
+
+    def _count_window(self, cluster: ClusterState) -> None:
+        row = CLUSTER_ROW[CPU]
+        for host, cores in self._window_cores.items():
+            if host < cluster.n_hosts:
+                self.host_windows += 1
+                if cores > cluster.capacity[row, host] + FIT_TOLERANCE:
+                    self.host_overflows += 1
+        self._window_cores.clear()
 
     @property
     def next_deadline(self) -> float:
@@ -239,8 +269,17 @@ class UsageHooks:
     def observe(self, cluster: ClusterState, sample: UsageSample) -> None:
         """Feed one usage sample; a placed VM's host is re-checked against rho."""
         host = self.usage.observe(sample)
-        if host is not None:
-            self._check(cluster, host, sample.time)
+        if host is None:
+            return
+        end = math.ceil(sample.time / self.interval_s) * self.interval_s
+        if end > self._window_end:
+            self._count_window(cluster)
+            self._window_end = end
+        record = cluster.vms.get(sample.vm_id)
+        if record is not None:
+            used = sample.cpu.mean * record.demand[0]
+            self._window_cores[host] = self._window_cores.get(host, 0.0) + used
+        self._check(cluster, host, sample.time)
 
     def _check(self, cluster: ClusterState, host: int, now: float) -> None:
         if self.rho is None or host >= cluster.n_hosts:
