@@ -16,6 +16,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.evaluation.admission_cli import admission_command
 from lavad.daemon.evaluation.gpa_cli import gpa_command
 from lavad.daemon.evaluation.lifetime import lifetime_command
 from lavad.daemon.evaluation.limits_cli import limits_command, limits_sweep_command
@@ -45,6 +46,7 @@ app.add_typer(trace_app, name="trace")
 app.add_typer(config_app, name="config")
 app.add_typer(evaluate_app, name="evaluate")
 evaluate_app.command("lifetime")(lifetime_command)
+evaluate_app.command("admission")(admission_command)
 evaluate_app.command("gpa")(gpa_command)
 evaluate_app.command("limits")(limits_command)
 evaluate_app.command("limits-sweep")(limits_sweep_command)
