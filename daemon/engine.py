@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from lavad.daemon.admission.service import AdmissionConfig, PoolAdmission
 from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
 from lavad.daemon.limits.service import LimitsConfig, PoolLimits
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
@@ -38,7 +39,11 @@ from lavad.daemon.placement.registry import PolicyArgs, build_policy
 from lavad.models.limits.decision import LimitDecision
 from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import (
+    Admission,
     Decision,
+    DeploymentArrival,
+    DeploymentScaleIn,
+    DeploymentScaleOut,
     Event,
     HostDown,
     HostDrain,
@@ -117,6 +122,8 @@ class EngineConfig:
     seed: int = 0
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    # None: deployment events are counted, not decided.
+    admission: AdmissionConfig | None = None
 
 
 @dataclass(slots=True)
@@ -134,6 +141,9 @@ class PoolRuntime:
     repredictions: int = 0
     # Limit recommendations from the usage stream (None when turned off).
     limits: PoolLimits | None = None
+    admission: PoolAdmission | None = None
+    # Numbers the pool's admission decisions, so their ids are deterministic.
+    admissions: int = 0
 
 
 def _stable_seed(seed: int, pool: str, stream: int) -> np.random.Generator:
@@ -152,6 +162,9 @@ class Engine:
             HostDown: self._on_host_down,
             HostDrain: self._on_host_drain,
             UsageSample: self._on_usage,
+            DeploymentArrival: self._on_deployment,
+            DeploymentScaleOut: self._on_deployment,
+            DeploymentScaleIn: self._on_deployment,
         }
 
     # ------------------------------------------------------------ interface
@@ -171,8 +184,7 @@ class Engine:
             hooks.advance(pool.cluster, now)
         handler = self._handlers.get(type(event))
         if handler is None:
-            # Deployment events have no consumer until admission control is
-            # wired in; they are counted, not lost silently.
+            # Every event type has a handler; this guards a future one.
             pool.counters[f"unconsumed.{event.type}"] += 1
             decisions: list[Decision] = []
         else:
@@ -248,6 +260,11 @@ class Engine:
     @staticmethod
     def _pool_summary(pool: PoolRuntime, end: float) -> dict[str, Any]:
         summary = {**pool.metrics.summary(pool.cluster, end), "counters": dict(pool.counters)}
+        if pool.admission is not None:
+            summary["admission"] = {
+                **pool.admission.counters,
+                "scale_out_failure_rate": pool.admission.scale_out_failure_rate,
+            }
         hooks = pool.policy.hooks
         if isinstance(hooks, UsageHooks):
             summary["cpu_overflow"] = {
@@ -279,6 +296,42 @@ class Engine:
             raise ValueError(f"pools already held by this engine: {', '.join(clash)}")
         self.pools.update(pools)
 
+    def _on_deployment(
+        self,
+        pool: PoolRuntime,
+        event: DeploymentArrival | DeploymentScaleOut | DeploymentScaleIn,
+        now: float,
+    ) -> list[Decision]:
+        admission = pool.admission
+        if admission is None:
+            pool.counters[f"unconsumed.{event.type}"] += 1
+            return []
+        if isinstance(event, DeploymentScaleIn):
+            admission.on_scale_in(event, now)
+            return []
+        verdict = (
+            admission.on_arrival(event, now)
+            if isinstance(event, DeploymentArrival)
+            else admission.on_scale_out(event, now)
+        )
+        if verdict is None:
+            return []
+        pool.admissions += 1
+        return [
+            Admission(
+                decision_id=f"admission/{pool.name}/{verdict.deployment_id}/{pool.admissions}",
+                time=verdict.time,
+                pool=pool.name,
+                deployment_id=verdict.deployment_id,
+                request=verdict.request,
+                admitted=verdict.admitted,
+                cores=verdict.cores,
+                policy=verdict.policy,
+                reason=verdict.reason,
+                explanation=verdict.explanation,
+            )
+        ]
+
     def _on_usage(self, pool: PoolRuntime, event: UsageSample, now: float) -> list[Decision]:
         hooks = pool.policy.hooks
         observed = isinstance(hooks, UsageObserver)
@@ -305,6 +358,7 @@ class Engine:
             policy=policy,
             metrics=PoolMetrics(config.metrics, _stable_seed(config.seed, name, 1)),
             limits=None if config.limits.recommender == "off" else PoolLimits(config.limits),
+            admission=None if config.admission is None else PoolAdmission(config.admission),
         )
         setup = config.pools
         if setup.shape is not None:

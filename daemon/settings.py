@@ -21,6 +21,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from lavad.daemon.admission.registry import AdmissionConfigError, validate_admission_args
+from lavad.daemon.admission.service import AdmissionConfig
 from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
 from lavad.daemon.limits.service import RECOMMENDERS, LimitsConfig
 from lavad.daemon.metrics.pool import MetricsConfig
@@ -30,6 +32,7 @@ from lavad.daemon.placement.registry import (
     PolicyConfigError,
     validate_policy_args,
 )
+from lavad.models.deployments.process import DeploymentPriors, GammaBelief
 
 
 class ConfigError(Exception):
@@ -61,6 +64,34 @@ class LimitSettings(_Section):
         if value not in RECOMMENDERS:
             raise ValueError(f"unknown recommender; known: {', '.join(RECOMMENDERS)}")
         return value
+
+
+class GammaSettings(_Section):
+    shape: float = Field(gt=0, description="pseudo-events")
+    rate: float = Field(gt=0, description="in this much exposure (seconds, or core-seconds)")
+
+
+class PriorSettings(_Section):
+    """Population priors of the deployment model (appendix B), fitted on a trace."""
+
+    core_death: GammaSettings
+    scale_out: GammaSettings
+    size: GammaSettings
+    kill: GammaSettings
+
+
+class AdmissionSettings(_Section):
+    policy: Literal["off", "zeroth", "first", "second"] = Field(
+        default="off", description="admission of deployments: off, or a moment policy"
+    )
+    capacity_cores: float | None = Field(
+        default=None, gt=0, description="cores the admitted deployments share (required unless off)"
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="the policy's arguments")
+    priors: PriorSettings | None = Field(
+        default=None, description="required by the first and second moment policies"
+    )
+    refresh_s: float = Field(default=3600.0, gt=0, description="event time between full recomputes")
 
 
 class HostSettings(_Section):
@@ -177,6 +208,7 @@ class Settings(BaseSettings):
     hosts: HostSettings = HostSettings()
     metrics: MetricsSettings = MetricsSettings()
     limits: LimitSettings = LimitSettings()
+    admission: AdmissionSettings = AdmissionSettings()
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     live: LiveSettings = LiveSettings()
@@ -201,6 +233,40 @@ class Settings(BaseSettings):
         except PolicyConfigError as exc:
             raise ConfigError(exc.key, exc.reason) from None
 
+    def admission_config(self) -> AdmissionConfig | None:
+        admission = self.admission
+        if admission.policy == "off":
+            return None
+        if admission.capacity_cores is None:
+            raise ConfigError("admission.capacity_cores", "required when admission.policy is set")
+        try:
+            validate_admission_args(admission.policy, admission.args, key="admission.args")
+        except AdmissionConfigError as exc:
+            raise ConfigError(exc.key, exc.reason) from None
+        if admission.priors is None:
+            if admission.policy != "zeroth":
+                raise ConfigError(
+                    "admission.priors",
+                    f"the {admission.policy} moment policy needs the deployment priors"
+                    " (`lavad evaluate admission` fits them on a trace)",
+                )
+            # The zeroth moment policy reads active cores only; the model's
+            # moments are kept but never consulted, so any proper prior does.
+            unused = GammaBelief(1.0, 1.0)
+            priors = DeploymentPriors(unused, unused, unused, unused)
+        else:
+            p = admission.priors
+            priors = DeploymentPriors(
+                *(GammaBelief(g.shape, g.rate) for g in (p.core_death, p.scale_out, p.size, p.kill))
+            )
+        return AdmissionConfig(
+            admission.policy,
+            dict(admission.args),
+            admission.capacity_cores,
+            priors,
+            admission.refresh_s,
+        )
+
     def engine_config(self, policy: str | None = None, *, trace_has_hosts: bool) -> EngineConfig:
         name = policy or self.placement.policy
         hosts = self.hosts
@@ -216,6 +282,7 @@ class Settings(BaseSettings):
             ),
             seed=self.seed,
             limits=LimitsConfig(self.limits.recommender, self.limits.tolerance),
+            admission=self.admission_config(),
             metrics=MetricsConfig(
                 warmup_s=self.metrics.warmup_s,
                 sample_interval_s=self.metrics.sample_interval_s,
@@ -250,6 +317,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
             f"unknown policy {settings.placement.policy!r}; known: {', '.join(sorted(REGISTRY))}",
         )
     settings.policy_args(settings.placement.policy)
+    settings.admission_config()
     _check_live(settings)
     for name in settings.policies:
         if name not in REGISTRY:

@@ -300,7 +300,32 @@ class Limit:
     v: Literal[1] = 1
 
 
-Decision = Placement | Reprediction | Limit
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Whether a deployment may join the pool (``request`` "arrival") or grow ("scale_out").
+
+    An arrival is decided by the admission policy; ``explanation`` has the
+    threshold, the binding horizon and look-ahead time and the estimated
+    probability of running over capacity there. A scale-out of an admitted
+    deployment is granted while the capacity allows; a refused one is the
+    SLA failure the policies trade utilisation against.
+    """
+
+    decision_id: str
+    time: float
+    pool: str
+    deployment_id: str
+    request: Literal["arrival", "scale_out"]
+    admitted: bool
+    cores: float
+    policy: str
+    reason: str
+    explanation: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["admission"] = "admission"
+    v: Literal[1] = 1
+
+
+Decision = Placement | Reprediction | Limit | Admission
 
 
 def placement_decision_id(pool: str, vm_id: str) -> str:
