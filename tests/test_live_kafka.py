@@ -30,6 +30,7 @@ from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord
 from lavad.streams.kafka.deadletter import header_map
 from lavad.streams.kafka.embedded import EmbeddedBroker, free_port
+from lavad.streams.schema import DeploymentArrival, DeploymentScaleIn, DeploymentScaleOut, Event
 
 pytestmark = pytest.mark.kafka
 GOOGLE_LIMITS_SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-limits-slice"
@@ -271,4 +272,49 @@ async def test_usage_limits_are_published_as_in_a_replay(
     stop.set()
     await task
     got = await read_topic(broker.bootstrap_servers, NAMES.limits, at_least=len(expected))
+    assert [record.value for record in got] == expected
+
+
+async def test_admissions_are_published_as_in_a_replay(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    settings = settings.model_copy(
+        update={
+            "admission": settings.admission.model_copy(
+                update={"policy": "zeroth", "capacity_cores": 10.0, "args": {"threshold": 0.8}}
+            )
+        }
+    )
+    # Deployments of 2-5 cores arriving and growing on a 10-core pool: some
+    # arrivals and scale-outs are refused.
+    events: list[Event] = []
+    for k in range(40):
+        deployment = f"d{k % 7}"
+        if k % 3 == 0:
+            events.append(
+                DeploymentArrival(
+                    time=float(k), pool="east", deployment_id=deployment, cores=2.0 + k % 4
+                )
+            )
+        elif k % 3 == 1:
+            events.append(
+                DeploymentScaleOut(time=float(k), pool="east", deployment_id=deployment, cores=1.0)
+            )
+        else:
+            events.append(
+                DeploymentScaleIn(time=float(k), pool="east", deployment_id=deployment, cores=1.0)
+            )
+    expected = replay_in_process(settings, events)["east"]
+    assert any(b'"admitted":false' in line for line in expected)
+    assert any(b'"admitted":true' in line for line in expected)
+    await create_topics(broker.bootstrap_servers)
+    await produce(broker.bootstrap_servers, events)
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    stop = asyncio.Event()
+    task = await _serve(daemon, stop)
+    await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
+    stop.set()
+    await task
+    got = await read_topic(broker.bootstrap_servers, NAMES.admissions, at_least=len(expected))
     assert [record.value for record in got] == expected
