@@ -108,9 +108,9 @@ def admission_command(
             )
         out.print(table)
         # The fitted priors, ready for the live daemon's configuration.
-        out.print("[admission.priors]  # fitted on " + ev.trace)
+        out.print("[admission.priors]  # fitted on " + ev.trace, markup=False)
         for name, (shape, rate) in ev.priors.items():
-            out.print(f"{name} = {{ shape = {shape:.6g}, rate = {rate:.6g} }}")
+            out.print(f"{name} = {{ shape = {shape:.6g}, rate = {rate:.6g} }}", markup=False)
     if json_out is not None:
         json_out.write_bytes(
             orjson.dumps([r.as_dict() for r in results], option=orjson.OPT_INDENT_2)
