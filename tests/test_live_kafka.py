@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
@@ -26,6 +27,7 @@ from live_support import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from lavad.daemon.live.shell import LiveDaemon, StartupError, live_engine_config
+from lavad.daemon.settings import Settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord
 from lavad.streams.kafka.deadletter import header_map
@@ -42,12 +44,8 @@ async def _serve(daemon: LiveDaemon, stop: asyncio.Event) -> asyncio.Task[None]:
     return task
 
 
-async def test_kafka_gives_the_decisions_of_an_in_process_replay(
-    broker: EmbeddedBroker, tmp_path: Path
-) -> None:
-    settings = live_settings(broker.bootstrap_servers, tmp_path)
-    events = two_pool_events(3_000)
-    expected = replay_in_process(settings, events)
+async def _consume_all(broker: EmbeddedBroker, settings: Settings, events: Sequence[Event]) -> None:
+    """Publish ``events``, run a daemon until it has processed them all, stop it."""
     await create_topics(broker.bootstrap_servers)
     await produce(broker.bootstrap_servers, events)
     daemon = LiveDaemon(settings, live_engine_config(settings))
@@ -56,6 +54,15 @@ async def test_kafka_gives_the_decisions_of_an_in_process_replay(
     await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
     stop.set()
     await task
+
+
+async def test_kafka_gives_the_decisions_of_an_in_process_replay(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    events = two_pool_events(3_000)
+    expected = replay_in_process(settings, events)
+    await _consume_all(broker, settings, events)
     total = sum(len(lines) for lines in expected.values())
     records = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=total)
     got = by_pool(record.value for record in records)
@@ -236,14 +243,7 @@ async def test_lava_repredictions_are_published_as_in_a_replay(
     placements = [line for line in expected if b'"kind":"placement"' in line]
     repredictions = [line for line in expected if b'"kind":"reprediction"' in line]
     assert repredictions, "the slice should change some LAVA host states"
-    await create_topics(broker.bootstrap_servers)
-    await produce(broker.bootstrap_servers, events)
-    daemon = LiveDaemon(settings, live_engine_config(settings))
-    stop = asyncio.Event()
-    task = await _serve(daemon, stop)
-    await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
-    stop.set()
-    await task
+    await _consume_all(broker, settings, events)
     got = await read_topic(
         broker.bootstrap_servers, NAMES.repredictions, at_least=len(repredictions)
     )
@@ -263,14 +263,7 @@ async def test_usage_limits_are_published_as_in_a_replay(
     ]
     expected = replay_in_process(settings, events)["default"]
     assert expected and all(b'"kind":"limit"' in line for line in expected)
-    await create_topics(broker.bootstrap_servers)
-    await produce(broker.bootstrap_servers, events)
-    daemon = LiveDaemon(settings, live_engine_config(settings))
-    stop = asyncio.Event()
-    task = await _serve(daemon, stop)
-    await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
-    stop.set()
-    await task
+    await _consume_all(broker, settings, events)
     got = await read_topic(broker.bootstrap_servers, NAMES.limits, at_least=len(expected))
     assert [record.value for record in got] == expected
 
@@ -308,13 +301,6 @@ async def test_admissions_are_published_as_in_a_replay(
     expected = replay_in_process(settings, events)["east"]
     assert any(b'"admitted":false' in line for line in expected)
     assert any(b'"admitted":true' in line for line in expected)
-    await create_topics(broker.bootstrap_servers)
-    await produce(broker.bootstrap_servers, events)
-    daemon = LiveDaemon(settings, live_engine_config(settings))
-    stop = asyncio.Event()
-    task = await _serve(daemon, stop)
-    await wait_for(lambda: daemon.records_processed >= len(events), 60, "all events")
-    stop.set()
-    await task
+    await _consume_all(broker, settings, events)
     got = await read_topic(broker.bootstrap_servers, NAMES.admissions, at_least=len(expected))
     assert [record.value for record in got] == expected
