@@ -5,6 +5,8 @@
   in the same process, so the ratio shows what the core costs;
 * placement latency p50/p99 at 1,000 and 10,000 hosts for Best Fit and First
   Fit, next to a recompute-per-request numpy Best Fit baseline;
+* reprediction E[T_r | T_u] per VM, one and many VMs per call;
+* admission decision latency with 500 deployments (needs ../shared/data);
 * peak resident memory of this process.
 
 ``--live`` runs only the live-shell figures instead (``benchmarks/live_kafka.py``,
@@ -26,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.admission_latency import SHARED_DLRM
+from benchmarks.admission_latency import measure as measure_admission
 from benchmarks.placement_latency import measure, measure_recompute_baseline
 from benchmarks.reprediction_latency import reprediction_latency
 from lavad.daemon.replay import replay
@@ -111,6 +115,20 @@ def placement_latency(path: Path, sizes: list[int]) -> None:
         print(f"  bestfit p99 vs recompute baseline p99: {speedup:.2f}x faster")
 
 
+def admission_latency() -> None:
+    """Admission decisions with 500 deployments of real alibaba-dlrm histories (paper's grid)."""
+    print("admission decision latency (500 deployments, 5 horizons x 600 look-ahead times)")
+    if not SHARED_DLRM.exists():
+        print(f"  skipped: alibaba-dlrm not found at {SHARED_DLRM}")
+        return
+    for name in ("zeroth", "first", "second"):
+        fig = measure_admission(name, 500, horizons_s=None, steps=600, path=SHARED_DLRM)
+        print(
+            f"  {fig.policy:<8} p50 {fig.p50_ms:8.3f} ms   p99 {fig.p99_ms:8.3f} ms"
+            f"   (full refresh of all rows {fig.refresh_ms:.1f} ms)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--skip-replay", action="store_true")
@@ -133,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         replay_throughput(path)
     placement_latency(path, [int(s) for s in args.sizes.split(",")])
     reprediction_latency(SLICE_AZURE)
+    admission_latency()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak resident memory of this process: {peak_kib / 1024:.0f} MiB")
     return 0
