@@ -132,6 +132,10 @@ def replay(
     end = end_time if end_time is not None and end_time >= clock else clock
     if end == float("-inf"):
         end = 0.0
+    elif end > clock and end >= engine.next_deadline:
+        # Timers due between the last event and the end of the recording
+        # (VMs outliving their predictions, LAVA deadlines) still fire.
+        emit(engine.advance(end))
     pools = engine.summary(end)
     elapsed = time.perf_counter() - started
     series = {

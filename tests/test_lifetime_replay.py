@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 from pathlib import Path
 
 import orjson
@@ -11,7 +12,10 @@ from support import PROJECT_ROOT, replay_trace
 from typer.testing import CliRunner
 
 from lavad.daemon.cli import app
+from lavad.daemon.replay import replay
+from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
+from lavad.streams.codec import BadRecord
 from lavad.streams.oracle import exit_times
 from lavad.streams.schema import VmRequest
 
@@ -111,3 +115,22 @@ def test_live_daemon_refuses_an_oracle_policy() -> None:
     )
     assert result.exit_code == 2
     assert "placement.policy" in result.output and "oracle" in result.output
+
+
+def test_timers_due_after_the_last_event_still_fire() -> None:
+    """Cut the slice where many VMs run: their overdue repredictions fire up to the end."""
+    events = [e for e in open_trace(AZURE_SLICE, seed=1).events() if not isinstance(e, BadRecord)]
+    cut = events[len(events) // 2].time
+    head = [e for e in events if e.time < cut]
+    last_event = head[-1].time
+    settings = load_settings(CONFIG)
+    sink = io.BytesIO()
+    replay(
+        head,
+        settings.engine_config("las", trace_has_hosts=False),
+        end_time=cut + 86_400.0,
+        decisions_out=sink,
+    )
+    times = [float(orjson.loads(line)["time"]) for line in sink.getvalue().splitlines()]
+    assert any(last_event < t <= cut + 86_400.0 for t in times)
+    assert times == sorted(times)

@@ -251,6 +251,7 @@ class LavaHosts:
             notices.extend(self.tracker.notices)
             self.tracker.notices.clear()
         self.notices = []
+        notices.sort(key=lambda notice: notice.time)
         return notices
 
 

@@ -216,8 +216,11 @@ class LifetimeTracker:
             self.advance(cluster, now)
 
     def take_notices(self) -> list[Notice]:
+        """The notices in time order: a VM repredicted twice in one advance (its
+        new exit was also due) is reported after VMs due earlier in the batch."""
         notices = self.notices
         self.notices = []
+        notices.sort(key=lambda notice: notice.time)
         return notices
 
     def _repredict_overdue(self, now: float, refit: float) -> None:
