@@ -21,17 +21,27 @@ from lavad.streams.schema import (
 CONFIG = PROJECT_ROOT / "config" / "lavad.toml"
 
 
-def _engine(tmp_path: Path, admission: str) -> Engine:
+DEFAULT_TABLE = '[admission]\npolicy = "off"\n'
+
+
+def _config(tmp_path: Path, admission: str) -> Path:
+    """The default configuration with its [admission] table replaced by ``admission``."""
+    text = CONFIG.read_text()
+    assert DEFAULT_TABLE in text
     path = tmp_path / "lavad.toml"
-    path.write_text(CONFIG.read_text() + admission)
-    settings = load_settings(path)
+    path.write_text(text.replace(DEFAULT_TABLE, admission) if admission else text)
+    return path
+
+
+def _engine(tmp_path: Path, admission: str) -> Engine:
+    settings = load_settings(_config(tmp_path, admission))
     return Engine(replace(settings.engine_config(trace_has_hosts=False)))
 
 
 def test_zeroth_moment_admits_grants_and_refuses_by_hand(tmp_path: Path) -> None:
     engine = _engine(
         tmp_path,
-        '\n[admission]\npolicy = "zeroth"\ncapacity_cores = 10.0\nargs = { threshold = 0.8 }\n',
+        '[admission]\npolicy = "zeroth"\ncapacity_cores = 10.0\nargs = { threshold = 0.8 }\n',
     )
     events: list[Event] = [
         # 0 + 4 = 4 < 0.8 x 10 = 8: admitted.
@@ -87,17 +97,15 @@ def test_without_admission_deployment_events_are_counted(tmp_path: Path) -> None
 def test_bad_admission_config_fails_at_start_up_with_the_key(
     tmp_path: Path, table: str, key: str
 ) -> None:
-    path = tmp_path / "lavad.toml"
-    path.write_text(CONFIG.read_text() + "\n[admission]\n" + table)
     with pytest.raises(ConfigError) as caught:
-        load_settings(path)
+        load_settings(_config(tmp_path, "[admission]\n" + table))
     assert caught.value.key == key
 
 
 def test_first_moment_policy_runs_with_configured_priors(tmp_path: Path) -> None:
     engine = _engine(
         tmp_path,
-        '\n[admission]\npolicy = "first"\ncapacity_cores = 1000.0\n'
+        '[admission]\npolicy = "first"\ncapacity_cores = 1000.0\n'
         "args = { threshold = 0.9, horizons_s = [86400.0], steps = 24 }\n"
         "[admission.priors]\n"
         "core_death = { shape = 2.0, rate = 172800.0 }\n"
