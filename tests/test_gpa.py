@@ -29,6 +29,8 @@ from lavad.daemon.placement.stochastic_packing import (
     pack,
     rebalance,
 )
+from lavad.streams.adapters import open_trace
+from lavad.streams.codec import BadRecord
 from lavad.streams.schema import UsageSample, UsageStats
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-slice"
@@ -291,3 +293,71 @@ def test_realised_overflow_is_counted_per_host_window() -> None:
     hooks.observe(cluster, _sample("a", 900.0, 0.1))
     assert (hooks.host_windows, hooks.host_overflows) == (2, 1)
     assert hooks.realised_overflow == 0.5
+
+
+def test_live_variance_factor_learns_the_covariance_of_real_co_located_jobs() -> None:
+    """16 real Google jobs on one host: the online factor against the batch ratio.
+
+    Batch: Var(sum of the jobs' aligned CPU) / sum of Var(each job), over the
+    5-minute steps where every job has a reading. Independent jobs would give
+    1; these move together through the day.
+    """
+    slice_dir = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-slice"
+    events = [
+        e
+        for e in open_trace(slice_dir, seed=0).events()
+        if not isinstance(e, BadRecord) and isinstance(e, UsageSample)
+    ]
+    ids = sorted({e.vm_id for e in events})
+    policy = build_policy("gpa", validate_policy_args("gpa", {}), np.random.default_rng(0))
+    hooks = policy.hooks
+    assert isinstance(hooks, UsageHooks)
+    cluster = ClusterState()
+    cluster.add_host("h0", (1000.0, 10_000.0, 0.0, 0.0))
+    for vm_id in ids:
+        record = cluster.book(vm_id, 0, (1.0, 1.0, 0.0, 0.0), "", 0.0)
+        hooks.on_booked(cluster, record, 0.0, None)
+    for event in events:
+        hooks.observe(cluster, event)
+    by_time: dict[float, dict[str, float]] = {}
+    for event in events:
+        by_time.setdefault(event.time, {})[event.vm_id] = event.cpu.mean
+    aligned = np.array([[row[v] for v in ids] for row in by_time.values() if len(row) == len(ids)])
+    batch = np.var(aligned.sum(axis=1), ddof=1) / np.var(aligned, axis=0, ddof=1).sum()
+    factor = float(hooks.usage.variance_factor[0])
+    assert batch > 1.3  # the premise: real co-located jobs are correlated
+    assert factor == pytest.approx(batch, rel=0.15)
+
+
+def test_calibration_off_keeps_the_independent_sum() -> None:
+    policy = build_policy(
+        "gpa", validate_policy_args("gpa", {"calibrate": False}), np.random.default_rng(0)
+    )
+    hooks = policy.hooks
+    assert isinstance(hooks, UsageHooks)
+    cluster = ClusterState()
+    cluster.add_host("h0", (8.0, 128.0, 0.0, 0.0))
+    assert _place(policy, cluster, "a", 0.0) == 0
+    assert _place(policy, cluster, "b", 0.0) == 0
+    # Perfectly correlated: both at 0.2 then both at 0.8, for 100 windows.
+    for k in range(100):
+        value = 0.2 if k % 2 else 0.8
+        hooks.observe(cluster, _sample("a", 300.0 * (k + 1), value))
+        hooks.observe(cluster, _sample("b", 300.0 * (k + 1), value))
+    assert hooks.usage.variance_factor[0] == 1.0
+
+
+def test_perfectly_correlated_pair_doubles_the_variance_by_hand() -> None:
+    """Two equal VMs moving together: Var(a + b) = 4 var, the independent sum says 2 var."""
+    policy = build_policy("gpa", validate_policy_args("gpa", {}), np.random.default_rng(0))
+    hooks = policy.hooks
+    assert isinstance(hooks, UsageHooks)
+    cluster = ClusterState()
+    cluster.add_host("h0", (8.0, 128.0, 0.0, 0.0))
+    assert _place(policy, cluster, "a", 0.0) == 0
+    assert _place(policy, cluster, "b", 0.0) == 0
+    for k in range(200):
+        value = 0.2 if k % 2 else 0.8
+        hooks.observe(cluster, _sample("a", 300.0 * (k + 1), value))
+        hooks.observe(cluster, _sample("b", 300.0 * (k + 1), value))
+    assert hooks.usage.variance_factor[0] == pytest.approx(2.0, rel=0.05)

@@ -110,7 +110,7 @@ def _after_placement(
     added = usage.contribution(request.vm_id, _request_scale(request))
     usage.ensure_columns(n)
     mean = usage.mean_sum[resource, :n] + added[resource]
-    variance = usage.variance(resource, n) + added[2 + resource]
+    variance = usage.variance(resource, n) + added[2 + resource] * usage.variance_factor[resource]
     return mean, variance
 
 
@@ -196,6 +196,18 @@ class UsageHooks:
     the probability falls back to rho or below), which the engine publishes
     on the repredictions output. A VM without samples stays on the prior.
 
+    With ``calibrate``, they learn how much the host sums really vary: for
+    each closed window and each host whose VMs all had a reading and all
+    count by their own estimates, the squared gap between the realised sum
+    and the predicted mean sum, against the predicted variance sum. The
+    decayed ratio of the two (half-life ``calibration_half_life`` host
+    windows, applied once ``MIN_CALIBRATION`` host windows are in, never
+    below 1) becomes ``usage.variance_factor`` for CPU. Independent VMs give
+    about 1; VMs that move together (the time-aligned evaluation's case)
+    give more, and GPA then packs as if their covariances were counted. The
+    offline ``gpa-cov`` sums aligned histories instead; live, a host's mix
+    changes too often for that, and a pooled factor needs no history.
+
     They also measure what GPA promises: the *realised* overflow frequency.
     Samples fall into ``interval_s`` windows; when a window closes (a sample
     of a later one arrives), each host with readings in it counts one
@@ -205,8 +217,16 @@ class UsageHooks:
     undercount.
     """
 
+    MIN_CALIBRATION = 30
+
     def __init__(
-        self, usage: HostUsage, rho: float | None = None, *, interval_s: float = 300.0
+        self,
+        usage: HostUsage,
+        rho: float | None = None,
+        *,
+        interval_s: float = 300.0,
+        calibrate: bool = True,
+        calibration_half_life: float = 2000.0,
     ) -> None:
         if rho is not None:
             quantile_factor(rho)  # validates rho
@@ -219,8 +239,16 @@ class UsageHooks:
         self._at_risk: set[int] = set()
         self._window_end = -math.inf
         self._window_cores: dict[int, float] = {}
+        self._window_vms: dict[int, set[str]] = {}
         self.host_windows = 0
         self.host_overflows = 0
+        if not calibration_half_life > 0:
+            raise ValueError(f"calibration_half_life must be > 0, got {calibration_half_life}")
+        self.calibrate = calibrate
+        self._decay = 0.5 ** (1.0 / calibration_half_life)
+        self._squared_gap = 0.0
+        self._predicted_variance = 0.0
+        self.calibration_windows = 0
 
     @property
     def realised_overflow(self) -> float:
@@ -229,12 +257,28 @@ class UsageHooks:
 
     def _count_window(self, cluster: ClusterState) -> None:
         row = CLUSTER_ROW[CPU]
+        usage = self.usage
         for host, cores in self._window_cores.items():
-            if host < cluster.n_hosts:
-                self.host_windows += 1
-                if cores > cluster.capacity[row, host] + FIT_TOLERANCE:
-                    self.host_overflows += 1
+            if host >= cluster.n_hosts:
+                continue
+            self.host_windows += 1
+            if cores > cluster.capacity[row, host] + FIT_TOLERANCE:
+                self.host_overflows += 1
+            if self.calibrate:
+                seen = self._window_vms.get(host, set())
+                complete = len(seen) == int(usage.vm_count[host]) and all(
+                    usage.estimated(vm_id, CPU) for vm_id in seen
+                )
+                predicted = float(usage.variance_sum[CPU, host])
+                if complete and predicted > 0:
+                    gap = cores - float(usage.mean_sum[CPU, host])
+                    self._squared_gap = self._squared_gap * self._decay + gap * gap
+                    self._predicted_variance = self._predicted_variance * self._decay + predicted
+                    self.calibration_windows += 1
+        if self.calibration_windows >= self.MIN_CALIBRATION and self._predicted_variance > 0:
+            usage.variance_factor[CPU] = max(1.0, self._squared_gap / self._predicted_variance)
         self._window_cores.clear()
+        self._window_vms.clear()
 
     @property
     def next_deadline(self) -> float:
@@ -279,18 +323,17 @@ class UsageHooks:
         if record is not None:
             used = sample.cpu.mean * record.demand[0]
             self._window_cores[host] = self._window_cores.get(host, 0.0) + used
+            self._window_vms.setdefault(host, set()).add(sample.vm_id)
         self._check(cluster, host, sample.time)
 
     def _check(self, cluster: ClusterState, host: int, now: float) -> None:
         if self.rho is None or host >= cluster.n_hosts:
             return
         row = CLUSTER_ROW[CPU]
+        usage = self.usage
+        variance = max(float(usage.variance_sum[CPU, host]), 0.0) * usage.variance_factor[CPU]
         probability = float(
-            overflow_probability(
-                self.usage.mean_sum[CPU, host],
-                max(float(self.usage.variance_sum[CPU, host]), 0.0),
-                cluster.capacity[row, host],
-            )
+            overflow_probability(usage.mean_sum[CPU, host], variance, cluster.capacity[row, host])
         )
         if probability > self.rho:
             if host not in self._at_risk:
@@ -305,7 +348,8 @@ class UsageHooks:
                             "probability": probability,
                             "rho": self.rho,
                             "mean": float(self.usage.mean_sum[CPU, host]),
-                            "variance": float(self.usage.variance_sum[CPU, host]),
+                            "variance": variance,
+                            "variance_factor": float(usage.variance_factor[CPU]),
                             "capacity": float(cluster.capacity[row, host]),
                         },
                     )

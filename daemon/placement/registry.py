@@ -108,6 +108,10 @@ class GpaArgs(PolicyArgs):
     prior_mean_fraction: float = Field(
         default=1.0, ge=0, description="fraction of its request a VM without estimate counts"
     )
+    calibrate: bool = Field(
+        default=True,
+        description="widen host variance sums by the ratio realised usage shows (covariance)",
+    )
     tie_break: Literal["random", "first"] = Field(
         default="random", description="among equal scores: a seeded random host, or the first"
     )
@@ -218,7 +222,7 @@ def _build_gpa(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
         rng,
         filters=filters,
         random_ties=args.tie_break == "random" and args.fit == "bestfit",
-        hooks=UsageHooks(usage, args.rho),
+        hooks=UsageHooks(usage, args.rho, calibrate=args.calibrate),
     )
 
 

@@ -72,6 +72,11 @@ class HostUsage:
         self.variance_sum: FloatArray = np.zeros((N_USAGE, columns))
         self.vm_count: NDArray[np.int32] = np.zeros(columns, dtype=np.int32)
         self._placed: dict[str, _Placement] = {}
+        # Per resource, how much wider a host's usage sum really varies than
+        # the sum of its VMs' variances says (>= 1; covariance among
+        # co-located VMs). Learned from realised usage by the policy's hooks;
+        # every reader of the variance sums applies it.
+        self.variance_factor: FloatArray = np.ones(N_USAGE)
 
     def __contains__(self, vm_id: object) -> bool:
         return vm_id in self._placed
@@ -171,7 +176,16 @@ class HostUsage:
     # -------------------------------------------------------------- readers
 
     def variance(self, resource: int, n_hosts: int) -> FloatArray:
-        """Variance sums of hosts 0..n_hosts-1, clipped at 0 (subtraction can leave -1e-18)."""
+        """Variance sums of hosts 0..n_hosts-1 times ``variance_factor``, clipped at 0.
+
+        (Subtraction can leave -1e-18.)
+        """
         self.ensure_columns(n_hosts)
         clipped: FloatArray = np.maximum(self.variance_sum[resource, :n_hosts], 0.0)
-        return clipped
+        scaled: FloatArray = clipped * self.variance_factor[resource]
+        return scaled
+
+    def estimated(self, vm_id: str, resource: int) -> bool:
+        """Whether the VM counts by its own estimate (enough samples), not the prior."""
+        slot = self.moments.slot(vm_id)
+        return slot is not None and self.moments.samples(slot, resource) >= self.prior.min_samples
