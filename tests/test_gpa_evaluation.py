@@ -13,14 +13,16 @@ from lavad.daemon.evaluation.gpa_aligned import (
     AlignedSettings,
     aligned_overflow_frequency,
     calibrated_margin,
+    filled_history,
     history_stats,
     load_aligned_series,
     load_aligned_windows,
+    pooled_variance_factor,
     run_aligned,
 )
 from lavad.daemon.evaluation.gpa_cli import app
 from lavad.daemon.evaluation.gpa_evaluation import run_gpa_evaluation
-from lavad.daemon.placement.stochastic_packing import Packing
+from lavad.daemon.placement.stochastic_packing import GpaFitTest, Packing, pack, rebalance
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-slice"
 
@@ -90,12 +92,12 @@ def test_run_on_the_slice_writes_table_and_plot(tmp_path: Path) -> None:
         out_dir=tmp_path,
     )
     rows = evaluation.rows()
-    # 2 capacities x (2 gpa + 2 gpa-cov + 2 gpa-cal + 3 av + 6 perc + 3 cantelli).
-    assert len(rows) == 2 * 18
+    # 2 capacities x (2 gpa + 2 gpa-cov + 2 gpa-cal + 2 gpa-live + 3 av + 6 perc + 3 cantelli).
+    assert len(rows) == 2 * 20
     for row in rows:
         assert row["aligned_m"] is not None and row["aligned_m"] > 0
         assert 0.0 <= row["aligned_q"] <= 1.0
-        if not row["method"].startswith(("gpa-cov", "gpa-cal")):
+        if not row["method"].startswith(("gpa-cov", "gpa-cal", "gpa-live")):
             assert row["resampled_m"] is not None and 0.0 <= row["resampled_q"] <= 1.0
     png = (tmp_path / "google-2011-gcd-gpa.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -171,3 +173,26 @@ def test_google_time_aligned_calibrated_gpa_holds_its_slo(shared_data: Path) -> 
     for row in run_aligned(windows, settings).summary():
         if row["family"] == "gpa-cal":
             assert row["q"] <= 2 * row["parameter"], row
+
+
+def test_live_factor_is_the_pooled_variance_ratio_of_the_history_packing() -> None:
+    """gpa-live's factor by the definition, recomputed here for one instance."""
+    series = load_aligned_series(SLICE)
+    # The tasks in the order run_aligned's first instance draws them.
+    picks = np.random.default_rng([0, 0]).permutation(len(series.names))
+    stats = history_stats(series.history[picks], ())
+    history = filled_history(series.history[picks])
+    factor = pooled_variance_factor(history, stats, 0.01, 2.0)
+    test = GpaFitTest(stats.mean, stats.variance, 0.01)
+    packing = pack(test, 2.0, best_fit=True)
+    rebalance(packing, test, 2.0)
+    shared = [tasks for tasks in packing.bins if len(tasks) >= 2]
+    realised = sum(np.var(history[t].sum(axis=0), ddof=1) for t in shared)
+    predicted = sum(stats.variance[t].sum() for t in shared)
+    assert shared
+    assert factor == pytest.approx(max(1.0, realised / predicted))
+    # Real Google jobs on shared machines move together: the factor exceeds 1.
+    assert factor > 1.0
+    settings = AlignedSettings(tasks=16, instances=1, capacities=(2.0,), rhos=(0.01,))
+    runs = [r for r in run_aligned(series, settings).runs if r.family == "gpa-live"]
+    assert [r.margin for r in runs] == [pytest.approx(factor)]

@@ -52,6 +52,7 @@ from lavad.daemon.evaluation.gpa_sweep import (
 from lavad.daemon.placement.stochastic_packing import (
     CovarianceGpaFitTest,
     FitTest,
+    GpaFitTest,
     Packing,
     pack,
     rebalance,
@@ -233,6 +234,29 @@ def calibrated_margin(
     return margins[-1]
 
 
+def pooled_variance_factor(
+    history: FloatArray, stats: ObservedStats, rho: float, capacity: float
+) -> float:
+    """What the live GPA's ``UsageHooks`` learns, computed on the history: the factor.
+
+    Plain GPA packs the history's statistics; over its bins, the variance
+    of each bin's aligned summed history against the sum of its tasks'
+    variances, pooled (sum over bins / sum over bins), never below 1. The
+    live daemon learns the same ratio from each host's realised usage
+    against its variance sum, over the mix that is actually co-located.
+    """
+    test = GpaFitTest(stats.mean, stats.variance, rho)
+    packing = pack(test, capacity, best_fit=True)
+    rebalance(packing, test, capacity)
+    realised = predicted = 0.0
+    for tasks in packing.bins:
+        if len(tasks) < 2:
+            continue  # one task: its variance is the bin's, nothing to learn
+        realised += float(np.var(history[tasks].sum(axis=0), ddof=1))
+        predicted += float(stats.variance[tasks].sum())
+    return max(1.0, realised / predicted) if predicted > 0 else 1.0
+
+
 def aligned_overflow_frequency(packing: Packing, future: FloatArray, capacity: float) -> float:
     """q on the aligned future: over (machine, step) pairs where every task has a reading."""
     owner = packing.bin_of(len(future))
@@ -259,6 +283,7 @@ class AlignedSettings:
     cantelli: tuple[float, ...] = PAPER_CANTELLI
     covariance_aware: bool = True
     calibrated: bool = True
+    live_factor: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -280,6 +305,8 @@ class AlignedSettings:
             methods += [(f"gpa-cov {rho:g}", Method("gpa", rho)) for rho in self.rhos]
         if self.calibrated:
             methods += [(f"gpa-cal {rho:g}", Method("gpa", rho)) for rho in self.rhos]
+        if self.live_factor:
+            methods += [(f"gpa-live {rho:g}", Method("gpa", rho)) for rho in self.rhos]
         methods += [(f"av {f:g}", Method("av", f)) for f in self.av_factors]
         methods += [(f"perc {p:g}", Method("perc", p)) for p in self.percentiles]
         methods += [(f"cantelli {b:g}", Method("cantelli", b)) for b in self.cantelli]
@@ -325,7 +352,7 @@ class AlignedResult:
         for (capacity, method), runs in groups.items():
             q = np.array([r.q for r in runs])
             first = runs[0]
-            is_gpa = first.family in ("gpa", "gpa-cov", "gpa-cal")
+            is_gpa = first.family in ("gpa", "gpa-cov", "gpa-cal", "gpa-live")
             rows.append(
                 {
                     "capacity": capacity,
@@ -400,15 +427,25 @@ def run_aligned(
             elif label.startswith("gpa-cal"):
                 # Built per capacity: the margin is learned for each.
                 tests.append((label, "gpa-cal", method.parameter, None))
+            elif label.startswith("gpa-live"):
+                # Built per capacity: the factor is learned on that packing.
+                tests.append((label, "gpa-live", method.parameter, None))
             else:
                 tests.append((label, method.family, method.parameter, stats.fit_test(method)))
         for capacity in settings.capacities:
             normalization = max(1, math.ceil(true_total / capacity))
             for label, family, parameter, fixed in tests:
                 margin = 1.0
-                if fixed is None:
+                chosen: FitTest
+                if fixed is not None:
+                    chosen = fixed
+                elif family == "gpa-live":
+                    # Reported in the margin column: the variance factor.
+                    margin = pooled_variance_factor(filled, stats, parameter, capacity)
+                    chosen = GpaFitTest(stats.mean, stats.variance * margin, parameter)
+                else:
                     margin = calibrated_margin(filled, parameter, capacity)
-                chosen = fixed or CovarianceGpaFitTest(filled, parameter, margin)
+                    chosen = CovarianceGpaFitTest(filled, parameter, margin)
                 packing = pack(chosen, capacity, best_fit=True)
                 rebalance(packing, chosen, capacity)
                 result.runs.append(

@@ -106,6 +106,7 @@ FAMILY_COLOURS = {
     "gpa": "tab:red",
     "gpa-cov": "tab:purple",
     "gpa-cal": "tab:brown",
+    "gpa-live": "tab:olive",
     "av": "tab:blue",
     "perc": "tab:green",
     "cantelli": "tab:orange",
