@@ -329,27 +329,12 @@ def test_live_variance_factor_learns_the_covariance_of_real_co_located_jobs() ->
     assert factor == pytest.approx(batch, rel=0.15)
 
 
-def test_calibration_off_keeps_the_independent_sum() -> None:
+def _correlated_pair(*, calibrate: bool) -> float:
+    """Two 4-core VMs on an 8-core host, both at 0.2 then both at 0.8, for 200
+    windows; the CPU variance factor the hooks learn."""
     policy = build_policy(
-        "gpa", validate_policy_args("gpa", {"calibrate": False}), np.random.default_rng(0)
+        "gpa", validate_policy_args("gpa", {"calibrate": calibrate}), np.random.default_rng(0)
     )
-    hooks = policy.hooks
-    assert isinstance(hooks, UsageHooks)
-    cluster = ClusterState()
-    cluster.add_host("h0", (8.0, 128.0, 0.0, 0.0))
-    assert _place(policy, cluster, "a", 0.0) == 0
-    assert _place(policy, cluster, "b", 0.0) == 0
-    # Perfectly correlated: both at 0.2 then both at 0.8, for 100 windows.
-    for k in range(100):
-        value = 0.2 if k % 2 else 0.8
-        hooks.observe(cluster, _sample("a", 300.0 * (k + 1), value))
-        hooks.observe(cluster, _sample("b", 300.0 * (k + 1), value))
-    assert hooks.usage.variance_factor[0] == 1.0
-
-
-def test_perfectly_correlated_pair_doubles_the_variance_by_hand() -> None:
-    """Two equal VMs moving together: Var(a + b) = 4 var, the independent sum says 2 var."""
-    policy = build_policy("gpa", validate_policy_args("gpa", {}), np.random.default_rng(0))
     hooks = policy.hooks
     assert isinstance(hooks, UsageHooks)
     cluster = ClusterState()
@@ -360,4 +345,13 @@ def test_perfectly_correlated_pair_doubles_the_variance_by_hand() -> None:
         value = 0.2 if k % 2 else 0.8
         hooks.observe(cluster, _sample("a", 300.0 * (k + 1), value))
         hooks.observe(cluster, _sample("b", 300.0 * (k + 1), value))
-    assert hooks.usage.variance_factor[0] == pytest.approx(2.0, rel=0.05)
+    return float(hooks.usage.variance_factor[0])
+
+
+def test_perfectly_correlated_pair_doubles_the_variance_by_hand() -> None:
+    """Two equal VMs moving together: Var(a + b) = 4 var, the independent sum says 2 var."""
+    assert _correlated_pair(calibrate=True) == pytest.approx(2.0, rel=0.05)
+
+
+def test_calibration_off_keeps_the_independent_sum() -> None:
+    assert _correlated_pair(calibrate=False) == 1.0
