@@ -20,6 +20,7 @@ from lavad.daemon.evaluation.admission_cli import admission_command
 from lavad.daemon.evaluation.gpa_cli import gpa_command
 from lavad.daemon.evaluation.lifetime import lifetime_command
 from lavad.daemon.evaluation.limits_cli import limits_command, limits_sweep_command
+from lavad.daemon.evaluation.migrations_cli import migrations_command
 from lavad.daemon.live.cli import demo_command, produce_command, run_command
 from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
@@ -50,6 +51,7 @@ evaluate_app.command("admission")(admission_command)
 evaluate_app.command("gpa")(gpa_command)
 evaluate_app.command("limits")(limits_command)
 evaluate_app.command("limits-sweep")(limits_sweep_command)
+evaluate_app.command("migrations")(migrations_command)
 
 app.command("run")(run_command)
 app.command("produce")(produce_command)
@@ -128,7 +130,7 @@ def replay_command(
 
             fresh = open_trace(path, seed=settings.seed)
             events: Iterable[Event | BadRecord] = fresh.events()
-            if needs_true_lifetimes(name):
+            if needs_true_lifetimes(name) or settings.migrations.lifetimes == "oracle":
                 if true_exits is None:
                     true_exits = exit_times(open_trace(path, seed=settings.seed).events())
                 end = fresh.end_time if fresh.end_time is not None else float("inf")

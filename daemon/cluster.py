@@ -130,6 +130,17 @@ class ClusterState:
         self.unschedulable[index] = True
         return index
 
+    def undrain_host(self, host_id: str) -> int:
+        """A draining host opens for placement again (emptied, or maintenance done)."""
+        index = self._known_host(host_id)
+        if self.state[index] != HostState.DRAINING:
+            raise ClusterError(f"host {host_id!r} is not draining")
+        self.version += 1
+        self.state[index] = HostState.UP
+        self.schedulable[index] = True
+        self.unschedulable[index] = False
+        return index
+
     def remove_host(self, host_id: str) -> list[VmRecord]:
         """Take a host down. VMs still on it are evicted and returned."""
         index = self._known_host(host_id)

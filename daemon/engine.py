@@ -26,12 +26,25 @@ from lavad.daemon.admission.service import AdmissionConfig, PoolAdmission
 from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
 from lavad.daemon.limits.service import LimitsConfig, PoolLimits
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
+from lavad.daemon.migrations.config import LifetimeSource, MigrationsConfig
+from lavad.daemon.migrations.lifetimes import (
+    OracleLifetimes,
+    OwnLifetimes,
+    PolicyLifetimes,
+    RemainingLifetimes,
+    policy_tracker,
+)
+from lavad.daemon.migrations.orders import build_order
+from lavad.daemon.migrations.planner import MigrationPlanner
+from lavad.daemon.migrations.shadow import ShadowOrder
 from lavad.daemon.placement.framework import (
     Notice,
     Placed,
     PlacementRequest,
+    PlacementResult,
     Policy,
     Unfit,
+    UniformDraws,
     UsageObserver,
 )
 from lavad.daemon.placement.gpa import UsageHooks
@@ -124,6 +137,7 @@ class EngineConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     # None: deployment events are counted, not decided.
     admission: AdmissionConfig | None = None
+    migrations: MigrationsConfig = field(default_factory=MigrationsConfig)
 
 
 @dataclass(slots=True)
@@ -144,6 +158,8 @@ class PoolRuntime:
     admission: PoolAdmission | None = None
     # Numbers the pool's admission decisions, so their ids are deterministic.
     admissions: int = 0
+    # Drains (maintenance, defragmentation) and their live migrations.
+    migrations: MigrationPlanner | None = None
 
 
 def _stable_seed(seed: int, pool: str, stream: int) -> np.random.Generator:
@@ -173,15 +189,13 @@ class Engine:
         pool = self.pools.get(event.pool)
         if pool is None:
             pool = self._open_pool(event.pool)
+        # The pool's own timers first, whatever the shell's watermark says:
+        # a pool then decides the same in a replay and in the live daemon.
+        timed = self._run_timers(pool, now)
         metrics = pool.metrics
         if metrics.last is None or now > metrics.last:
             # Metrics advance lazily, per pool: its state held since its last event.
             metrics.advance(pool.cluster, now)
-        hooks = pool.policy.hooks
-        if hooks is not None and now >= hooks.next_deadline:
-            # The pool's own timers first, whatever the shell's watermark says:
-            # a pool then decides the same in a replay and in the live daemon.
-            hooks.advance(pool.cluster, now)
         handler = self._handlers.get(type(event))
         if handler is None:
             # Every event type has a handler; this guards a future one.
@@ -189,11 +203,39 @@ class Engine:
             decisions: list[Decision] = []
         else:
             decisions = handler(pool, event, now)
+        if timed:
+            decisions = timed + decisions
+        hooks = pool.policy.hooks
         if hooks is not None:
             notices = hooks.take_notices()
             if notices:
                 return self._notices_first(pool, notices, now, decisions)
         return decisions
+
+    def _run_timers(self, pool: PoolRuntime, now: float) -> list[Decision]:
+        """The pool's timers due by ``now``, each at its own time.
+
+        Migration timers (finished migrations, defragmentation checks) run in
+        time order with the policy's (repredictions, LAVA deadlines): the
+        policy catches up to each migration timer before it picks a target.
+        """
+        hooks = pool.policy.hooks
+        planner = pool.migrations
+        out: list[Decision] = []
+        if planner is not None and now >= planner.next_deadline:
+            mover = _PoolMover(self, pool)
+            metrics = pool.metrics
+            while (due := planner.next_deadline) <= now:
+                if due == float("-inf"):
+                    due = now  # a first look "at once" (the defragmentation trigger)
+                if hooks is not None and due >= hooks.next_deadline:
+                    hooks.advance(pool.cluster, due)
+                if metrics.last is None or due > metrics.last:
+                    metrics.advance(pool.cluster, due)
+                out.extend(planner.advance(pool.cluster, due, mover))
+        if hooks is not None and now >= hooks.next_deadline:
+            hooks.advance(pool.cluster, now)
+        return out
 
     @property
     def next_deadline(self) -> float:
@@ -207,22 +249,29 @@ class Engine:
             hooks = pool.policy.hooks
             if hooks is not None:
                 earliest = min(earliest, hooks.next_deadline)
+            if pool.migrations is not None:
+                earliest = min(earliest, pool.migrations.next_deadline)
         return earliest
 
     def advance(self, now: float) -> list[Decision]:
-        """Run timers due by ``now`` and return their decisions (repredictions).
+        """Run timers due by ``now`` and return their decisions.
 
-        Timers: lifetime refits, VMs outliving their predictions, LAVA deadlines.
+        Timers: lifetime refits, VMs outliving their predictions, LAVA
+        deadlines (repredictions); migrations finishing, defragmentation
+        checks (migrations).
 
         Pool metrics do not need this: they catch up lazily on each pool's
         next event and in ``summary``.
         """
         out: list[Decision] = []
         for pool in self.pools.values():
+            timed = self._run_timers(pool, now)
             hooks = pool.policy.hooks
-            if hooks is not None and now >= hooks.next_deadline:
-                hooks.advance(pool.cluster, now)
-                out.extend(self._repredictions(pool, hooks.take_notices()))
+            notices = hooks.take_notices() if hooks is not None else []
+            if notices:
+                out.extend(self._notices_first(pool, notices, now, timed))
+            else:
+                out.extend(timed)
         return out
 
     def _notices_first(
@@ -260,6 +309,8 @@ class Engine:
     @staticmethod
     def _pool_summary(pool: PoolRuntime, end: float) -> dict[str, Any]:
         summary = {**pool.metrics.summary(pool.cluster, end), "counters": dict(pool.counters)}
+        if pool.migrations is not None and pool.migrations.drain_log:
+            summary["migrations"] = pool.migrations.summary()
         if pool.admission is not None:
             summary["admission"] = {
                 **pool.admission.counters,
@@ -360,6 +411,7 @@ class Engine:
             limits=None if config.limits.recommender == "off" else PoolLimits(config.limits),
             admission=None if config.admission is None else PoolAdmission(config.admission),
         )
+        pool.migrations = _migration_planner(name, config, policy)
         setup = config.pools
         if setup.shape is not None:
             for i in range(setup.initial_hosts):
@@ -379,20 +431,7 @@ class Engine:
         demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
         pool.metrics.observe_request(demand, now)
         request = PlacementRequest(vm_id, demand, event.deployment, event.max_per_host, now, event)
-        result = pool.policy.place(cluster, request)
-        setup = self.config.pools
-        if (
-            isinstance(result, Unfit)
-            and setup.grow_on_demand
-            and setup.shape is not None
-            and setup.shape.holds(demand)
-        ):
-            host = cluster.add_host(
-                f"{pool.name}/auto{pool.auto_hosts:05d}", setup.shape.as_capacity()
-            )
-            pool.auto_hosts += 1
-            pool.metrics.hosts_added_on_demand += 1
-            result = Placed(host=host, ties=0, scores={})
+        result = self._place_or_grow(pool, request)
         decision_id = placement_decision_id(pool.name, vm_id)
         if attempt:
             decision_id = f"{decision_id}/retry{attempt}"
@@ -407,6 +446,7 @@ class Engine:
             explanation: dict[str, Any] = {"rejected_by": result.rejected_by}
         else:
             record = cluster.book(vm_id, result.host, demand, event.deployment, now)
+            # Never onto a draining host, so nothing joins a migration queue.
             self._booked(pool, record, now, event)
             host_id, retryable = cluster.host_ids[result.host], False
             reason = (
@@ -431,12 +471,17 @@ class Engine:
 
     def _booked(
         self, pool: PoolRuntime, record: VmRecord, now: float, event: VmRequest | VmPlaced
-    ) -> None:
+    ) -> list[Decision]:
+        """Tell every hook; a VM booked onto a draining host (shadow mode) is queued."""
         pool.metrics.placed += 1
         pool.metrics.observe_hosts_used(pool.cluster)
         hooks = pool.policy.hooks
         if hooks is not None:
             hooks.on_booked(pool.cluster, record, now, event)
+        planner = pool.migrations
+        if planner is None:
+            return []
+        return [*planner.on_vm_booked(pool.cluster, record, now, event)]
 
     def _on_exit(self, pool: PoolRuntime, event: VmExit, now: float) -> list[Decision]:
         vm_id = event.vm_id
@@ -445,6 +490,9 @@ class Engine:
             hooks = pool.policy.hooks
             if hooks is not None:
                 hooks.on_released(pool.cluster, record, now, exited=True)
+            planner = pool.migrations
+            if planner is not None:
+                return [*planner.on_vm_released(pool.cluster, record, now, exited=True)]
             return []
         if pool.refused.pop(vm_id, None) is not None:
             pool.counters["exit_of_unplaced_vm"] += 1
@@ -470,10 +518,17 @@ class Engine:
         if any(cluster.free[r, host] < demand[r] for r in range(4) if demand[r]):
             pool.counters["shadow_overcommit"] += 1
         record = cluster.book(event.vm_id, host, demand, event.deployment, now)
-        self._booked(pool, record, now, event)
-        return []
+        return self._booked(pool, record, now, event)
 
     def _on_host_up(self, pool: PoolRuntime, event: HostUp, now: float) -> list[Decision]:
+        cluster = pool.cluster
+        index = cluster.host_index.get(event.host_id)
+        if index is not None and cluster.state[index] == HostState.DRAINING:
+            # Maintenance is done (or called off): the host takes VMs again.
+            if pool.migrations is not None:
+                pool.migrations.forget_host(index)
+            cluster.undrain_host(event.host_id)
+            return []
         try:
             pool.cluster.add_host(
                 event.host_id, (event.cores, event.memory_gib, event.disk_gib, event.gpus)
@@ -483,24 +538,111 @@ class Engine:
         return []
 
     def _on_host_down(self, pool: PoolRuntime, event: HostDown, now: float) -> list[Decision]:
+        planner = pool.migrations
+        index = pool.cluster.host_index.get(event.host_id)
         try:
             evicted = pool.cluster.remove_host(event.host_id)
         except ClusterError as exc:
             raise InvalidEvent(str(exc)) from None
+        if planner is not None and index is not None:
+            planner.forget_host(index)
         hooks = pool.policy.hooks
         for record in evicted:
             pool.refused[record.vm_id] = 1
             pool.counters["evicted_by_host_down"] += 1
             if hooks is not None:
                 hooks.on_released(pool.cluster, record, now, exited=False)
+            if planner is not None:
+                planner.on_vm_released(pool.cluster, record, now, exited=False)
         return []
 
     def _on_host_drain(self, pool: PoolRuntime, event: HostDrain, now: float) -> list[Decision]:
         try:
-            pool.cluster.drain_host(event.host_id)
+            host = pool.cluster.drain_host(event.host_id)
         except ClusterError as exc:
             raise InvalidEvent(str(exc)) from None
-        return []
+        planner = pool.migrations
+        if planner is None:
+            return []
+        return [*planner.drain(pool.cluster, host, now, _PoolMover(self, pool))]
+
+    def _place_or_grow(self, pool: PoolRuntime, request: PlacementRequest) -> PlacementResult:
+        """The policy's choice; in a pool that grows on demand, a new host when none fits."""
+        cluster = pool.cluster
+        result = pool.policy.place(cluster, request)
+        setup = self.config.pools
+        if (
+            isinstance(result, Unfit)
+            and setup.grow_on_demand
+            and setup.shape is not None
+            and setup.shape.holds(request.demand)
+        ):
+            host = cluster.add_host(
+                f"{pool.name}/auto{pool.auto_hosts:05d}", setup.shape.as_capacity()
+            )
+            pool.auto_hosts += 1
+            pool.metrics.hosts_added_on_demand += 1
+            return Placed(host=host, ties=0, scores={})
+        return result
+
+
+class _PoolMover:
+    """The engine's side of a migration: the placement policy picks, every hook hears."""
+
+    def __init__(self, engine: Engine, pool: PoolRuntime) -> None:
+        self.engine = engine
+        self.pool = pool
+
+    def target(self, record: VmRecord, now: float) -> int | None:
+        # A running VM: lifetime policies score it by its repredicted remaining lifetime.
+        request = PlacementRequest(record.vm_id, record.demand, record.deployment, None, now, None)
+        result = self.engine._place_or_grow(self.pool, request)
+        return None if isinstance(result, Unfit) else result.host
+
+    def move(self, record: VmRecord, target: int, now: float) -> None:
+        pool = self.pool
+        cluster = pool.cluster
+        before = cluster.release(record.vm_id)
+        after = cluster.book(
+            record.vm_id, target, before.demand, before.deployment, before.placed_at
+        )
+        pool.metrics.observe_hosts_used(cluster)
+        hooks = pool.policy.hooks
+        if hooks is not None:
+            hooks.on_moved(cluster, before, after, now)
+        if pool.migrations is not None:
+            pool.migrations.on_vm_moved(cluster, before, after, now)
+
+
+def _migration_planner(pool: str, config: EngineConfig, policy: Policy) -> MigrationPlanner:
+    """The pool's planner, and the orders it is compared with, sharing lifetime sources."""
+    sources: dict[LifetimeSource, RemainingLifetimes] = {}
+
+    def lifetimes(kind: LifetimeSource) -> RemainingLifetimes:
+        source = sources.get(kind)
+        if source is None:
+            if kind == "oracle":
+                source = OracleLifetimes()
+            else:
+                tracker = policy_tracker(policy.hooks)
+                source = PolicyLifetimes(tracker) if tracker is not None else OwnLifetimes()
+            sources[kind] = source
+        return source
+
+    settings = config.migrations
+    shadows = [
+        ShadowOrder(
+            f"{order}-{kind}",
+            build_order(order, UniformDraws(_stable_seed(config.seed, pool, 3 + i))),
+            lifetimes(kind),
+            max_concurrent=settings.max_concurrent,
+            duration_s=settings.duration_s,
+        )
+        for i, (order, kind) in enumerate(settings.compare)
+    ]
+    return MigrationPlanner(
+        pool, settings, lifetimes(settings.lifetimes), _stable_seed(config.seed, pool, 2), shadows
+    )
 
 
 def _limit_decision(pool: str, decision: LimitDecision) -> Limit:

@@ -26,6 +26,7 @@ from lavad.daemon.admission.service import AdmissionConfig
 from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
 from lavad.daemon.limits.service import RECOMMENDERS, LimitsConfig
 from lavad.daemon.metrics.pool import MetricsConfig
+from lavad.daemon.migrations.config import DefragConfig, MigrationsConfig
 from lavad.daemon.placement.registry import (
     REGISTRY,
     PolicyArgs,
@@ -92,6 +93,56 @@ class AdmissionSettings(_Section):
         default=None, description="required by the first and second moment policies"
     )
     refresh_s: float = Field(default=3600.0, gt=0, description="event time between full recomputes")
+
+
+class DefragSettings(_Section):
+    empty_below: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="drain hosts when empty open hosts fall below this share of the pool (0: off)",
+    )
+    check_interval_s: float = Field(
+        default=300.0, gt=0, description="event time between looks at the empty-host share"
+    )
+    max_draining_hosts: int = Field(
+        default=2, ge=1, description="defragmentation drains in progress at most, per pool"
+    )
+
+
+class MigrationSettings(_Section):
+    """Drains by live migration: maintenance (host.drain events) and defragmentation."""
+
+    order: Literal["lars", "arrival", "shortest", "random"] = Field(
+        default="lars", description="which queued VM goes next; lars: longest remaining first"
+    )
+    lifetimes: Literal["policy", "oracle"] = Field(
+        default="policy",
+        description="policy: the placement policy's predictions (or the planner's own model);"
+        " oracle: true lifetimes, replays only",
+    )
+    max_concurrent: int = Field(default=3, ge=1, description="live migrations at once, per pool")
+    duration_s: float = Field(
+        default=1200.0, ge=0, description="how long a migration keeps its source and target busy"
+    )
+    retry_s: float = Field(
+        default=300.0, gt=0, description="when no queued VM fits anywhere, look again after"
+    )
+    defrag: DefragSettings = DefragSettings()
+
+    def config(self) -> MigrationsConfig:
+        return MigrationsConfig(
+            order=self.order,
+            lifetimes=self.lifetimes,
+            max_concurrent=self.max_concurrent,
+            duration_s=self.duration_s,
+            retry_s=self.retry_s,
+            defrag=DefragConfig(
+                empty_below=self.defrag.empty_below,
+                check_interval_s=self.defrag.check_interval_s,
+                max_draining_hosts=self.defrag.max_draining_hosts,
+            ),
+        )
 
 
 class HostSettings(_Section):
@@ -209,6 +260,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     limits: LimitSettings = LimitSettings()
     admission: AdmissionSettings = AdmissionSettings()
+    migrations: MigrationSettings = MigrationSettings()
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     live: LiveSettings = LiveSettings()
@@ -283,6 +335,7 @@ class Settings(BaseSettings):
             seed=self.seed,
             limits=LimitsConfig(self.limits.recommender, self.limits.tolerance),
             admission=self.admission_config(),
+            migrations=self.migrations.config(),
             metrics=MetricsConfig(
                 warmup_s=self.metrics.warmup_s,
                 sample_interval_s=self.metrics.sample_interval_s,

@@ -325,7 +325,46 @@ class Admission:
     v: Literal[1] = 1
 
 
-Decision = Placement | Reprediction | Limit | Admission
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """A step of a drain: a host being emptied by live migration (LARS, LAVA paper 4.4).
+
+    ``drain`` says why the host drains: "defragmentation" (lavad chose it
+    because empty hosts ran short; it returns to service once empty) or
+    "maintenance" (a host.drain event; it stays closed until host.up).
+
+    ``action``:
+
+    * "plan": the host's VMs still to move, in the order they will go
+      (``plan``: vm_id, predicted_remaining_s and queue_position, the place
+      in the pool-wide queue across all draining hosts). Published when the
+      drain starts and again whenever a queued VM exits before its turn.
+    * "migrate": ``vm_id`` starts moving from ``host_id`` to
+      ``target_host_id``, chosen by the placement policy; both hosts are busy
+      until ``explanation["until"]``.
+    * "host_ready": ``host_id`` has no VMs and no migration in flight.
+
+    ``policy`` names the migration order ("lars", "arrival", "shortest",
+    "random").
+    """
+
+    decision_id: str
+    time: float
+    pool: str
+    action: Literal["plan", "migrate", "host_ready"]
+    host_id: str
+    drain: Literal["defragmentation", "maintenance"]
+    policy: str
+    reason: str
+    vm_id: str | None = None
+    target_host_id: str | None = None
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    explanation: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["migration"] = "migration"
+    v: Literal[1] = 1
+
+
+Decision = Placement | Reprediction | Limit | Admission | Migration
 
 
 def placement_decision_id(pool: str, vm_id: str) -> str:

@@ -40,6 +40,11 @@ def run_command(
             f"placement.policy: {settings.placement.policy!r} is an oracle (it reads each VM's"
             " true lifetime, which only `lavad replay` knows); use it without '-oracle'"
         )
+    if settings.migrations.lifetimes == "oracle":
+        raise fail(
+            "migrations.lifetimes: 'oracle' reads each VM's true lifetime, which only"
+            " `lavad replay` knows; use 'policy'"
+        )
     configure_logging(settings.log)
     engine_config = live_engine_config(settings)
 

@@ -31,7 +31,7 @@ import orjson
 from lavad.daemon.engine import PoolRuntime
 
 SNAPSHOT_FORMAT = "lavad.partition-snapshot"
-SNAPSHOT_VERSION = 2  # 2: pools carry limit recommenders
+SNAPSHOT_VERSION = 3  # 2: pools carry limit recommenders; 3: and migration planners
 
 
 class SnapshotError(Exception):

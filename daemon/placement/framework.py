@@ -155,6 +155,14 @@ class PlacementHooks(Protocol):
     ) -> None:
         """A VM left its host: ``exited`` (it ended) or not (evicted by a host going down)."""
 
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        """A running VM was live-migrated: ``before`` on its old host, ``after`` booked on the new.
+
+        Neither an exit nor a new VM: its start time, history and predictions carry over.
+        """
+
 
 @runtime_checkable
 class UsageObserver(Protocol):

@@ -310,6 +310,17 @@ class UsageHooks:
         if host is not None:
             self._check(cluster, host, now)
 
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        # Same VM, same usage: its moments stay, and ``place`` adds its
+        # current estimate to the new host.
+        old_host = self.usage.remove(before.vm_id)
+        self.usage.place(after.vm_id, after.host, (after.demand[0], after.demand[1]))
+        if old_host is not None:
+            self._check(cluster, old_host, now)
+        self._check(cluster, after.host, now)
+
     def observe(self, cluster: ClusterState, sample: UsageSample) -> None:
         """Feed one usage sample; a placed VM's host is re-checked against rho."""
         host = self.usage.observe(sample)

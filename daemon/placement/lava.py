@@ -16,6 +16,9 @@ recycling, and a non-empty host has a class:
   deadline was underpredicted: its class goes up one, its VMs become
   residual, and a new deadline is set. The top class has none.
 * An empty host has no class and no deadline.
+* A live-migrated VM leaves its old host as if it exited and arrives on
+  the new one as a new VM would, with the class of its repredicted
+  remaining lifetime.
 
 Preference, first to last (``LavaPreference``, the cost one level above LAS,
 which is above Best Fit): recycling hosts of a higher class than the VM's,
@@ -163,7 +166,35 @@ class LavaHosts:
         tracker.on_booked(cluster, record, now, event)
         klass = lifetime_class(tracker.initial_lifetime(record.vm_id))
         self.vm_class[record.vm_id] = klass
-        host = record.host
+        self._vm_arrived(cluster, record.host, klass, now)
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        self.tracker.on_released(cluster, record, now, exited=exited)
+        self.vm_class.pop(record.vm_id, None)
+        self._vm_left(cluster, record.host, record.vm_id, now, how="exited")
+
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        """The old host sees the VM leave and the new one a VM arrive.
+
+        On arrival the VM's class is that of its repredicted *remaining*
+        lifetime (a 50 h VM moved after 45 h is a 1-10h VM now), as the
+        paper's migration uses repredictions.
+        """
+        tracker = self.tracker
+        tracker.on_moved(cluster, before, after, now)
+        if after.vm_id not in self.vm_class:
+            return  # never booked through these hooks: no class to carry
+        self._vm_left(cluster, before.host, before.vm_id, now, how="migrated away")
+        klass = lifetime_class(tracker.remaining(after.vm_id, now))
+        self.vm_class[after.vm_id] = klass
+        self._vm_arrived(cluster, after.host, klass, now)
+
+    def _vm_arrived(self, cluster: ClusterState, host: int, klass: int, now: float) -> None:
+        """An empty host opens with the VM's class; an open host over the threshold recycles."""
         self._grow(host + 1)
         before = (int(self.phase[host]), int(self.host_class[host]))
         if self.phase[host] == HostPhase.EMPTY:
@@ -182,19 +213,15 @@ class LavaHosts:
                 before,
             )
 
-    def on_released(
-        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
-    ) -> None:
-        self.tracker.on_released(cluster, record, now, exited=exited)
-        self.vm_class.pop(record.vm_id, None)
-        host = record.host
+    def _vm_left(self, cluster: ClusterState, host: int, vm_id: str, now: float, how: str) -> None:
+        """The host empties, or its class goes down when its last residual VM has gone."""
         if host >= len(self.phase):
             return
         before = (int(self.phase[host]), int(self.host_class[host]))
         residual = self.residual.get(host)
-        was_residual = residual is not None and record.vm_id in residual
+        was_residual = residual is not None and vm_id in residual
         if residual is not None:
-            residual.discard(record.vm_id)
+            residual.discard(vm_id)
         if not cluster.host_vms[host]:
             self.phase[host] = HostPhase.EMPTY
             self.residual.pop(host, None)
@@ -204,7 +231,11 @@ class LavaHosts:
             self._set_class(host, max(int(self.host_class[host]) - 1, 0), now)
             self.residual[host] = set(cluster.host_vms[host])
             self._report(
-                cluster, host, now, "its last residual VM exited: class down, VMs residual", before
+                cluster,
+                host,
+                now,
+                f"its last residual VM {how}: class down, VMs residual",
+                before,
             )
 
     # ---------------------------------------------------------------- timers

@@ -90,7 +90,7 @@ class LifetimeTracker:
 
     Cost per placement is O(hosts): each VM keeps its predicted exit, and
     each host the latest of its VMs' (``host_exit``), updated on booking,
-    release and reprediction. A reprediction only moves a VM's exit later
+    release, migration and reprediction. A reprediction only moves a VM's exit later
     (it outlived the old one), so the host maximum stays exact without a
     rescan; a refit rebuilds it.
     """
@@ -156,7 +156,16 @@ class LifetimeTracker:
         cached = self._cached
         if cached is not None and cached[0] == request.vm_id and cached[1] == request.now:
             return cached[2]
-        prediction = self.predict(request.event)
+        slot = self._slot.get(request.vm_id)
+        if slot is None:
+            prediction = self.predict(request.event)
+        else:
+            # A running VM asking for a host is being migrated: LAS and LAVA
+            # place it by its repredicted remaining lifetime, not its lifetime
+            # at creation.
+            remaining = max(float(self.predicted_exit[slot]) - request.now, self.MIN_REMAINING_S)
+            rows = tuple(int(r) for r in self.levels[slot])
+            prediction = Prediction(rows, int(self.row[slot]), remaining)
         self._cached = (request.vm_id, request.now, prediction)
         return prediction
 
@@ -351,11 +360,40 @@ class LifetimeTracker:
         else:
             # Evicted (host down): it lived at least this long; not an exit.
             self.model.observe_censored(rows, lived)
+        cached = self._cached
+        if cached is not None and cached[0] == record.vm_id:
+            # A running VM's cached prediction must not serve a new VM reusing its id.
+            self._cached = None
         host = int(self.host[slot])
         self.alive[slot] = False
         self.host[slot] = -1
         self.generation[slot] += 1
         self._free.append(slot)
+        self._leave_host(slot, host)
+
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        """The VM keeps its slot, start and predictions; only the host maxima change.
+
+        Its heap entry stays valid (same slot and generation), and a
+        reprediction reads ``self.host`` when due, so it lands on the new host.
+        """
+        slot = self._slot.get(after.vm_id)
+        if slot is None:
+            return
+        new_host = after.host
+        self._grow_hosts(new_host + 1)
+        self._leave_host(slot, int(self.host[slot]))
+        self.host[slot] = new_host
+        self._on_host.setdefault(new_host, set()).add(slot)
+        self.host_exit[new_host] = max(self.host_exit[new_host], self.predicted_exit[slot])
+        self.host_initial_exit[new_host] = max(
+            self.host_initial_exit[new_host], self.initial_exit[slot]
+        )
+
+    def _leave_host(self, slot: int, host: int) -> None:
+        """Take ``slot`` off ``host`` and recompute the host's latest exits from the rest."""
         others = self._on_host[host]
         others.discard(slot)
         if others:

@@ -1,0 +1,221 @@
+"""LARS against the baseline migration orders on a replayed trace (issue 8; LAVA paper 6.3).
+
+Two measurements, both on a fixed pool (a trace without hosts gets
+``hosts`` of the configured shape, by default the peak a growing Best Fit
+pool needed plus ``headroom``: a defragmenter needs room to move VMs to):
+
+* **Same drains** (the paper's section 5.1 protocol). One replay in which
+  the defragmentation trigger drains hosts and the arrival order acts,
+  while every compared order (``COMPARED``) runs beside it on the same
+  drains and the same exits (``daemon/migrations/shadow.py``): the drains
+  are fixed and only the order changes, as in the paper ("LARS does not
+  affect which hosts are picked"). Counted: migrations, VMs that exited
+  before their turn, and the reduction against each baseline order.
+* **Closed loop**. A replay per acting order (arrival, LARS with the
+  policy's lifetimes, LARS with true lifetimes), each with its own trigger:
+  drains, migrations per drained host, hosts emptied, and the mean share of
+  empty hosts against a replay without drains.
+
+Unless given, the defragmentation threshold is the ``quantile`` of the
+undrained replay's sampled empty-host share: the trigger then fires on any
+trace, in its tighter periods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lavad.daemon.engine import EngineConfig, PoolSetup
+from lavad.daemon.migrations.config import DefragConfig, LifetimeSource, OrderName
+from lavad.daemon.placement.registry import validate_policy_args
+from lavad.daemon.replay import ReplayResult, replay
+from lavad.streams.codec import BadRecord
+from lavad.streams.schema import Event
+
+EventSource = Callable[[], Iterable[Event | BadRecord]]
+
+# Orders counted on the same drains: the baselines, then LARS.
+COMPARED: tuple[tuple[OrderName, LifetimeSource], ...] = (
+    ("arrival", "policy"),
+    ("random", "policy"),
+    ("shortest", "policy"),
+    ("lars", "policy"),
+    ("lars", "oracle"),
+)
+BASELINES = ("arrival-policy", "random-policy", "shortest-policy")
+# Acting orders of the closed-loop replays: (label, order, lifetimes).
+ACTING: tuple[tuple[str, OrderName, LifetimeSource], ...] = (
+    ("arrival", "arrival", "policy"),
+    ("lars", "lars", "policy"),
+    ("lars-oracle", "lars", "oracle"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SameDrains:
+    """One order on the drains of the recording replay."""
+
+    label: str
+    scheduled: int
+    migrations: int
+    exited_before_migration: int
+    still_queued: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoop:
+    """One acting order with its own trigger."""
+
+    label: str
+    drains: int
+    scheduled: int
+    migrations: int
+    exited_before_migration: int
+    hosts_ready: int
+    migrations_per_drained_host: float | None
+    empty_hosts_pct: float | None
+    refused: int
+    wall_s: float
+
+
+@dataclass(slots=True)
+class MigrationEvaluation:
+    trace: str
+    pool: str
+    policy: str
+    hosts: int
+    empty_below: float
+    baseline_empty_hosts_pct: float | None
+    baseline_refused: int
+    drains: int
+    same_drains: list[SameDrains] = field(default_factory=list)
+    closed_loop: list[ClosedLoop] = field(default_factory=list)
+
+    def migrations(self, label: str) -> int:
+        return next(r.migrations for r in self.same_drains if r.label == label)
+
+    def reduction(self, label: str, baseline: str) -> float | None:
+        """Fewer migrations than ``baseline`` on the same drains, as a fraction of its."""
+        base = self.migrations(baseline)
+        return (base - self.migrations(label)) / base if base else None
+
+
+def _only_pool(result: ReplayResult) -> tuple[str, dict[str, Any]]:
+    if len(result.pools) != 1:
+        raise ValueError(
+            f"the migration evaluation takes a one-pool trace, got pools {sorted(result.pools)}"
+        )
+    return next(iter(result.pools.items()))
+
+
+def _refused(pool: dict[str, Any]) -> int:
+    return int(pool.get("unfit_retryable", 0)) + int(pool.get("unfit_final", 0))
+
+
+def evaluate_migrations(
+    events: EventSource,
+    base: EngineConfig,
+    *,
+    trace: str,
+    end_time: float | None,
+    trace_has_hosts: bool,
+    hosts: int | None = None,
+    headroom: float = 0.05,
+    empty_below: float | None = None,
+    quantile: float = 0.2,
+    check_interval_s: float = 300.0,
+    max_draining_hosts: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> MigrationEvaluation:
+    """The protocol of the module doc. ``events`` must yield requests with true lifetimes."""
+
+    def run(label: str, config: EngineConfig) -> ReplayResult:
+        if progress is not None:
+            progress(label)
+        return replay(events(), config, end_time=end_time)
+
+    config = base
+    if not trace_has_hosts:
+        if base.pools.shape is None:
+            raise ValueError("a trace without hosts needs a host shape ([hosts] in the settings)")
+        if hosts is None:
+            sizing = dataclasses.replace(
+                base,
+                policy="bestfit",
+                policy_args=validate_policy_args("bestfit", {}),
+                pools=PoolSetup(shape=base.pools.shape, grow_on_demand=True),
+            )
+            _, pool = _only_pool(run("sizing (bestfit, growing pool)", sizing))
+            hosts = math.ceil(int(pool["hosts_used_peak"]) * (1.0 + headroom))
+        config = dataclasses.replace(
+            config,
+            pools=PoolSetup(shape=base.pools.shape, initial_hosts=hosts, grow_on_demand=False),
+        )
+    migrations = dataclasses.replace(config.migrations, defrag=DefragConfig(), compare=())
+    baseline = run("no drains", dataclasses.replace(config, migrations=migrations))
+    pool_name, baseline_pool = _only_pool(baseline)
+    if empty_below is None:
+        shares = [p["empty_hosts_pct"] for p in baseline.series.get(pool_name, [])]
+        if not shares:
+            raise ValueError("the replay sampled no empty-host share; is the trace too short?")
+        empty_below = float(np.quantile(np.asarray(shares), quantile)) / 100.0
+    defrag = DefragConfig(
+        empty_below=empty_below,
+        check_interval_s=check_interval_s,
+        max_draining_hosts=max_draining_hosts,
+    )
+    evaluation = MigrationEvaluation(
+        trace=trace,
+        pool=pool_name,
+        policy=base.policy,
+        hosts=int(baseline_pool["hosts_up_end"]),
+        empty_below=empty_below,
+        baseline_empty_hosts_pct=baseline_pool.get("empty_hosts_pct"),
+        baseline_refused=_refused(baseline_pool),
+        drains=0,
+    )
+    for label, order, lifetimes in ACTING:
+        acting = dataclasses.replace(
+            migrations,
+            order=order,
+            lifetimes=lifetimes,
+            defrag=defrag,
+            # The arrival replay is also the same-drains one.
+            compare=COMPARED if label == "arrival" else (),
+        )
+        result = run(label, dataclasses.replace(config, migrations=acting))
+        _, pool = _only_pool(result)
+        summary = pool.get("migrations") or {}
+        evaluation.closed_loop.append(
+            ClosedLoop(
+                label=label,
+                drains=int(summary.get("drains", 0)),
+                scheduled=int(summary.get("scheduled", 0)),
+                migrations=int(summary.get("migrations", 0)),
+                exited_before_migration=int(summary.get("exited_before_migration", 0)),
+                hosts_ready=int(summary.get("hosts_ready", 0)),
+                migrations_per_drained_host=summary.get("migrations_per_drained_host"),
+                empty_hosts_pct=pool.get("empty_hosts_pct"),
+                refused=_refused(pool),
+                wall_s=result.wall_seconds,
+            )
+        )
+        if label == "arrival":
+            evaluation.drains = int(summary.get("drains", 0))
+            for name, compared in summary.get("compared", {}).items():
+                evaluation.same_drains.append(
+                    SameDrains(
+                        label=name,
+                        scheduled=int(compared["scheduled"]),
+                        migrations=int(compared["migrations"]),
+                        exited_before_migration=int(compared["exited_before_migration"]),
+                        still_queued=int(compared["still_queued"]),
+                    )
+                )
+    return evaluation

@@ -1,0 +1,166 @@
+"""``lavad evaluate migrations TRACE``: LARS against the baseline orders (issue 8).
+
+The protocol is ``lavad.daemon.evaluation.migrations``'s; this module reads
+the trace and the settings, and prints the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.table import Table
+
+from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.evaluation.migrations import (
+    BASELINES,
+    MigrationEvaluation,
+    evaluate_migrations,
+)
+from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.daemon.settings import ConfigError
+from lavad.streams.adapters import TraceFormatError, open_trace
+from lavad.streams.codec import BadRecord
+from lavad.streams.oracle import exit_times, with_true_lifetimes
+from lavad.streams.schema import Event
+
+
+def migrations_command(
+    path: Annotated[Path, typer.Argument(help="VM trace file or directory")],
+    policy: Annotated[
+        str, typer.Option(help="placement policy that picks the targets (and the lifetimes)")
+    ] = "las",
+    config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
+    hosts: Annotated[
+        int | None,
+        typer.Option(help="pool size for a trace without hosts (default: Best Fit's peak)"),
+    ] = None,
+    headroom: Annotated[
+        float, typer.Option(help="hosts above Best Fit's peak when sizing the pool", min=0)
+    ] = 0.05,
+    empty_below: Annotated[
+        float | None,
+        typer.Option(help="defragment below this empty-host share (default: --quantile)"),
+    ] = None,
+    quantile: Annotated[
+        float,
+        typer.Option(help="threshold = this quantile of the undrained empty-host share", min=0),
+    ] = 0.2,
+    max_draining_hosts: Annotated[int, typer.Option(min=1)] = 2,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the results as JSON")
+    ] = None,
+) -> None:
+    """Migrations per order on the same drains: arrival, random, shortest, LARS, LARS-oracle."""
+    settings = settings_or_exit(config)
+    if policy not in REGISTRY or needs_true_lifetimes(policy):
+        known = ", ".join(sorted(n for n in REGISTRY if not needs_true_lifetimes(n)))
+        raise fail(f"--policy: want a non-oracle policy ({known}), got {policy!r}")
+    if not 0.0 < quantile < 1.0:
+        raise fail(f"--quantile must be in (0, 1), got {quantile}")
+    if empty_below is not None and not 0.0 < empty_below < 1.0:
+        raise fail(f"--empty-below must be in (0, 1), got {empty_below}")
+    try:
+        trace = open_trace(path, seed=settings.seed)
+        base = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
+        exits = exit_times(open_trace(path, seed=settings.seed).events())
+    except TraceFormatError as exc:
+        raise fail(str(exc)) from None
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    end = trace.end_time if trace.end_time is not None else float("inf")
+
+    def events() -> Iterable[Event | BadRecord]:
+        # Every run gets the true lifetimes; only the oracle order reads them.
+        return with_true_lifetimes(open_trace(path, seed=settings.seed).events(), exits, end)
+
+    try:
+        evaluation = evaluate_migrations(
+            events,
+            base,
+            trace=trace.name,
+            end_time=trace.end_time,
+            trace_has_hosts=trace.has_hosts,
+            hosts=hosts,
+            headroom=headroom,
+            empty_below=empty_below,
+            quantile=quantile,
+            max_draining_hosts=max_draining_hosts,
+            progress=lambda label: err.print(f"[dim]replaying: {label}[/dim]"),
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    print_evaluation(evaluation)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_bytes(orjson.dumps(asdict(evaluation), option=orjson.OPT_INDENT_2))
+        out.print(f"results written to {json_out}")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:+.2f}%"
+
+
+def print_evaluation(evaluation: MigrationEvaluation) -> None:
+    base = evaluation.baseline_empty_hosts_pct
+    out.print(
+        f"[bold]{evaluation.trace}[/bold], pool {evaluation.pool} of {evaluation.hosts} hosts,"
+        f" targets by {evaluation.policy}; defragmentation below {evaluation.empty_below:.1%}"
+        f" empty hosts. Without drains: {'-' if base is None else f'{base:.2f}%'} empty hosts,"
+        f" {evaluation.baseline_refused:,} requests refused."
+    )
+    same = Table(title=f"Same {evaluation.drains:,} drains, only the order changes (paper 5.1)")
+    for column in ("order", "scheduled", "migrations", "exited first", "still queued"):
+        same.add_column(column, justify="right")
+    for baseline in BASELINES:
+        same.add_column(f"fewer than {baseline.removesuffix('-policy')}", justify="right")
+    for run in evaluation.same_drains:
+        same.add_row(
+            run.label,
+            f"{run.scheduled:,}",
+            f"{run.migrations:,}",
+            f"{run.exited_before_migration:,}",
+            f"{run.still_queued:,}",
+            *(
+                "" if b == run.label else _pct(evaluation.reduction(run.label, b))
+                for b in BASELINES
+            ),
+        )
+    out.print(same)
+    loop = Table(title="Closed loop: each order acting, with its own trigger")
+    for column in (
+        "acting order",
+        "drains",
+        "migrations",
+        "exited first",
+        "per drained host",
+        "hosts emptied",
+        "empty hosts (pp vs no drains)",
+        "refused",
+        "wall s",
+    ):
+        loop.add_column(column, justify="right")
+    for loop_run in evaluation.closed_loop:
+        gained = (
+            "-"
+            if loop_run.empty_hosts_pct is None or base is None
+            else f"{loop_run.empty_hosts_pct:.2f}% ({loop_run.empty_hosts_pct - base:+.2f})"
+        )
+        loop.add_row(
+            loop_run.label,
+            f"{loop_run.drains:,}",
+            f"{loop_run.migrations:,}",
+            f"{loop_run.exited_before_migration:,}",
+            "-"
+            if loop_run.migrations_per_drained_host is None
+            else f"{loop_run.migrations_per_drained_host:.2f}",
+            f"{loop_run.hosts_ready:,}",
+            gained,
+            f"{loop_run.refused:,}",
+            f"{loop_run.wall_s:.1f}",
+        )
+    out.print(loop)

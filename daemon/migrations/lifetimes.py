@@ -1,0 +1,147 @@
+"""Where a queued VM's predicted remaining lifetime comes from.
+
+* ``PolicyLifetimes``: the placement policy's tracker (LAS, LAVA,
+  LA-Binary): the same repredictions that placed the VM order its migration.
+* ``OwnLifetimes``: a tracker of the planner's own, fed the same bookings,
+  for policies that keep no lifetimes (Best Fit, GPA).
+* ``OracleLifetimes``: each VM's true exit, attached to its request by the
+  replay (``streams/oracle.py``): the paper's section 6.3 setting.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from lavad.daemon.cluster import ClusterState, VmRecord
+from lavad.daemon.placement.framework import PlacementHooks
+from lavad.daemon.placement.lava import LavaHosts
+from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
+from lavad.models.lifetime.features import ORACLE_FEATURE
+from lavad.streams.schema import VmPlaced, VmRequest
+
+
+class RemainingLifetimes(Protocol):
+    name: str
+
+    def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
+        """The VM's predicted remaining lifetime at ``now`` (0 when overdue)."""
+
+    def on_booked(
+        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
+    ) -> None: ...
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None: ...
+
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None: ...
+
+
+def policy_tracker(hooks: PlacementHooks | None) -> LifetimeTracker | None:
+    """The lifetime tracker a policy keeps, if it keeps one."""
+    if isinstance(hooks, LifetimeTracker):
+        return hooks
+    if isinstance(hooks, LavaHosts):
+        return hooks.tracker
+    return None
+
+
+class PolicyLifetimes:
+    """The placement policy's predictions; the engine already feeds its hooks."""
+
+    name = "policy"
+
+    def __init__(self, tracker: LifetimeTracker) -> None:
+        self.tracker = tracker
+
+    def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
+        self.tracker.refresh(cluster, now)
+        return self.tracker.remaining(vm_id, now)
+
+    def on_booked(
+        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
+    ) -> None:
+        return
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        return
+
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        return
+
+
+class OwnLifetimes:
+    """A lifetime model of the planner's own (the policy keeps none).
+
+    Its repredictions are not published: they are the planner's, not a
+    placement policy's view of the pool.
+    """
+
+    name = "model"
+
+    def __init__(self, settings: LifetimeSettings | None = None) -> None:
+        self.tracker = LifetimeTracker(settings or LifetimeSettings())
+
+    def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
+        tracker = self.tracker
+        tracker.refresh(cluster, now)
+        tracker.notices.clear()
+        return tracker.remaining(vm_id, now)
+
+    def on_booked(
+        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
+    ) -> None:
+        tracker = self.tracker
+        # Due refits and repredictions first, as a policy's hooks would have.
+        tracker.refresh(cluster, now)
+        tracker.notices.clear()
+        tracker.on_booked(cluster, record, now, event)
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        self.tracker.on_released(cluster, record, now, exited=exited)
+
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        self.tracker.on_moved(cluster, before, after, now)
+
+
+class OracleLifetimes:
+    """True exits: start + the true lifetime the replay attached to the request."""
+
+    name = "oracle"
+
+    def __init__(self) -> None:
+        self.exit_at: dict[str, float] = {}
+
+    def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
+        return max(self.exit_at[vm_id] - now, 0.0)
+
+    def on_booked(
+        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
+    ) -> None:
+        value = event.features.get(ORACLE_FEATURE)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise OracleMissing(
+                f"oracle migration lifetimes need each request's true lifetime in features"
+                f"[{ORACLE_FEATURE!r}] (attached by `lavad replay`), got {value!r}"
+            )
+        self.exit_at[record.vm_id] = record.placed_at + float(value)
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        self.exit_at.pop(record.vm_id, None)
+
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        return

@@ -1,0 +1,290 @@
+"""Drains by live migration (LARS, LAVA paper 4.4), worked out by hand through the engine."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
+from lavad.daemon.migrations.config import DefragConfig, MigrationsConfig, OrderName
+from lavad.daemon.migrations.orders import Queued, RandomOrder
+from lavad.daemon.placement.framework import UniformDraws
+from lavad.daemon.placement.registry import validate_policy_args
+from lavad.models.lifetime.features import ORACLE_FEATURE
+from lavad.streams.schema import (
+    Decision,
+    HostDrain,
+    HostUp,
+    Migration,
+    Placement,
+    VmExit,
+    VmPlaced,
+    VmRequest,
+)
+
+MINUTE = 60.0
+HOUR = 3600.0
+
+# The drained host's VMs, all placed at t=0 in this (arrival) order, with the
+# time each exits. The drain starts at t=0; 3 migrations at a time, 20 min each.
+LIFETIMES = {
+    "a": 5 * HOUR,
+    "b": 4 * HOUR,
+    "c": 3 * HOUR,
+    "d": 10 * MINUTE,
+    "e": 30 * MINUTE,
+    "f": 50 * MINUTE,
+    "g": 70 * MINUTE,
+    "h": 90 * MINUTE,
+}
+
+
+def _engine(order: OrderName, **migrations: object) -> Engine:
+    return Engine(
+        EngineConfig(
+            policy="bestfit",
+            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
+            pools=PoolSetup(),
+            migrations=MigrationsConfig(order=order, lifetimes="oracle", **migrations),  # type: ignore[arg-type]
+        )
+    )
+
+
+def _run_drain(order: OrderName) -> tuple[Engine, list[Decision]]:
+    """h0 holds the eight VMs and drains at t=0; h1 is a large empty target."""
+    engine = _engine(order)
+    decisions: list[Decision] = []
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=16.0, memory_gib=64.0), 0.0)
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=64.0, memory_gib=256.0), 0.0)
+    for vm_id, lifetime in LIFETIMES.items():
+        placed = VmPlaced(
+            time=0.0,
+            pool="p",
+            vm_id=vm_id,
+            host_id="h0",
+            cores=1.0,
+            memory_gib=2.0,
+            features={ORACLE_FEATURE: lifetime},
+        )
+        decisions += engine.handle(placed, 0.0)
+    decisions += engine.handle(HostDrain(time=0.0, pool="p", host_id="h0"), 0.0)
+    for vm_id, lifetime in sorted(LIFETIMES.items(), key=lambda item: item[1]):
+        decisions += engine.handle(VmExit(time=lifetime, pool="p", vm_id=vm_id), lifetime)
+    return engine, decisions
+
+
+def _migrated(decisions: list[Decision]) -> list[tuple[float, str]]:
+    return [
+        (d.time, d.vm_id or "")
+        for d in decisions
+        if isinstance(d, Migration) and d.action == "migrate"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [
+        # LARS, longest remaining first. t=0: a (5h), b (4h), c (3h) start.
+        # d exits at 10 min, before its turn. t=20: remaining e 10m, f 30m,
+        # g 50m, h 70m -> h, g, f start. e exits at 30 min, queued. 6 moves.
+        ("lars", [(0, "a"), (0, "b"), (0, "c"), (20, "h"), (20, "g"), (20, "f")]),
+        # Arrival: a, b, c; then (d gone) e, f, g; then h at t=40. 7 moves.
+        (
+            "arrival",
+            [(0, "a"), (0, "b"), (0, "c"), (20, "e"), (20, "f"), (20, "g"), (40, "h")],
+        ),
+        # Shortest first: d, e, f; at t=20 g (50m), h (70m), c (2h40m); then
+        # b and a at t=40. Every VM is moved: 8.
+        (
+            "shortest",
+            [
+                (0, "d"),
+                (0, "e"),
+                (0, "f"),
+                (20, "g"),
+                (20, "h"),
+                (20, "c"),
+                (40, "b"),
+                (40, "a"),
+            ],
+        ),
+    ],
+)
+def test_hand_worked_drain(order: OrderName, expected: list[tuple[float, str]]) -> None:
+    engine, decisions = _run_drain(order)
+    assert _migrated(decisions) == [(t * MINUTE, vm) for t, vm in expected]
+    planner = engine.pools["p"].migrations
+    assert planner is not None
+    assert planner.counters["migrations"] == len(expected)
+    assert planner.counters["exited_before_migration"] == len(LIFETIMES) - len(expected)
+    # Every move went to h1, the only open host.
+    assert {d.target_host_id for d in decisions if isinstance(d, Migration) and d.vm_id} <= {
+        "h1",
+        None,
+    }
+
+
+def test_an_exited_vm_is_never_migrated_and_the_plan_says_so() -> None:
+    _, decisions = _run_drain("lars")
+    migrated = {vm for _, vm in _migrated(decisions)}
+    assert not migrated & {"d", "e"}
+    plans = [d for d in decisions if isinstance(d, Migration) and d.action == "plan"]
+    # At the drain: every VM, longest first, with its remaining lifetime.
+    first = plans[0]
+    assert [row["vm_id"] for row in first.plan] == list("abchgfed")
+    assert first.plan[0]["predicted_remaining_s"] == 5 * HOUR
+    # d's exit at 10 min republishes the plan without it: e, f, g, h wait.
+    after_d = next(p for p in plans if p.reason.startswith("d exited"))
+    assert after_d.time == 10 * MINUTE
+    assert [row["vm_id"] for row in after_d.plan] == list("hgfe")
+    assert after_d.plan[0]["predicted_remaining_s"] == 80 * MINUTE
+
+
+def test_the_host_is_ready_once_empty_and_its_last_migration_done() -> None:
+    engine, decisions = _run_drain("lars")
+    ready = [d for d in decisions if isinstance(d, Migration) and d.action == "host_ready"]
+    # The last move (t=20 min) ends at t=40 min; the engine fires it on the
+    # next event (a's exit), at its own time.
+    assert [(d.time, d.host_id, d.drain) for d in ready] == [(40 * MINUTE, "h0", "maintenance")]
+    assert ready[0].explanation["migrated"] == 6
+    # Maintenance: the host stays closed until host.up says the work is done.
+    cluster = engine.pools["p"].cluster
+    assert not cluster.schedulable[cluster.host_index["h0"]]
+
+
+def test_a_draining_host_receives_no_placements() -> None:
+    engine = _engine("lars")
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=16.0, memory_gib=64.0), 0.0)
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=64.0, memory_gib=256.0), 0.0)
+    engine.handle(
+        VmPlaced(
+            time=0.0,
+            pool="p",
+            vm_id="long",
+            host_id="h0",
+            cores=15.0,
+            memory_gib=8.0,
+            features={ORACLE_FEATURE: 10 * HOUR},
+        ),
+        0.0,
+    )
+    engine.handle(HostDrain(time=0.0, pool="p", host_id="h0"), 0.0)
+    # Best Fit would pick h0 (1 core left after this); it drains, so h1.
+    t = 60.0
+    for i in range(5):
+        request = VmRequest(
+            time=t,
+            pool="p",
+            vm_id=f"new{i}",
+            cores=1.0,
+            memory_gib=1.0,
+            features={ORACLE_FEATURE: 10 * HOUR},
+        )
+        placements = [d for d in engine.handle(request, t) if isinstance(d, Placement)]
+        assert [p.host_id for p in placements] == ["h1"]
+        t += 60.0
+    # Maintenance done: h0 takes VMs again.
+    engine.handle(HostUp(time=t, pool="p", host_id="h0", cores=16.0, memory_gib=64.0), t)
+    request = VmRequest(
+        time=t, pool="p", vm_id="after", cores=1.0, memory_gib=1.0, features={ORACLE_FEATURE: 1.0}
+    )
+    (placement,) = [d for d in engine.handle(request, t) if isinstance(d, Placement)]
+    # h0 is empty and open (its VM moved); Best Fit prefers the busy h1.
+    assert placement.host_id == "h1"
+    cluster = engine.pools["p"].cluster
+    assert cluster.schedulable[cluster.host_index["h0"]]
+
+
+def test_defragmentation_drains_the_cheapest_host_and_returns_it_empty() -> None:
+    engine = Engine(
+        EngineConfig(
+            policy="bestfit",
+            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
+            pools=PoolSetup(),
+            migrations=MigrationsConfig(
+                lifetimes="oracle", defrag=DefragConfig(empty_below=0.5, check_interval_s=60.0)
+            ),
+        )
+    )
+    for h in range(4):
+        engine.handle(HostUp(time=0.0, pool="p", host_id=f"h{h}", cores=16.0, memory_gib=64.0), 0.0)
+    # h0: one VM, h1: two, h2: three, h3: empty (16 cores, 64 GiB each).
+    residents = {"h0": ["x0"], "h1": ["y0", "y1"], "h2": ["z0", "z1", "z2"]}
+    for host, vms in residents.items():
+        for vm in vms:
+            engine.handle(
+                VmPlaced(
+                    time=0.0,
+                    pool="p",
+                    vm_id=vm,
+                    host_id=host,
+                    cores=2.0,
+                    memory_gib=4.0,
+                    features={ORACLE_FEATURE: 100 * HOUR},
+                ),
+                0.0,
+            )
+    # Empty open hosts 1 of 4 < 50%: ceil(0.5 * 4) - 1 = 1 host to drain.
+    # h0 has the fewest VMs. Its VM goes where Best Fit says: h2, the fullest.
+    decisions = engine.advance(60.0) + engine.advance(60.0 + 20 * MINUTE)
+    migrations = [d for d in decisions if isinstance(d, Migration)]
+    assert [(d.action, d.host_id, d.drain) for d in migrations] == [
+        ("plan", "h0", "defragmentation"),
+        ("migrate", "h0", "defragmentation"),
+        ("host_ready", "h0", "defragmentation"),
+    ]
+    assert migrations[1].target_host_id == "h2"
+    assert migrations[2].time == 60.0 + 20 * MINUTE
+    cluster = engine.pools["p"].cluster
+    # Back in service and empty: 2 of 4 hosts empty, no further drain.
+    assert cluster.schedulable[cluster.host_index["h0"]]
+    assert cluster.hosts_empty == 2
+    assert not [d for d in engine.advance(10 * HOUR) if isinstance(d, Migration)]
+
+
+def test_a_vm_that_fits_nowhere_waits_and_is_retried() -> None:
+    engine = _engine("lars", retry_s=600.0)
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=16.0, memory_gib=64.0), 0.0)
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=16.0, memory_gib=64.0), 0.0)
+    for vm, host in (("big", "h0"), ("blocker", "h1")):
+        engine.handle(
+            VmPlaced(
+                time=0.0,
+                pool="p",
+                vm_id=vm,
+                host_id=host,
+                cores=12.0,
+                memory_gib=8.0,
+                features={ORACLE_FEATURE: 10 * HOUR if vm == "big" else HOUR},
+            ),
+            0.0,
+        )
+    decisions = engine.handle(HostDrain(time=0.0, pool="p", host_id="h0"), 0.0)
+    assert not _migrated(decisions)
+    planner = engine.pools["p"].migrations
+    assert planner is not None and planner.retry_at == 600.0
+    # The blocker exits at 1 h; the next retry after it (t = 4200 s) moves big.
+    decisions = engine.handle(VmExit(time=HOUR, pool="p", vm_id="blocker"), HOUR)
+    decisions += engine.advance(2 * HOUR)
+    assert _migrated(decisions) == [(4200.0, "big")]
+
+
+def test_random_order_is_seeded() -> None:
+    queue = [Queued(f"v{i}", 0, i) for i in range(20)]
+
+    def ranking(seed: int) -> list[str]:
+        order = RandomOrder(UniformDraws(np.random.default_rng(seed)))
+        return [q.vm_id for q in order.rank(queue, lambda vm: 0.0)]
+
+    assert ranking(1) == ranking(1)
+    assert ranking(1) != ranking(2)
+    assert sorted(ranking(1)) == sorted(q.vm_id for q in queue)
+
+
+def test_a_planner_mid_drain_survives_a_snapshot() -> None:
+    engine, _ = _run_drain("lars")
+    pool = engine.pools["p"]
+    restored = pickle.loads(pickle.dumps(pool))
+    assert restored.migrations.summary() == pool.migrations.summary()  # type: ignore[union-attr]
