@@ -223,7 +223,7 @@ class Engine:
         planner = pool.migrations
         out: list[Decision] = []
         if planner is not None and now >= planner.next_deadline:
-            mover = _PoolMover(self, pool)
+            mover = _PoolMover(pool)
             metrics = pool.metrics
             while (due := planner.next_deadline) <= now:
                 if due == float("-inf"):
@@ -564,7 +564,7 @@ class Engine:
         planner = pool.migrations
         if planner is None:
             return []
-        return [*planner.drain(pool.cluster, host, now, _PoolMover(self, pool))]
+        return [*planner.drain(pool.cluster, host, now, _PoolMover(pool))]
 
     def _place_or_grow(self, pool: PoolRuntime, request: PlacementRequest) -> PlacementResult:
         """The policy's choice; in a pool that grows on demand, a new host when none fits."""
@@ -589,14 +589,15 @@ class Engine:
 class _PoolMover:
     """The engine's side of a migration: the placement policy picks, every hook hears."""
 
-    def __init__(self, engine: Engine, pool: PoolRuntime) -> None:
-        self.engine = engine
+    def __init__(self, pool: PoolRuntime) -> None:
         self.pool = pool
 
     def target(self, record: VmRecord, now: float) -> int | None:
         # A running VM: lifetime policies score it by its repredicted remaining lifetime.
+        # A pool that grows on demand does not grow for it: a drain is meant
+        # to free a host, not to open another (the VM waits for room instead).
         request = PlacementRequest(record.vm_id, record.demand, record.deployment, None, now, None)
-        result = self.engine._place_or_grow(self.pool, request)
+        result = self.pool.policy.place(self.pool.cluster, request)
         return None if isinstance(result, Unfit) else result.host
 
     def move(self, record: VmRecord, target: int, now: float) -> None:
