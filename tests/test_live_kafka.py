@@ -304,3 +304,30 @@ async def test_admissions_are_published_as_in_a_replay(
     await _consume_all(broker, settings, events)
     got = await read_topic(broker.bootstrap_servers, NAMES.admissions, at_least=len(expected))
     assert [record.value for record in got] == expected
+
+
+async def test_migration_plans_are_published_as_in_a_replay(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    # 62 fixed hosts, which the slice's first 3,000 events (55 hosts at peak in
+    # a growing pool) fill past 75%: the defragmenter drains hosts and LAS
+    # moves their VMs, with plans, moves and ready hosts on lavad.migrations.
+    settings = settings.model_copy(
+        update={
+            "placement": settings.placement.model_copy(update={"policy": "las"}),
+            "hosts": settings.hosts.model_copy(update={"count": 62, "grow_on_demand": False}),
+            "migrations": settings.migrations.model_copy(
+                update={
+                    "defrag": settings.migrations.defrag.model_copy(update={"empty_below": 0.25})
+                }
+            ),
+        }
+    )
+    events = pool_events(("east",), 3_000)
+    expected = replay_in_process(settings, events)["east"]
+    migrations = [line for line in expected if b'"kind":"migration"' in line]
+    assert any(b'"action":"migrate"' in line for line in migrations)
+    await _consume_all(broker, settings, events)
+    got = await read_topic(broker.bootstrap_servers, NAMES.migrations, at_least=len(migrations))
+    assert [record.value for record in got] == migrations

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from typer.testing import CliRunner
 
+from lavad.daemon.cli import app
 from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
 from lavad.daemon.migrations.config import (
     DefragConfig,
@@ -389,3 +391,20 @@ def test_a_defragmenting_replay_is_deterministic_and_loses_no_vm() -> None:
             assert d["host_id"] not in draining
         if d["kind"] == "migration" and d["action"] == "migrate":
             assert d["target_host_id"] not in draining
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LAVAD_MIGRATIONS__LIFETIMES": "oracle"}, "migrations.lifetimes"),
+        ({"LAVAD_PLACEMENT__POLICY": "las-oracle"}, "placement.policy"),
+    ],
+)
+def test_the_daemon_refuses_true_lifetimes_at_start(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], message: str
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(app, ["run"])
+    assert result.exit_code != 0
+    assert message in result.output

@@ -19,6 +19,14 @@ def test_default_file_loads() -> None:
     assert config.pools.grow_on_demand
     assert config.pools.shape is not None
     assert settings.engine_config(trace_has_hosts=True).pools.shape is None
+    # Maintenance drains run LARS with the paper's defaults; defragmentation is off.
+    migrations = config.migrations
+    assert (migrations.order, migrations.max_concurrent, migrations.duration_s) == (
+        "lars",
+        3,
+        1200.0,
+    )
+    assert migrations.defrag.empty_below == 0.0
 
 
 def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,6 +51,10 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ('[policies.bestfit]\ntie_break = "coin"\n', "policies.bestfit.tie_break", "random"),
         ("[policies.firstfit]\nfoo = 1\n", "policies.firstfit.foo", "Extra inputs"),
         ("[policies.nosuch]\n", "policies.nosuch", "unknown policy"),
+        ('[migrations]\norder = "fifo"\n', "migrations.order", "'lars', 'arrival'"),
+        ("[migrations]\nmax_concurrent = 0\n", "migrations.max_concurrent", "greater than"),
+        ("[migrations.defrag]\nempty_below = 1.5\n", "migrations.defrag.empty_below", "less"),
+        ("[migrations.defrag]\nthreshold = 0.1\n", "migrations.defrag.threshold", "Extra"),
         ("[hosts\n", "", "not valid TOML"),
     ],
 )
