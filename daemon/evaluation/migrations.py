@@ -18,7 +18,9 @@ pool needed plus ``headroom``: a defragmenter needs room to move VMs to):
 
 Unless given, the defragmentation threshold is the ``quantile`` of the
 undrained replay's sampled empty-host share: the trigger then fires on any
-trace, in its tighter periods.
+trace, in its tighter periods. With ``rolling`` the drains are rolling
+maintenance instead (a batch of hosts at a time, round the pool): more VMs
+wait in the queue at once, the regime of the paper's maintenance drains.
 """
 
 from __future__ import annotations
@@ -32,7 +34,12 @@ from typing import Any
 import numpy as np
 
 from lavad.daemon.engine import EngineConfig, PoolSetup
-from lavad.daemon.migrations.config import DefragConfig, LifetimeSource, OrderName
+from lavad.daemon.migrations.config import (
+    DefragConfig,
+    LifetimeSource,
+    OrderName,
+    RollingConfig,
+)
 from lavad.daemon.placement.registry import validate_policy_args
 from lavad.daemon.replay import ReplayResult, replay
 from lavad.streams.codec import BadRecord
@@ -103,6 +110,8 @@ class MigrationEvaluation:
     policy: str
     hosts: int
     empty_below: float
+    # What drained the hosts, in words.
+    scenario: str
     baseline_empty_hosts_pct: float | None
     baseline_refused: int
     drains: int
@@ -144,6 +153,7 @@ def evaluate_migrations(
     check_interval_s: float = 300.0,
     max_draining_hosts: int = 2,
     closed_loop: bool = True,
+    rolling: RollingConfig | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> MigrationEvaluation:
     """The protocol of the module doc. ``events`` must yield requests with true lifetimes."""
@@ -173,15 +183,21 @@ def evaluate_migrations(
     migrations = dataclasses.replace(config.migrations, defrag=DefragConfig(), compare=())
     baseline = run("no drains", dataclasses.replace(config, migrations=migrations))
     pool_name, baseline_pool = _only_pool(baseline)
-    if empty_below is None:
+    if rolling is not None:
+        empty_below = 0.0
+    elif empty_below is None:
         shares = [p["empty_hosts_pct"] for p in baseline.series.get(pool_name, [])]
         if not shares:
             raise ValueError("the replay sampled no empty-host share; is the trace too short?")
         empty_below = float(np.quantile(np.asarray(shares), quantile)) / 100.0
-    defrag = DefragConfig(
-        empty_below=empty_below,
-        check_interval_s=check_interval_s,
-        max_draining_hosts=max_draining_hosts,
+    defrag = (
+        DefragConfig()
+        if rolling is not None
+        else DefragConfig(
+            empty_below=empty_below,
+            check_interval_s=check_interval_s,
+            max_draining_hosts=max_draining_hosts,
+        )
     )
     evaluation = MigrationEvaluation(
         trace=trace,
@@ -189,6 +205,12 @@ def evaluate_migrations(
         policy=base.policy,
         hosts=int(baseline_pool["hosts_up_end"]),
         empty_below=empty_below,
+        scenario=(
+            f"rolling maintenance, {rolling.batch} hosts every {rolling.every_s / 3600:g} h"
+            if rolling is not None
+            else f"defragmentation below {empty_below:.1%} empty hosts,"
+            f" at most {max_draining_hosts} hosts draining"
+        ),
         baseline_empty_hosts_pct=baseline_pool.get("empty_hosts_pct"),
         baseline_refused=_refused(baseline_pool),
         drains=0,
@@ -199,6 +221,7 @@ def evaluate_migrations(
             order=order,
             lifetimes=lifetimes,
             defrag=defrag,
+            rolling=rolling,
             # The arrival replay is also the same-drains one.
             compare=COMPARED if label == "arrival" else (),
         )

@@ -21,6 +21,7 @@ from lavad.daemon.evaluation.migrations import (
     MigrationEvaluation,
     evaluate_migrations,
 )
+from lavad.daemon.migrations.config import RollingConfig
 from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.settings import ConfigError
 from lavad.streams.adapters import TraceFormatError, open_trace
@@ -53,6 +54,13 @@ def migrations_command(
     max_draining_hosts: Annotated[
         int, typer.Option(help="defragmentation drains in progress at most", min=1)
     ] = 2,
+    rolling_batch: Annotated[
+        int,
+        typer.Option(help="rolling maintenance instead of defragmentation: hosts per batch"),
+    ] = 0,
+    rolling_every_h: Annotated[
+        float, typer.Option(help="hours between rolling maintenance batches", min=0.01)
+    ] = 6.0,
     closed_loop: Annotated[
         bool, typer.Option(help="also replay LARS and LARS-oracle acting, each with a trigger")
     ] = True,
@@ -89,6 +97,18 @@ def migrations_command(
             items = (e for e in items if not isinstance(e, HostUp | HostDown | HostDrain))
         return with_true_lifetimes(items, exits, end)
 
+    rolling = None
+    if rolling_batch:
+        first = next(
+            (
+                e.time
+                for e in open_trace(path, seed=settings.seed).events()
+                if not isinstance(e, BadRecord)
+            ),
+            0.0,
+        )
+        # After a day, when the lifetime model has seen exits.
+        rolling = RollingConfig(rolling_batch, rolling_every_h * 3600.0, first + 86_400.0)
     try:
         evaluation = evaluate_migrations(
             events,
@@ -102,6 +122,7 @@ def migrations_command(
             quantile=quantile,
             max_draining_hosts=max_draining_hosts,
             closed_loop=closed_loop,
+            rolling=rolling,
             progress=lambda label: err.print(f"[dim]replaying: {label}[/dim]"),
         )
     except ValueError as exc:
@@ -119,11 +140,11 @@ def _pct(value: float | None) -> str:
 
 def print_evaluation(evaluation: MigrationEvaluation) -> None:
     base = evaluation.baseline_empty_hosts_pct
+    undrained = "-" if base is None else f"{base:.2f}%"
     out.print(
         f"[bold]{evaluation.trace}[/bold], pool {evaluation.pool} of {evaluation.hosts} hosts,"
-        f" targets by {evaluation.policy}; defragmentation below {evaluation.empty_below:.1%}"
-        f" empty hosts. Without drains: {'-' if base is None else f'{base:.2f}%'} empty hosts,"
-        f" {evaluation.baseline_refused:,} requests refused."
+        f" targets by {evaluation.policy}; {evaluation.scenario}. Without drains:"
+        f" {undrained} empty hosts, {evaluation.baseline_refused:,} requests refused."
     )
     same = Table(title=f"Same {evaluation.drains:,} drains, only the order changes (paper 5.1)")
     for column in (

@@ -30,6 +30,26 @@ class DefragConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RollingConfig:
+    """Rolling maintenance driven by lavad: ``batch`` hosts drain every ``every_s``.
+
+    Hosts go in column order from ``start_s`` on, wrapping around; each is
+    back in service once empty (the maintenance itself takes no time here).
+    Empty or already closed hosts are passed over.
+    """
+
+    batch: int
+    every_s: float
+    start_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if self.every_s <= 0:
+            raise ValueError(f"every_s must be > 0, got {self.every_s}")
+
+
+@dataclass(frozen=True, slots=True)
 class MigrationsConfig:
     """How drains are carried out.
 
@@ -40,7 +60,8 @@ class MigrationsConfig:
     the policy keeps none; "oracle" reads true lifetimes (replays only).
     ``retry_s``: when no queued VM fits anywhere, look again this much later.
     ``drain_schedule``: (time, host id) pairs that replace the defragmentation
-    trigger (evaluations). ``compare``: (order, lifetimes) pairs counted
+    trigger (evaluations); ``rolling`` replaces it with rolling maintenance.
+    ``compare``: (order, lifetimes) pairs counted
     beside the acting order on the same drains and exits, moving nothing.
     """
 
@@ -51,6 +72,7 @@ class MigrationsConfig:
     retry_s: float = 300.0
     defrag: DefragConfig = DefragConfig()
     drain_schedule: tuple[tuple[float, str], ...] | None = None
+    rolling: RollingConfig | None = None
     # Orders counted beside the acting one on the same drains (``shadow.py``).
     compare: tuple[tuple[OrderName, LifetimeSource], ...] = ()
 

@@ -45,6 +45,7 @@ from lavad.daemon.migrations.triggers import (
     EmptyShareTrigger,
     NoTrigger,
     RecordedDrains,
+    RollingDrains,
 )
 from lavad.daemon.placement.framework import UniformDraws
 from lavad.streams.schema import Migration, VmPlaced, VmRequest
@@ -70,6 +71,9 @@ class MigrationMover(Protocol):
 class Drain:
     host: int
     reason: DrainReason
+    # Back in service once empty: defragmentation and rolling maintenance;
+    # a host.drain (maintenance) waits for its host.up.
+    returns: bool
     started: float
     scheduled: int
     queued: int = 0
@@ -100,6 +104,8 @@ class MigrationPlanner:
         self.trigger: DrainTrigger
         if config.drain_schedule is not None:
             self.trigger = RecordedDrains(config.drain_schedule)
+        elif config.rolling is not None:
+            self.trigger = RollingDrains(config.rolling)
         elif config.defrag.empty_below > 0:
             self.trigger = EmptyShareTrigger(config.defrag)
         else:
@@ -140,9 +146,12 @@ class MigrationPlanner:
                 out.extend(self._ready_if_empty(cluster, drain, now))
         if self.trigger.next_check <= now:
             draining = sum(1 for d in self.drains.values() if d.reason == "defragmentation")
+            reason: DrainReason = (
+                "maintenance" if isinstance(self.trigger, RollingDrains) else "defragmentation"
+            )
             for host in self.trigger.due(cluster, now, draining):
                 cluster.drain_host(cluster.host_ids[host])
-                out.extend(self._start_drain(cluster, host, now, "defragmentation"))
+                out.extend(self._start_drain(cluster, host, now, reason, returns=True))
         if self.retry_at <= now:
             self.retry_at = float("inf")
         out.extend(self._dispatch(cluster, now, mover))
@@ -157,7 +166,7 @@ class MigrationPlanner:
         if host in self.drains:
             self.counters["drain_of_draining_host"] += 1
             return []
-        out = self._start_drain(cluster, host, now, "maintenance")
+        out = self._start_drain(cluster, host, now, "maintenance", returns=False)
         out.extend(self._dispatch(cluster, now, mover))
         return out
 
@@ -227,10 +236,16 @@ class MigrationPlanner:
     # -------------------------------------------------------------- internals
 
     def _start_drain(
-        self, cluster: ClusterState, host: int, now: float, reason: DrainReason
+        self,
+        cluster: ClusterState,
+        host: int,
+        now: float,
+        reason: DrainReason,
+        *,
+        returns: bool,
     ) -> list[Migration]:
         residents = sorted(cluster.host_vms[host], key=lambda vm: (cluster.vms[vm].placed_at, vm))
-        drain = Drain(host, reason, now, scheduled=len(residents))
+        drain = Drain(host, reason, returns, now, scheduled=len(residents))
         self.drains[host] = drain
         for vm_id in residents:
             self._enqueue(vm_id, drain)
@@ -320,7 +335,7 @@ class MigrationPlanner:
         del self.drains[host]
         self.counters["hosts_ready"] += 1
         self.migrations_per_ready_host.append(drain.migrated)
-        if drain.reason == "defragmentation":
+        if drain.returns:
             cluster.undrain_host(cluster.host_ids[host])
             reason = "empty: back in service for every lifetime class"
         else:

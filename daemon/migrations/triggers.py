@@ -10,7 +10,8 @@ in total, the free capacity its VMs need.
 
 ``RecordedDrains`` replays a schedule of (time, host) drains instead, so that
 migration orders are compared on the same drains, as the paper does ("LARS
-does not affect which hosts are picked").
+does not affect which hosts are picked"). ``RollingDrains`` is rolling
+maintenance: a batch of hosts at a time, round the pool.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from lavad.daemon.cluster import ClusterState
-from lavad.daemon.migrations.config import DefragConfig
+from lavad.daemon.migrations.config import DefragConfig, RollingConfig
 
 
 class DrainTrigger(Protocol):
@@ -105,6 +106,29 @@ class RecordedDrains:
             host = cluster.host_index.get(schedule[self._next][1])
             self._next += 1
             if host is None or not cluster.schedulable[host] or not cluster.vm_count[host]:
+                self.skipped += 1
+                continue
+            hosts.append(host)
+        return hosts
+
+
+class RollingDrains:
+    """Rolling maintenance: the next ``batch`` hosts, in column order, every ``every_s``."""
+
+    def __init__(self, config: RollingConfig) -> None:
+        self.config = config
+        self.next_check = config.start_s
+        self._cursor = 0
+        self.skipped = 0
+
+    def due(self, cluster: ClusterState, now: float, draining: int) -> list[int]:
+        config = self.config
+        self.next_check = now + config.every_s
+        hosts: list[int] = []
+        for _ in range(min(config.batch, cluster.n_hosts)):
+            host = self._cursor % cluster.n_hosts
+            self._cursor += 1
+            if not cluster.schedulable[host] or not cluster.vm_count[host]:
                 self.skipped += 1
                 continue
             hosts.append(host)
