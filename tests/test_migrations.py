@@ -12,14 +12,17 @@ import pytest
 from typer.testing import CliRunner
 
 from lavad.daemon.cli import app
+from lavad.daemon.cluster import ClusterState
 from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
 from lavad.daemon.migrations.config import (
     DefragConfig,
     LifetimeSource,
     MigrationsConfig,
     OrderName,
+    RollingConfig,
 )
 from lavad.daemon.migrations.orders import Queued, RandomOrder
+from lavad.daemon.migrations.triggers import RollingDrains, choose_hosts_to_drain
 from lavad.daemon.placement.framework import UniformDraws
 from lavad.daemon.placement.registry import validate_policy_args
 from lavad.daemon.replay import ReplayResult, replay
@@ -408,3 +411,42 @@ def test_the_daemon_refuses_true_lifetimes_at_start(
     result = CliRunner().invoke(app, ["run"])
     assert result.exit_code != 0
     assert message in result.output
+
+
+def test_choose_hosts_to_drain_needs_room_for_their_vms() -> None:
+    cluster = ClusterState()
+    for h in range(3):
+        cluster.add_host(f"h{h}", (16.0, 64.0, 0.0, 0.0))
+    # h0: one 10-core VM; h1: two 2-core VMs; h2: one 2-core VM.
+    cluster.book("a", 0, (10.0, 8.0, 0.0, 0.0), "", 0.0)
+    cluster.book("b", 1, (2.0, 8.0, 0.0, 0.0), "", 0.0)
+    cluster.book("c", 1, (2.0, 8.0, 0.0, 0.0), "", 0.0)
+    cluster.book("d", 2, (2.0, 8.0, 0.0, 0.0), "", 0.0)
+    # Fewest VMs: h0 and h2 (one each); h2 has more excess (14 of 16 cores
+    # free, mean free fraction (14/16 + 56/64)/2 = 0.875 against h0's 0.5625).
+    assert choose_hosts_to_drain(cluster, 1) == [2]
+    # Both: h2's 2 cores fit in the others' 6 + 12 free; that leaves h1
+    # 12 - 2 = 10 free cores, exactly h0's 10-core VM.
+    assert choose_hosts_to_drain(cluster, 2) == [2, 0]
+    cluster.book("e", 1, (10.0, 8.0, 0.0, 0.0), "", 0.0)
+    # h1 now has 2 cores free. h2 still goes (its 2 cores fit in 6 + 2),
+    # but then h0's 10 cores would need 10 of h1's 2 - 2 = 0: skipped, and
+    # h1 (three VMs, 14 cores) would need them from h0's 6 - 2: skipped too.
+    assert choose_hosts_to_drain(cluster, 2) == [2]
+
+
+def test_rolling_maintenance_goes_round_the_pool_skipping_empty_hosts() -> None:
+    cluster = ClusterState()
+    for h in range(5):
+        cluster.add_host(f"h{h}", (16.0, 64.0, 0.0, 0.0))
+    for h in (0, 1, 3, 4):
+        cluster.book(f"v{h}", h, (1.0, 1.0, 0.0, 0.0), "", 0.0)
+    rolling = RollingDrains(RollingConfig(batch=2, every_s=3600.0, start_s=100.0))
+    assert rolling.next_check == 100.0
+    assert rolling.due(cluster, 100.0, 0) == [0, 1]
+    assert rolling.next_check == 3700.0
+    # h2 is empty: passed over. Then h3.
+    assert rolling.due(cluster, 3700.0, 0) == [3]
+    assert rolling.skipped == 1
+    # h4, then round to h0.
+    assert rolling.due(cluster, 7300.0, 0) == [4, 0]
