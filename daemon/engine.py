@@ -26,8 +26,9 @@ from lavad.daemon.admission.service import AdmissionConfig, PoolAdmission
 from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
 from lavad.daemon.limits.service import LimitsConfig, PoolLimits
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
-from lavad.daemon.migrations.config import LifetimeSource, MigrationsConfig
+from lavad.daemon.migrations.config import LifetimeSource, MigrationsConfig, drains_by_itself
 from lavad.daemon.migrations.lifetimes import (
+    NoLifetimes,
     OracleLifetimes,
     OwnLifetimes,
     PolicyLifetimes,
@@ -622,11 +623,15 @@ def _migration_planner(pool: str, config: EngineConfig, policy: Policy) -> Migra
     def lifetimes(kind: LifetimeSource) -> RemainingLifetimes:
         source = sources.get(kind)
         if source is None:
+            tracker = policy_tracker(policy.hooks)
             if kind == "oracle":
                 source = OracleLifetimes()
+            elif tracker is not None:
+                source = PolicyLifetimes(tracker)
+            elif kind == "model" or drains_by_itself(settings):
+                source = OwnLifetimes()
             else:
-                tracker = policy_tracker(policy.hooks)
-                source = PolicyLifetimes(tracker) if tracker is not None else OwnLifetimes()
+                source = NoLifetimes()
             sources[kind] = source
         return source
 

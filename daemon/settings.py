@@ -116,10 +116,10 @@ class MigrationSettings(_Section):
     order: Literal["lars", "arrival", "shortest", "random"] = Field(
         default="lars", description="which queued VM goes next; lars: longest remaining first"
     )
-    lifetimes: Literal["policy", "oracle"] = Field(
+    lifetimes: Literal["policy", "model", "oracle"] = Field(
         default="policy",
-        description="policy: the placement policy's predictions (or the planner's own model);"
-        " oracle: true lifetimes, replays only",
+        description="policy: the placement policy's predictions (see config/lavad.toml);"
+        " model: always a model (the policy's or the planner's own); oracle: replays only",
     )
     max_concurrent: int = Field(default=3, ge=1, description="live migrations at once, per pool")
     duration_s: float = Field(

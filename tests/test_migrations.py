@@ -450,3 +450,49 @@ def test_rolling_maintenance_goes_round_the_pool_skipping_empty_hosts() -> None:
     assert rolling.skipped == 1
     # h4, then round to h0.
     assert rolling.due(cluster, 7300.0, 0) == [4, 0]
+
+
+def test_evaluate_migrations_compares_every_order_on_the_same_drains(tmp_path: Path) -> None:
+    out = tmp_path / "migrations.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "migrations",
+            str(AZURE_SLICE),
+            "--policy",
+            "las",
+            "--hosts",
+            "440",
+            "--rolling-batch",
+            "5",
+            "--rolling-every-h",
+            "2",
+            "--no-closed-loop",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "Same" in result.output and "lars-oracle" in result.output
+    evaluation = orjson.loads(out.read_bytes())
+    same = {row["label"]: row for row in evaluation["same_drains"]}
+    assert set(same) == {
+        "arrival-policy",
+        "random-policy",
+        "shortest-policy",
+        "lars-policy",
+        "lars-oracle",
+    }
+    scheduled = {row["scheduled"] for row in same.values()}
+    assert len(scheduled) == 1 and scheduled.pop() > 0
+    for row in same.values():
+        assert (
+            row["migrations"] + row["exited_before_migration"] + row["still_queued"]
+            == row["scheduled"]
+        )
+    # The acting order is arrival: its own count matches its shadow's unless
+    # a VM found no target (the shadow assumes every one does).
+    (acting,) = evaluation["closed_loop"]
+    assert acting["label"] == "arrival"
+    assert acting["migrations"] <= same["arrival-policy"]["migrations"]

@@ -89,18 +89,29 @@ class SameDrains:
 
 @dataclass(frozen=True, slots=True)
 class ClosedLoop:
-    """One acting order with its own trigger."""
+    """One acting order with its own trigger.
+
+    Its drains differ from the other runs', so ``needed_per_scheduled``
+    (migrations plus VMs still queued at the end, per VM scheduled) is the
+    figure to compare.
+    """
 
     label: str
     drains: int
     scheduled: int
     migrations: int
     exited_before_migration: int
+    still_queued: int
     hosts_ready: int
     migrations_per_drained_host: float | None
     empty_hosts_pct: float | None
     refused: int
     wall_s: float
+
+    @property
+    def needed_per_scheduled(self) -> float | None:
+        needed = self.migrations + self.still_queued
+        return needed / self.scheduled if self.scheduled else None
 
 
 @dataclass(slots=True)
@@ -235,6 +246,7 @@ def evaluate_migrations(
                 scheduled=int(summary.get("scheduled", 0)),
                 migrations=int(summary.get("migrations", 0)),
                 exited_before_migration=int(summary.get("exited_before_migration", 0)),
+                still_queued=int(summary.get("still_queued", 0)),
                 hosts_ready=int(summary.get("hosts_ready", 0)),
                 migrations_per_drained_host=summary.get("migrations_per_drained_host"),
                 empty_hosts_pct=pool.get("empty_hosts_pct"),

@@ -180,8 +180,11 @@ def print_evaluation(evaluation: MigrationEvaluation) -> None:
     for column in (
         "acting order",
         "drains",
-        "migrations",
+        "scheduled",
+        "migrated",
         "exited first",
+        "queued at end",
+        "needed per scheduled VM",
         "per drained host",
         "hosts emptied",
         "empty hosts (pp vs no drains)",
@@ -198,8 +201,13 @@ def print_evaluation(evaluation: MigrationEvaluation) -> None:
         loop.add_row(
             loop_run.label,
             f"{loop_run.drains:,}",
+            f"{loop_run.scheduled:,}",
             f"{loop_run.migrations:,}",
             f"{loop_run.exited_before_migration:,}",
+            f"{loop_run.still_queued:,}",
+            "-"
+            if loop_run.needed_per_scheduled is None
+            else f"{loop_run.needed_per_scheduled:.3f}",
             "-"
             if loop_run.migrations_per_drained_host is None
             else f"{loop_run.migrations_per_drained_host:.2f}",

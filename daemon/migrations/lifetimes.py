@@ -6,6 +6,10 @@
   for policies that keep no lifetimes (Best Fit, GPA).
 * ``OracleLifetimes``: each VM's true exit, attached to its request by the
   replay (``streams/oracle.py``): the paper's section 6.3 setting.
+* ``NoLifetimes``: no predictions (Best Fit with only host.drain events, where
+  a model of its own would cost every replay for drains that may never
+  come): every VM ties, so the queue goes in arrival order, and the
+  published plans say "lifetimes": "none".
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from lavad.streams.schema import VmPlaced, VmRequest
 
 class RemainingLifetimes(Protocol):
     name: str
+    # False: ``remaining`` is 0 for every VM (no predictions to order by).
+    known: bool
 
     def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
         """The VM's predicted remaining lifetime at ``now`` (0 when overdue)."""
@@ -52,6 +58,7 @@ class PolicyLifetimes:
     """The placement policy's predictions; the engine already feeds its hooks."""
 
     name = "policy"
+    known = True
 
     def __init__(self, tracker: LifetimeTracker) -> None:
         self.tracker = tracker
@@ -84,6 +91,7 @@ class OwnLifetimes:
     """
 
     name = "model"
+    known = True
 
     def __init__(self, settings: LifetimeSettings | None = None) -> None:
         self.tracker = LifetimeTracker(settings or LifetimeSettings())
@@ -118,6 +126,7 @@ class OracleLifetimes:
     """True exits: start + the true lifetime the replay attached to the request."""
 
     name = "oracle"
+    known = True
 
     def __init__(self) -> None:
         self.exit_at: dict[str, float] = {}
@@ -140,6 +149,29 @@ class OracleLifetimes:
         self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
     ) -> None:
         self.exit_at.pop(record.vm_id, None)
+
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        return
+
+
+class NoLifetimes:
+    name = "none"
+    known = False
+
+    def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
+        return 0.0
+
+    def on_booked(
+        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
+    ) -> None:
+        return
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        return
 
     def on_moved(
         self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float

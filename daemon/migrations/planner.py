@@ -320,7 +320,9 @@ class MigrationPlanner:
             vm_id=queued.vm_id,
             target_host_id=cluster.host_ids[target],
             explanation={
-                "predicted_remaining_s": remaining[queued.vm_id],
+                "predicted_remaining_s": (
+                    remaining[queued.vm_id] if self.lifetimes.known else None
+                ),
                 "lifetimes": self.lifetimes.name,
                 "queued": len(remaining) - 1,
                 "in_flight": len(self.in_flight),
@@ -358,11 +360,12 @@ class MigrationPlanner:
 
     def _plan(self, cluster: ClusterState, drain: Drain, now: float, reason: str) -> Migration:
         remaining = self._remaining(cluster, now)
+        known = self.lifetimes.known
         ranked = self.order.rank(list(self.queue.values()), remaining.__getitem__)
         plan = [
             {
                 "vm_id": q.vm_id,
-                "predicted_remaining_s": remaining[q.vm_id],
+                "predicted_remaining_s": remaining[q.vm_id] if known else None,
                 "queue_position": position,
             }
             for position, q in enumerate(ranked)

@@ -35,7 +35,10 @@ class ShadowOrder:
         self.lifetimes = lifetimes
         self.max_concurrent = max_concurrent
         self.duration_s = duration_s
-        self.queue: dict[str, Queued] = {}
+        # By sequence: a VM the acting order moved onto a host that drains
+        # later is in the list twice, as in the paper's list of migrations.
+        self.queue: dict[int, Queued] = {}
+        self._entries: dict[str, list[int]] = {}
         self.in_flight: list[float] = []
         self._sequence = 0
         self.counters: Counter[str] = Counter()
@@ -47,18 +50,21 @@ class ShadowOrder:
     def on_drain(self, cluster: ClusterState, host: int, vm_ids: list[str], now: float) -> None:
         for vm_id in vm_ids:
             self._sequence += 1
-            self.queue[vm_id] = Queued(vm_id, host, self._sequence)
+            self.queue[self._sequence] = Queued(vm_id, host, self._sequence)
+            self._entries.setdefault(vm_id, []).append(self._sequence)
         self.counters["scheduled"] += len(vm_ids)
         self._dispatch(cluster, now)
 
     def on_released(self, vm_id: str, *, exited: bool) -> None:
         """Exited before its turn: one migration fewer. Evicted: it leaves uncounted."""
-        if self.queue.pop(vm_id, None) is not None and exited:
-            self.counters["exited_before_migration"] += 1
+        for sequence in self._entries.pop(vm_id, ()):
+            del self.queue[sequence]
+            if exited:
+                self.counters["exited_before_migration"] += 1
 
     def forget_host(self, host: int) -> None:
-        for vm_id in [q.vm_id for q in self.queue.values() if q.host == host]:
-            del self.queue[vm_id]
+        for queued in [q for q in self.queue.values() if q.host == host]:
+            self._forget(queued)
 
     def advance(self, cluster: ClusterState, now: float) -> None:
         while self.in_flight and self.in_flight[0] <= now:
@@ -70,11 +76,20 @@ class ShadowOrder:
         if free <= 0 or not self.queue:
             return
         lifetimes = self.lifetimes
-        remaining = {vm: lifetimes.remaining(cluster, vm, now) for vm in self.queue}
+        remaining = {
+            q.vm_id: lifetimes.remaining(cluster, q.vm_id, now) for q in self.queue.values()
+        }
         for queued in self.order.rank(list(self.queue.values()), remaining.__getitem__)[:free]:
-            del self.queue[queued.vm_id]
+            self._forget(queued)
             self.counters["migrations"] += 1
             heapq.heappush(self.in_flight, now + self.duration_s)
+
+    def _forget(self, queued: Queued) -> None:
+        del self.queue[queued.sequence]
+        entries = self._entries[queued.vm_id]
+        entries.remove(queued.sequence)
+        if not entries:
+            del self._entries[queued.vm_id]
 
     def summary(self) -> dict[str, Any]:
         return {
