@@ -163,7 +163,10 @@ class MigrationPlanner:
         self, cluster: ClusterState, host: int, now: float, mover: MigrationMover
     ) -> list[Migration]:
         """A maintenance drain (the host is already closed to placement)."""
-        if host in self.drains:
+        drain = self.drains.get(host)
+        if drain is not None:
+            # Already draining (defragmentation): it now stays closed when empty.
+            drain.reason, drain.returns = "maintenance", False
             self.counters["drain_of_draining_host"] += 1
             return []
         out = self._start_drain(cluster, host, now, "maintenance", returns=False)
@@ -288,7 +291,7 @@ class MigrationPlanner:
             free -= 1
         if free and self.queue:
             # Nothing left fits now: look again later ("unfit, may retry").
-            self.retry_at = now + self.config.retry_s
+            self.retry_at = min(self.retry_at, now + self.config.retry_s)
         return out
 
     def _migrate(
