@@ -30,6 +30,7 @@ import numpy as np
 
 from benchmarks.admission_latency import SHARED_DLRM
 from benchmarks.admission_latency import measure as measure_admission
+from benchmarks.migration_cost import migration_cost
 from benchmarks.placement_latency import measure, measure_recompute_baseline
 from benchmarks.reprediction_latency import reprediction_latency
 from lavad.daemon.replay import replay
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         replay_throughput(path)
     placement_latency(path, [int(s) for s in args.sizes.split(",")])
     reprediction_latency(SLICE_AZURE)
+    migration_cost(SLICE_AZURE)
     admission_latency()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak resident memory of this process: {peak_kib / 1024:.0f} MiB")
