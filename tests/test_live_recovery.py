@@ -225,3 +225,22 @@ async def _wait_split(one: DaemonProcess, two: DaemonProcess) -> None:
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"the two instances did not split the partitions: {counts}")
+
+
+async def test_a_daemon_whose_broker_died_still_stops_on_sigterm(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """Ctrl-C on `make run` stops the broker and the daemon together: the daemon
+    must not wait forever to commit or leave the group with nobody to answer."""
+    bootstrap = broker.bootstrap_servers
+    events = two_pool_events(500)
+    await create_topics(bootstrap)
+    await produce(bootstrap, events)
+    daemon = DaemonProcess(bootstrap, tmp_path / "snapshots", tmp_path / "daemon.log")
+    try:
+        await daemon.wait_status("/readyz", 200, 60)
+        await _placements_count(bootstrap, at_least=1)
+    finally:
+        broker.close()
+        # SIGTERM, then up to 30 s before a SIGKILL (which would give -9).
+        assert daemon.stop() == 0

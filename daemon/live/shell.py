@@ -117,6 +117,8 @@ class LiveDaemon:
         self._route: dict[tuple[str, bytes | None], int] = {}
         self._partitioner = DefaultPartitioner()
         self._log_decisions = settings.log.level == "debug"
+        # How long a commit or a client's stop may wait for the broker.
+        self._client_timeout_s = settings.kafka.request_timeout_ms / 1000.0
 
     # ------------------------------------------------------------ readiness
 
@@ -176,15 +178,15 @@ class LiveDaemon:
                 partitions = check_copartitioned(counts, self.names)
             except KafkaError as exc:
                 if not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
-                    await _stop_quietly(consumer, producer)
+                    await _stop_quietly(consumer, producer, self._client_timeout_s)
                     raise StartupError(_refusal(exc, kafka)) from None
                 log.warning("broker unreachable at start", error=repr(exc), retry_in_s=delay)
-                await _stop_quietly(consumer, producer)
+                await _stop_quietly(consumer, producer, self._client_timeout_s)
                 await _sleep_or_stop(stop, delay)
                 delay = min(delay * 2, self.settings.live.retry_max_s)
                 continue
             except BaseException:
-                await _stop_quietly(consumer, producer)
+                await _stop_quietly(consumer, producer, self._client_timeout_s)
                 raise
             self._producer, self._consumer = producer, consumer
             self.broker_reachable = True
@@ -470,8 +472,10 @@ class LiveDaemon:
         if not offsets:
             return
         try:
-            await self._consumer.commit(offsets)
-        except KafkaError as exc:
+            # aiokafka retries a commit until the coordinator answers: with
+            # the broker gone that is forever, and a stopping daemon hangs.
+            await asyncio.wait_for(self._consumer.commit(offsets), self._client_timeout_s)
+        except (KafkaError, TimeoutError) as exc:
             self.telemetry.commit_failures.inc()
             log.warning("offset commit failed", error=repr(exc))
 
@@ -607,7 +611,7 @@ class LiveDaemon:
                     await self._commit()
                 # The snapshots are written: leaving the group must not redo them.
                 self.owned.clear()
-        await _stop_quietly(consumer, producer)
+        await _stop_quietly(consumer, producer, self._client_timeout_s)
         if self.http is not None:
             await self.http.close()
 
@@ -632,14 +636,28 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
 
 
-async def _stop_quietly(consumer: Any, producer: Any) -> None:
+async def _stop_quietly(consumer: Any, producer: Any, timeout_s: float) -> None:
+    """Stop the clients; a broker that is gone must not keep the process alive.
+
+    Leaving the group and flushing wait for the broker; past ``timeout_s``
+    the client is abandoned (its decisions were acknowledged before any
+    offset was committed, and a restart resumes from the snapshots).
+    """
     for client in (consumer, producer):
         if client is None:
             continue
         try:
-            await client.stop()
-        except KafkaError as exc:
+            await asyncio.wait_for(client.stop(), timeout_s)
+        except (KafkaError, TimeoutError) as exc:
             log.warning("client did not stop cleanly", error=repr(exc))
+        except asyncio.CancelledError:
+            # aiokafka's consumer, closing its fetcher while the broker is
+            # gone, awaits its own cancelled fetch task and lets that
+            # CancelledError out. Only ours (this task being cancelled) counts.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            log.warning("client did not stop cleanly", error="cancelled inside the client")
 
 
 def live_engine_config(settings: Settings) -> EngineConfig:
