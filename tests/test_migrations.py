@@ -496,3 +496,26 @@ def test_evaluate_migrations_compares_every_order_on_the_same_drains(tmp_path: P
     (acting,) = evaluation["closed_loop"]
     assert acting["label"] == "arrival"
     assert acting["migrations"] <= same["arrival-policy"]["migrations"]
+
+
+def test_a_vm_another_scheduler_puts_on_a_draining_host_is_migrated_too() -> None:
+    engine = _engine("lars")
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=16.0, memory_gib=64.0), 0.0)
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=16.0, memory_gib=64.0), 0.0)
+    # An empty host drains: ready at once (maintenance: it stays closed).
+    engine.handle(HostDrain(time=0.0, pool="p", host_id="h0"), 0.0)
+    placed = VmPlaced(
+        time=10.0,
+        pool="p",
+        vm_id="late",
+        host_id="h0",
+        cores=1.0,
+        memory_gib=1.0,
+        features={ORACLE_FEATURE: HOUR},
+    )
+    decisions = engine.handle(placed, 10.0)
+    assert [(d.action, d.plan[0]["vm_id"]) for d in decisions if isinstance(d, Migration)] == [
+        ("plan", "late")
+    ]
+    # The next event (or timer sweep) moves it, at the time it was booked.
+    assert _migrated(engine.advance(20.0)) == [(10.0, "late")]

@@ -28,6 +28,8 @@ class RemainingLifetimes(Protocol):
     name: str
     # False: ``remaining`` is 0 for every VM (no predictions to order by).
     known: bool
+    # Whether it learns from bookings (the planner calls the hooks below only then).
+    fed: bool
 
     def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
         """The VM's predicted remaining lifetime at ``now`` (0 when overdue)."""
@@ -59,6 +61,7 @@ class PolicyLifetimes:
 
     name = "policy"
     known = True
+    fed = False  # the engine feeds the policy's hooks
 
     def __init__(self, tracker: LifetimeTracker) -> None:
         self.tracker = tracker
@@ -92,6 +95,7 @@ class OwnLifetimes:
 
     name = "model"
     known = True
+    fed = True
 
     def __init__(self, settings: LifetimeSettings | None = None) -> None:
         self.tracker = LifetimeTracker(settings or LifetimeSettings())
@@ -127,6 +131,7 @@ class OracleLifetimes:
 
     name = "oracle"
     known = True
+    fed = True
 
     def __init__(self) -> None:
         self.exit_at: dict[str, float] = {}
@@ -159,6 +164,7 @@ class OracleLifetimes:
 class NoLifetimes:
     name = "none"
     known = False
+    fed = False
 
     def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
         return 0.0

@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from lavad.daemon.cluster import ClusterState, VmRecord
+from lavad.daemon.cluster import ClusterState, HostState, VmRecord
 from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.migrations.lifetimes import RemainingLifetimes
 from lavad.daemon.migrations.orders import Queued, build_order
@@ -96,10 +96,10 @@ class MigrationPlanner:
         self.lifetimes = lifetimes
         self.order = build_order(config.order, UniformDraws(rng))
         self.shadows = shadows or []
-        # Every distinct lifetime source, each fed every booking once.
+        # Every distinct lifetime source that learns from bookings, each fed once.
         self._sources: list[RemainingLifetimes] = []
         for source in [lifetimes, *(shadow.lifetimes for shadow in self.shadows)]:
-            if all(source is not known for known in self._sources):
+            if source.fed and all(source is not known for known in self._sources):
                 self._sources.append(source)
         self.trigger: DrainTrigger
         if config.drain_schedule is not None:
@@ -122,15 +122,19 @@ class MigrationPlanner:
         self.drain_log: list[tuple[float, str, str]] = []
         # Migrations each completed drain took.
         self.migrations_per_ready_host: list[int] = []
+        # The earliest time ``advance`` has work to do (inf: none).
+        self.next_deadline = float("inf")
+        self._refresh_deadline()
 
     # ---------------------------------------------------------------- timers
 
-    @property
-    def next_deadline(self) -> float:
-        first = self.in_flight[0][0] if self.in_flight else float("inf")
+    def _refresh_deadline(self) -> None:
+        """Recompute ``next_deadline``: the engine reads it on every event, and
+        only ``advance`` and ``drain`` move a timer."""
+        first = self.in_flight[0][0] if self.in_flight else self.retry_at
         for shadow in self.shadows:
             first = min(first, shadow.next_deadline)
-        return min(first, self.trigger.next_check, self.retry_at)
+        self.next_deadline = min(first, self.trigger.next_check, self.retry_at)
 
     def advance(self, cluster: ClusterState, now: float, mover: MigrationMover) -> list[Migration]:
         """Fire the timers due by ``now`` (the engine calls it at each timer's own time)."""
@@ -155,6 +159,7 @@ class MigrationPlanner:
         if self.retry_at <= now:
             self.retry_at = float("inf")
         out.extend(self._dispatch(cluster, now, mover))
+        self._refresh_deadline()
         return out
 
     # ------------------------------------------------------------ entry points
@@ -171,6 +176,7 @@ class MigrationPlanner:
             return []
         out = self._start_drain(cluster, host, now, "maintenance", returns=False)
         out.extend(self._dispatch(cluster, now, mover))
+        self._refresh_deadline()
         return out
 
     def on_vm_booked(
@@ -180,12 +186,21 @@ class MigrationPlanner:
         in shadow mode) joins the queue."""
         for source in self._sources:
             source.on_booked(cluster, record, now, event)
-        drain = self.drains.get(record.host)
-        if drain is None:
+        host = record.host
+        if cluster.state[host] != HostState.DRAINING:
             return []
-        self._enqueue(record.vm_id, drain)
         self.counters["booked_on_draining_host"] += 1
-        return [self._plan(cluster, drain, now, f"{record.vm_id} was placed on the host")]
+        drain = self.drains.get(host)
+        if drain is None:
+            # Emptied and closed for maintenance: it drains again.
+            out = self._start_drain(cluster, host, now, "maintenance", returns=False)
+        else:
+            self._enqueue(record.vm_id, drain)
+            out = [self._plan(cluster, drain, now, f"{record.vm_id} was placed on the host")]
+        # A free slot takes it at once: the engine's next look at the timers.
+        self.retry_at = min(self.retry_at, now)
+        self._refresh_deadline()
+        return out
 
     def on_vm_moved(
         self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
@@ -206,6 +221,8 @@ class MigrationPlanner:
         vm_id = record.vm_id
         for shadow in self.shadows:
             shadow.on_released(vm_id, exited=exited)
+        if not self.queue:
+            return []
         if not exited:
             queued = self.queue.pop(vm_id, None)
             if queued is not None:
