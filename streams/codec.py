@@ -41,8 +41,25 @@ def encode(obj: object) -> bytes:
     return orjson.dumps(obj)
 
 
+# Larger than any valid event (64 features of 256 characters, 4096 usage
+# samples); Kafka's own default message limit is about the same. Checked before
+# parsing, so an oversized record costs a length check, not a parse.
+MAX_RECORD_BYTES: Final = 1 << 20
+# A SchemaError keeps at most this much of an offending string.
+_MAX_SHOWN_CHARS: Final = 200
+
+
 def decode_event(raw: bytes | str) -> Event:
     """Parse and validate one event. Raises ``SchemaError``; never returns junk."""
+    size = len(raw)
+    if isinstance(raw, str) and size > MAX_RECORD_BYTES // 4:
+        size = len(raw.encode("utf-8", "surrogatepass"))
+    if size > MAX_RECORD_BYTES:
+        raise SchemaError(
+            "<record>",
+            _preview(raw[:_MAX_SHOWN_CHARS]),
+            f"record of {size} bytes is larger than the {MAX_RECORD_BYTES}-byte limit",
+        )
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -57,7 +74,8 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     version = data.get("v")
     if version is None:
         raise SchemaError("v", None, "missing schema version")
-    if version != SCHEMA_VERSION:
+    # type(): True == 1.0 == 1 in Python, and neither is a version number.
+    if type(version) is not int or version != SCHEMA_VERSION:
         raise SchemaError(
             "v", version, f"unsupported schema version (this build reads v{SCHEMA_VERSION})"
         )
@@ -66,12 +84,23 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     if adapter is None:
         raise SchemaError("type", kind, f"unknown event type; expected one of {sorted(_ADAPTERS)}")
     try:
-        event: Event = adapter.validate_python(data, strict=False)
+        event: Event = adapter.validate_python(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         location = ".".join(str(part) for part in first["loc"]) or "<record>"
-        raise SchemaError(location, first.get("input"), first["msg"]) from None
+        reason = first["msg"]
+        if first["type"] == "string_pattern_mismatch":
+            # The only pattern in the schema refuses control characters.
+            reason = "control characters (NUL, newline, DEL, ...) are not allowed"
+        raise SchemaError(location, _shown(first.get("input")), reason) from None
     return event
+
+
+def _shown(value: object) -> object:
+    """The offending value, cut short: a 10 MB string is not kept to say it is too long."""
+    if isinstance(value, str | bytes) and len(value) > _MAX_SHOWN_CHARS:
+        return value[:_MAX_SHOWN_CHARS]
+    return value
 
 
 def _preview(raw: bytes | str) -> str:

@@ -16,19 +16,44 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 SCHEMA_VERSION: Final = 1
 
-NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
-Time = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-Ident = Annotated[str, Field(min_length=1, max_length=256)]
-Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+# Bounds of what one record may carry. Every string and collection an event
+# holds is kept in memory (per VM, per pool) and copied into decisions, so
+# none may grow without bound; the codec also bounds the raw record size.
+MAX_ID_CHARS: Final = 256
+MAX_NAME_CHARS: Final = 256
+MAX_KEY_CHARS: Final = 128
+MAX_VALUE_CHARS: Final = 256
+MAX_ENTRIES: Final = 64
+MAX_SAMPLES: Final = 4096
+# Ids are keys, log fields and parts of decision ids: a NUL or newline in one
+# corrupts whatever a consumer builds from it. C0 controls, DEL and C1 controls.
+NO_CONTROL_CHARS: Final = "^[^\x00-\x1f\x7f-\x9f]*$"
+
+# strict=True: a JSON true is not 1 and "8" is not 8 (an int is still a float).
+NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False, strict=True)]
+Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False, strict=True)]
+Time = Annotated[float, Field(ge=0.0, allow_inf_nan=False, strict=True)]
+Ident = Annotated[
+    str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=NO_CONTROL_CHARS, strict=True)
+]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS, pattern=NO_CONTROL_CHARS, strict=True)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True)]
+_Key = Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS, strict=True)]
+_Value = Annotated[str, Field(max_length=MAX_VALUE_CHARS, strict=True)]
 
 # Free-form request features (tenant history, flavor family, QoS, ...). Values
 # are scalars so they hash and serialise the same way everywhere.
 Features = dict[str, str | int | float | bool]
+# The same as the edge validates it (the dataclasses are typed with the plain
+# alias above, for the adapters and the core).
+_ValidFeatures = Annotated[
+    dict[_Key, _Value | StrictBool | StrictInt | StrictFloat], Field(max_length=MAX_ENTRIES)
+]
+Labels = Annotated[dict[_Key, _Value], Field(max_length=MAX_ENTRIES)]
 
 
 # --------------------------------------------------------------------- events
@@ -45,12 +70,12 @@ class VmRequest:
     memory_gib: NonNegative
     disk_gib: NonNegative = 0.0
     gpus: NonNegative = 0.0
-    tenant: str = ""
-    deployment: str = ""
-    flavor: str = ""
+    tenant: Name = ""
+    deployment: Name = ""
+    flavor: Name = ""
     # Anti-affinity: at most this many VMs of the same deployment per host.
-    max_per_host: Annotated[int, Field(ge=1)] | None = None
-    features: Features = field(default_factory=dict)
+    max_per_host: Annotated[int, Field(ge=1, strict=True)] | None = None
+    features: _ValidFeatures = field(default_factory=dict)
     type: Literal["vm.request"] = "vm.request"
     v: Literal[1] = 1
 
@@ -78,10 +103,10 @@ class VmPlaced:
     memory_gib: NonNegative
     disk_gib: NonNegative = 0.0
     gpus: NonNegative = 0.0
-    tenant: str = ""
-    deployment: str = ""
-    flavor: str = ""
-    features: Features = field(default_factory=dict)
+    tenant: Name = ""
+    deployment: Name = ""
+    flavor: Name = ""
+    features: _ValidFeatures = field(default_factory=dict)
     type: Literal["vm.placed"] = "vm.placed"
     v: Literal[1] = 1
 
@@ -97,7 +122,7 @@ class HostUp:
     memory_gib: Positive
     disk_gib: NonNegative = 0.0
     gpus: NonNegative = 0.0
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: Labels = field(default_factory=dict)
     type: Literal["host.up"] = "host.up"
     v: Literal[1] = 1
 
@@ -133,8 +158,8 @@ class DeploymentArrival:
     deployment_id: Ident
     cores: NonNegative
     memory_gib: NonNegative = 0.0
-    tenant: str = ""
-    features: Features = field(default_factory=dict)
+    tenant: Name = ""
+    features: _ValidFeatures = field(default_factory=dict)
     type: Literal["deployment.arrival"] = "deployment.arrival"
     v: Literal[1] = 1
 
@@ -175,7 +200,7 @@ class UsageStats:
 
     mean: NonNegative
     peak: NonNegative
-    samples: tuple[NonNegative, ...] = ()
+    samples: Annotated[tuple[NonNegative, ...], Field(max_length=MAX_SAMPLES)] = ()
 
 
 @dataclass(frozen=True, slots=True)

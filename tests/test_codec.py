@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from lavad.streams.codec import SchemaError, decode_event, encode
+from lavad.streams.codec import MAX_RECORD_BYTES, SchemaError, decode_event, encode
 from lavad.streams.schema import EVENT_TYPES, UsageSample, UsageStats, VmRequest
 
 GOOD = {
@@ -90,3 +90,165 @@ def test_not_an_object(raw: bytes) -> None:
     with pytest.raises(SchemaError) as caught:
         decode_event(raw)
     assert caught.value.field == "<record>"
+
+
+# One valid record of every event type: strict decoding must still take them,
+# ints where floats are expected included.
+VALID = {
+    "vm.request": {
+        **GOOD,
+        "cores": 2,
+        "disk_gib": 10,
+        "tenant": "t" * 256,
+        "deployment": "d",
+        "flavor": "Standard_D2",
+        "max_per_host": 1,
+        "features": {f"k{i}": i for i in range(64)},
+    },
+    "vm.exit": {"v": 1, "type": "vm.exit", "time": 1, "pool": "p", "vm_id": "v" * 256},
+    "vm.placed": {
+        "v": 1,
+        "type": "vm.placed",
+        "time": 2.5,
+        "pool": "p",
+        "vm_id": "v/é☃",
+        "host_id": "h",
+        "cores": 1,
+        "memory_gib": 0,
+        "features": {"qos": "LS", "burst": True, "share": 0.5},
+    },
+    "host.up": {
+        "v": 1,
+        "type": "host.up",
+        "time": 0,
+        "pool": "p",
+        "host_id": "h",
+        "cores": 48,
+        "memory_gib": 192.0,
+        "labels": {"rack": "r1", "zone": "z" * 256},
+    },
+    "host.down": {"v": 1, "type": "host.down", "time": 0, "pool": "p", "host_id": "h"},
+    "host.drain": {"v": 1, "type": "host.drain", "time": 0, "pool": "p", "host_id": "h"},
+    "deployment.arrival": {
+        "v": 1,
+        "type": "deployment.arrival",
+        "time": 0,
+        "pool": "p",
+        "deployment_id": "d",
+        "cores": 0,
+        "tenant": "t",
+        "features": {"gpu": False},
+    },
+    "deployment.scale_out": {
+        "v": 1,
+        "type": "deployment.scale_out",
+        "time": 0,
+        "pool": "p",
+        "deployment_id": "d",
+        "cores": 4,
+    },
+    "deployment.scale_in": {
+        "v": 1,
+        "type": "deployment.scale_in",
+        "time": 0,
+        "pool": "p",
+        "deployment_id": "d",
+        "cores": 4,
+        "memory_gib": 8,
+    },
+    "usage": {
+        "v": 1,
+        "type": "usage",
+        "time": 300,
+        "pool": "p",
+        "vm_id": "v",
+        "interval_s": 300,
+        "cpu": {"mean": 0, "peak": 1, "samples": [0, 0.5, 1]},
+        "memory": {"mean": 0.25, "peak": 0.5, "samples": []},
+    },
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EVENT_TYPES))
+def test_a_valid_record_of_every_type_decodes(kind: str) -> None:
+    event = decode_event(orjson.dumps(VALID[kind]))
+    assert type(event) is EVENT_TYPES[kind]
+    # Every field given comes back as given (JSON: 2 == 2.0; an int stays an int
+    # where it is one, and true stays true, not 1).
+    again = orjson.loads(encode(event))
+    for key, value in VALID[kind].items():
+        assert again[key] == value
+        assert isinstance(again[key], bool) == isinstance(value, bool)
+
+
+_TEN_MB = "x" * (10 * 1024 * 1024)
+
+# (event type, changed fields, field named, words of the reason). Each was
+# accepted by the lenient decoder (coerced, or kept however large).
+LENIENT = [
+    ("vm.request", {"cores": True}, "cores", "valid number"),
+    ("vm.request", {"cores": "8"}, "cores", "valid number"),
+    ("vm.request", {"memory_gib": "3.5"}, "memory_gib", "valid number"),
+    ("vm.request", {"time": False}, "time", "valid number"),
+    ("vm.request", {"time": "300"}, "time", "valid number"),
+    ("vm.request", {"max_per_host": True}, "max_per_host", "valid integer"),
+    ("vm.request", {"max_per_host": "2"}, "max_per_host", "valid integer"),
+    ("vm.request", {"max_per_host": 2.0}, "max_per_host", "valid integer"),
+    ("vm.request", {"v": True}, "v", "unsupported schema version"),
+    ("vm.request", {"v": 1.0}, "v", "unsupported schema version"),
+    ("vm.request", {"vm_id": "a\x00b"}, "vm_id", "control characters"),
+    ("vm.request", {"vm_id": "a\nb"}, "vm_id", "control characters"),
+    ("vm.request", {"pool": "p\x7f"}, "pool", "control characters"),
+    ("vm.request", {"vm_id": "v" * 257}, "vm_id", "at most 256 characters"),
+    ("vm.request", {"pool": "p" * 257}, "pool", "at most 256 characters"),
+    ("vm.request", {"tenant": "t" * 257}, "tenant", "at most 256 characters"),
+    ("vm.request", {"deployment": "d" * 257}, "deployment", "at most 256 characters"),
+    ("vm.request", {"flavor": "f" * 257}, "flavor", "at most 256 characters"),
+    ("vm.request", {"tenant": "t\x00"}, "tenant", "control characters"),
+    ("vm.request", {"tenant": 7}, "tenant", "valid string"),
+    ("vm.request", {"tenant": _TEN_MB}, "<record>", "1048576-byte limit"),
+    ("vm.request", {"features": {f"k{i}": 1 for i in range(65)}}, "features", "at most 64"),
+    ("vm.request", {"features": {"k" * 129: 1}}, "features", "at most 128 characters"),
+    ("vm.request", {"features": {"k": "x" * 257}}, "features.k", "at most 256 characters"),
+    ("vm.request", {"features": {"k": [1]}}, "features.k", "valid"),
+    ("vm.placed", {"host_id": "h\x00"}, "host_id", "control characters"),
+    ("vm.placed", {"cores": "1"}, "cores", "valid number"),
+    ("host.up", {"memory_gib": True}, "memory_gib", "valid number"),
+    ("host.up", {"labels": {f"l{i}": "x" for i in range(65)}}, "labels", "at most 64"),
+    ("host.up", {"labels": {"rack": "r" * 257}}, "labels.rack", "at most 256 characters"),
+    ("host.up", {"labels": {"rack": 1}}, "labels.rack", "valid string"),
+    ("host.down", {"host_id": "\x00"}, "host_id", "control characters"),
+    ("deployment.arrival", {"deployment_id": "d\x1b[31m"}, "deployment_id", "control"),
+    ("deployment.arrival", {"tenant": "t" * 257}, "tenant", "at most 256 characters"),
+    ("deployment.scale_out", {"cores": "4"}, "cores", "valid number"),
+    ("deployment.scale_in", {"cores": True}, "cores", "valid number"),
+    ("usage", {"interval_s": "300"}, "interval_s", "valid number"),
+    ("usage", {"cpu": {"mean": True, "peak": 1}}, "cpu.mean", "valid number"),
+    ("usage", {"cpu": {"mean": 0, "peak": 1, "samples": ["1"]}}, "cpu.samples.0", "number"),
+    ("usage", {"cpu": {"mean": 0, "peak": 1, "samples": [0] * 4097}}, "cpu.samples", "at most"),
+]
+
+
+@pytest.mark.parametrize(("kind", "change", "field", "reason"), LENIENT)
+def test_lenient_decoding_is_refused(
+    kind: str, change: dict[str, object], field: str, reason: str
+) -> None:
+    with pytest.raises(SchemaError) as caught:
+        decode_event(orjson.dumps({**VALID[kind], **change}))
+    assert caught.value.field.startswith(field), caught.value
+    assert reason in caught.value.reason, caught.value
+    # The error keeps a bounded preview, not the 10 MB it refused.
+    assert len(str(caught.value)) < 1000
+
+
+def test_an_oversized_record_is_refused_before_parsing() -> None:
+    # Not even JSON: the size alone refuses it.
+    with pytest.raises(SchemaError) as caught:
+        decode_event(b"{" * (MAX_RECORD_BYTES + 1))
+    assert caught.value.field == "<record>"
+    assert "limit" in caught.value.reason
+    # As text, the size counts in UTF-8 bytes, not characters.
+    record = orjson.dumps({**GOOD, "tenant": "é" * (MAX_RECORD_BYTES // 2)}).decode()
+    assert len(record) < MAX_RECORD_BYTES
+    with pytest.raises(SchemaError, match="limit"):
+        decode_event(record)
