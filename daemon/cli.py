@@ -21,7 +21,14 @@ from lavad.daemon.evaluation.gpa_cli import gpa_command
 from lavad.daemon.evaluation.lifetime import lifetime_command
 from lavad.daemon.evaluation.limits_cli import limits_command, limits_sweep_command
 from lavad.daemon.evaluation.migrations_cli import migrations_command
-from lavad.daemon.live.cli import demo_command, produce_command, run_command
+from lavad.daemon.live.cli import (
+    broker_command,
+    demo_command,
+    produce_command,
+    run_command,
+    tail_command,
+    topics_create_command,
+)
 from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
@@ -46,6 +53,9 @@ evaluate_app = typer.Typer(
 app.add_typer(trace_app, name="trace")
 app.add_typer(config_app, name="config")
 app.add_typer(evaluate_app, name="evaluate")
+topics_app = typer.Typer(help="Create lavad's Kafka topics.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+topics_app.command("create")(topics_create_command)
 evaluate_app.command("lifetime")(lifetime_command)
 evaluate_app.command("admission")(admission_command)
 evaluate_app.command("gpa")(gpa_command)
@@ -56,6 +66,8 @@ evaluate_app.command("migrations")(migrations_command)
 app.command("run")(run_command)
 app.command("produce")(produce_command)
 app.command("demo")(demo_command)
+app.command("broker")(broker_command)
+app.command("tail")(tail_command)
 
 
 @app.command("replay")

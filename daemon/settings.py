@@ -214,6 +214,14 @@ class TopicSettings(_Section):
     limits: str = "lavad.limits"
     repredictions: str = "lavad.repredictions"
     dead_letters: str = "lavad.dead-letters"
+    # How `lavad topics create` lays the topics out. Excluded from model_dump,
+    # which the daemon and the config check read as the map of topic names.
+    partitions: int = Field(
+        default=3, ge=1, exclude=True, description="partitions of every topic lavad creates"
+    )
+    replication_factor: int = Field(
+        default=1, ge=1, exclude=True, description="replicas of every topic lavad creates"
+    )
 
 
 class LiveSettings(_Section):

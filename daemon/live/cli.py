@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from lavad.daemon.console import err, fail, out, settings_or_exit
@@ -19,8 +21,9 @@ from lavad.daemon.live.shell import LiveDaemon, StartupError, live_engine_config
 from lavad.daemon.live.snapshots import SnapshotError
 from lavad.daemon.placement.registry import needs_true_lifetimes
 from lavad.streams.adapters import TraceFormatError, open_trace
+from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
 from lavad.streams.kafka.publish import publish_trace
-from lavad.streams.kafka.topics import TopicError, TopicNames
+from lavad.streams.kafka.topics import TopicError, TopicNames, create_topics
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
@@ -67,6 +70,10 @@ def produce_command(
     config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
     seed: Annotated[int, typer.Option(help="seed for sampled trace fields")] = 0,
     limit: Annotated[int | None, typer.Option(help="publish at most this many records")] = None,
+    from_offset: Annotated[
+        int,
+        typer.Option(min=0, help="skip the trace's first N records (resume an interrupted run)"),
+    ] = 0,
 ) -> None:
     """Publish a recorded trace to the input topics (keyed by pool)."""
     if speed < 0:
@@ -77,23 +84,43 @@ def produce_command(
     except TraceFormatError as exc:
         raise fail(str(exc)) from None
     names = TopicNames(**settings.topics.model_dump())
+    acknowledged = 0
+
+    def tick(count: int) -> None:
+        nonlocal acknowledged
+        acknowledged = count
 
     async def main() -> None:
         producer = AIOKafkaProducer(acks="all", linger_ms=5, **client_options(settings.kafka))
-        await producer.start()
         try:
-            result = await publish_trace(trace.events(), producer, names, speed=speed, limit=limit)
+            await producer.start()
+            result = await publish_trace(
+                trace.events(),
+                producer,
+                names,
+                speed=speed,
+                limit=limit,
+                skip=from_offset,
+                progress=tick,
+            )
         finally:
+            # Also when start() failed: an unstopped producer leaks its client.
             await producer.stop()
         out.print(
             f"published {result.records} records ({result.unreadable_rows} unreadable rows "
-            f"passed through for dead-lettering) in {result.wall_seconds:.1f} s"
+            f"passed through for dead-lettering) in {result.wall_seconds:.1f} s; the trace's "
+            f"records {from_offset} to {from_offset + result.records} are on the broker"
         )
 
     try:
         asyncio.run(main())
     except KafkaError as exc:
-        raise fail(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}") from None
+        reached = from_offset + acknowledged
+        raise fail(
+            f"broker at {settings.kafka.bootstrap_servers}: {exc!r}; the broker acknowledged "
+            f"{acknowledged} records of this run (the trace's first {reached}); resume with "
+            f"--from-offset {reached}"
+        ) from None
 
 
 def demo_command(
@@ -121,3 +148,131 @@ def demo_command(
     except (SnapshotError, TopicError, StartupError) as exc:
         raise fail(str(exc)) from None
     err.print("demo stopped")
+
+
+def topics_create_command(
+    config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
+) -> None:
+    """Create lavad's input and output topics ([topics] partitions and replication_factor).
+
+    Topics that exist with the configured partition count are left as they
+    are, so running it again is harmless; one with another count is an error.
+    """
+    settings = settings_or_exit(config)
+    names = TopicNames(**settings.topics.model_dump())
+    topics = settings.topics
+
+    async def main() -> None:
+        admin = AIOKafkaAdminClient(**client_options(settings.kafka))
+        try:
+            await admin.start()
+            made = await create_topics(admin, names, topics.partitions, topics.replication_factor)
+        finally:
+            await admin.close()
+        for name in names.all:
+            state = "created" if name in made.created else "exists"
+            out.print(f"{name}: {state} ({topics.partitions} partitions)")
+
+    try:
+        asyncio.run(main())
+    except TopicError as exc:
+        raise fail(str(exc)) from None
+    except KafkaError as exc:
+        raise fail(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}") from None
+
+
+def broker_command(
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port to listen on")] = 9092,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    log: Annotated[Path | None, typer.Option(help="append the broker's own log here")] = None,
+) -> None:
+    """Run the embedded Kafka-compatible broker (Tansu) in the foreground; Ctrl-C stops it.
+
+    For trying lavad without a Kafka cluster: topics live in memory and are
+    gone when it stops.
+    """
+    try:
+        broker = EmbeddedBroker.start(port=port, host=host, log=log)
+    except BrokerError as exc:
+        raise fail(str(exc)) from None
+
+    async def serve() -> int | None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        exited = asyncio.create_task(asyncio.to_thread(broker.process.wait))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if exited.done():
+            return exited.result()
+        broker.close()
+        await exited
+        return None
+
+    with broker:
+        out.print(
+            f"broker listening on {broker.bootstrap_servers} (topics in memory, gone when it "
+            "stops); Ctrl-C stops it"
+        )
+        # Whoever waits for that line (a script, a test) reads a pipe: flush.
+        sys.stdout.flush()
+        status = asyncio.run(serve())
+    if status is not None:
+        raise fail(f"the broker exited by itself with status {status}")
+    err.print("broker stopped")
+
+
+def tail_command(
+    topic: Annotated[str, typer.Argument(help="topic to read, e.g. lavad.placements")],
+    config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="stop after this many records")] = None,
+    follow: Annotated[
+        bool, typer.Option(help="keep waiting for new records (Ctrl-C stops)")
+    ] = True,
+) -> None:
+    """Print a topic's records from the beginning, one value per line (decisions are JSON)."""
+    settings = settings_or_exit(config)
+    printed = 0
+
+    async def main() -> None:
+        nonlocal printed
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        # No group: reading never moves anyone's committed offsets.
+        consumer = AIOKafkaConsumer(
+            enable_auto_commit=False, **client_options(settings.kafka, timeout=False)
+        )
+        try:
+            await consumer.start()
+            if topic not in await consumer.topics():
+                raise TopicError(f"topic {topic!r} does not exist (lavad topics create)")
+            parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            ends = await consumer.end_offsets(parts)
+            sink = sys.stdout.buffer
+            while not stop.is_set():
+                batch = await consumer.getmany(*parts, timeout_ms=200)
+                for records in batch.values():
+                    for record in records:
+                        sink.write((record.value or b"") + b"\n")
+                        printed += 1
+                        if limit is not None and printed >= limit:
+                            return
+                sink.flush()
+                if not follow:
+                    positions = [await consumer.position(tp) for tp in parts]
+                    if all(pos >= ends[tp] for pos, tp in zip(positions, parts, strict=True)):
+                        return
+        finally:
+            sys.stdout.buffer.flush()
+            await consumer.stop()
+
+    try:
+        asyncio.run(main())
+    except BrokenPipeError:
+        pass  # piped into head: the reader has what it wanted
+    except TopicError as exc:
+        raise fail(str(exc)) from None
+    except KafkaError as exc:
+        raise fail(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}") from None

@@ -78,6 +78,9 @@ class EmbeddedBroker:
             stdout=output,
             stderr=output,
             stdin=subprocess.DEVNULL,
+            # Its own session: Ctrl-C in a terminal reaches lavad only, which
+            # stops the broker after the clients that still need it.
+            start_new_session=True,
         )
         broker = cls(process, host, chosen)
         deadline = time.monotonic() + timeout_s

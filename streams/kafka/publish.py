@@ -10,6 +10,7 @@ other producer, so nothing is dropped on the way.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -42,17 +43,33 @@ async def publish_trace(
     *,
     speed: float = 0.0,
     limit: int | None = None,
+    skip: int = 0,
     progress: Callable[[int], None] | None = None,
     chunk: int = 5_000,
 ) -> PublishResult:
-    """Send ``items`` in order; ``speed`` 0 means as fast as the broker takes them."""
+    """Send ``items`` in order; ``speed`` 0 means as fast as the broker takes them.
+
+    The first ``skip`` items are not sent (to resume an interrupted run).
+    ``progress`` gets the number of records the broker has acknowledged
+    (after ``skip``) each time that number moves: when this raises, its last
+    value says how far the run got.
+    """
     if speed < 0:
         raise ValueError(f"speed must be >= 0, got {speed}")
+    if skip < 0:
+        raise ValueError(f"skip must be >= 0, got {skip}")
     started = time.monotonic()
     first_time: float | None = None
     pending: list[Awaitable[Any]] = []
     records = unreadable = 0
-    for item in items:
+
+    async def drain() -> None:
+        if pending:
+            await _drain(pending)
+            if progress is not None:
+                progress(records)
+
+    for item in itertools.islice(items, skip, None):
         if limit is not None and records >= limit:
             break
         if isinstance(item, BadRecord):
@@ -65,18 +82,14 @@ async def publish_trace(
                 due = started + (item.time - first_time) / speed
                 wait = due - time.monotonic()
                 if wait > 0:
-                    await _drain(pending)
+                    await drain()
                     await asyncio.sleep(wait)
             topic = names.for_event_type(item.type)
             pending.append(await producer.send(topic, encode(item), key=item.pool.encode()))
         records += 1
         if len(pending) >= chunk:
-            await _drain(pending)
-            if progress is not None:
-                progress(records)
-    await _drain(pending)
-    if progress is not None:
-        progress(records)
+            await drain()
+    await drain()
     return PublishResult(records, unreadable, time.monotonic() - started)
 
 

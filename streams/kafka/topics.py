@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from lavad.streams.schema import DecisionKind
 
@@ -79,6 +79,65 @@ async def ensure_topics(admin: AIOKafkaAdminClient, names: TopicNames, partition
         await admin.create_topics([NewTopic(name, partitions, 1) for name in missing])
     except TopicAlreadyExistsError:
         return
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsCreated:
+    created: tuple[str, ...]
+    existing: tuple[str, ...]
+
+
+async def partition_counts(admin: AIOKafkaAdminClient) -> dict[str, int]:
+    """Every topic on the cluster with its partition count."""
+    # Metadata for all topics (None): asking for named ones could auto-create
+    # them on a broker that allows it, with the broker's partition count.
+    return {
+        topic["topic"]: len(topic["partitions"])
+        for topic in await admin.describe_topics(None)
+        if topic["error_code"] == 0
+    }
+
+
+async def create_topics(
+    admin: AIOKafkaAdminClient, names: TopicNames, partitions: int, replication_factor: int
+) -> TopicsCreated:
+    """Create every topic lavad uses; idempotent. A topic laid out otherwise is a TopicError.
+
+    Every topic, outputs included, gets ``partitions``: an input topic with
+    another count would move pools between partition numbers (and so between
+    snapshots); outputs are keyed by pool the same way.
+    """
+    counts = await partition_counts(admin)
+    _refuse_other_counts(counts, names, partitions)
+    missing = [name for name in names.all if name not in counts]
+    if missing:
+        response = await admin.create_topics(
+            [NewTopic(name, partitions, replication_factor) for name in missing]
+        )
+        for topic, code, *rest in response.topic_errors:
+            error = for_code(code)
+            if code == 0 or error is TopicAlreadyExistsError:
+                continue  # created, or by someone else meanwhile (its count is checked below)
+            detail = rest[0] if rest and rest[0] else error.__name__
+            raise TopicError(
+                f"could not create topic {topic!r} with {partitions} partitions and replication "
+                f"factor {replication_factor}: {detail}"
+            )
+        _refuse_other_counts(await partition_counts(admin), names, partitions)
+    return TopicsCreated(
+        created=tuple(missing), existing=tuple(n for n in names.all if n not in missing)
+    )
+
+
+def _refuse_other_counts(counts: dict[str, int], names: TopicNames, partitions: int) -> None:
+    wrong = {name: counts[name] for name in names.all if counts.get(name, partitions) != partitions}
+    if wrong:
+        listed = ", ".join(f"{name} has {count}" for name, count in wrong.items())
+        raise TopicError(
+            f"topics exist with another partition count than topics.partitions = {partitions}: "
+            f"{listed}. lavad does not repartition (a pool would move to another partition "
+            "and lose its snapshot); set topics.partitions to match, or delete and recreate them"
+        )
 
 
 def check_copartitioned(partition_counts: dict[str, int | None], names: TopicNames) -> int:
