@@ -238,6 +238,17 @@ class LiveSettings(_Section):
     cluster_gauges_s: float = Field(
         default=10.0, gt=0, description="how often the cluster gauges (and stranding) refresh"
     )
+    on_bad_snapshot: Literal["stop", "rebuild"] = Field(
+        default="stop",
+        description=(
+            "a partition snapshot that cannot be loaded (truncated, corrupt, another version or"
+            " configuration): 'stop' exits with the reason, 'rebuild' renames it aside and"
+            " re-reads the partition from the earliest retained offset. 'stop' by default:"
+            " once the input topics' retention has dropped records, a rebuild resumes from"
+            " less history than the snapshot held and its decisions differ from the ones"
+            " already published, which an operator should choose knowingly"
+        ),
+    )
 
 
 class HttpSettings(_Section):

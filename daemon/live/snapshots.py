@@ -8,20 +8,21 @@ that state. Restoring it and seeking to those offsets re-derives exactly the
 decisions that followed it, with the same ids.
 
 The file is a one-line JSON header (format, version, engine fingerprint,
-partition, offsets, pools, checksum of the body) and then the pickled pools. Pickle because the
-state is numpy arrays, dicts and the policies' seeded generators, which must
-round-trip exactly; the files are written and read only by lavad, in a
-directory the operator owns (never load a snapshot from an untrusted source).
-A snapshot from another format version or another engine configuration is
-refused with the reason, not half-loaded. Writes go to a temporary file that
-is fsynced and renamed, so a kill -9 leaves the previous snapshot intact.
+partition, offsets, pools, checksum of the body) and then the pools written by
+``state_codec``: data only (a JSON structure and raw numpy array bytes), so
+a file that someone else wrote can at worst be refused, never run code as
+lavad (the checksum guards against truncation, not against an author who
+recomputes it). A snapshot from another format version or another engine
+configuration is refused with the reason, not half-loaded. Writes go to a
+temporary file that is fsynced and renamed, so a kill -9 leaves the previous
+snapshot intact.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import pickle
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,11 @@ from typing import Any
 import orjson
 
 from lavad.daemon.engine import PoolRuntime
+from lavad.daemon.live.state_codec import StateCodecError, dumps, loads
 
 SNAPSHOT_FORMAT = "lavad.partition-snapshot"
-SNAPSHOT_VERSION = 3  # 2: pools carry limit recommenders; 3: and migration planners
+# 2: pools carry limit recommenders; 3: and migration planners; 4: state_codec, no pickle
+SNAPSHOT_VERSION = 4
 
 
 class SnapshotError(Exception):
@@ -58,8 +61,18 @@ class SnapshotStore:
         return self.directory / f"partition-{partition:05d}.snapshot"
 
     def save(self, snapshot: PartitionSnapshot) -> int:
-        """Write atomically; return the size in bytes."""
-        body = pickle.dumps(snapshot.pools, protocol=pickle.HIGHEST_PROTOCOL)
+        """Write atomically; return the size in bytes.
+
+        Raises SnapshotError naming the object when the state holds something
+        that is not data (a type outside lavad, a lambda): such a state could
+        not be loaded back, so nothing is written.
+        """
+        try:
+            body = dumps(snapshot.pools)
+        except StateCodecError as exc:
+            raise SnapshotError(
+                f"partition {snapshot.partition}: cannot write the state as data: {exc}"
+            ) from None
         header = {
             "body_sha256": hashlib.sha256(body).hexdigest(),
             "format": SNAPSHOT_FORMAT,
@@ -86,12 +99,14 @@ class SnapshotStore:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise SnapshotError(f"{path}: cannot be read ({exc.strerror})") from None
         line, _, body = data.partition(b"\n")
         try:
-            header: dict[str, Any] = orjson.loads(line)
+            header: Any = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise SnapshotError(f"{path}: header is not JSON ({exc})") from None
-        if header.get("format") != SNAPSHOT_FORMAT:
+        if not isinstance(header, dict) or header.get("format") != SNAPSHOT_FORMAT:
             raise SnapshotError(f"{path}: not a lavad partition snapshot")
         if header.get("version") != SNAPSHOT_VERSION:
             raise SnapshotError(
@@ -108,9 +123,30 @@ class SnapshotStore:
             raise SnapshotError(f"{path}: holds partition {header.get('partition')!r}")
         if hashlib.sha256(body).hexdigest() != header.get("body_sha256"):
             raise SnapshotError(f"{path}: body does not match its checksum (truncated?)")
-        # lavad's own file, checksummed; see the module docstring on trust.
-        pools: dict[str, PoolRuntime] = pickle.loads(body)
-        if sorted(pools) != header.get("pools"):
+        try:
+            pools = loads(body)
+        except StateCodecError as exc:
+            raise SnapshotError(f"{path}: body refused: {exc}") from None
+        if (
+            not isinstance(pools, dict)
+            or sorted(pools) != header.get("pools")
+            or not all(isinstance(pool, PoolRuntime) for pool in pools.values())
+        ):
             raise SnapshotError(f"{path}: body does not match its header")
-        offsets = {str(topic): int(offset) for topic, offset in header["offsets"].items()}
-        return PartitionSnapshot(partition, fingerprint, offsets, pools)
+        offsets = header.get("offsets")
+        if not isinstance(offsets, dict) or not all(
+            type(offset) is int and offset >= 0 for offset in offsets.values()
+        ):
+            raise SnapshotError(f"{path}: header offsets are not offsets")
+        return PartitionSnapshot(partition, fingerprint, dict(offsets), pools)
+
+    def move_aside(self, partition: int) -> Path:
+        """Rename the partition's snapshot out of the way, kept for inspection; return its path.
+
+        The new name ends in ``.bad-<unix time>``, so a later failure does not
+        overwrite an earlier one and ``load`` no longer finds it.
+        """
+        path = self.path(partition)
+        aside = path.with_name(f"{path.name}.bad-{time.time_ns()}")
+        path.replace(aside)
+        return aside
