@@ -241,9 +241,19 @@ def policies_command() -> None:
 @config_app.command("check")
 def config_check_command(
     path: Annotated[Path, typer.Argument(help="TOML configuration file")],
+    replay: Annotated[
+        bool,
+        typer.Option(
+            "--replay",
+            help="check for `lavad replay` (which also runs the oracles), not for `lavad run`",
+        ),
+    ] = False,
 ) -> None:
-    """Validate a configuration file (and LAVAD_* environment overrides)."""
-    settings = settings_or_exit(path)
+    """Validate a configuration file (and LAVAD_* environment overrides) as `lavad run` would.
+
+    Prints the settings as read, secrets masked.
+    """
+    settings = settings_or_exit(path, live=not replay)
     out.print_json(settings.model_dump_json())
 
 

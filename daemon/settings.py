@@ -5,16 +5,36 @@ double underscore descends one table. Every key is checked at start-up: an
 unknown key, a value of the wrong type or out of range, or a policy argument
 the policy does not take stops the process with the key and the reason
 (``ConfigError``). Nothing falls back to a silent default for a value that was
-given but unusable.
+given but unusable, and an unknown ``LAVAD_*`` variable stops it too, named.
+
+Secrets (``kafka.sasl_plain_password``, ``kafka.ssl_password``) are
+``SecretStr``: dumps, reprs and errors show ``**********``. Each can be read
+from a file instead (``..._file``, as container secrets are mounted); only
+``daemon/live/connection.py`` unwraps them, for aiokafka.
+
+``load_settings`` checks what every command needs; ``check_live_settings``
+adds what only the live daemon refuses, for ``lavad run`` and ``lavad config
+check`` alike.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +44,7 @@ from pydantic_settings import (
 from lavad.daemon.admission.registry import AdmissionConfigError, validate_admission_args
 from lavad.daemon.admission.service import AdmissionConfig
 from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
+from lavad.daemon.input_bounds import InputBounds, PoolNames
 from lavad.daemon.limits.service import RECOMMENDERS, LimitsConfig
 from lavad.daemon.metrics.pool import MetricsConfig
 from lavad.daemon.migrations.config import DefragConfig, MigrationsConfig
@@ -31,6 +52,7 @@ from lavad.daemon.placement.registry import (
     REGISTRY,
     PolicyArgs,
     PolicyConfigError,
+    needs_true_lifetimes,
     validate_policy_args,
 )
 from lavad.models.deployments.process import DeploymentPriors, GammaBelief
@@ -172,6 +194,51 @@ class MetricsSettings(_Section):
     mix_max_shapes: int = Field(default=32, ge=1)
 
 
+class InputSettings(_Section):
+    """Plausible event times: an event outside them is dead-lettered with the reason."""
+
+    max_time: float = Field(
+        default=4_102_444_800.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="event times beyond this are implausible (default 2100-01-01 in Unix"
+        " seconds: catches milliseconds sent as seconds)",
+    )
+    max_ahead_s: float = Field(
+        default=2_592_000.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="how far an event may be ahead of its pool's clock (0: no bound)",
+    )
+    max_behind_s: float = Field(
+        default=3_600.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="how far behind its pool's clock an event is still handled (at the"
+        " pool's clock); further behind is dead-lettered",
+    )
+
+
+# A pool-name pattern: as long as a pool name may be (the schema's id bound).
+PoolPattern = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class PoolSettings(_Section):
+    """Which pools an engine opens: each keeps its state for ever, so both are bounded."""
+
+    allow: list[PoolPattern] = Field(
+        default_factory=lambda: ["*"],
+        min_length=1,
+        max_length=1_000,
+        description="fnmatch patterns of pool names; events of other pools are dead-lettered",
+    )
+    max_pools: int = Field(
+        default=10_000,
+        ge=1,
+        description="pools one engine holds at most; events opening more are dead-lettered",
+    )
+
+
 class KafkaSettings(_Section):
     """The broker connection; security options pass through to aiokafka unchanged."""
 
@@ -183,10 +250,19 @@ class KafkaSettings(_Section):
         "PLAIN"
     )
     sasl_plain_username: str | None = None
-    sasl_plain_password: str | None = None
+    sasl_plain_password: SecretStr | None = None
+    sasl_plain_password_file: Path | None = Field(
+        default=None, description="read sasl_plain_password from this file (a mounted secret)"
+    )
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
+    ssl_password: SecretStr | None = Field(
+        default=None, description="the password of an encrypted ssl_keyfile"
+    )
+    ssl_password_file: Path | None = Field(
+        default=None, description="read ssl_password from this file (a mounted secret)"
+    )
     # Off by default: the embedded Tansu broker answers InitProducerId with an
     # error, so neither works against it; on a real Kafka cluster they may.
     enable_idempotence: bool = False
@@ -280,6 +356,8 @@ class Settings(BaseSettings):
     limits: LimitSettings = LimitSettings()
     admission: AdmissionSettings = AdmissionSettings()
     migrations: MigrationSettings = MigrationSettings()
+    input: InputSettings = InputSettings()
+    pools: PoolSettings = PoolSettings()
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     live: LiveSettings = LiveSettings()
@@ -297,6 +375,16 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The file's values arrive as init arguments; the environment wins.
         return (env_settings, init_settings)
+
+    def input_bounds(self) -> InputBounds:
+        return InputBounds(
+            max_time=self.input.max_time,
+            max_ahead_s=self.input.max_ahead_s,
+            max_behind_s=self.input.max_behind_s,
+        )
+
+    def pool_names(self) -> PoolNames:
+        return PoolNames(allow=tuple(self.pools.allow), max_pools=self.pools.max_pools)
 
     def policy_args(self, name: str) -> PolicyArgs:
         try:
@@ -377,12 +465,18 @@ def load_settings(path: Path | str | None = None) -> Settings:
             raise ConfigError(str(file), "configuration file not found") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(str(file), f"not valid TOML: {exc}") from None
+    check_environment(os.environ)
     try:
         settings = Settings(**values)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         key = ".".join(str(part) for part in first["loc"]) or "<root>"
+        # An unknown key may be a misspelt secret, and a secret of the wrong
+        # type is still a secret: neither value is shown.
+        if first["type"] == "extra_forbidden" or _is_secret(key):
+            raise ConfigError(key, first["msg"]) from None
         raise ConfigError(key, f"{first['msg']} (got {first.get('input')!r})") from None
+    settings = _read_secret_files(settings)
     if settings.placement.policy not in REGISTRY:
         raise ConfigError(
             "placement.policy",
@@ -398,6 +492,135 @@ def load_settings(path: Path | str | None = None) -> Settings:
             )
         settings.policy_args(name)
     return settings
+
+
+def check_live_settings(settings: Settings) -> None:
+    """Refuse what ``lavad run`` cannot run though a replay can: the oracles.
+
+    ``lavad run`` and ``lavad config check`` both call it after
+    ``load_settings``, so the check accepts and refuses exactly what the
+    daemon does. Raises ``ConfigError`` with the key.
+    """
+    policy = settings.placement.policy
+    if needs_true_lifetimes(policy):
+        # The daemon cannot know a VM's future: an oracle is for replays only.
+        raise ConfigError(
+            "placement.policy",
+            f"{policy!r} is an oracle (it reads each VM's true lifetime, which only"
+            " `lavad replay` knows); use it without '-oracle'",
+        )
+    if settings.migrations.lifetimes == "oracle":
+        raise ConfigError(
+            "migrations.lifetimes",
+            "'oracle' reads each VM's true lifetime, which only `lavad replay` knows; use 'policy'",
+        )
+
+
+ENV_PREFIX = "LAVAD_"
+_ENV_DELIMITER = "__"
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse a ``LAVAD_*`` variable that names no configuration key.
+
+    pydantic-settings drops a variable it cannot map (``LAVAD_HOSTZ__CORES``,
+    or ``LAVAD_KAFKA_BOOTSTRAP_SERVERS`` with one underscore), so the daemon
+    would run on the default the variable meant to replace. The variable is
+    named, never its value (it may be a misspelt secret).
+    """
+    for name in sorted(environ):
+        # Case-insensitive, as pydantic-settings reads them.
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split(_ENV_DELIMITER)
+        if _names_a_key(Settings, path):
+            continue
+        known = sorted(_env_names(Settings, ENV_PREFIX))
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.6)
+        hint = (
+            f"; did you mean {close[0]}?"
+            if close
+            else f"; variables are {ENV_PREFIX}<TABLE>{_ENV_DELIMITER}<KEY> (see config/lavad.toml)"
+        )
+        raise ConfigError(name, f"unknown environment variable: no such configuration key{hint}")
+
+
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The table a field holds (``X`` or ``X | None``), or None for a value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, UnionType):
+        tables = [a for a in get_args(annotation) if a is not NoneType]
+        if len(tables) == 1:
+            return _section_of(tables[0])
+    return None
+
+
+def _names_a_key(model: type[BaseModel], path: list[str]) -> bool:
+    field = model.model_fields.get(path[0])
+    if field is None:
+        return False
+    if len(path) == 1:
+        return True  # a value, or a whole table as JSON
+    table = _section_of(field.annotation)
+    if table is not None:
+        return _names_a_key(table, path[1:])
+    # Below a free-form mapping (policy arguments, admission.args) the
+    # registries check the keys once the settings are built.
+    return get_origin(field.annotation) is dict
+
+
+def _env_names(model: type[BaseModel], prefix: str) -> list[str]:
+    names = []
+    for key, field in model.model_fields.items():
+        name = prefix + key.upper()
+        table = _section_of(field.annotation)
+        if table is None:
+            names.append(name)
+        else:
+            names += _env_names(table, name + _ENV_DELIMITER)
+    return names
+
+
+# Each secret and the key naming a file that holds it instead.
+_SECRET_FILES = {
+    "sasl_plain_password": "sasl_plain_password_file",
+    "ssl_password": "ssl_password_file",
+}
+
+
+def _is_secret(key: str) -> bool:
+    return any(word in key for word in ("password", "secret", "token"))
+
+
+def _read_secret_files(settings: Settings) -> Settings:
+    kafka = settings.kafka
+    update: dict[str, SecretStr] = {}
+    for key, file_key in _SECRET_FILES.items():
+        path: Path | None = getattr(kafka, file_key)
+        if path is None:
+            continue
+        if getattr(kafka, key) is not None:
+            raise ConfigError(
+                f"kafka.{file_key}",
+                f"kafka.{key} is also set; give the secret or its file, not both",
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"kafka.{file_key}", f"cannot read {str(path)!r}: {exc.strerror or exc}"
+            ) from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"kafka.{file_key}", f"{str(path)!r} is not UTF-8 text") from None
+        # Secret files usually end with a newline the secret does not have.
+        secret = text.rstrip("\r\n")
+        if not secret:
+            raise ConfigError(f"kafka.{file_key}", f"{str(path)!r} is empty")
+        update[key] = SecretStr(secret)
+    if not update:
+        return settings
+    return settings.model_copy(update={"kafka": kafka.model_copy(update=update)})
 
 
 def _check_live(settings: Settings) -> None:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from lavad.daemon.settings import ConfigError, load_settings
+from lavad.daemon.input_bounds import InputBounds, PoolNames
+from lavad.daemon.live.connection import client_options
+from lavad.daemon.settings import ConfigError, check_live_settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "config" / "lavad.toml"
@@ -79,3 +81,215 @@ def test_bad_environment_value_names_the_key(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(ConfigError) as caught:
         load_settings(DEFAULT)
     assert caught.value.key == "hosts.memory_gib"
+
+
+# (variable, the name suggested). Each was silently dropped (or, nested,
+# refused under another name), and the daemon ran on the default it meant to
+# replace.
+UNKNOWN_VARIABLES = [
+    ("LAVAD_HOSTZ__CORES", "LAVAD_HOSTS__CORES"),
+    ("LAVAD_KAFKA_BOOTSTRAP_SERVERS", "LAVAD_KAFKA__BOOTSTRAP_SERVERS"),
+    ("LAVAD_KAFKA__BOOTSTRAP_SERVER", "LAVAD_KAFKA__BOOTSTRAP_SERVERS"),
+    ("LAVAD_PLACEMENT__POLICY__NAME", "LAVAD_PLACEMENT__POLICY"),
+    ("LAVAD_MIGRATIONS__DEFRAG__EMPTY", "LAVAD_MIGRATIONS__DEFRAG__EMPTY_BELOW"),
+    ("lavad_metrics__warmup", "LAVAD_METRICS__WARMUP_S"),
+    ("LAVAD_INPUTS__MAX_TIME", "LAVAD_INPUT__MAX_TIME"),
+    ("LAVAD_KAFKA__SASL_PLAIN_PASSWROD", "LAVAD_KAFKA__SASL_PLAIN_PASSWORD"),
+    ("LAVAD_", None),
+]
+
+
+@pytest.mark.parametrize(("variable", "suggestion"), UNKNOWN_VARIABLES)
+def test_an_unknown_environment_variable_stops_start_up(
+    monkeypatch: pytest.MonkeyPatch, variable: str, suggestion: str | None
+) -> None:
+    monkeypatch.setenv(variable, "hunter2-secret")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(DEFAULT)
+    assert caught.value.key == variable
+    assert "unknown environment variable" in caught.value.reason
+    if suggestion is not None:
+        assert f"did you mean {suggestion}?" in caught.value.reason
+    # The value may be a misspelt secret: it is never shown.
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "check"),
+    [
+        ("LAVAD_POLICIES__BESTFIT__TIE_BREAK", "first", "policies"),
+        ("LAVAD_MIGRATIONS__DEFRAG__EMPTY_BELOW", "0.1", "defrag"),
+        ("LAVAD_POOLS__ALLOW", '["prod-*", "canary"]', "pools"),
+        ("LAVAD_INPUT__MAX_AHEAD_S", "0", "input"),
+    ],
+)
+def test_known_environment_variables_still_apply(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, check: str
+) -> None:
+    # Below a free-form table (policy arguments) any key passes the variable
+    # check; the policy registry checks it.
+    monkeypatch.setenv(variable, value)
+    settings = load_settings(DEFAULT)
+    if check == "policies":
+        assert settings.policies["bestfit"]["tie_break"] == "first"
+    elif check == "defrag":
+        assert settings.migrations.defrag.empty_below == 0.1
+    elif check == "pools":
+        assert settings.pool_names() == PoolNames(allow=("prod-*", "canary"), max_pools=10_000)
+    elif check == "input":
+        assert settings.input_bounds().max_ahead_s == 0.0
+
+
+def test_input_bounds_and_pool_names_default_as_documented() -> None:
+    settings = load_settings(DEFAULT)
+    assert settings.input_bounds() == InputBounds(4_102_444_800.0, 2_592_000.0, 3_600.0)
+    assert settings.pool_names() == PoolNames(("*",), 10_000)
+    # The file states the defaults the code has.
+    assert settings.input_bounds() == InputBounds()
+    assert settings.pool_names() == PoolNames()
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        ("[input]\nmax_time = 0\n", "input.max_time", "greater than 0"),
+        ("[input]\nmax_time = inf\n", "input.max_time", "finite number"),
+        ("[input]\nmax_ahead_s = -1\n", "input.max_ahead_s", "greater than or equal to 0"),
+        ("[input]\nmax_behind_s = -1\n", "input.max_behind_s", "greater than or equal to 0"),
+        ("[input]\nmax_behind = 1\n", "input.max_behind", "Extra inputs"),
+        ("[pools]\nallow = []\n", "pools.allow", "at least 1 item"),
+        ('[pools]\nallow = ["prod-*", ""]\n', "pools.allow.1", "at least 1 character"),
+        (f'[pools]\nallow = ["{"p" * 257}"]\n', "pools.allow.0", "at most 256 characters"),
+        ('[pools]\nallow = "prod-*"\n', "pools.allow", "valid list"),
+        ("[pools]\nmax_pools = 0\n", "pools.max_pools", "greater than or equal to 1"),
+    ],
+)
+def test_bad_input_and_pool_settings_name_the_key(
+    tmp_path: Path, text: str, key: str, reason: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert caught.value.key == key
+    assert reason in caught.value.reason
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "key"),
+    [
+        ("LAVAD_PLACEMENT__POLICY", "las-oracle", "placement.policy"),
+        ("LAVAD_PLACEMENT__POLICY", "lava-oracle", "placement.policy"),
+        ("LAVAD_MIGRATIONS__LIFETIMES", "oracle", "migrations.lifetimes"),
+    ],
+)
+def test_the_live_check_refuses_the_oracles(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, key: str
+) -> None:
+    check_live_settings(load_settings(DEFAULT))
+    monkeypatch.setenv(variable, value)
+    settings = load_settings(DEFAULT)  # a replay runs them
+    with pytest.raises(ConfigError) as caught:
+        check_live_settings(settings)
+    assert caught.value.key == key
+
+
+SECRET = "s3cr3t-Pa55word"
+
+
+def _sasl(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAVAD_KAFKA__SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("LAVAD_KAFKA__SASL_PLAIN_USERNAME", "lavad")
+
+
+def test_a_secret_is_masked_everywhere_but_in_the_client_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _sasl(monkeypatch)
+    monkeypatch.setenv("LAVAD_KAFKA__SASL_PLAIN_PASSWORD", SECRET)
+    settings = load_settings(DEFAULT)
+    for shown in (
+        settings.model_dump_json(),
+        str(settings.model_dump()),
+        repr(settings),
+        str(settings.kafka),
+    ):
+        assert SECRET not in shown
+        assert "**********" in shown
+    options = client_options(settings.kafka)
+    assert options["sasl_plain_password"] == SECRET
+    assert type(options["sasl_plain_password"]) is str
+
+
+@pytest.mark.parametrize("ending", ["", "\n", "\r\n"])
+def test_a_secret_is_read_from_its_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ending: str
+) -> None:
+    _sasl(monkeypatch)
+    secret_file = tmp_path / "kafka-password"
+    secret_file.write_text(SECRET + ending)
+    monkeypatch.setenv("LAVAD_KAFKA__SASL_PLAIN_PASSWORD_FILE", str(secret_file))
+    settings = load_settings(DEFAULT)
+    assert client_options(settings.kafka)["sasl_plain_password"] == SECRET
+    assert SECRET not in settings.model_dump_json()
+
+
+def test_the_ssl_key_password_is_read_from_its_file(tmp_path: Path) -> None:
+    secret_file = tmp_path / "key-password"
+    secret_file.write_text(SECRET + "\n")
+    config = tmp_path / "lavad.toml"
+    config.write_text(f'[kafka]\nssl_password_file = "{secret_file}"\n')
+    kafka = load_settings(config).kafka
+    assert kafka.ssl_password is not None
+    assert kafka.ssl_password.get_secret_value() == SECRET
+    assert SECRET not in kafka.model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("case", "key", "reason"),
+    [
+        ("missing", "kafka.sasl_plain_password_file", "cannot read"),
+        ("directory", "kafka.sasl_plain_password_file", "cannot read"),
+        ("empty", "kafka.sasl_plain_password_file", "is empty"),
+        ("binary", "kafka.sasl_plain_password_file", "not UTF-8"),
+        ("both", "kafka.sasl_plain_password_file", "not both"),
+    ],
+)
+def test_a_bad_secret_file_names_its_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: str, key: str, reason: str
+) -> None:
+    _sasl(monkeypatch)
+    secret_file = tmp_path / "kafka-password"
+    if case == "directory":
+        secret_file.mkdir()
+    elif case == "empty":
+        secret_file.write_text("\n")
+    elif case == "binary":
+        secret_file.write_bytes(b"\xff\xfe" + SECRET.encode())
+    elif case == "both":
+        secret_file.write_text(SECRET)
+        monkeypatch.setenv("LAVAD_KAFKA__SASL_PLAIN_PASSWORD", SECRET)
+    monkeypatch.setenv("LAVAD_KAFKA__SASL_PLAIN_PASSWORD_FILE", str(secret_file))
+    with pytest.raises(ConfigError) as caught:
+        load_settings(DEFAULT)
+    assert caught.value.key == key
+    assert reason in caught.value.reason
+    assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (f"[kafka]\nsasl_plain_password = {SECRET!r}\nsasl_plain_pasword = 1\n", "kafka."),
+        (f"[kafka]\nsasl_plain_pasword = {SECRET!r}\n", "kafka.sasl_plain_pasword"),
+        (f"[kafka]\nsasl_plain_password = [{SECRET!r}]\n", "kafka.sasl_plain_password"),
+        (f"[kafka]\nssl_password = {{ value = {SECRET!r} }}\n", "kafka.ssl_password"),
+    ],
+)
+def test_a_refused_file_never_shows_a_secret(tmp_path: Path, text: str, key: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert caught.value.key.startswith(key)
+    assert SECRET not in str(caught.value)

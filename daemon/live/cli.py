@@ -19,7 +19,6 @@ from lavad.daemon.live.demo import DemoOptions, run_demo
 from lavad.daemon.live.logs import configure_logging
 from lavad.daemon.live.shell import LiveDaemon, StartupError, live_engine_config
 from lavad.daemon.live.snapshots import SnapshotError
-from lavad.daemon.placement.registry import needs_true_lifetimes
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
 from lavad.streams.kafka.publish import publish_trace
@@ -36,18 +35,8 @@ def run_command(
     config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
 ) -> None:
     """Run the daemon: consume the input topics, publish decisions, serve /metrics."""
-    settings = settings_or_exit(config)
-    if needs_true_lifetimes(settings.placement.policy):
-        # The daemon cannot know a VM's future: an oracle is for replays only.
-        raise fail(
-            f"placement.policy: {settings.placement.policy!r} is an oracle (it reads each VM's"
-            " true lifetime, which only `lavad replay` knows); use it without '-oracle'"
-        )
-    if settings.migrations.lifetimes == "oracle":
-        raise fail(
-            "migrations.lifetimes: 'oracle' reads each VM's true lifetime, which only"
-            " `lavad replay` knows; use 'policy'"
-        )
+    # The same checks as `lavad config check` (settings.check_live_settings).
+    settings = settings_or_exit(config, live=True)
     configure_logging(settings.log)
     engine_config = live_engine_config(settings)
 

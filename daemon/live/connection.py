@@ -1,4 +1,8 @@
-"""aiokafka clients built from ``[kafka]`` settings (security passes through unchanged)."""
+"""aiokafka clients built from ``[kafka]`` settings (security passes through unchanged).
+
+``client_options`` is the one place the secrets are unwrapped: everywhere
+else they are ``SecretStr`` and print as ``**********``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.helpers import create_ssl_context
+from pydantic import SecretStr
 
 from lavad.daemon.settings import KafkaSettings
 
@@ -22,14 +27,19 @@ def client_options(kafka: KafkaSettings, *, timeout: bool = True) -> dict[str, A
     if kafka.security_protocol.startswith("SASL"):
         options["sasl_mechanism"] = kafka.sasl_mechanism
         options["sasl_plain_username"] = kafka.sasl_plain_username
-        options["sasl_plain_password"] = kafka.sasl_plain_password
+        options["sasl_plain_password"] = _reveal(kafka.sasl_plain_password)
     if kafka.security_protocol.endswith("SSL"):
         options["ssl_context"] = create_ssl_context(
             cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None,
             certfile=str(kafka.ssl_certfile) if kafka.ssl_certfile else None,
             keyfile=str(kafka.ssl_keyfile) if kafka.ssl_keyfile else None,
+            password=_reveal(kafka.ssl_password),
         )
     return options
+
+
+def _reveal(secret: SecretStr | None) -> str | None:
+    return None if secret is None else secret.get_secret_value()
 
 
 def decision_producer(kafka: KafkaSettings) -> AIOKafkaProducer:
