@@ -14,9 +14,10 @@ import asyncio
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -32,7 +33,7 @@ from lavad.daemon.settings import Settings
 from lavad.streams.adapters.base import Trace
 from lavad.streams.kafka.embedded import EmbeddedBroker
 from lavad.streams.kafka.publish import publish_trace
-from lavad.streams.kafka.topics import TopicNames, ensure_topics
+from lavad.streams.kafka.topics import TopicNames, create_topics
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ async def run_demo(
         admin = AIOKafkaAdminClient(**client_options(settings.kafka))
         await admin.start()
         try:
-            await ensure_topics(admin, names, options.partitions)
+            await create_topics(admin, names, options.partitions, 1)
         finally:
             await admin.close()
         daemon = LiveDaemon(settings, live_engine_config(settings))
@@ -98,10 +99,8 @@ async def run_demo(
             f"broker {broker.bootstrap_servers} · metrics http://{settings.http.host}:"
             f"{settings.http.port}/metrics · logs {state}/ · Ctrl-C stops"
         )
-        try:
-            with Live(
-                _table(daemon, progress, trace.name), console=out, refresh_per_second=4
-            ) as live:
+        with Live(_table(daemon, progress, trace.name), console=out, refresh_per_second=4) as live:
+            try:
                 while not stop.is_set() and not daemon_task.done():
                     await asyncio.sleep(0.25)
                     if publisher is None and all(daemon.readiness().values()):
@@ -117,32 +116,58 @@ async def run_demo(
                     )
                     if finished and options.exit_when_done:
                         stop.set()
-        finally:
-            stop.set()
-            if publisher is not None:
-                publisher.cancel()
-                await asyncio.gather(publisher, return_exceptions=True)
-            await daemon_task
+            finally:
+                stop.set()
+                if publisher is not None:
+                    publisher.cancel()
+                    await asyncio.gather(publisher, return_exceptions=True)
+                await daemon_task
+                # The last table is drawn once the publisher's producer has
+                # flushed and the daemon has stopped: the counts are final.
+                daemon.refresh_gauges()
+                live.update(_table(daemon, progress, trace.name, stopped=True), refresh=True)
+        # Only now, after the daemon's final commit, does the broker stop.
 
 
 async def _publish(
     settings: Settings, trace: Trace, names: TopicNames, speed: float, progress: _Progress
 ) -> None:
     producer = AIOKafkaProducer(acks="all", linger_ms=5, **client_options(settings.kafka))
-    await producer.start()
-
-    def tick(count: int) -> None:
-        progress.published = count
-
     try:
-        result = await publish_trace(trace.events(), producer, names, speed=speed, progress=tick)
-        progress.published = result.records
+        await producer.start()
+        await publish_trace(trace.events(), _Acknowledged(producer, progress), names, speed=speed)
         progress.publishing_done = True
     finally:
+        # Flushes what was sent before a Ctrl-C; their acknowledgements count.
         await producer.stop()
 
 
-def _table(daemon: LiveDaemon, progress: _Progress, trace_name: str) -> Table:
+class _Acknowledged:
+    """A producer that counts each record the broker acknowledges, as it is acknowledged.
+
+    "records published" is then never behind what the daemon could have read
+    (publish_trace's own progress moves only when a whole batch is in).
+    """
+
+    def __init__(self, producer: AIOKafkaProducer, progress: _Progress) -> None:
+        self._producer = producer
+        self._progress = progress
+
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None
+    ) -> Awaitable[Any]:
+        delivery: asyncio.Future[Any] = await self._producer.send(topic, value, key=key)
+        delivery.add_done_callback(self._delivered)
+        return delivery
+
+    def _delivered(self, delivery: asyncio.Future[Any]) -> None:
+        if not delivery.cancelled() and delivery.exception() is None:
+            self._progress.published += 1
+
+
+def _table(
+    daemon: LiveDaemon, progress: _Progress, trace_name: str, *, stopped: bool = False
+) -> Table:
     registry = daemon.telemetry.registry
     table = Table(title=f"lavad live · {trace_name}", show_header=False)
     table.add_column("what")
@@ -159,7 +184,7 @@ def _table(daemon: LiveDaemon, progress: _Progress, trace_name: str) -> Table:
     table.add_row("consumer lag (records)", f"{lag:,.0f}")
     p50, p99 = _quantile(registry, 0.5), _quantile(registry, 0.99)
     table.add_row("decision latency p50 / p99", f"<= {p50} / <= {p99}")
-    table.add_row("ready", str(all(daemon.readiness().values())))
+    table.add_row("ready", "stopped" if stopped else str(all(daemon.readiness().values())))
     for name, pool in sorted(daemon.engine.pools.items()):
         cluster = pool.cluster
         up = cluster.hosts_up
