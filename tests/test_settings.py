@@ -280,7 +280,6 @@ def test_a_bad_secret_file_names_its_key(
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        (f"[kafka]\nsasl_plain_password = {SECRET!r}\nsasl_plain_pasword = 1\n", "kafka."),
         (f"[kafka]\nsasl_plain_pasword = {SECRET!r}\n", "kafka.sasl_plain_pasword"),
         (f"[kafka]\nsasl_plain_password = [{SECRET!r}]\n", "kafka.sasl_plain_password"),
         (f"[kafka]\nssl_password = {{ value = {SECRET!r} }}\n", "kafka.ssl_password"),
