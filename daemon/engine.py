@@ -6,24 +6,43 @@ the configured seed and the pool name. The replay shell feeds it from trace
 files; the live shell (``daemon/live``) feeds it from Kafka the same way, so
 both give the same decisions.
 
-An event that contradicts the state (exit of an unknown VM, a duplicate VM id,
-an unknown host) raises ``InvalidEvent`` *before* any state changes; the shell
-dead-letters it with the reason and counts it.
+``handle`` returns a ``Handled``: the decisions made, and a ``Rejection``
+when the event itself was refused. A refusal is a result beside the
+decisions, never an exception: the timers that ran up to the event's time
+made decisions and moved the state on, and those must be published even when
+the event that brought the clock there is dead-lettered. Refused:
+
+* an event whose time is implausible (``InputBounds``): past ``max_time``
+  (milliseconds sent as seconds), more than ``max_ahead_s`` ahead of its
+  pool's clock, or more than ``max_behind_s`` behind it. These are refused
+  *before* any timer runs, so one absurd record cannot drag a pool's clock
+  (and every loop driven by it) forward;
+* an event of a pool whose name is not allowed, or that would open one pool
+  more than ``PoolNames.max_pools``;
+* an event that contradicts the state (exit of an unknown VM, a duplicate VM
+  id, an unknown host): refused before the event changes anything.
+
+Time going backwards within a pool: an event at most ``max_behind_s`` older
+than the pool's clock (the latest event time it handled) is handled at the
+pool's clock, as if it had arrived just now; its decisions carry that time.
+A pool's state never goes back in time, so timers and metrics stay ordered.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from lavad.daemon.admission.service import AdmissionConfig, PoolAdmission
 from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
+from lavad.daemon.input_bounds import InputBounds, PoolNames
 from lavad.daemon.limits.service import LimitsConfig, PoolLimits
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
 from lavad.daemon.migrations.config import LifetimeSource, MigrationsConfig, drains_by_itself
@@ -52,6 +71,7 @@ from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
 from lavad.models.limits.decision import LimitDecision
 from lavad.streams.fastbuild import fast_constructor
+from lavad.streams.ids import admission_id, limit_id, placement_id, reprediction_id
 from lavad.streams.schema import (
     Admission,
     Decision,
@@ -69,8 +89,6 @@ from lavad.streams.schema import (
     VmExit,
     VmPlaced,
     VmRequest,
-    placement_decision_id,
-    reprediction_decision_id,
 )
 
 Demand = tuple[float, float, float, float]
@@ -93,11 +111,39 @@ _placement: Callable[
 
 
 class InvalidEvent(Exception):
-    """The event is well-formed but contradicts the state; nothing was changed."""
+    """Raised inside the engine when an event contradicts the state; nothing was changed.
+
+    Never leaves ``Engine.handle``: it becomes the ``Rejection`` of a ``Handled``.
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+RejectionStage = Literal["time", "pool", "engine"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why an event was refused: ``stage`` "time" (implausible event time), "pool"
+    (pool name not allowed, or too many pools) or "engine" (contradicts the state)."""
+
+    stage: RejectionStage
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """What ``Engine.handle`` did with one event.
+
+    ``decisions`` are to be published whether or not the event was refused
+    (timers due before it ran and may have decided); ``rejection`` says why
+    the event itself was refused, for the shell to dead-letter it.
+    """
+
+    decisions: list[Decision]
+    rejection: Rejection | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +185,11 @@ class EngineConfig:
     # None: deployment events are counted, not decided.
     admission: AdmissionConfig | None = None
     migrations: MigrationsConfig = field(default_factory=MigrationsConfig)
+    input: InputBounds = field(default_factory=InputBounds)
+    pool_names: PoolNames = field(default_factory=PoolNames)
+    # What a host.down does to the VMs on it: "evict" publishes each eviction
+    # (a placement with no host); "replace" also places each VM again.
+    on_host_down: Literal["evict", "replace"] = "evict"
 
 
 @dataclass(slots=True)
@@ -161,6 +212,13 @@ class PoolRuntime:
     admissions: int = 0
     # Drains (maintenance, defragmentation) and their live migrations.
     migrations: MigrationPlanner | None = None
+    # The latest event time the pool handled: its state never goes back.
+    clock: float = float("-inf")
+    # Numbers evictions by host.down, so their ids are deterministic.
+    evictions: int = 0
+    # Each placed VM's request, kept only when a host.down places its VMs
+    # again (on_host_down = "replace"), so the new placement sees the request.
+    requests: dict[str, VmRequest] | None = None
 
 
 def _stable_seed(seed: int, pool: str, stream: int) -> np.random.Generator:
@@ -186,10 +244,49 @@ class Engine:
 
     # ------------------------------------------------------------ interface
 
-    def handle(self, event: Event, now: float) -> list[Decision]:
+    def handle(self, event: Event, now: float) -> Handled:
+        """Decide on one event at event time ``now``; see the module docstring on refusals."""
+        bounds = self.config.input
+        if not now <= bounds.max_time:  # also refuses NaN
+            return Handled(
+                [],
+                Rejection(
+                    "time",
+                    f"event time {now!r} is past input.max_time ({bounds.max_time!r}): "
+                    "an absurd time (milliseconds sent as seconds?)",
+                ),
+            )
         pool = self.pools.get(event.pool)
         if pool is None:
+            refused = self._refuse_pool(event.pool)
+            if refused is not None:
+                return Handled([], refused)
             pool = self._open_pool(event.pool)
+        clock = pool.clock
+        if now >= clock:
+            if bounds.max_ahead_s and clock != float("-inf") and now - clock > bounds.max_ahead_s:
+                return Handled(
+                    [],
+                    Rejection(
+                        "time",
+                        f"event time {now!r} is {now - clock:.0f} s ahead of pool {pool.name!r}'s "
+                        f"clock {clock!r} (input.max_ahead_s = {bounds.max_ahead_s:g})",
+                    ),
+                )
+            pool.clock = now
+        elif clock - now > bounds.max_behind_s:
+            return Handled(
+                [],
+                Rejection(
+                    "time",
+                    f"event time {now!r} is {clock - now:.0f} s behind pool {pool.name!r}'s "
+                    f"clock {clock!r} (input.max_behind_s = {bounds.max_behind_s:g})",
+                ),
+            )
+        else:
+            # A little late: handled as if it arrived now (the pool never goes back).
+            pool.counters["late_events"] += 1
+            now = clock
         # The pool's own timers first, whatever the shell's watermark says:
         # a pool then decides the same in a replay and in the live daemon.
         timed = self._run_timers(pool, now)
@@ -198,20 +295,41 @@ class Engine:
             # Metrics advance lazily, per pool: its state held since its last event.
             metrics.advance(pool.cluster, now)
         handler = self._handlers.get(type(event))
+        rejection: Rejection | None = None
+        decisions: list[Decision]
         if handler is None:
             # Every event type has a handler; this guards a future one.
             pool.counters[f"unconsumed.{event.type}"] += 1
-            decisions: list[Decision] = []
+            decisions = []
         else:
-            decisions = handler(pool, event, now)
+            try:
+                decisions = handler(pool, event, now)
+            except InvalidEvent as exc:
+                decisions, rejection = [], Rejection("engine", exc.reason)
         if timed:
             decisions = timed + decisions
         hooks = pool.policy.hooks
         if hooks is not None:
             notices = hooks.take_notices()
             if notices:
-                return self._notices_first(pool, notices, now, decisions)
-        return decisions
+                decisions = self._notices_first(pool, notices, now, decisions)
+        return Handled(decisions, rejection)
+
+    def _refuse_pool(self, name: str) -> Rejection | None:
+        """Why a new pool may not open, or None. Each pool holds state for good
+        (tens of KB at least), so an open-ended stream of names would exhaust memory."""
+        names = self.config.pool_names
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in names.allow):
+            return Rejection(
+                "pool", f"pool {name!r} matches none of pools.allow {list(names.allow)!r}"
+            )
+        if len(self.pools) >= names.max_pools:
+            return Rejection(
+                "pool",
+                f"pool {name!r} would be pool {len(self.pools) + 1} of this instance "
+                f"(pools.max_pools = {names.max_pools})",
+            )
+        return None
 
     def _run_timers(self, pool: PoolRuntime, now: float) -> list[Decision]:
         """The pool's timers due by ``now``, each at its own time.
@@ -290,7 +408,7 @@ class Engine:
             pool.repredictions += 1
             out.append(
                 Reprediction(
-                    reprediction_decision_id(
+                    reprediction_id(
                         pool.name, notice.subject, notice.subject_id, pool.repredictions
                     ),
                     notice.time,
@@ -371,7 +489,7 @@ class Engine:
         pool.admissions += 1
         return [
             Admission(
-                decision_id=f"admission/{pool.name}/{verdict.deployment_id}/{pool.admissions}",
+                decision_id=admission_id(pool.name, verdict.deployment_id, pool.admissions),
                 time=verdict.time,
                 pool=pool.name,
                 deployment_id=verdict.deployment_id,
@@ -411,6 +529,7 @@ class Engine:
             metrics=PoolMetrics(config.metrics, _stable_seed(config.seed, name, 1)),
             limits=None if config.limits.recommender == "off" else PoolLimits(config.limits),
             admission=None if config.admission is None else PoolAdmission(config.admission),
+            requests={} if config.on_host_down == "replace" else None,
         )
         pool.migrations = _migration_planner(name, config, policy)
         setup = config.pools
@@ -431,11 +550,24 @@ class Engine:
         attempt = pool.refused.pop(vm_id, 0)
         demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
         pool.metrics.observe_request(demand, now)
+        decision_id = placement_id(pool.name, vm_id, f"retry{attempt}" if attempt else "")
+        return [self._place(pool, event, demand, attempt, decision_id, now, "")]
+
+    def _place(
+        self,
+        pool: PoolRuntime,
+        event: VmRequest,
+        demand: Demand,
+        attempt: int,
+        decision_id: str,
+        now: float,
+        why: str,
+    ) -> Placement:
+        """Place one VM by the policy and book it; the decision says where, or why nowhere."""
+        cluster = pool.cluster
+        vm_id = event.vm_id
         request = PlacementRequest(vm_id, demand, event.deployment, event.max_per_host, now, event)
         result = self._place_or_grow(pool, request)
-        decision_id = placement_decision_id(pool.name, vm_id)
-        if attempt:
-            decision_id = f"{decision_id}/retry{attempt}"
         host_id: str | None
         if isinstance(result, Unfit):
             pool.refused[vm_id] = attempt + 1
@@ -447,6 +579,8 @@ class Engine:
             explanation: dict[str, Any] = {"rejected_by": result.rejected_by}
         else:
             record = cluster.book(vm_id, result.host, demand, event.deployment, now)
+            if pool.requests is not None:
+                pool.requests[vm_id] = event
             # Never onto a draining host, so nothing joins a migration queue.
             self._booked(pool, record, now, event)
             host_id, retryable = cluster.host_ids[result.host], False
@@ -456,19 +590,19 @@ class Engine:
                 else "no host fit: opened a new host"
             )
             explanation = {"scores": result.scores, "ties": result.ties}
-        return [
-            _placement(
-                decision_id,
-                now,
-                pool.name,
-                vm_id,
-                host_id,
-                pool.policy.name,
-                reason,
-                retryable,
-                explanation,
-            )
-        ]
+        if why:
+            reason = f"{why}; {reason}"
+        return _placement(
+            decision_id,
+            now,
+            pool.name,
+            vm_id,
+            host_id,
+            pool.policy.name,
+            reason,
+            retryable,
+            explanation,
+        )
 
     def _booked(
         self, pool: PoolRuntime, record: VmRecord, now: float, event: VmRequest | VmPlaced
@@ -488,6 +622,8 @@ class Engine:
         vm_id = event.vm_id
         if vm_id in pool.cluster.vms:
             record = pool.cluster.release(vm_id)
+            if pool.requests is not None:
+                pool.requests.pop(vm_id, None)
             hooks = pool.policy.hooks
             if hooks is not None:
                 hooks.on_released(pool.cluster, record, now, exited=True)
@@ -548,14 +684,52 @@ class Engine:
         if planner is not None and index is not None:
             planner.forget_host(index)
         hooks = pool.policy.hooks
+        decisions: list[Decision] = []
+        policy = pool.policy.name
         for record in evicted:
-            pool.refused[record.vm_id] = 1
+            vm_id = record.vm_id
+            pool.refused[vm_id] = 1
             pool.counters["evicted_by_host_down"] += 1
             if hooks is not None:
                 hooks.on_released(pool.cluster, record, now, exited=False)
             if planner is not None:
                 planner.on_vm_released(pool.cluster, record, now, exited=False)
-        return []
+            pool.evictions += 1
+            why = f"evicted: host {event.host_id!r} went down"
+            decisions.append(
+                _placement(
+                    placement_id(pool.name, vm_id, f"evict{pool.evictions}"),
+                    now,
+                    pool.name,
+                    vm_id,
+                    None,
+                    policy,
+                    why,
+                    True,
+                    {"evicted_from": event.host_id, "placed_at": record.placed_at},
+                )
+            )
+        if pool.requests is not None:
+            # Placed again in the order they were evicted (by VM id), each as
+            # its own request would have been: same shape, features, tenant.
+            for record in evicted:
+                request = pool.requests.pop(record.vm_id, None)
+                if request is None:
+                    continue  # booked by another scheduler (shadow mode): its to re-place
+                attempt = pool.refused.pop(record.vm_id, 0)
+                pool.counters["replaced_after_host_down"] += 1
+                decisions.append(
+                    self._place(
+                        pool,
+                        request,
+                        record.demand,
+                        attempt,
+                        placement_id(pool.name, record.vm_id, f"replace{pool.evictions}"),
+                        now,
+                        f"replaced after host {event.host_id!r} went down",
+                    )
+                )
+        return decisions
 
     def _on_host_drain(self, pool: PoolRuntime, event: HostDrain, now: float) -> list[Decision]:
         try:
@@ -653,7 +827,7 @@ def _migration_planner(pool: str, config: EngineConfig, policy: Policy) -> Migra
 
 def _limit_decision(pool: str, decision: LimitDecision) -> Limit:
     return Limit(
-        decision_id=f"limit/{pool}/{decision.job_id}/{decision.resource}/{decision.decision_id}",
+        decision_id=limit_id(pool, decision.job_id, decision.resource, decision.decision_id),
         time=decision.time,
         pool=pool,
         vm_id=decision.job_id,

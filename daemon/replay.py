@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from lavad.daemon.engine import Engine, EngineConfig, InvalidEvent
+from lavad.daemon.engine import Engine, EngineConfig
 from lavad.daemon.placement.kernels import warm_up
 from lavad.streams.codec import BadRecord, encode
 from lavad.streams.schema import Decision, Event
@@ -32,6 +32,7 @@ class BinarySink(Protocol):
 
 
 PROGRESS_EVERY = 20_000
+NEVER = float("-inf")
 
 
 @dataclass(slots=True)
@@ -93,7 +94,8 @@ def replay(
     decision_counts: Counter[str] = Counter()
     dead: Counter[str] = Counter()
     write = decisions_out.write if decisions_out is not None else None
-    clock = float("-inf")
+    clock = NEVER
+    bounds = config.input
     count = 0
     started = time.perf_counter()
 
@@ -115,22 +117,31 @@ def replay(
                 )
             continue
         now = item.time
-        if now > clock:
+        # The replay's clock (its watermark) moves only to a plausible time:
+        # the engine refuses the rest, and one absurd time must not drag
+        # every pool's timers forward first.
+        if now > clock and (
+            now <= bounds.max_time
+            and (not bounds.max_ahead_s or clock == NEVER or now - clock <= bounds.max_ahead_s)
+        ):
             clock = now
             if now >= engine.next_deadline:
                 emit(engine.advance(now))
-        try:
-            decisions = engine.handle(item, now)
-            if decisions:
-                emit(decisions)
-        except InvalidEvent as exc:
+        handled = engine.handle(item, now)
+        if handled.decisions:
+            emit(handled.decisions)
+        rejection = handled.rejection
+        if rejection is not None:
             dead["rejected"] += 1
             if dead_letters_out is not None:
                 dead_letters_out.write(
-                    dead_letter_record("engine", f"event {count}", encode(item), exc.reason) + b"\n"
+                    dead_letter_record(
+                        rejection.stage, f"event {count}", encode(item), rejection.reason
+                    )
+                    + b"\n"
                 )
     end = end_time if end_time is not None and end_time >= clock else clock
-    if end == float("-inf"):
+    if end == NEVER:
         end = 0.0
     elif end > clock and end >= engine.next_deadline:
         # Timers due between the last event and the end of the recording

@@ -391,12 +391,3 @@ class Migration:
 
 Decision = Placement | Reprediction | Limit | Admission | Migration
 
-
-def placement_decision_id(pool: str, vm_id: str) -> str:
-    """Deterministic id: a redelivered request yields the same id, so consumers dedupe."""
-    return f"placement/{pool}/{vm_id}"
-
-
-def reprediction_decision_id(pool: str, subject: str, subject_id: str, sequence: int) -> str:
-    """Deterministic id: the n-th change of one VM or host (a replay numbers them alike)."""
-    return f"reprediction/{pool}/{subject}/{subject_id}/{sequence}"

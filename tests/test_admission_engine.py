@@ -59,7 +59,7 @@ def test_zeroth_moment_admits_grants_and_refuses_by_hand(tmp_path: Path) -> None
         # 0 + 5 = 5 < 8: b may come now.
         DeploymentArrival(time=6.0, pool="p", deployment_id="b", cores=5.0),
     ]
-    decisions = [d for e in events for d in engine.handle(e, e.time)]
+    decisions = [d for e in events for d in engine.handle(e, e.time).decisions]
     assert all(isinstance(d, Admission) for d in decisions)
     got = [(d.deployment_id, d.request, d.admitted) for d in decisions if isinstance(d, Admission)]
     assert got == [
@@ -79,7 +79,7 @@ def test_zeroth_moment_admits_grants_and_refuses_by_hand(tmp_path: Path) -> None
 def test_without_admission_deployment_events_are_counted(tmp_path: Path) -> None:
     engine = _engine(tmp_path, "")
     event = DeploymentArrival(time=0.0, pool="p", deployment_id="a", cores=4.0)
-    assert engine.handle(event, 0.0) == []
+    assert engine.handle(event, 0.0).decisions == []
     assert engine.pools["p"].counters["unconsumed.deployment.arrival"] == 1
 
 
@@ -113,8 +113,12 @@ def test_first_moment_policy_runs_with_configured_priors(tmp_path: Path) -> None
         "size = { shape = 1.0, rate = 1.0 }\n"
         "kill = { shape = 1.0, rate = 604800.0 }\n",
     )
-    small = engine.handle(DeploymentArrival(time=0.0, pool="p", deployment_id="a", cores=10.0), 0.0)
-    huge = engine.handle(DeploymentArrival(time=1.0, pool="p", deployment_id="b", cores=950.0), 1.0)
+    small = engine.handle(
+        DeploymentArrival(time=0.0, pool="p", deployment_id="a", cores=10.0), 0.0
+    ).decisions
+    huge = engine.handle(
+        DeploymentArrival(time=1.0, pool="p", deployment_id="b", cores=950.0), 1.0
+    ).decisions
     (first,) = small
     (second,) = huge
     assert isinstance(first, Admission) and isinstance(second, Admission)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lavad.daemon.engine import Engine, EngineConfig, InvalidEvent, PoolSetup
+from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
 from lavad.daemon.placement.registry import validate_policy_args
 from lavad.streams.schema import (
     DeploymentArrival,
@@ -31,7 +31,7 @@ def _engine() -> Engine:
 def _request(engine: Engine, vm_id: str, t: float, cores: float = 4.0) -> Placement:
     (decision,) = engine.handle(
         VmRequest(time=t, pool="p", vm_id=vm_id, cores=cores, memory_gib=8.0), t
-    )
+    ).decisions
     assert isinstance(decision, Placement)
     return decision
 
@@ -43,7 +43,7 @@ def test_a_pool_without_hosts_refuses_and_may_retry() -> None:
     assert decision.retryable
     assert decision.reason == "the pool has no hosts"
     # The refused VM's exit is expected, absorbed and counted.
-    assert engine.handle(VmExit(time=1.0, pool="p", vm_id="a"), 1.0) == []
+    assert engine.handle(VmExit(time=1.0, pool="p", vm_id="a"), 1.0).decisions == []
     assert engine.pools["p"].counters["exit_of_unplaced_vm"] == 1
     # A retry of the same VM gets its own decision id.
     engine.handle(HostUp(time=2.0, pool="p", host_id="h1", cores=8.0, memory_gib=32.0), 2.0)
@@ -68,7 +68,7 @@ def test_draining_host_gets_nothing_and_down_evicts() -> None:
     counters = engine.pools["p"].counters
     assert counters["evicted_by_host_down"] == 2
     # Exits of evicted VMs arrive later and are absorbed.
-    assert engine.handle(VmExit(time=6.0, pool="p", vm_id="a"), 6.0) == []
+    assert engine.handle(VmExit(time=6.0, pool="p", vm_id="a"), 6.0).decisions == []
     cluster = engine.pools["p"].cluster
     assert cluster.hosts_up == 1
     assert not cluster.vms
@@ -78,7 +78,7 @@ def test_shadow_placements_are_booked_as_given() -> None:
     engine = _engine()
     engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=8.0, memory_gib=32.0), 0.0)
     placed = VmPlaced(time=1.0, pool="p", vm_id="x", host_id="h1", cores=6.0, memory_gib=8.0)
-    assert engine.handle(placed, 1.0) == []
+    assert engine.handle(placed, 1.0).decisions == []
     again = VmPlaced(time=2.0, pool="p", vm_id="y", host_id="h1", cores=6.0, memory_gib=8.0)
     engine.handle(again, 2.0)
     cluster = engine.pools["p"].cluster
@@ -104,8 +104,11 @@ def test_contradictions_are_rejected_without_change(event: object, message: str)
     engine = _engine()
     engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=8.0, memory_gib=32.0), 0.0)
     before = engine.pools["p"].cluster.version
-    with pytest.raises(InvalidEvent, match=message):
-        engine.handle(event, 1.0)  # type: ignore[arg-type]
+    handled = engine.handle(event, 1.0)  # type: ignore[arg-type]
+    assert handled.decisions == []
+    assert handled.rejection is not None
+    assert handled.rejection.stage == "engine"
+    assert message in handled.rejection.reason
     assert engine.pools["p"].cluster.version == before
 
 
@@ -114,12 +117,13 @@ def test_shadow_placement_on_a_down_host_is_rejected() -> None:
     engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=8.0, memory_gib=32.0), 0.0)
     engine.handle(HostDown(time=1.0, pool="p", host_id="h1"), 1.0)
     placed = VmPlaced(time=2.0, pool="p", vm_id="x", host_id="h1", cores=1.0, memory_gib=1.0)
-    with pytest.raises(InvalidEvent, match="which is down"):
-        engine.handle(placed, 2.0)
+    rejection = engine.handle(placed, 2.0).rejection
+    assert rejection is not None
+    assert "which is down" in rejection.reason
 
 
 def test_events_without_a_consumer_are_counted() -> None:
     engine = _engine()
     arrival = DeploymentArrival(time=0.0, pool="p", deployment_id="d", cores=4.0)
-    assert engine.handle(arrival, 0.0) == []
+    assert engine.handle(arrival, 0.0).decisions == []
     assert engine.pools["p"].counters["unconsumed.deployment.arrival"] == 1

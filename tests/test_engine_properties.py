@@ -72,7 +72,7 @@ def test_invariants(policy: str, grow: bool, ops: list[tuple[str, object]]) -> N
                 memory_gib=memory,
                 features={ORACLE_FEATURE: lifetime},
             )
-            decisions = engine.handle(request, now)
+            decisions = engine.handle(request, now).decisions
             # Every request gets exactly one placement decision, about itself;
             # anything else is a reprediction made on the way.
             placements = [d for d in decisions if isinstance(d, Placement)]
@@ -89,7 +89,7 @@ def test_invariants(policy: str, grow: bool, ops: list[tuple[str, object]]) -> N
             cluster = engine.pools["p"].cluster
             host = cluster.vms[vm_id].host
             before = cluster.free[:, host].copy()
-            after_exit = engine.handle(VmExit(time=now, pool="p", vm_id=vm_id), now)
+            after_exit = engine.handle(VmExit(time=now, pool="p", vm_id=vm_id), now).decisions
             assert all(isinstance(d, Reprediction) for d in after_exit)
             cores, memory = placed.pop(vm_id)
             # An exit frees exactly what its request took.

@@ -34,7 +34,7 @@ def _run(recommender: str, events: list[UsageSample]) -> tuple[Engine, list[Deci
     engine = Engine(config)
     decisions: list[Decision] = []
     for event in events:
-        decisions.extend(engine.handle(event, event.time))
+        decisions.extend(engine.handle(event, event.time).decisions)
     return engine, decisions
 
 
@@ -70,7 +70,7 @@ def test_limit_decisions_are_deterministic_and_survive_a_snapshot() -> None:
     # The live daemon pickles pools into snapshots: a restored pool decides on.
     restored = pickle.loads(pickle.dumps(engine.pools))
     engine.pools = restored
-    rest = [d for e in events[half:] for d in engine.handle(e, e.time)]
+    rest = [d for e in events[half:] for d in engine.handle(e, e.time).decisions]
     assert first + rest == whole
 
 
@@ -98,7 +98,7 @@ def test_gpa_policy_learns_from_the_usage_stream_in_the_engine() -> None:
         engine.handle(
             VmRequest(time=0.0, pool="default", vm_id=vm_id, cores=1.0, memory_gib=1.0), 0.0
         )
-    decisions = [d for e in events for d in engine.handle(e, e.time)]
+    decisions = [d for e in events for d in engine.handle(e, e.time).decisions]
     pool = engine.pools["default"]
     hooks = pool.policy.hooks
     assert isinstance(hooks, UsageHooks)

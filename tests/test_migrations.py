@@ -84,10 +84,10 @@ def _run_drain(order: OrderName) -> tuple[Engine, list[Decision]]:
             memory_gib=2.0,
             features={ORACLE_FEATURE: lifetime},
         )
-        decisions += engine.handle(placed, 0.0)
-    decisions += engine.handle(HostDrain(time=0.0, pool="p", host_id="h0"), 0.0)
+        decisions += engine.handle(placed, 0.0).decisions
+    decisions += engine.handle(HostDrain(time=0.0, pool="p", host_id="h0"), 0.0).decisions
     for vm_id, lifetime in sorted(LIFETIMES.items(), key=lambda item: item[1]):
-        decisions += engine.handle(VmExit(time=lifetime, pool="p", vm_id=vm_id), lifetime)
+        decisions += engine.handle(VmExit(time=lifetime, pool="p", vm_id=vm_id), lifetime).decisions
     return engine, decisions
 
 
@@ -198,7 +198,7 @@ def test_a_draining_host_receives_no_placements() -> None:
             memory_gib=1.0,
             features={ORACLE_FEATURE: 10 * HOUR},
         )
-        placements = [d for d in engine.handle(request, t) if isinstance(d, Placement)]
+        placements = [d for d in engine.handle(request, t).decisions if isinstance(d, Placement)]
         assert [p.host_id for p in placements] == ["h1"]
         t += 60.0
     # Maintenance done: h0 takes VMs again.
@@ -206,7 +206,7 @@ def test_a_draining_host_receives_no_placements() -> None:
     request = VmRequest(
         time=t, pool="p", vm_id="after", cores=1.0, memory_gib=1.0, features={ORACLE_FEATURE: 1.0}
     )
-    (placement,) = [d for d in engine.handle(request, t) if isinstance(d, Placement)]
+    (placement,) = [d for d in engine.handle(request, t).decisions if isinstance(d, Placement)]
     # h0 is empty and open (its VM moved); Best Fit prefers the busy h1.
     assert placement.host_id == "h1"
     cluster = engine.pools["p"].cluster
@@ -277,12 +277,12 @@ def test_a_vm_that_fits_nowhere_waits_and_is_retried() -> None:
             ),
             0.0,
         )
-    decisions = engine.handle(HostDrain(time=0.0, pool="p", host_id="h0"), 0.0)
+    decisions = engine.handle(HostDrain(time=0.0, pool="p", host_id="h0"), 0.0).decisions
     assert not _migrated(decisions)
     planner = engine.pools["p"].migrations
     assert planner is not None and planner.retry_at == 600.0
     # The blocker exits at 1 h; the next retry after it (t = 4200 s) moves big.
-    decisions = engine.handle(VmExit(time=HOUR, pool="p", vm_id="blocker"), HOUR)
+    decisions = engine.handle(VmExit(time=HOUR, pool="p", vm_id="blocker"), HOUR).decisions
     decisions += engine.advance(2 * HOUR)
     assert _migrated(decisions) == [(4200.0, "big")]
 
@@ -513,7 +513,7 @@ def test_a_vm_another_scheduler_puts_on_a_draining_host_is_migrated_too() -> Non
         memory_gib=1.0,
         features={ORACLE_FEATURE: HOUR},
     )
-    decisions = engine.handle(placed, 10.0)
+    decisions = engine.handle(placed, 10.0).decisions
     assert [(d.action, d.plan[0]["vm_id"]) for d in decisions if isinstance(d, Migration)] == [
         ("plan", "late")
     ]

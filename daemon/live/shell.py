@@ -36,7 +36,7 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
 
-from lavad.daemon.engine import Engine, EngineConfig, InvalidEvent
+from lavad.daemon.engine import Engine, EngineConfig
 from lavad.daemon.live.connection import decision_producer, input_consumer
 from lavad.daemon.live.http import HttpHandle, serve_http
 from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotStore
@@ -281,12 +281,20 @@ class LiveDaemon:
                 )
             ]
         self._event_counts[event.type] += 1
-        self.watermark.observe(tp, event.time, wall)
-        try:
-            decisions = engine.handle(event, event.time)
-        except InvalidEvent as exc:
-            return [self._dead(record, tp, "engine", exc.reason)]
-        return [self._decision(decision, record.timestamp, names) for decision in decisions]
+        handled = engine.handle(event, event.time)
+        rejection = handled.rejection
+        if rejection is None or rejection.stage != "time":
+            # Only a plausible time moves the watermark (and every pool's timers).
+            self.watermark.observe(tp, event.time, wall)
+        if pool not in engine.pools:
+            # Refused before the pool opened: its name must not be kept either.
+            owned.pools.discard(pool)
+            self.pool_partition.pop(pool, None)
+        out = [self._decision(decision, record.timestamp, names) for decision in handled.decisions]
+        if rejection is not None:
+            # After the decisions the timers made on the way: both are published.
+            out.append(self._dead(record, tp, rejection.stage, rejection.reason))
+        return out
 
     def _decision(
         self, decision: Decision, timestamp_ms: int | None, names: TopicNames

@@ -20,6 +20,7 @@ generator of their own, so switching them on or off never changes a decision.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -95,9 +96,7 @@ class PoolMetrics:
         if now <= last:
             return
         if self._next_tick < now:
-            while self._next_tick < now:
-                self._sample(cluster, self._next_tick)
-                self._next_tick += self.config.sample_interval_s
+            self._sample_ticks(cluster, now)
         begin = last if last > self.measure_from else self.measure_from
         up = cluster.hosts_up
         if now > begin and up:
@@ -137,7 +136,31 @@ class PoolMetrics:
         used = cluster.hosts_up - cluster.hosts_empty
         self.peak_hosts_used = max(used, self.peak_hosts_used)
 
-    def _sample(self, cluster: ClusterState, at: float) -> None:
+    def _sample_ticks(self, cluster: ClusterState, now: float) -> None:
+        """The samples due at ticks before ``now``, over a state that held since the last event.
+
+        Bounded by work, not by the gap: the state is the same at every tick
+        of the gap, so the first tick is sampled and, when there are more,
+        the last one stands for the rest with their count as its weight. A
+        time jump of centuries costs two samples (it used to cost one per
+        hour of the jump: a record with time 1e20 hung the daemon).
+        """
+        interval = self.config.sample_interval_s
+        first = self._next_tick
+        count = max(1, math.ceil((now - first) / interval))
+        if first + (count - 1) * interval >= now:  # rounding at an exact multiple
+            count -= 1
+        self._sample(cluster, first, 1)
+        if count > 1:
+            last = first + (count - 1) * interval
+            # Ticks 1..count-1 of the gap; stranding counts those past the warm-up.
+            past_warmup = count - max(1, math.ceil((self.measure_from - first) / interval))
+            self._sample(cluster, last, past_warmup)
+            self._next_tick = first + count * interval
+        else:
+            self._next_tick = first + interval
+
+    def _sample(self, cluster: ClusterState, at: float, weight: int) -> None:
         if not cluster.hosts_up:
             return
         self.series.append(
@@ -149,15 +172,15 @@ class PoolMetrics:
                 memory_util_pct=_pct(cluster.used_total[MEMORY], cluster.capacity_total[MEMORY]),
             )
         )
-        if self.config.stranding and at >= self.measure_from and self._mix:
+        if self.config.stranding and at >= self.measure_from and self._mix and weight > 0:
             previous = self.stranding[-1] if self.stranding else None
             version = (cluster.version, self.requests)
             if previous is not None and self._stranded_version == version:
                 # Nothing changed since the last sample (long quiet spells in
                 # traces spanning months): the same state strands the same.
-                self.stranding.append(replace(previous, time=at))
+                self.stranding.append(replace(previous, time=at, weight=weight))
             else:
-                self.stranding.append(self._strand(cluster, at))
+                self.stranding.append(replace(self._strand(cluster, at), weight=weight))
                 self._stranded_version = version
 
     def _strand(self, cluster: ClusterState, at: float) -> StrandingSample:
@@ -208,9 +231,9 @@ class PoolMetrics:
             "hosts_used_mean": used / seconds if seconds else None,
             "cpu_util_pct": cpu / seconds if seconds else None,
             "memory_util_pct": memory / seconds if seconds else None,
-            "stranded_cpu_pct": _mean([s.cpu_pct for s in strands]),
-            "stranded_memory_pct": _mean([s.memory_pct for s in strands]),
-            "stranding_samples": len(strands),
+            "stranded_cpu_pct": _weighted_mean([(s.cpu_pct, s.weight) for s in strands]),
+            "stranded_memory_pct": _weighted_mean([(s.memory_pct, s.weight) for s in strands]),
+            "stranding_samples": sum(s.weight for s in strands),
             "hosts_used_peak": self.peak_hosts_used,
             "hosts_up_end": cluster.hosts_up,
             "hosts_added_on_demand": self.hosts_added_on_demand,
@@ -227,5 +250,8 @@ def _pct(part: float, whole: float) -> float:
     return 100.0 * float(part) / float(whole) if whole else 0.0
 
 
-def _mean(values: list[float]) -> float | None:
-    return float(np.mean(values)) if values else None
+def _weighted_mean(values: list[tuple[float, int]]) -> float | None:
+    if not values:
+        return None
+    samples, weights = zip(*values, strict=True)
+    return float(np.average(samples, weights=weights))

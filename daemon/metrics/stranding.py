@@ -40,6 +40,10 @@ class StrandingSample:
     # Free resources before inflation, for context.
     free_cpu_pct: float
     free_memory_pct: float
+    # How many hourly samples this one stands for: a quiet spell of k samples
+    # over an unchanged state is one sample of weight k (work and memory stay
+    # bounded however long the spell).
+    weight: int = 1
 
 
 def inflate(

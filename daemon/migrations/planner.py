@@ -48,6 +48,7 @@ from lavad.daemon.migrations.triggers import (
     RollingDrains,
 )
 from lavad.daemon.placement.framework import UniformDraws
+from lavad.streams.ids import migration_id
 from lavad.streams.schema import Migration, VmPlaced, VmRequest
 
 DrainReason = Literal["defragmentation", "maintenance"]
@@ -409,7 +410,7 @@ class MigrationPlanner:
         self._decisions += 1
         host_id = cluster.host_ids[drain.host]
         return Migration(
-            decision_id=f"migration/{self.pool}/{host_id}/{self._decisions}",
+            decision_id=migration_id(self.pool, host_id, self._decisions),
             time=now,
             pool=self.pool,
             action=action,

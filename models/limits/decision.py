@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import orjson
+
 from lavad.models.limits.histogram import Observation
 from lavad.models.limits.window import LimitRecommender
 
@@ -60,7 +62,9 @@ def _float_or_none(value: str | float | None) -> float | None:
 
 def decision_id(job_id: str, resource: str, time: float, limit: float) -> str:
     """Deterministic: the same inputs give the same id on every replay."""
-    key = f"limit|{job_id}|{resource}|{time!r}|{limit!r}".encode()
+    # A JSON array, not a joined string: a job id holding the separator
+    # cannot make two tuples hash alike.
+    key = orjson.dumps(["limit", job_id, resource, time, limit])
     return hashlib.blake2b(key, digest_size=12).hexdigest()
 
 
