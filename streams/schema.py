@@ -390,4 +390,3 @@ class Migration:
 
 
 Decision = Placement | Reprediction | Limit | Admission | Migration
-
