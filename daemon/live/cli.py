@@ -17,7 +17,7 @@ from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.live.demo import DemoOptions, run_demo
 from lavad.daemon.live.logs import configure_logging
-from lavad.daemon.live.shell import LiveDaemon, StartupError, live_engine_config
+from lavad.daemon.live.shell import LiveDaemon, PartitionError, StartupError, live_engine_config
 from lavad.daemon.live.snapshots import SnapshotError
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
@@ -47,7 +47,8 @@ def run_command(
 
     try:
         asyncio.run(main())
-    except (SnapshotError, TopicError, StartupError) as exc:
+    except (SnapshotError, PartitionError, TopicError, StartupError) as exc:
+        # The reason and exit code 2, not a traceback.
         raise fail(str(exc)) from None
 
 

@@ -39,7 +39,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from lavad.daemon.engine import Engine, EngineConfig
 from lavad.daemon.live.connection import decision_producer, input_consumer
 from lavad.daemon.live.http import HttpHandle, serve_http
-from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotStore
+from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.placement.kernels import warm_up
@@ -92,6 +92,10 @@ class Stopping(Exception):
     """Shutdown was requested while a batch could not be published."""
 
 
+class PartitionError(Exception):
+    """Taking or giving up a partition failed; the daemon stopped rather than run without it."""
+
+
 class LiveDaemon:
     def __init__(self, settings: Settings, engine_config: EngineConfig) -> None:
         self.settings = settings
@@ -119,6 +123,10 @@ class LiveDaemon:
         self._log_decisions = settings.log.level == "debug"
         # How long a commit or a client's stop may wait for the broker.
         self._client_timeout_s = settings.kafka.request_timeout_ms / 1000.0
+        # Set by a failure inside aiokafka's rebalance callbacks, which log
+        # and swallow what they raise: ``run`` stops and raises it instead.
+        self._stop: asyncio.Event | None = None
+        self._failure: Exception | None = None
 
     # ------------------------------------------------------------ readiness
 
@@ -133,7 +141,14 @@ class LiveDaemon:
     # ------------------------------------------------------------------ run
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set; then snapshot, commit and close everything."""
+        """Serve until ``stop`` is set; then snapshot, commit and close everything.
+
+        Raises SnapshotError or PartitionError, after that shutdown, when a
+        partition could not be taken or given up (a snapshot that does not
+        load under ``live.on_bad_snapshot = "stop"``, one that cannot be
+        written): the caller turns it into a message and an exit code.
+        """
+        self._stop = stop
         warm_up()
         http = self.settings.http
         try:
@@ -162,6 +177,16 @@ class LiveDaemon:
                     await task
             await self._shutdown()
             log.info("stopped", records_processed=self.records_processed)
+        if self._failure is not None:
+            raise self._failure
+
+    def fail(self, exc: Exception) -> None:
+        """Stop the daemon because of ``exc``; ``run`` raises it once shut down."""
+        if self._failure is None:
+            self._failure = exc
+        log.error("stopping", reason=str(exc), error=type(exc).__name__)
+        if self._stop is not None:
+            self._stop.set()
 
     async def _connect(self, stop: asyncio.Event) -> bool:
         """Start the clients, retrying with backoff while the broker does not answer."""
@@ -504,11 +529,25 @@ class LiveDaemon:
         )
 
     async def snapshot_all(self) -> None:
+        """The periodic snapshot of every owned partition.
+
+        A write the filesystem refuses (disk full) is counted and logged, and
+        tried again next interval: the previous snapshot still stands, so a
+        restart re-reads more, losing nothing. A state that cannot be written
+        as data would fail every time: the daemon stops with the path to it.
+        """
         async with self._lock:
             if self._unpublished:
                 return
             for owned in self.owned.values():
-                self._snapshot(owned)
+                try:
+                    self._snapshot(owned)
+                except OSError as exc:
+                    self.telemetry.snapshot_failures.inc()
+                    log.error("snapshot not written", partition=owned.number, error=str(exc))
+                except SnapshotError as exc:
+                    self.fail(exc)
+                    return
 
     async def acquire(self, assigned: Iterable[Any]) -> None:
         """New partitions: restore each one's snapshot and seek to its offsets."""
@@ -519,7 +558,7 @@ class LiveDaemon:
             for number, tps in sorted(by_number.items()):
                 if number in self.owned:
                     continue
-                snapshot = self.store.load(number, self._fingerprint)
+                snapshot = self._restore(number)
                 owned = OwnedPartition(number)
                 if snapshot is not None:
                     self.engine.adopt_pools(snapshot.pools)
@@ -545,6 +584,32 @@ class LiveDaemon:
             self.watermark.assign(assigned, time.time())
             self.snapshots_loaded = True
             self.telemetry.assigned_partitions.set(len(self.owned))
+
+    def _restore(self, number: int) -> PartitionSnapshot | None:
+        """The partition's snapshot, or None to read it from the earliest retained offset.
+
+        A snapshot that does not load raises (``live.on_bad_snapshot = "stop"``)
+        or is renamed aside, kept for inspection, and the partition rebuilt
+        ("rebuild").
+        """
+        try:
+            return self.store.load(number, self._fingerprint)
+        except SnapshotError as exc:
+            if self.settings.live.on_bad_snapshot == "stop":
+                raise SnapshotError(
+                    f"{exc} [live.on_bad_snapshot = 'stop': move the file away, or set it to "
+                    "'rebuild' to re-read the partition from the earliest retained offset]"
+                ) from None
+            reason = str(exc)
+        aside = self.store.move_aside(number)
+        self.telemetry.snapshots_rebuilt.inc()
+        log.warning(
+            "snapshot moved aside, rebuilding the partition from the earliest retained offset",
+            partition=number,
+            reason=reason,
+            moved_to=str(aside),
+        )
+        return None
 
     async def release(self, revoked: Iterable[Any]) -> None:
         """Partitions leave: snapshot them (if all their decisions are out) and drop their pools."""
@@ -625,14 +690,27 @@ class LiveDaemon:
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """aiokafka calls these inside its coordinator and only logs what they raise, which
+    would leave the daemon up but never ready: a failure stops the daemon instead."""
+
     def __init__(self, daemon: LiveDaemon) -> None:
         self.daemon = daemon
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.daemon.release(revoked)
+        try:
+            await self.daemon.release(revoked)
+        except SnapshotError as exc:
+            self.daemon.fail(exc)
+        except Exception as exc:  # noqa: BLE001 - raised here, it would be logged and lost
+            self.daemon.fail(PartitionError(f"giving up partitions failed: {exc!r}"))
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.daemon.acquire(assigned)
+        try:
+            await self.daemon.acquire(assigned)
+        except SnapshotError as exc:
+            self.daemon.fail(exc)
+        except Exception as exc:  # noqa: BLE001 - raised here, it would be logged and lost
+            self.daemon.fail(PartitionError(f"taking partitions failed: {exc!r}"))
 
 
 def _count(partitions: set[int] | None) -> int | None:

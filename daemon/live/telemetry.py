@@ -74,6 +74,17 @@ class Telemetry:
         self.snapshots = Counter(
             "lavad_snapshots", "Partition snapshots written", registry=registry
         )
+        self.snapshot_failures = Counter(
+            "lavad_snapshot_failures",
+            "Periodic partition snapshots the filesystem refused (retried next interval)",
+            registry=registry,
+        )
+        self.snapshots_rebuilt = Counter(
+            "lavad_snapshots_rebuilt",
+            "Partition snapshots that did not load, moved aside; the partition was re-read"
+            " from the earliest retained offset (live.on_bad_snapshot = rebuild)",
+            registry=registry,
+        )
         self.broker_reachable = Gauge(
             "lavad_broker_reachable", "1 when the broker answered the last probe", registry=registry
         )
