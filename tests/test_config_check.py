@@ -69,7 +69,11 @@ CASES: list[tuple[dict[str, str], str, str | None]] = [
     ({"LAVAD_POOLS__MAX_POOLS": "0"}, "", "pools.max_pools"),
     (SASL, "", "kafka.sasl_plain_username"),
     ({**SASL, "LAVAD_KAFKA__SASL_PLAIN_PASSWORD": SECRET}, "", None),
-    ({**SASL, "LAVAD_KAFKA__SASL_PLAIN_PASSWORD_FILE": "/nonexistent/pw"}, "", "kafka."),
+    (
+        {**SASL, "LAVAD_KAFKA__SASL_PLAIN_PASSWORD_FILE": "/nonexistent/pw"},
+        "",
+        "kafka.sasl_plain_password_file",
+    ),
 ]
 
 
