@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from support import PROJECT_ROOT
 
 from lavad.daemon.engine import Engine
 from lavad.daemon.limits.service import LimitsConfig
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.settings import ConfigError, load_settings
 from lavad.streams.adapters import open_trace
@@ -67,8 +67,8 @@ def test_limit_decisions_are_deterministic_and_survive_a_snapshot() -> None:
     half = len(events) // 2
     _, whole = _run("ml", events)
     engine, first = _run("ml", events[:half])
-    # The live daemon pickles pools into snapshots: a restored pool decides on.
-    restored = pickle.loads(pickle.dumps(engine.pools))
+    # The live daemon writes pools into snapshots with state_codec: a restored pool decides on.
+    restored = loads(dumps(engine.pools))
     engine.pools = restored
     rest = [d for e in events[half:] for d in engine.handle(e, e.time).decisions]
     assert first + rest == whole

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ from typer.testing import CliRunner
 from lavad.daemon.cli import app
 from lavad.daemon.cluster import ClusterState
 from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.migrations.config import (
     DefragConfig,
     LifetimeSource,
@@ -302,7 +302,8 @@ def test_random_order_is_seeded() -> None:
 def test_a_planner_mid_drain_survives_a_snapshot() -> None:
     engine, _ = _run_drain("lars")
     pool = engine.pools["p"]
-    restored = pickle.loads(pickle.dumps(pool))
+    # As the live daemon's snapshots write it: data (state_codec), no pickle.
+    restored = loads(dumps(pool))
     assert restored.migrations.summary() == pool.migrations.summary()  # type: ignore[union-attr]
 
 

@@ -11,8 +11,9 @@ they belong to. A window closes once an event later than its end arrives
 in the pool, so every sample of that window has been seen (events of a pool
 are in time order).
 
-The live daemon pickles pools into snapshots, so the recommender factory
-is a class here, not a closure.
+The live daemon writes pools into snapshots as data (daemon/live/state_codec.py),
+which saves lavad classes but no closures, so the recommender factory is a
+class here, not a closure.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ DrainReason = Literal["defragmentation", "maintenance"]
 class MigrationMover(Protocol):
     """What the engine does for the planner: choose a target, move a VM.
 
-    Passed in on every call rather than kept, so a planner pickles (snapshots)
+    Passed in on every call rather than kept, so a planner snapshots (state_codec)
     without the engine.
     """
 
