@@ -7,6 +7,7 @@
   Fit, next to a recompute-per-request numpy Best Fit baseline;
 * reprediction E[T_r | T_u] per VM, one and many VMs per call;
 * admission decision latency with 500 deployments (needs ../shared/data);
+* snapshot save/load time and size, data codec against pickle;
 * peak resident memory of this process.
 
 ``--live`` runs only the live-shell figures instead (``benchmarks/live_kafka.py``,
@@ -33,6 +34,7 @@ from benchmarks.admission_latency import measure as measure_admission
 from benchmarks.migration_cost import migration_cost
 from benchmarks.placement_latency import measure, measure_recompute_baseline
 from benchmarks.reprediction_latency import reprediction_latency
+from benchmarks.snapshot_codec import snapshot_codec
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
@@ -153,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     placement_latency(path, [int(s) for s in args.sizes.split(",")])
     reprediction_latency(SLICE_AZURE)
     migration_cost(SLICE_AZURE)
+    snapshot_codec(SLICE_AZURE)
     admission_latency()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak resident memory of this process: {peak_kib / 1024:.0f} MiB")
