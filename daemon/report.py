@@ -19,20 +19,41 @@ def _fmt(value: object, digits: int = 2) -> str:
     return str(value)
 
 
+def _empty_hosts_bases(results: Sequence[ReplayResult]) -> dict[str, str]:
+    """What each pool's empty hosts % is a share of (replay.on_common_pool sets it)."""
+    return {
+        pool: str(m.get("empty_hosts_basis", "hosts up"))
+        for result in results
+        for pool, m in result.pools.items()
+    }
+
+
 def metrics_table(results: Sequence[ReplayResult], trace_name: str) -> Table:
-    """Rows per policy and pool; the first policy is the baseline for the pp column."""
+    """Rows per policy and pool; the first policy is the baseline for the pp column.
+
+    Each share says what it is a share of: with hosts added on demand, empty
+    hosts are counted against the common pool every policy needed, while
+    booked CPU and memory are shares of the hosts up at each moment (the pool
+    as grown so far, mostly busy hosts), so the two do not add up to 100.
+    """
     table = Table(title=f"lavad replay: {trace_name}", title_justify="left")
+    bases = set(_empty_hosts_bases(results).values())
+    empty_of = (
+        f"of {next(iter(bases)).removeprefix('common pool of ')}"
+        if len(bases) == 1
+        else "see below"
+    )
     for header in (
         "policy",
         "pool",
-        "empty hosts %",
-        "vs first pp",
-        "CPU util %",
-        "mem util %",
-        "stranded CPU %",
-        "stranded mem %",
-        "hosts used peak",
-        "hosts end",
+        f"empty hosts %\n{empty_of}",
+        "vs first\npp",
+        "CPU booked %\nof hosts up",
+        "mem booked %\nof hosts up",
+        "stranded CPU %\nof schedulable",
+        "stranded mem %\nof schedulable",
+        "hosts used\npeak",
+        "hosts\nend",
         "failures",
         "events/s",
     ):
@@ -40,6 +61,8 @@ def metrics_table(results: Sequence[ReplayResult], trace_name: str) -> Table:
             header,
             justify="left" if header in ("policy", "pool") else "right",
             no_wrap=header in ("policy", "pool"),
+            # Each header line whole: "of hosts up" is the point of the column.
+            min_width=max(len(line) for line in header.split("\n")),
         )
     baseline: dict[str, float | None] = {}
     if results:
@@ -78,8 +101,24 @@ def print_results(results: Sequence[ReplayResult], trace_name: str, console: Con
                 f" the first {first['warmup_s']:.0f} s after the first event are warm-up"
                 " (the trace starts with an empty cluster) and are not counted;"
                 f" the window closes at the {first['measured_until'].replace('_', ' ')}."
-                f" Empty hosts are counted against {first.get('empty_hosts_basis', 'hosts up')}."
+                " CPU and mem booked: cores and memory VMs requested, over the capacity of the"
+                " hosts up at each moment. Stranded: free capacity no request of the recent mix"
+                " fits, over the hosts up and not draining."
             )
+        bases = _empty_hosts_bases(results)
+        listed = "; ".join(f"pool {pool}: {basis}" for pool, basis in sorted(bases.items()))
+        common = any(basis.startswith("common pool") for basis in bases.values())
+        console.print(
+            f"Empty hosts are counted against {listed}."
+            + (
+                " A common pool is the largest any compared policy grew to, every host"
+                " present from the start: a pool grown on demand holds mostly busy hosts at"
+                " each moment (so its booked CPU % is high), while its empty hosts are"
+                " counted on the common pool."
+                if common
+                else ""
+            )
+        )
     for result in results:
         if result.dead_letters:
             console.print(
@@ -124,7 +163,7 @@ def plot_results(results: Sequence[ReplayResult], path: Path, trace_name: str) -
                     label="end of measured window" if axis is top else None,
                 )
     top.set_ylabel("empty hosts (% of hosts up)")
-    bottom.set_ylabel("CPU utilisation (%)")
+    bottom.set_ylabel("CPU booked (% of hosts up)")
     bottom.set_xlabel("trace time (h)")
     top.set_title(f"lavad replay: {trace_name}")
     top.legend(loc="best")
