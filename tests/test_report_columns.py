@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lavad.streams.kafka.embedded import free_port  # noqa: F401 - the package imports
-
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
