@@ -53,8 +53,9 @@ import orjson
 import lavad
 
 # Offline studies, plots and the command line are never engine state; walking
-# them would import matplotlib and river into the daemon for nothing.
-_SKIPPED_MODULES: Final = (".evaluation", ".cli", ".report", ".demo")
+# them would import matplotlib and river into the daemon for nothing (and a
+# __main__ would run).
+_SKIPPED_MODULES: Final = frozenset({"evaluation", "cli", "report", "demo", "__main__"})
 
 # Array dtypes kinds that are plain data: bool, signed/unsigned int, float,
 # complex, bytes, unicode, datetime, timedelta. Never "O" (objects) or "V".
@@ -160,7 +161,7 @@ def default_registry() -> Registry:
     classes: dict[str, type] = dict(_BUILTIN_TYPES)
     functions: dict[str, Callable[..., Any]] = {}
     for info in pkgutil.walk_packages(lavad.__path__, "lavad."):
-        if any(part in info.name for part in _SKIPPED_MODULES):
+        if not _SKIPPED_MODULES.isdisjoint(info.name.split(".")):
             continue
         module = import_module(info.name)  # our own module, named by our own package
         for value in vars(module).values():
