@@ -180,6 +180,11 @@ class HostSettings(_Section):
     grow_on_demand: bool = Field(
         default=True, description="open a new host when no host fits (shape source only)"
     )
+    on_down: Literal["evict", "replace"] = Field(
+        default="evict",
+        description="a host.down with VMs on it: evict publishes each eviction (a placement "
+        "with no host); replace also places each evicted VM again, as a placement decision",
+    )
 
 
 class MetricsSettings(_Section):
@@ -451,6 +456,9 @@ class Settings(BaseSettings):
                 mix_window=self.metrics.mix_window,
                 mix_max_shapes=self.metrics.mix_max_shapes,
             ),
+            input=self.input_bounds(),
+            pool_names=self.pool_names(),
+            on_host_down=hosts.on_down,
         )
 
 
