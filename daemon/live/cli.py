@@ -102,15 +102,20 @@ def produce_command(
             f"records {from_offset} to {from_offset + result.records} are on the broker"
         )
 
+    def how_far() -> str:
+        reached = from_offset + acknowledged
+        return (
+            f"the broker acknowledged {acknowledged} records of this run (the trace's first "
+            f"{reached}); resume with --from-offset {reached}"
+        )
+
     try:
         asyncio.run(main())
     except KafkaError as exc:
-        reached = from_offset + acknowledged
-        raise fail(
-            f"broker at {settings.kafka.bootstrap_servers}: {exc!r}; the broker acknowledged "
-            f"{acknowledged} records of this run (the trace's first {reached}); resume with "
-            f"--from-offset {reached}"
-        ) from None
+        raise fail(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}; {how_far()}") from None
+    except KeyboardInterrupt:
+        # asyncio.run cancelled the publisher and stopped the producer first.
+        raise fail(f"interrupted; {how_far()}") from None
 
 
 def demo_command(

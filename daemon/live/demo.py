@@ -14,10 +14,9 @@ import asyncio
 import shutil
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -133,36 +132,19 @@ async def _publish(
     settings: Settings, trace: Trace, names: TopicNames, speed: float, progress: _Progress
 ) -> None:
     producer = AIOKafkaProducer(acks="all", linger_ms=5, **client_options(settings.kafka))
+
+    def tick(count: int) -> None:
+        # Each acknowledgement as it arrives: "records published" is never
+        # behind what the daemon could have read.
+        progress.published = count
+
     try:
         await producer.start()
-        await publish_trace(trace.events(), _Acknowledged(producer, progress), names, speed=speed)
+        await publish_trace(trace.events(), producer, names, speed=speed, progress=tick)
         progress.publishing_done = True
     finally:
         # Flushes what was sent before a Ctrl-C; their acknowledgements count.
         await producer.stop()
-
-
-class _Acknowledged:
-    """A producer that counts each record the broker acknowledges, as it is acknowledged.
-
-    "records published" is then never behind what the daemon could have read
-    (publish_trace's own progress moves only when a whole batch is in).
-    """
-
-    def __init__(self, producer: AIOKafkaProducer, progress: _Progress) -> None:
-        self._producer = producer
-        self._progress = progress
-
-    async def send(
-        self, topic: str, value: bytes | None = None, key: bytes | None = None
-    ) -> Awaitable[Any]:
-        delivery: asyncio.Future[Any] = await self._producer.send(topic, value, key=key)
-        delivery.add_done_callback(self._delivered)
-        return delivery
-
-    def _delivered(self, delivery: asyncio.Future[Any]) -> None:
-        if not delivery.cancelled() and delivery.exception() is None:
-            self._progress.published += 1
 
 
 def _table(

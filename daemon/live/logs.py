@@ -91,7 +91,10 @@ def _route_stdlib(
     for old in [h for h in root.handlers if isinstance(h, _SinkHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level)
+    # Libraries' info lines (aiokafka's group protocol step by step) repeat
+    # what lavad logs itself; their warnings and errors always show, and
+    # everything does at debug.
+    root.setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
     logging.captureWarnings(True)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,7 +26,7 @@ class RecordProducer(Protocol):
 
     async def send(
         self, topic: str, value: bytes | None = ..., key: bytes | None = ...
-    ) -> Awaitable[Any]: ...
+    ) -> asyncio.Future[Any]: ...
 
 
 @dataclass(slots=True)
@@ -50,9 +50,11 @@ async def publish_trace(
     """Send ``items`` in order; ``speed`` 0 means as fast as the broker takes them.
 
     The first ``skip`` items are not sent (to resume an interrupted run).
-    ``progress`` gets the number of records the broker has acknowledged
-    (after ``skip``) each time that number moves: when this raises, its last
-    value says how far the run got.
+    ``progress`` gets the length of the unbroken run of records from the
+    first that the broker has acknowledged, each time it grows. It keeps
+    growing while the producer flushes after this was cancelled or failed,
+    so once the producer has stopped its last value is how far the trace got:
+    ``skip`` plus that resumes without sending a record twice.
     """
     if speed < 0:
         raise ValueError(f"speed must be >= 0, got {speed}")
@@ -60,21 +62,21 @@ async def publish_trace(
         raise ValueError(f"skip must be >= 0, got {skip}")
     started = time.monotonic()
     first_time: float | None = None
-    pending: list[Awaitable[Any]] = []
+    pending: list[asyncio.Future[Any]] = []
     records = unreadable = 0
+    acknowledged = _AcknowledgedPrefix(progress)
 
-    async def drain() -> None:
-        if pending:
-            await _drain(pending)
-            if progress is not None:
-                progress(records)
+    async def send(topic: str, value: bytes, key: bytes | None) -> None:
+        delivery = await producer.send(topic, value, key=key)
+        acknowledged.track(delivery)
+        pending.append(delivery)
 
     for item in itertools.islice(items, skip, None):
         if limit is not None and records >= limit:
             break
         if isinstance(item, BadRecord):
             unreadable += 1
-            pending.append(await producer.send(names.vm_events, item.raw, key=None))
+            await send(names.vm_events, item.raw, None)
         else:
             if speed > 0:
                 if first_time is None:
@@ -82,18 +84,52 @@ async def publish_trace(
                 due = started + (item.time - first_time) / speed
                 wait = due - time.monotonic()
                 if wait > 0:
-                    await drain()
+                    await _drain(pending)
                     await asyncio.sleep(wait)
-            topic = names.for_event_type(item.type)
-            pending.append(await producer.send(topic, encode(item), key=item.pool.encode()))
+            await send(names.for_event_type(item.type), encode(item), item.pool.encode())
         records += 1
         if len(pending) >= chunk:
-            await drain()
-    await drain()
+            await _drain(pending)
+    await _drain(pending)
     return PublishResult(records, unreadable, time.monotonic() - started)
 
 
-async def _drain(pending: list[Awaitable[Any]]) -> None:
+async def _drain(pending: list[asyncio.Future[Any]]) -> None:
     if pending:
-        await asyncio.gather(*pending)
+        # wait, not gather: cancelling gather (Ctrl-C) would cancel these
+        # futures while their records still go out in the producer's final
+        # flush, and the acknowledged count would miss them.
+        await asyncio.wait(pending)
+        for delivery in pending:
+            delivery.result()  # the first failure, if any
         pending.clear()
+
+
+class _AcknowledgedPrefix:
+    """Counts the records acknowledged without a gap from the first one sent.
+
+    Deliveries complete out of order (one batch per partition), so a record
+    counts only once every record before it is in too.
+    """
+
+    def __init__(self, progress: Callable[[int], None] | None) -> None:
+        self._progress = progress
+        self._sent = 0
+        self.count = 0
+        self._ahead: set[int] = set()
+
+    def track(self, delivery: asyncio.Future[Any]) -> None:
+        number = self._sent
+        self._sent += 1
+        delivery.add_done_callback(lambda done: self._done(number, done))
+
+    def _done(self, number: int, delivery: asyncio.Future[Any]) -> None:
+        if delivery.cancelled() or delivery.exception() is not None:
+            return
+        self._ahead.add(number)
+        before = self.count
+        while self.count in self._ahead:
+            self._ahead.remove(self.count)
+            self.count += 1
+        if self.count != before and self._progress is not None:
+            self._progress(self.count)
