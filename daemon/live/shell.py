@@ -659,6 +659,7 @@ class LiveDaemon:
                 next_snapshot = time.monotonic() + live.snapshot_interval_s
 
     def refresh_gauges(self) -> None:
+        self.telemetry.pools.set(len(self.engine.pools))
         for pool in self.engine.pools.values():
             self.telemetry.refresh_pool(pool)
         consumer = self._consumer

@@ -92,6 +92,11 @@ class Telemetry:
         self.watermark = Gauge(
             "lavad_watermark_seconds", "Event-time watermark over the partitions", registry=registry
         )
+        self.pools = Gauge(
+            "lavad_pools",
+            "Pools this instance holds (pools.max_pools bounds it; more are dead-lettered)",
+            registry=registry,
+        )
         self.assigned_partitions = Gauge(
             "lavad_assigned_partitions", "Input partitions assigned", registry=registry
         )
