@@ -101,7 +101,10 @@ async def test_malformed_records_go_to_dead_letters_and_valid_decisions_are_unaf
     assert len(dead) == 1_000
     assert sorted(record.value for record in dead) == sorted(value for _, value in bad)
     stages = {header_map(record.headers)["lavad.stage"] for record in dead}
-    assert stages == {"decode", "engine"}
+    # The unknown exit at time 1.0 lands days behind its pool's clock, so it is
+    # refused as too late (input.max_behind_s) before its VM is looked up;
+    # engine refusals are covered in test_live_hardening.py.
+    assert stages == {"decode", "time"}
     for record in dead:
         headers = header_map(record.headers)
         assert headers["lavad.reason"]
