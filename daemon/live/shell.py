@@ -26,52 +26,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
-from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError, KafkaTimeoutError
-from aiokafka.partitioner import DefaultPartitioner
 
 from lavad.daemon.engine import Engine, EngineConfig
 from lavad.daemon.live.connection import decision_producer, input_consumer
 from lavad.daemon.live.http import HttpHandle, serve_http
-from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
+from lavad.daemon.live.intake import Intake
+from lavad.daemon.live.partitions import Partitions
+from lavad.daemon.live.publisher import Outgoing, Publisher, Stopping
+from lavad.daemon.live.retry import Backoff, sleep_or_stop
+from lavad.daemon.live.snapshots import SnapshotError, SnapshotStore
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.placement.kernels import warm_up
 from lavad.daemon.settings import KafkaSettings, Settings
-from lavad.streams.codec import SchemaError, decode_event, encode
-from lavad.streams.kafka.deadletter import dead_letter_headers
 from lavad.streams.kafka.topics import TopicNames, check_copartitioned
-from lavad.streams.schema import Decision, Placement
 
 log = structlog.get_logger("lavad.live")
 
-
-@dataclass(slots=True)
-class Outgoing:
-    """A record to publish: a decision or a dead letter, and the input it answers."""
-
-    topic: str
-    key: bytes | None
-    value: bytes
-    headers: list[tuple[str, bytes]]
-    source_timestamp_ms: int | None
-    label: str  # decision kind, or "dead_letter"
-
-
-@dataclass(slots=True)
-class OwnedPartition:
-    """A partition number of the input topics this instance holds."""
-
-    number: int
-    pools: set[str] = field(default_factory=set)
-    # input topic -> next offset to process; absent = from the beginning
-    positions: dict[str, int] = field(default_factory=dict)
+__all__ = ["LiveDaemon", "Outgoing", "PartitionError", "StartupError", "live_engine_config"]
 
 
 class StartupError(Exception):
@@ -88,39 +65,47 @@ def _refusal(exc: KafkaError, kafka: KafkaSettings) -> str:
     return f"broker {kafka.bootstrap_servers} refused at start-up: {exc!r}{hint}"
 
 
-class Stopping(Exception):
-    """Shutdown was requested while a batch could not be published."""
-
-
 class PartitionError(Exception):
     """Taking or giving up a partition failed; the daemon stopped rather than run without it."""
 
 
 class LiveDaemon:
+    """The clients, the loop and shutdown; the work is in its parts.
+
+    ``intake`` turns fetched batches into records to publish, ``publisher``
+    gets them acknowledged, ``partitions`` owns what was assigned (restore,
+    release, snapshots), ``telemetry`` exports it all.
+    """
+
     def __init__(self, settings: Settings, engine_config: EngineConfig) -> None:
         self.settings = settings
         self.engine = Engine(engine_config)
         self.names = TopicNames(**settings.topics.model_dump())
         self.telemetry = Telemetry()
-        self.store = SnapshotStore(settings.live.snapshot_dir, settings.kafka.group_id)
         self.watermark = Watermark(settings.live.idle_partition_s)
-        self.owned: dict[int, OwnedPartition] = {}
-        self.pool_partition: dict[str, int] = {}
+        self.partitions = Partitions(
+            self.engine,
+            SnapshotStore(settings.live.snapshot_dir, settings.kafka.group_id),
+            self.watermark,
+            self.telemetry,
+            settings.live,
+            self.fail,
+        )
+        self.intake = Intake(
+            self.engine,
+            self.partitions,
+            self.watermark,
+            self.telemetry,
+            self.names,
+            log_decisions=settings.log.level == "debug",
+        )
+        self.publisher = Publisher(
+            self.telemetry, self._backoff, settings.kafka.group_id, self._unreachable
+        )
         self.broker_reachable = False
-        self.snapshots_loaded = False
-        self.records_processed = 0
         self.http: HttpHandle | None = None
-        self._lock = asyncio.Lock()
-        # Decisions of the current batch are not all acknowledged: the state
-        # is ahead of what was published, so it must not be snapshotted.
-        self._unpublished = False
         self._consumer: Any = None
         self._producer: Any = None
-        self._fingerprint = self.engine.fingerprint
-        self._event_counts: Counter[str] = Counter()
-        self._route: dict[tuple[str, bytes | None], int] = {}
-        self._partitioner = DefaultPartitioner()
-        self._log_decisions = settings.log.level == "debug"
         # How long a commit or a client's stop may wait for the broker.
         self._client_timeout_s = settings.kafka.request_timeout_ms / 1000.0
         # Set by a failure inside aiokafka's rebalance callbacks, which log
@@ -128,13 +113,23 @@ class LiveDaemon:
         self._stop: asyncio.Event | None = None
         self._failure: Exception | None = None
 
+    @property
+    def records_processed(self) -> int:
+        return self.intake.records_processed
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self.settings.live.retry_initial_s, self.settings.live.retry_max_s)
+
+    def _unreachable(self) -> None:
+        self.broker_reachable = False
+
     # ------------------------------------------------------------ readiness
 
     def readiness(self) -> dict[str, bool]:
         assigned = bool(self._consumer is not None and self._consumer.assignment())
         return {
             "partitions_assigned": assigned,
-            "snapshots_loaded": self.snapshots_loaded,
+            "snapshots_loaded": self.partitions.snapshots_loaded,
             "broker_reachable": self.broker_reachable,
         }
 
@@ -191,7 +186,7 @@ class LiveDaemon:
     async def _connect(self, stop: asyncio.Event) -> bool:
         """Start the clients, retrying with backoff while the broker does not answer."""
         kafka = self.settings.kafka
-        delay = self.settings.live.retry_initial_s
+        backoff = self._backoff()
         while not stop.is_set():
             producer = decision_producer(kafka)
             consumer = input_consumer(kafka)
@@ -202,18 +197,20 @@ class LiveDaemon:
                 counts = {topic: _count(consumer.partitions_for_topic(topic)) for topic in topics}
                 partitions = check_copartitioned(counts, self.names)
             except KafkaError as exc:
-                if not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
-                    await _stop_quietly(consumer, producer, self._client_timeout_s)
-                    raise StartupError(_refusal(exc, kafka)) from None
-                log.warning("broker unreachable at start", error=repr(exc), retry_in_s=delay)
                 await _stop_quietly(consumer, producer, self._client_timeout_s)
-                await _sleep_or_stop(stop, delay)
-                delay = min(delay * 2, self.settings.live.retry_max_s)
+                if not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
+                    raise StartupError(_refusal(exc, kafka)) from None
+                log.warning(
+                    "broker unreachable at start", error=repr(exc), retry_in_s=backoff.delay
+                )
+                await backoff.wait(stop)
                 continue
             except BaseException:
                 await _stop_quietly(consumer, producer, self._client_timeout_s)
                 raise
             self._producer, self._consumer = producer, consumer
+            self.publisher.producer = producer
+            self.partitions.consumer = consumer
             self.broker_reachable = True
             consumer.subscribe(list(self.names.inputs), listener=_Rebalance(self))
             log.info(
@@ -227,21 +224,21 @@ class LiveDaemon:
 
     async def _consume(self, stop: asyncio.Event) -> None:
         kafka = self.settings.kafka
-        delay = self.settings.live.retry_initial_s
+        backoff = self._backoff()
+        intake, partitions = self.intake, self.partitions
         while not stop.is_set():
             try:
                 batch = await self._consumer.getmany(
                     timeout_ms=kafka.fetch_wait_ms, max_records=kafka.max_batch_records
                 )
             except KafkaError as exc:
-                log.warning("fetch failed", error=repr(exc), retry_in_s=delay)
-                await _sleep_or_stop(stop, delay)
-                delay = min(delay * 2, self.settings.live.retry_max_s)
+                log.warning("fetch failed", error=repr(exc), retry_in_s=backoff.delay)
+                await backoff.wait(stop)
                 continue
-            delay = self.settings.live.retry_initial_s
-            async with self._lock:
-                out = self._process(batch)
-                out.extend(self._advance_timers())
+            backoff.reset()
+            async with partitions.lock:
+                out = intake.process(batch)
+                out.extend(intake.advance_timers())
                 if not out and not batch:
                     continue
                 try:
@@ -249,259 +246,25 @@ class LiveDaemon:
                 except Stopping:
                     return
 
-    # ------------------------------------------------------------ processing
-
-    def _process(self, batch: dict[Any, list[Any]]) -> list[Outgoing]:
-        out: list[Outgoing] = []
-        engine = self.engine
-        names = self.names
-        wall = time.time()
-        for tp, records in batch.items():
-            owned = self.owned.get(tp.partition)
-            if owned is None or not records:
-                continue  # revoked between fetch and processing: the next owner reads them
-            expected = owned.positions.get(tp.topic, 0)
-            for record in records:
-                if record.offset < expected:
-                    # Already reflected in the state (a fetch that raced a seek).
-                    self.telemetry.records_skipped.inc()
-                    continue
-                out.extend(self._one(engine, names, owned, tp, record, wall))
-            owned.positions[tp.topic] = records[-1].offset + 1
-            self.records_processed += len(records)
-        for event_type, count in self._event_counts.items():
-            self.telemetry.events.labels(event_type).inc(count)
-        self._event_counts.clear()
-        return out
-
-    def _one(
-        self,
-        engine: Engine,
-        names: TopicNames,
-        owned: OwnedPartition,
-        tp: Any,
-        record: Any,
-        wall: float,
-    ) -> list[Outgoing]:
-        raw: bytes | None = record.value
-        if raw is None:
-            return [self._dead(record, tp, "decode", "record has no value (tombstone)")]
-        try:
-            event = decode_event(raw)
-        except SchemaError as exc:
-            return [self._dead(record, tp, "decode", str(exc))]
-        pool = event.pool
-        owner = self.pool_partition.get(pool)
-        if owner is None:
-            self.pool_partition[pool] = owner = owned.number
-            owned.pools.add(pool)
-        if owner != owned.number:
-            return [
-                self._dead(
-                    record,
-                    tp,
-                    "routing",
-                    f"pool {pool!r} lives on partition {owner} of the input topics, this record "
-                    f"came on partition {owned.number}: key every input record by its pool",
-                )
-            ]
-        self._event_counts[event.type] += 1
-        handled = engine.handle(event, event.time)
-        rejection = handled.rejection
-        if rejection is None or rejection.stage != "time":
-            # Only a plausible time moves the watermark (and every pool's timers).
-            self.watermark.observe(tp, event.time, wall)
-        if pool not in engine.pools:
-            # Refused before the pool opened: its name must not be kept either.
-            owned.pools.discard(pool)
-            self.pool_partition.pop(pool, None)
-        out = [self._decision(decision, record.timestamp, names) for decision in handled.decisions]
-        if rejection is not None:
-            # After the decisions the timers made on the way: both are published.
-            out.append(self._dead(record, tp, rejection.stage, rejection.reason))
-        return out
-
-    def _decision(
-        self, decision: Decision, timestamp_ms: int | None, names: TopicNames
-    ) -> Outgoing:
-        if self._log_decisions:
-            log.debug("decision", decision_id=decision.decision_id, kind=decision.kind)
-        elif isinstance(decision, Placement) and decision.host_id is None:
-            # A request nobody could take is worth a line at info level.
-            log.info(
-                "unplaced",
-                decision_id=decision.decision_id,
-                reason=decision.reason,
-                retryable=decision.retryable,
-            )
-        return Outgoing(
-            names.for_decision(decision.kind),
-            decision.pool.encode(),
-            encode(decision),
-            [("lavad.decision_id", decision.decision_id.encode())],
-            timestamp_ms,
-            decision.kind,
-        )
-
-    def _dead(self, record: Any, tp: Any, stage: str, reason: str) -> Outgoing:
-        self.telemetry.dead_letters.labels(stage).inc()
-        log.info(
-            "dead letter",
-            stage=stage,
-            reason=reason,
-            topic=tp.topic,
-            partition=tp.partition,
-            offset=record.offset,
-        )
-        return Outgoing(
-            self.names.dead_letters,
-            record.key,
-            record.value if record.value is not None else b"",
-            dead_letter_headers(stage, reason, tp.topic, tp.partition, record.offset),
-            record.timestamp,
-            "dead_letter",
-        )
-
-    def _advance_timers(self) -> list[Outgoing]:
-        now = self.watermark.current(time.time())
-        self.telemetry.watermark.set(now if now != float("-inf") else 0.0)
-        if now < self.engine.next_deadline:
-            return []
-        return [self._decision(d, None, self.names) for d in self.engine.advance(now)]
-
-    # ------------------------------------------------------------ publishing
-
     async def _publish_and_commit(self, out: list[Outgoing], stop: asyncio.Event) -> None:
-        self._unpublished = bool(out)
+        partitions = self.partitions
+        partitions.unpublished = bool(out)
         if self.settings.kafka.transactional_id is not None:
-            await self._publish_transaction(out, stop)
+            await self.publisher.publish_transaction(out, partitions.offsets, stop)
         else:
-            await self._publish(out, stop)
+            await self.publisher.publish(out, stop)
             await self._commit()
-        self._unpublished = False
-
-    async def _publish(self, out: list[Outgoing], stop: asyncio.Event) -> None:
-        """Send every record and wait for acks=all; re-send what failed until all are in.
-
-        Records go out as one producer batch per (topic, partition), in the
-        order they were decided; the partition is the one aiokafka's default
-        partitioner gives the key (the pool), so a pool's decisions stay in
-        order on one partition. Unkeyed dead letters go to partition 0.
-        """
-        pending = out
-        delay = self.settings.live.retry_initial_s
-        while pending:
-            failed: list[Outgoing] = []
-            try:
-                sent = await self._send_batches(pending)
-            except KafkaError as exc:
-                log.warning("publish could not be queued", error=repr(exc))
-                sent, failed = [], pending
-            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
-            acked = time.time()
-            published: list[Outgoing] = []
-            for (items, _), result in zip(sent, results, strict=True):
-                (failed if isinstance(result, BaseException) else published).extend(items)
-            self._count_published(published, acked)
-            if not failed:
-                return
-            self.broker_reachable = False
-            self.telemetry.publish_retries.inc()
-            log.warning("publish failed, retrying", records=len(failed), retry_in_s=delay)
-            if stop.is_set():
-                raise Stopping
-            await _sleep_or_stop(stop, delay)
-            delay = min(delay * 2, self.settings.live.retry_max_s)
-            pending = failed
-
-    async def _send_batches(
-        self, items: list[Outgoing]
-    ) -> list[tuple[list[Outgoing], Awaitable[Any]]]:
-        producer = self._producer
-        groups: dict[tuple[str, int], list[Outgoing]] = {}
-        route = self._route
-        for item in items:
-            # Keys are pool names, a handful: murmur2 in Python costs ~9 us a call.
-            partition = route.get((item.topic, item.key))
-            if partition is None:
-                partitions = sorted(await producer.partitions_for(item.topic))
-                partition = (
-                    self._partitioner(item.key, partitions, partitions)
-                    if item.key is not None
-                    else partitions[0]
-                )
-                route[item.topic, item.key] = partition
-            groups.setdefault((item.topic, partition), []).append(item)
-        sent: list[tuple[list[Outgoing], Awaitable[Any]]] = []
-        for (topic, partition), group in groups.items():
-            batch = producer.create_batch()
-            members: list[Outgoing] = []
-            for item in group:
-                appended = batch.append(
-                    key=item.key, value=item.value, timestamp=None, headers=item.headers
-                )
-                if appended is None:  # full: send it and start the next
-                    future = await producer.send_batch(batch, topic, partition=partition)
-                    sent.append((members, future))
-                    batch, members = producer.create_batch(), []
-                    batch.append(
-                        key=item.key, value=item.value, timestamp=None, headers=item.headers
-                    )
-                members.append(item)
-            future = await producer.send_batch(batch, topic, partition=partition)
-            sent.append((members, future))
-        return sent
-
-    def _count_published(self, items: list[Outgoing], acked: float) -> None:
-        kinds: Counter[str] = Counter()
-        observe = self.telemetry.decision_latency.observe
-        for item in items:
-            if item.label == "dead_letter":
-                continue
-            kinds[item.label] += 1
-            if item.source_timestamp_ms is not None:
-                observe(max(0.0, acked - item.source_timestamp_ms / 1e3))
-        for kind, count in kinds.items():
-            self.telemetry.decisions.labels(kind).inc(count)
-
-    async def _publish_transaction(self, out: list[Outgoing], stop: asyncio.Event) -> None:
-        delay = self.settings.live.retry_initial_s
-        while True:
-            try:
-                async with self._producer.transaction():
-                    futures = [
-                        await self._producer.send(i.topic, i.value, key=i.key, headers=i.headers)
-                        for i in out
-                    ]
-                    await asyncio.gather(*futures)
-                    await self._producer.send_offsets_to_transaction(
-                        self._offsets(), self.settings.kafka.group_id
-                    )
-            except KafkaError as exc:
-                self.telemetry.publish_retries.inc()
-                log.warning("transaction failed, retrying", error=repr(exc), retry_in_s=delay)
-                if stop.is_set():
-                    raise Stopping from None
-                await _sleep_or_stop(stop, delay)
-                delay = min(delay * 2, self.settings.live.retry_max_s)
-                continue
-            self._count_published(out, time.time())
-            return
-
-    def _offsets(self) -> dict[Any, int]:
-        return {
-            TopicPartition(topic, owned.number): offset
-            for owned in self.owned.values()
-            for topic, offset in owned.positions.items()
-        }
+        partitions.unpublished = False
 
     async def _commit(self) -> None:
         """Commit the processed offsets; a failure is counted and the next batch commits again.
 
         Committed offsets are for lag monitoring and tooling: a restart resumes
-        from the snapshot's offsets, so a failed commit loses nothing.
+        from the snapshot's offsets, so a failed commit loses nothing, and
+        the next batch is its retry (no backoff here: waiting would hold the
+        batch's records back for offsets nothing reads on the way).
         """
-        offsets = self._offsets()
+        offsets = self.partitions.offsets()
         if not offsets:
             return
         try:
@@ -512,122 +275,8 @@ class LiveDaemon:
             self.telemetry.commit_failures.inc()
             log.warning("offset commit failed", error=repr(exc))
 
-    # ------------------------------------------------------------- snapshots
-
-    def _snapshot(self, owned: OwnedPartition) -> None:
-        pools = {name: self.engine.pools[name] for name in owned.pools if name in self.engine.pools}
-        size = self.store.save(
-            PartitionSnapshot(owned.number, self._fingerprint, dict(owned.positions), pools)
-        )
-        self.telemetry.snapshots.inc()
-        log.info(
-            "snapshot written",
-            partition=owned.number,
-            pools=len(pools),
-            bytes=size,
-            offsets=owned.positions,
-        )
-
     async def snapshot_all(self) -> None:
-        """The periodic snapshot of every owned partition.
-
-        A write the filesystem refuses (disk full) is counted and logged, and
-        tried again next interval: the previous snapshot still stands, so a
-        restart re-reads more, losing nothing. A state that cannot be written
-        as data would fail every time: the daemon stops with the path to it.
-        """
-        async with self._lock:
-            if self._unpublished:
-                return
-            for owned in self.owned.values():
-                try:
-                    self._snapshot(owned)
-                except OSError as exc:
-                    self.telemetry.snapshot_failures.inc()
-                    log.error("snapshot not written", partition=owned.number, error=str(exc))
-                except SnapshotError as exc:
-                    self.fail(exc)
-                    return
-
-    async def acquire(self, assigned: Iterable[Any]) -> None:
-        """New partitions: restore each one's snapshot and seek to its offsets."""
-        async with self._lock:
-            by_number: dict[int, list[Any]] = {}
-            for tp in assigned:
-                by_number.setdefault(tp.partition, []).append(tp)
-            for number, tps in sorted(by_number.items()):
-                if number in self.owned:
-                    continue
-                snapshot = self._restore(number)
-                owned = OwnedPartition(number)
-                if snapshot is not None:
-                    self.engine.adopt_pools(snapshot.pools)
-                    owned.pools = set(snapshot.pools)
-                    owned.positions = dict(snapshot.offsets)
-                    for pool in snapshot.pools:
-                        self.pool_partition[pool] = number
-                # Every seek is synchronous: awaiting here (seek_to_beginning)
-                # lets the fetcher reset the partitions not yet sought from the
-                # committed offsets, which are ahead of the snapshot. Offset 0
-                # below a truncated log start resets to the earliest offset
-                # (auto_offset_reset), which is what "from the beginning" means.
-                for tp in tps:
-                    self._consumer.seek(tp, owned.positions.get(tp.topic, 0))
-                self.owned[number] = owned
-                log.info(
-                    "partition acquired",
-                    partition=number,
-                    snapshot=snapshot is not None,
-                    pools=len(owned.pools),
-                    offsets=owned.positions,
-                )
-            self.watermark.assign(assigned, time.time())
-            self.snapshots_loaded = True
-            self.telemetry.assigned_partitions.set(len(self.owned))
-
-    def _restore(self, number: int) -> PartitionSnapshot | None:
-        """The partition's snapshot, or None to read it from the earliest retained offset.
-
-        A snapshot that does not load raises (``live.on_bad_snapshot = "stop"``)
-        or is renamed aside, kept for inspection, and the partition rebuilt
-        ("rebuild").
-        """
-        try:
-            return self.store.load(number, self._fingerprint)
-        except SnapshotError as exc:
-            if self.settings.live.on_bad_snapshot == "stop":
-                raise SnapshotError(
-                    f"{exc} [live.on_bad_snapshot = 'stop': move the file away, or set it to "
-                    "'rebuild' to re-read the partition from the earliest retained offset]"
-                ) from None
-            reason = str(exc)
-        aside = self.store.move_aside(number)
-        self.telemetry.snapshots_rebuilt.inc()
-        log.warning(
-            "snapshot moved aside, rebuilding the partition from the earliest retained offset",
-            partition=number,
-            reason=reason,
-            moved_to=str(aside),
-        )
-        return None
-
-    async def release(self, revoked: Iterable[Any]) -> None:
-        """Partitions leave: snapshot them (if all their decisions are out) and drop their pools."""
-        async with self._lock:
-            revoked = list(revoked)
-            numbers = sorted({tp.partition for tp in revoked})
-            for number in numbers:
-                owned = self.owned.pop(number, None)
-                if owned is None:
-                    continue
-                if not self._unpublished:
-                    self._snapshot(owned)
-                for name in self.engine.take_pools(owned.pools):
-                    self.pool_partition.pop(name, None)
-                    self.telemetry.forget_pool(name)
-                log.info("partition released", partition=number, pools=len(owned.pools))
-            self.watermark.revoke(revoked)
-            self.telemetry.assigned_partitions.set(len(self.owned))
+        await self.partitions.snapshot_all()
 
     # ----------------------------------------------------------- background
 
@@ -646,45 +295,30 @@ class LiveDaemon:
                 self.broker_reachable = True
             self.telemetry.broker_reachable.set(1.0 if self.broker_reachable else 0.0)
             self.telemetry.ready.set(1.0 if all(self.readiness().values()) else 0.0)
-            await _sleep_or_stop(stop, interval)
+            await sleep_or_stop(stop, interval)
 
     async def _housekeeping(self, stop: asyncio.Event) -> None:
         live = self.settings.live
         next_snapshot = time.monotonic() + live.snapshot_interval_s
         while not stop.is_set():
-            await _sleep_or_stop(stop, min(live.cluster_gauges_s, live.snapshot_interval_s))
+            await sleep_or_stop(stop, min(live.cluster_gauges_s, live.snapshot_interval_s))
             self.refresh_gauges()
             if time.monotonic() >= next_snapshot:
-                await self.snapshot_all()
+                await self.partitions.snapshot_all()
                 next_snapshot = time.monotonic() + live.snapshot_interval_s
 
     def refresh_gauges(self) -> None:
-        self.telemetry.pools.set(len(self.engine.pools))
-        for pool in self.engine.pools.values():
-            self.telemetry.refresh_pool(pool)
-        consumer = self._consumer
-        if consumer is None:
-            return
-        for tp in consumer.assignment():
-            owned = self.owned.get(tp.partition)
-            highwater = consumer.highwater(tp)
-            if owned is None or highwater is None:
-                continue
-            position = owned.positions.get(tp.topic, 0)
-            self.telemetry.consumer_lag.labels(tp.topic, str(tp.partition)).set(
-                max(0, highwater - position)
-            )
+        self.telemetry.refresh(self.engine.pools.values(), self._consumer, self.partitions.owned)
 
     async def _shutdown(self) -> None:
         consumer, producer = self._consumer, self._producer
         if consumer is not None:
-            async with self._lock:
-                if not self._unpublished:
-                    for owned in self.owned.values():
-                        self._snapshot(owned)
+            async with self.partitions.lock:
+                if not self.partitions.unpublished:
+                    self.partitions.snapshot_owned()
                     await self._commit()
                 # The snapshots are written: leaving the group must not redo them.
-                self.owned.clear()
+                self.partitions.owned.clear()
         await _stop_quietly(consumer, producer, self._client_timeout_s)
         if self.http is not None:
             await self.http.close()
@@ -699,7 +333,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         try:
-            await self.daemon.release(revoked)
+            await self.daemon.partitions.release(revoked)
         except SnapshotError as exc:
             self.daemon.fail(exc)
         except Exception as exc:  # noqa: BLE001 - raised here, it would be logged and lost
@@ -707,7 +341,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         try:
-            await self.daemon.acquire(assigned)
+            await self.daemon.partitions.acquire(assigned)
         except SnapshotError as exc:
             self.daemon.fail(exc)
         except Exception as exc:  # noqa: BLE001 - raised here, it would be logged and lost
@@ -716,11 +350,6 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 def _count(partitions: set[int] | None) -> int | None:
     return len(partitions) if partitions else None
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 async def _stop_quietly(consumer: Any, producer: Any, timeout_s: float) -> None:

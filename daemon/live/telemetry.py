@@ -7,6 +7,9 @@ engine's pools every ``live.cluster_gauges_s`` of wall time, not per event.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from lavad.daemon.engine import PoolRuntime
@@ -31,6 +34,11 @@ LATENCY_BUCKETS = (
     10.0,
     30.0,
 )
+
+
+class _Positions(Protocol):
+    @property
+    def positions(self) -> dict[str, int]: ...
 
 
 class Telemetry:
@@ -147,6 +155,28 @@ class Telemetry:
             latest = pool.metrics.stranding[-1]
             self.stranded.labels(name, "cpu").set(latest.cpu_pct / 100.0)
             self.stranded.labels(name, "memory").set(latest.memory_pct / 100.0)
+
+    def refresh(
+        self, pools: Iterable[PoolRuntime], consumer: Any, positions: Mapping[int, _Positions]
+    ) -> None:
+        """The cluster gauges of every pool, and the consumer lag of every assigned partition.
+
+        ``positions`` maps a partition number to what this instance holds of
+        it (``positions``: input topic -> next offset to process).
+        """
+        pools = list(pools)
+        self.pools.set(len(pools))
+        for pool in pools:
+            self.refresh_pool(pool)
+        if consumer is None:
+            return
+        for tp in consumer.assignment():
+            owned = positions.get(tp.partition)
+            highwater = consumer.highwater(tp)
+            if owned is None or highwater is None:
+                continue
+            position = owned.positions.get(tp.topic, 0)
+            self.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, highwater - position))
 
     def forget_pool(self, name: str) -> None:
         """A pool moved to another instance: stop exporting its gauges here."""

@@ -1,0 +1,158 @@
+"""The consuming side of the live shell: a fetched batch through the engine, as records to publish.
+
+Each input record is decoded (a record that does not decode, belongs to
+another partition's pool, or contradicts the state becomes a dead letter with
+the reason, published after the decisions the engine's timers made on the
+way), fed to the engine at its event time, and its decisions become
+``Outgoing`` records. After the batch, the timers run up to the watermark,
+which only plausible event times move.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import structlog
+
+from lavad.daemon.engine import Engine
+from lavad.daemon.live.partitions import OwnedPartition, Partitions
+from lavad.daemon.live.publisher import Outgoing
+from lavad.daemon.live.telemetry import Telemetry
+from lavad.daemon.live.watermark import Watermark
+from lavad.streams.codec import SchemaError, decode_event, encode
+from lavad.streams.kafka.deadletter import dead_letter_headers
+from lavad.streams.kafka.topics import TopicNames
+from lavad.streams.schema import Decision, Placement
+
+log = structlog.get_logger("lavad.live")
+
+
+class Intake:
+    def __init__(
+        self,
+        engine: Engine,
+        partitions: Partitions,
+        watermark: Watermark,
+        telemetry: Telemetry,
+        names: TopicNames,
+        log_decisions: bool,
+    ) -> None:
+        self.engine = engine
+        self.partitions = partitions
+        self.watermark = watermark
+        self.telemetry = telemetry
+        self.names = names
+        self.records_processed = 0
+        self._log_decisions = log_decisions
+        self._event_counts: Counter[str] = Counter()
+
+    def process(self, batch: dict[Any, list[Any]]) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        owned_by_number = self.partitions.owned
+        wall = time.time()
+        for tp, records in batch.items():
+            owned = owned_by_number.get(tp.partition)
+            if owned is None or not records:
+                continue  # revoked between fetch and processing: the next owner reads them
+            expected = owned.positions.get(tp.topic, 0)
+            for record in records:
+                if record.offset < expected:
+                    # Already reflected in the state (a fetch that raced a seek).
+                    self.telemetry.records_skipped.inc()
+                    continue
+                out.extend(self._one(owned, tp, record, wall))
+            owned.positions[tp.topic] = records[-1].offset + 1
+            self.records_processed += len(records)
+        for event_type, count in self._event_counts.items():
+            self.telemetry.events.labels(event_type).inc(count)
+        self._event_counts.clear()
+        return out
+
+    def _one(self, owned: OwnedPartition, tp: Any, record: Any, wall: float) -> list[Outgoing]:
+        raw: bytes | None = record.value
+        if raw is None:
+            return [self.dead_letter(record, tp, "decode", "record has no value (tombstone)")]
+        try:
+            event = decode_event(raw)
+        except SchemaError as exc:
+            return [self.dead_letter(record, tp, "decode", str(exc))]
+        pool = event.pool
+        pool_partition = self.partitions.pool_partition
+        owner = pool_partition.get(pool)
+        if owner is None:
+            pool_partition[pool] = owner = owned.number
+            owned.pools.add(pool)
+        if owner != owned.number:
+            return [
+                self.dead_letter(
+                    record,
+                    tp,
+                    "routing",
+                    f"pool {pool!r} lives on partition {owner} of the input topics, this record "
+                    f"came on partition {owned.number}: key every input record by its pool",
+                )
+            ]
+        self._event_counts[event.type] += 1
+        engine = self.engine
+        handled = engine.handle(event, event.time)
+        rejection = handled.rejection
+        if rejection is None or rejection.stage != "time":
+            # Only a plausible time moves the watermark (and every pool's timers).
+            self.watermark.observe(tp, event.time, wall)
+        if pool not in engine.pools:
+            # Refused before the pool opened: its name must not be kept either.
+            owned.pools.discard(pool)
+            pool_partition.pop(pool, None)
+        out = [self.decision(decision, record.timestamp) for decision in handled.decisions]
+        if rejection is not None:
+            # After the decisions the timers made on the way: both are published.
+            out.append(self.dead_letter(record, tp, rejection.stage, rejection.reason))
+        return out
+
+    def advance_timers(self) -> list[Outgoing]:
+        now = self.watermark.current(time.time())
+        self.telemetry.watermark.set(now if now != float("-inf") else 0.0)
+        if now < self.engine.next_deadline:
+            return []
+        return [self.decision(d, None) for d in self.engine.advance(now)]
+
+    def decision(self, decision: Decision, timestamp_ms: int | None) -> Outgoing:
+        if self._log_decisions:
+            log.debug("decision", decision_id=decision.decision_id, kind=decision.kind)
+        elif isinstance(decision, Placement) and decision.host_id is None:
+            # A request nobody could take is worth a line at info level.
+            log.info(
+                "unplaced",
+                decision_id=decision.decision_id,
+                reason=decision.reason,
+                retryable=decision.retryable,
+            )
+        return Outgoing(
+            self.names.for_decision(decision.kind),
+            decision.pool.encode(),
+            encode(decision),
+            [("lavad.decision_id", decision.decision_id.encode())],
+            timestamp_ms,
+            decision.kind,
+        )
+
+    def dead_letter(self, record: Any, tp: Any, stage: str, reason: str) -> Outgoing:
+        self.telemetry.dead_letters.labels(stage).inc()
+        log.info(
+            "dead letter",
+            stage=stage,
+            reason=reason,
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=record.offset,
+        )
+        return Outgoing(
+            self.names.dead_letters,
+            record.key,
+            record.value if record.value is not None else b"",
+            dead_letter_headers(stage, reason, tp.topic, tp.partition, record.offset),
+            record.timestamp,
+            "dead_letter",
+        )

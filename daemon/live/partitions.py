@@ -1,0 +1,206 @@
+"""The partitions one live instance owns: taking them (restore), giving them up, snapshots.
+
+A partition number of the co-partitioned input topics is the unit that moves
+between instances (``snapshots.py``). Taking one restores its snapshot (or,
+with ``live.on_bad_snapshot = "rebuild"``, moves a bad one aside and re-reads
+the partition from the earliest retained offset) and seeks every input topic
+to the offsets the snapshot reflects; giving one up snapshots it and drops
+its pools from the engine. Snapshots are written only while every decision
+of the state is acknowledged (``unpublished`` false): a snapshot ahead of
+what was published would skip those decisions after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiokafka import TopicPartition
+
+from lavad.daemon.engine import Engine
+from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
+from lavad.daemon.live.telemetry import Telemetry
+from lavad.daemon.live.watermark import Watermark
+from lavad.daemon.settings import LiveSettings
+
+log = structlog.get_logger("lavad.live")
+
+
+@dataclass(slots=True)
+class OwnedPartition:
+    """A partition number of the input topics this instance holds."""
+
+    number: int
+    pools: set[str] = field(default_factory=set)
+    # input topic -> next offset to process; absent = from the beginning
+    positions: dict[str, int] = field(default_factory=dict)
+
+
+class Partitions:
+    """Owned partitions and the pool -> partition map; ``consumer`` is set once connected.
+
+    ``lock`` serialises a batch (decide, publish, commit) against rebalances
+    and snapshots, which must see the state between batches.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        store: SnapshotStore,
+        watermark: Watermark,
+        telemetry: Telemetry,
+        live: LiveSettings,
+        fail: Callable[[Exception], None],
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.watermark = watermark
+        self.telemetry = telemetry
+        self.live = live
+        self._fail = fail
+        self.consumer: Any = None
+        self.owned: dict[int, OwnedPartition] = {}
+        self.pool_partition: dict[str, int] = {}
+        self.lock = asyncio.Lock()
+        # Decisions of the current batch are not all acknowledged: the state
+        # is ahead of what was published, so it must not be snapshotted.
+        self.unpublished = False
+        self.snapshots_loaded = False
+        self._fingerprint = engine.fingerprint
+
+    def offsets(self) -> dict[TopicPartition, int]:
+        return {
+            TopicPartition(topic, owned.number): offset
+            for owned in self.owned.values()
+            for topic, offset in owned.positions.items()
+        }
+
+    # ------------------------------------------------------------- snapshots
+
+    def snapshot(self, owned: OwnedPartition) -> None:
+        engine_pools = self.engine.pools
+        pools = {name: engine_pools[name] for name in owned.pools if name in engine_pools}
+        size = self.store.save(
+            PartitionSnapshot(owned.number, self._fingerprint, dict(owned.positions), pools)
+        )
+        self.telemetry.snapshots.inc()
+        log.info(
+            "snapshot written",
+            partition=owned.number,
+            pools=len(pools),
+            bytes=size,
+            offsets=owned.positions,
+        )
+
+    async def snapshot_all(self) -> None:
+        """The periodic snapshot of every owned partition.
+
+        A write the filesystem refuses (disk full) is counted and logged, and
+        tried again next interval: the previous snapshot still stands, so a
+        restart re-reads more, losing nothing. A state that cannot be written
+        as data would fail every time: the daemon stops with the path to it.
+        """
+        async with self.lock:
+            if self.unpublished:
+                return
+            for owned in self.owned.values():
+                try:
+                    self.snapshot(owned)
+                except OSError as exc:
+                    self.telemetry.snapshot_failures.inc()
+                    log.error("snapshot not written", partition=owned.number, error=str(exc))
+                except SnapshotError as exc:
+                    self._fail(exc)
+                    return
+
+    def snapshot_owned(self) -> None:
+        """Every owned partition now (at shutdown); a failure raises."""
+        for owned in self.owned.values():
+            self.snapshot(owned)
+
+    # ------------------------------------------------------------ rebalances
+
+    async def acquire(self, assigned: Iterable[Any]) -> None:
+        """New partitions: restore each one's snapshot and seek to its offsets."""
+        async with self.lock:
+            assigned = list(assigned)
+            by_number: dict[int, list[Any]] = {}
+            for tp in assigned:
+                by_number.setdefault(tp.partition, []).append(tp)
+            for number, tps in sorted(by_number.items()):
+                if number in self.owned:
+                    continue
+                snapshot = self._restore(number)
+                owned = OwnedPartition(number)
+                if snapshot is not None:
+                    self.engine.adopt_pools(snapshot.pools)
+                    owned.pools = set(snapshot.pools)
+                    owned.positions = dict(snapshot.offsets)
+                    for pool in snapshot.pools:
+                        self.pool_partition[pool] = number
+                # Every seek is synchronous: awaiting here (seek_to_beginning)
+                # lets the fetcher reset the partitions not yet sought from the
+                # committed offsets, which are ahead of the snapshot. Offset 0
+                # below a truncated log start resets to the earliest offset
+                # (auto_offset_reset), which is what "from the beginning" means.
+                for tp in tps:
+                    self.consumer.seek(tp, owned.positions.get(tp.topic, 0))
+                self.owned[number] = owned
+                log.info(
+                    "partition acquired",
+                    partition=number,
+                    snapshot=snapshot is not None,
+                    pools=len(owned.pools),
+                    offsets=owned.positions,
+                )
+            self.watermark.assign(assigned, time.time())
+            self.snapshots_loaded = True
+            self.telemetry.assigned_partitions.set(len(self.owned))
+
+    def _restore(self, number: int) -> PartitionSnapshot | None:
+        """The partition's snapshot, or None to read it from the earliest retained offset.
+
+        A snapshot that does not load raises (``live.on_bad_snapshot = "stop"``)
+        or is renamed aside, kept for inspection, and the partition rebuilt
+        ("rebuild").
+        """
+        try:
+            return self.store.load(number, self._fingerprint)
+        except SnapshotError as exc:
+            if self.live.on_bad_snapshot == "stop":
+                raise SnapshotError(
+                    f"{exc} [live.on_bad_snapshot = 'stop': move the file away, or set it to "
+                    "'rebuild' to re-read the partition from the earliest retained offset]"
+                ) from None
+            reason = str(exc)
+        aside = self.store.move_aside(number)
+        self.telemetry.snapshots_rebuilt.inc()
+        log.warning(
+            "snapshot moved aside, rebuilding the partition from the earliest retained offset",
+            partition=number,
+            reason=reason,
+            moved_to=str(aside),
+        )
+        return None
+
+    async def release(self, revoked: Iterable[Any]) -> None:
+        """Partitions leave: snapshot them (if all their decisions are out) and drop their pools."""
+        async with self.lock:
+            revoked = list(revoked)
+            numbers = sorted({tp.partition for tp in revoked})
+            for number in numbers:
+                owned = self.owned.pop(number, None)
+                if owned is None:
+                    continue
+                if not self.unpublished:
+                    self.snapshot(owned)
+                for name in self.engine.take_pools(owned.pools):
+                    self.pool_partition.pop(name, None)
+                    self.telemetry.forget_pool(name)
+                log.info("partition released", partition=number, pools=len(owned.pools))
+            self.watermark.revoke(revoked)
+            self.telemetry.assigned_partitions.set(len(self.owned))
