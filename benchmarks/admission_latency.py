@@ -1,4 +1,4 @@
-"""Admission decision latency with N active deployments (issue 7 goal: <= 5 ms at 500).
+"""Admission decision latency with N active deployments (goal: <= 5 ms at 500).
 
 ``python -m benchmarks.admission_latency``. Not a test: it prints figures.
 

@@ -2,7 +2,7 @@
 
 Life tables are fitted on the real Azure slice's lifetimes (exits as deaths,
 VMs alive at the end censored), replicated over 200 feature groups so rows
-are scattered as in a pool. The issue's goal is a median <= 20 us per VM
+are scattered as in a pool. The goal is a median <= 20 us per VM
 (the LAVA paper's embedded model: 9 us).
 """
 

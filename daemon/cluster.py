@@ -15,6 +15,9 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+# Re-exported: the daemon names its arrays from here, the models from lavad.models.arrays.
+from lavad.models.arrays import FloatArray as FloatArray  # noqa: PLC0414
+
 RESOURCES: Final = ("cores", "memory_gib", "disk_gib", "gpus")
 N_RESOURCES: Final = len(RESOURCES)
 
@@ -22,7 +25,6 @@ N_RESOURCES: Final = len(RESOURCES)
 # exact in binary, so a fit allows this much rounding below zero.
 FIT_TOLERANCE: Final = 1e-6
 
-FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 IntArray = NDArray[np.int64]
 

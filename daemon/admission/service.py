@@ -1,4 +1,4 @@
-"""Admission control in the engine: deployment events in, admission decisions out (issue 7).
+"""Admission control in the engine: deployment events in, admission decisions out.
 
 A pool with an admission policy keeps a ``ClusterModel`` of its admitted
 deployments. An arrival is decided by the policy (and refused, whatever

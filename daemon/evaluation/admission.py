@@ -1,4 +1,4 @@
-"""Admission control on real deployments (issue 7): zeroth vs first vs second moment policies.
+"""Admission control on real deployments: zeroth vs first vs second moment policies.
 
 Protocol, per trace:
 

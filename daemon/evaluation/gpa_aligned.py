@@ -1,4 +1,4 @@
-"""The time-aligned GPA evaluation (issue 5, item 6): estimate from the past, measure the future.
+"""The time-aligned GPA evaluation: estimate from the past, measure the future.
 
 The paper's section 5 resamples each task's readings independently, which
 assumes time invariance and independence. The daemon lives otherwise: it

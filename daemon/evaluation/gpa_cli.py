@@ -3,7 +3,7 @@
 Wire into ``daemon/cli.py`` as the other evaluations are:
 ``evaluate_app.command("gpa")(gpa_command)`` (``app`` holds the same command).
 The protocols are ``lavad.daemon.evaluation.gpa_sweep``'s (the paper's
-section 5) and ``lavad.daemon.evaluation.gpa_aligned``'s (issue 5, item 6).
+section 5) and ``lavad.daemon.evaluation.gpa_aligned``'s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""LARS against the baseline migration orders on a replayed trace (issue 8; LAVA paper 6.3).
+"""LARS against the baseline migration orders on a replayed trace (LAVA paper, section 6.3).
 
 Two measurements, both on a fixed pool (a trace without hosts gets
 ``hosts`` of the configured shape, by default the peak a growing Best Fit

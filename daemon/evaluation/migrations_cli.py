@@ -1,4 +1,4 @@
-"""``lavad evaluate migrations TRACE``: LARS against the baseline orders (issue 8).
+"""``lavad evaluate migrations TRACE``: LARS against the baseline orders.
 
 The protocol is ``lavad.daemon.evaluation.migrations``'s; this module reads
 the trace and the settings, and prints the table.

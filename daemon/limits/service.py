@@ -1,4 +1,4 @@
-"""Per-pool limit recommendations from the usage stream (Autopilot, issue 6).
+"""Per-pool limit recommendations from the usage stream (Autopilot).
 
 Each usage sample is filed into its VM's 5-minute window (``JobAggregator``);
 when event time passes a window's end, the window becomes one observation

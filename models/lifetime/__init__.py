@@ -1,4 +1,4 @@
-"""Online models of VM lifetimes as distributions (issue 4).
+"""Online models of VM lifetimes as distributions.
 
 - ``bins.py``: log-spaced lifetime bins, the support of every distribution.
 - ``survival.py``: the life-table (binned Kaplan-Meier) estimator and the

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lavad.daemon.cluster import FloatArray
+from lavad.models.arrays import FloatArray
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from lavad.daemon.cluster import FloatArray
+from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.survival import life_table, suffix_sums

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import numpy as np
 from river import tree
 
-from lavad.daemon.cluster import FloatArray
+from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import USED_FEATURES
 

@@ -1,6 +1,6 @@
 """Limit decisions: emitted when a job's recommended limit changes, with their explanation.
 
-``LimitDecision`` is what goes on the limits output; the lead maps it onto
+``LimitDecision`` is what goes on the limits output; the engine maps it onto
 ``streams/schema.py``. ``LimitTracker`` feeds observations to one recommender
 per (job, resource) and emits a decision only when the recommendation moves
 by more than ``tolerance`` (relative), so the output is not a copy of the

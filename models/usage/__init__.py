@@ -1,4 +1,4 @@
-"""Online models of VM usage, for stochastic bin packing (issue 5).
+"""Online models of VM usage, for stochastic bin packing.
 
 - ``moments.py``: per VM, the online mean and variance of its CPU and memory
   usage (weighted Welford, optionally decayed by a half-life in event time).

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from lavad.daemon.cluster import FloatArray
+from lavad.models.arrays import FloatArray
 from lavad.models.usage.moments import N_USAGE, UsageMoments
 from lavad.streams.schema import UsageSample
 

@@ -33,7 +33,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from lavad.daemon.cluster import FloatArray
+from lavad.models.arrays import FloatArray
 from lavad.streams.schema import UsageSample, UsageStats
 
 USAGE_RESOURCES: Final = ("cpu", "memory")
