@@ -45,7 +45,12 @@ from lavad.daemon.placement.framework import Notice, PlacementRequest
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS, ORACLE_FEATURE, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
-from lavad.models.lifetime.survival import expected_remaining, median_remaining
+from lavad.models.lifetime.survival import (
+    expected_remaining,
+    median_remaining,
+    midpoint_levels,
+    remaining_quantiles,
+)
 from lavad.streams.schema import VmPlaced, VmRequest
 
 HOUR = 3600.0
@@ -59,6 +64,28 @@ def temporal_cost(delta_s: FloatArray) -> FloatArray:
     """LAS temporal cost: the index of the bucket dT falls in (70 min -> 2)."""
     index = np.searchsorted(LAS_BUCKETS_S, np.maximum(delta_s, 0.0), side="right") - 1
     return index.astype(np.float64)
+
+
+def cost_thresholds(remaining_s: FloatArray) -> FloatArray:
+    """The VM's expected LAS cost as a step function of a host's remaining life d.
+
+    With the VM's remaining lifetime taking each value q_k of ``remaining_s``
+    with probability 1/Q, E[cost](d) = 1/Q sum_k temporal_cost(q_k - d), and
+    temporal_cost(x) counts the bucket bounds B_b > 0 with B_b <= x. So
+    Q * E[cost](d) = #{(k, b): d <= q_k - B_b}: the number of these sorted
+    thresholds at or above d (``expected_cost_counts``). The per-placement
+    cost is then one search of each host in Q x 10 numbers, O(hosts log Q),
+    and integer counts tie exactly where the costs do.
+    """
+    pairs = np.asarray(remaining_s, dtype=np.float64)[:, None] - LAS_BUCKETS_S[None, 1:]
+    thresholds: FloatArray = np.sort(pairs, axis=None)
+    return thresholds
+
+
+def expected_cost_counts(thresholds: FloatArray, host_remaining_s: FloatArray) -> FloatArray:
+    """Q x E[LAS cost] per host, from ``cost_thresholds`` and each host's remaining life."""
+    above = len(thresholds) - np.searchsorted(thresholds, host_remaining_s, side="left")
+    return above.astype(np.float64)
 
 
 class OracleMissing(ValueError):
@@ -76,6 +103,12 @@ class LifetimeSettings:
     # The point a distribution is summarised by: "mean" (E[T_r | T_u], the
     # paper's) or "median" (see ``median_remaining``).
     estimate: Literal["mean", "median"] = "mean"
+    # How LAS scores a host: "mean" buckets dT of the point estimate above;
+    # "quantiles" takes the expected bucket over ``quantiles`` evenly spread
+    # quantiles of the VM's lifetime distribution (the host keeps its point
+    # exit), so a VM the model is unsure about is not placed by one number.
+    scoring: Literal["mean", "quantiles"] = "mean"
+    quantiles: int = 16
 
 
 @dataclass(slots=True)
@@ -83,6 +116,8 @@ class Prediction:
     rows: GroupRows
     row: int
     lifetime_s: float
+    # ``cost_thresholds`` of the VM's lifetime quantiles (quantile scoring only).
+    thresholds: FloatArray | None = None
 
 
 class LifetimeTracker:
@@ -125,6 +160,9 @@ class LifetimeTracker:
         self._cached: tuple[str, float, Prediction] | None = None
         # Per distribution row, the median lifetime at creation (until the next refit).
         self._median_at_creation: dict[int, float] = {}
+        # Per distribution row, the LAS cost thresholds of its quantiles at creation.
+        self._thresholds_at_creation: dict[int, FloatArray] = {}
+        self._levels = midpoint_levels(settings.quantiles)
         self.repredictions = 0
         self.notices: list[Notice] = []
 
@@ -142,14 +180,35 @@ class LifetimeTracker:
         chosen = self.model.choose(rows)
         if self.settings.oracle:
             return Prediction(rows, chosen, self._true_lifetime(event))
+        thresholds = None
+        if self.settings.scoring == "quantiles":
+            thresholds = self._thresholds_at_creation.get(chosen)
+            if thresholds is None:
+                thresholds = cost_thresholds(self.remaining_quantiles(chosen, 0.0))
+                self._thresholds_at_creation[chosen] = thresholds
         if self.settings.estimate == "median":
             at_creation = self._median_at_creation.get(chosen)
             if at_creation is None:
                 at_creation = float(self.remaining_estimate(np.array([chosen]), np.zeros(1))[0])
                 self._median_at_creation[chosen] = at_creation
-            return Prediction(rows, chosen, at_creation)
+            return Prediction(rows, chosen, at_creation, thresholds)
         # E[T | T > 0] is the first moment of the whole table.
-        return Prediction(rows, chosen, float(self.model.m1[chosen, 0] / self.model.m0[chosen, 0]))
+        lifetime = float(self.model.m1[chosen, 0] / self.model.m0[chosen, 0])
+        return Prediction(rows, chosen, lifetime, thresholds)
+
+    def remaining_quantiles(self, row: int, uptime: float) -> FloatArray:
+        """The ``settings.quantiles`` quantiles of one VM's T_r | T_u."""
+        model = self.model
+        quantiles: FloatArray = remaining_quantiles(
+            model.bins,
+            model.mass,
+            model.m0,
+            model.m1,
+            np.array([row]),
+            np.array([uptime]),
+            self._levels,
+        )[0]
+        return quantiles
 
     def prediction_for(self, request: PlacementRequest) -> Prediction:
         """``predict`` for a placement, computed once for all of a policy's scorers."""
@@ -165,7 +224,12 @@ class LifetimeTracker:
             # at creation.
             remaining = max(float(self.predicted_exit[slot]) - request.now, self.MIN_REMAINING_S)
             rows = tuple(int(r) for r in self.levels[slot])
-            prediction = Prediction(rows, int(self.row[slot]), remaining)
+            row = int(self.row[slot])
+            thresholds = None
+            if self.settings.scoring == "quantiles" and not self.settings.oracle:
+                uptime = request.now - float(self.start[slot])
+                thresholds = cost_thresholds(self.remaining_quantiles(row, uptime))
+            prediction = Prediction(rows, row, remaining, thresholds)
         self._cached = (request.vm_id, request.now, prediction)
         return prediction
 
@@ -282,6 +346,7 @@ class LifetimeTracker:
         alive = np.flatnonzero(self.alive)
         self.model.refit(self.levels[alive], now - self.start[alive])
         self._median_at_creation.clear()
+        self._thresholds_at_creation.clear()
         self._next_refit = now + self.settings.refit_interval_s
         if not self.settings.repredict:
             return
@@ -442,9 +507,12 @@ class LasTemporalCost:
         tracker = self.tracker
         now = request.now
         tracker.refresh(cluster, now)
-        lifetime = tracker.prediction_for(request).lifetime_s
+        prediction = tracker.prediction_for(request)
         host_exit = tracker.host_exits(cluster.n_hosts, now, repredict=True)
-        out[:] = temporal_cost(now + lifetime - host_exit)
+        if prediction.thresholds is not None:
+            out[:] = expected_cost_counts(prediction.thresholds, host_exit - now)
+        else:
+            out[:] = temporal_cost(now + prediction.lifetime_s - host_exit)
 
 
 class LaBinaryClass:

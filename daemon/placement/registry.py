@@ -73,6 +73,14 @@ class LifetimeArgs(PolicyArgs):
         default="mean",
         description="a VM's predicted (remaining) lifetime: the mean of T_r | T_u or its median",
     )
+    scoring: Literal["mean", "quantiles"] = Field(
+        default="mean",
+        description="LAS cost of a host: the bucket of the VM's point estimate, or the expected "
+        "bucket over `quantiles` quantiles of its lifetime distribution",
+    )
+    quantiles: int = Field(
+        default=16, ge=1, le=256, description="quantiles of the VM's lifetime quantile scoring uses"
+    )
 
 
 class LavaArgs(LifetimeArgs):
@@ -163,6 +171,8 @@ def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> Lif
             repredict=repredict,
             oracle=oracle,
             estimate=args.estimate,
+            scoring=args.scoring,
+            quantiles=args.quantiles,
         )
     )
 

@@ -185,3 +185,61 @@ def median_remaining(
     remaining = np.where(ahead > 1e-12, t - u, u)
     result: FloatArray = np.maximum(remaining, 0.0)
     return result
+
+
+def midpoint_levels(count: int) -> FloatArray:
+    """``count`` evenly spread quantile levels, (k + 1/2) / count: each stands for 1/count."""
+    if count < 1:
+        raise ValueError(f"need at least one quantile, got {count}")
+    levels: FloatArray = (np.arange(count, dtype=np.float64) + 0.5) / count
+    return levels
+
+
+def remaining_quantiles(
+    bins: LifetimeBins,
+    mass: FloatArray,
+    m0: FloatArray,
+    m1: FloatArray,
+    rows: np.ndarray,
+    uptime: FloatArray,
+    levels: FloatArray,
+) -> FloatArray:
+    """Quantiles of T_r given T_u, (VMs, levels): t - u where P(T <= t | T > u) = level.
+
+    The same distribution ``expected_remaining`` and ``median_remaining``
+    read: mass uniform in time inside a bin, the part of bin j ahead of the
+    uptime u spread over [u, e_{j+1}), the open bin beyond the horizon a
+    point at its representative lifetime (or 2u, if later). A VM with no
+    mass ahead gets u at every level (the Lindy rule of the mean).
+    """
+    u = np.asarray(uptime, dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.int64)
+    levels = np.asarray(levels, dtype=np.float64)
+    edges = bins.edges
+    last = len(edges) - 1  # the open bin
+    width = mass.shape[1]
+    j = np.minimum(np.searchsorted(edges, u, side="right") - 1, last)
+    ahead, _ = _ahead(bins, mass, m0, m1, rows, u)
+    columns = np.arange(width)
+    # The mass ahead of u per bin: nothing before bin j, part of bin j.
+    here = mass[rows] * (columns[None, :] >= j[:, None])
+    np.put_along_axis(
+        here, j[:, None], (ahead - m0[rows, np.minimum(j + 1, width)])[:, None], axis=1
+    )
+    cumulative = np.cumsum(here, axis=1)
+    target = levels[None, :] * ahead[:, None]  # (VMs, levels)
+    # The first bin whose cumulative mass reaches the target.
+    k = (cumulative[:, None, :] < target[:, :, None] - 1e-15).sum(axis=2)
+    k = np.minimum(k, last)
+    in_bin = np.take_along_axis(here, k, axis=1)
+    before = np.take_along_axis(cumulative, k, axis=1) - in_bin
+    k_inner = np.minimum(k, last - 1)
+    lo = np.where(k == j[:, None], u[:, None], edges[k_inner])
+    hi = edges[k_inner + 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(in_bin > 1e-15, np.clip((target - before) / in_bin, 0.0, 1.0), 0.0)
+    t = lo + share * (hi - lo)
+    t = np.where(k >= last, np.maximum(bins.representative[-1], 2.0 * u)[:, None], t)
+    t = np.where((ahead > 1e-12)[:, None], t, 2.0 * u[:, None])
+    result: FloatArray = np.maximum(t - u[:, None], 0.0)
+    return result
