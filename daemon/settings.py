@@ -56,6 +56,7 @@ from lavad.daemon.placement.registry import (
     validate_policy_args,
 )
 from lavad.models.deployments.process import DeploymentPriors, GammaBelief
+from lavad.streams.kafka.topics import TopicNames
 
 
 class ConfigError(Exception):
@@ -283,28 +284,6 @@ class KafkaSettings(_Section):
     fetch_wait_ms: int = Field(default=20, ge=0)
 
 
-class TopicSettings(_Section):
-    """Input topics are co-partitioned: keyed by pool, with one partition count."""
-
-    vm_events: str = "lavad.vm-events"
-    deployments: str = "lavad.deployments"
-    usage: str = "lavad.usage"
-    placements: str = "lavad.placements"
-    admissions: str = "lavad.admissions"
-    migrations: str = "lavad.migrations"
-    limits: str = "lavad.limits"
-    repredictions: str = "lavad.repredictions"
-    dead_letters: str = "lavad.dead-letters"
-    # How `lavad topics create` lays the topics out. Excluded from model_dump,
-    # which the daemon and the config check read as the map of topic names.
-    partitions: int = Field(
-        default=3, ge=1, exclude=True, description="partitions of every topic lavad creates"
-    )
-    replication_factor: int = Field(
-        default=1, ge=1, exclude=True, description="replicas of every topic lavad creates"
-    )
-
-
 class LiveSettings(_Section):
     snapshot_dir: Path = Path("var/lavad/snapshots")
     snapshot_interval_s: float = Field(default=60.0, gt=0)
@@ -364,7 +343,7 @@ class Settings(BaseSettings):
     input: InputSettings = InputSettings()
     pools: PoolSettings = PoolSettings()
     kafka: KafkaSettings = KafkaSettings()
-    topics: TopicSettings = TopicSettings()
+    topics: TopicNames = TopicNames()
     live: LiveSettings = LiveSettings()
     http: HttpSettings = HttpSettings()
     log: LogSettings = LogSettings()
@@ -632,9 +611,8 @@ def _read_secret_files(settings: Settings) -> Settings:
 
 
 def _check_live(settings: Settings) -> None:
-    topics = settings.topics.model_dump()
     seen: dict[str, str] = {}
-    for key, name in topics.items():
+    for key, name in settings.topics.named().items():
         if name in seen:
             raise ConfigError(
                 f"topics.{key}", f"topic {name!r} is also topics.{seen[name]}; each needs its own"

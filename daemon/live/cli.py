@@ -22,7 +22,7 @@ from lavad.daemon.live.snapshots import SnapshotError
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
 from lavad.streams.kafka.publish import publish_trace
-from lavad.streams.kafka.topics import TopicError, TopicNames, create_topics
+from lavad.streams.kafka.topics import TopicError, create_topics
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
@@ -73,7 +73,7 @@ def produce_command(
         trace = open_trace(path, seed=seed)
     except TraceFormatError as exc:
         raise fail(str(exc)) from None
-    names = TopicNames(**settings.topics.model_dump())
+    names = settings.topics
     acknowledged = 0
 
     def tick(count: int) -> None:
@@ -154,7 +154,7 @@ def topics_create_command(
     are, so running it again is harmless; one with another count is an error.
     """
     settings = settings_or_exit(config)
-    names = TopicNames(**settings.topics.model_dump())
+    names = settings.topics
     topics = settings.topics
 
     async def main() -> None:

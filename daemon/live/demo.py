@@ -83,7 +83,7 @@ async def run_demo(
     ):
         settings = demo_settings(settings, broker.bootstrap_servers, state / "snapshots")
         configure_logging(settings.log, log_file)
-        names = TopicNames(**settings.topics.model_dump())
+        names = settings.topics
         admin = AIOKafkaAdminClient(**client_options(settings.kafka))
         await admin.start()
         try:

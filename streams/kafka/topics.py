@@ -7,10 +7,12 @@ that number is what an instance owns and snapshots.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
+from typing import Final
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
+from pydantic import BaseModel, ConfigDict, Field
 
 from lavad.streams.schema import DecisionKind
 
@@ -19,17 +21,34 @@ class TopicError(Exception):
     """The topics are missing or not laid out as lavad needs."""
 
 
-@dataclass(frozen=True, slots=True)
-class TopicNames:
-    vm_events: str = "lavad.vm-events"
-    deployments: str = "lavad.deployments"
-    usage: str = "lavad.usage"
-    placements: str = "lavad.placements"
-    admissions: str = "lavad.admissions"
-    migrations: str = "lavad.migrations"
-    limits: str = "lavad.limits"
-    repredictions: str = "lavad.repredictions"
-    dead_letters: str = "lavad.dead-letters"
+class TopicNames(BaseModel):
+    """The topics lavad reads and writes, and how ``lavad topics create`` lays them out.
+
+    The ``[topics]`` table of the configuration is this model (one
+    definition of the names and their defaults for the settings, the shells
+    and the tests). Inputs are co-partitioned: keyed by pool, with one
+    partition count.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vm_events: str = Field(default="lavad.vm-events", min_length=1, max_length=249)
+    deployments: str = Field(default="lavad.deployments", min_length=1, max_length=249)
+    usage: str = Field(default="lavad.usage", min_length=1, max_length=249)
+    placements: str = Field(default="lavad.placements", min_length=1, max_length=249)
+    admissions: str = Field(default="lavad.admissions", min_length=1, max_length=249)
+    migrations: str = Field(default="lavad.migrations", min_length=1, max_length=249)
+    limits: str = Field(default="lavad.limits", min_length=1, max_length=249)
+    repredictions: str = Field(default="lavad.repredictions", min_length=1, max_length=249)
+    dead_letters: str = Field(default="lavad.dead-letters", min_length=1, max_length=249)
+    partitions: int = Field(default=3, ge=1, description="partitions of every topic lavad creates")
+    replication_factor: int = Field(
+        default=1, ge=1, description="replicas of every topic lavad creates"
+    )
+
+    def named(self) -> dict[str, str]:
+        """Each topic by its key (``vm_events`` -> ``lavad.vm-events``), in declaration order."""
+        return {key: getattr(self, key) for key in TOPIC_KEYS}
 
     @property
     def inputs(self) -> tuple[str, str, str]:
@@ -48,7 +67,7 @@ class TopicNames:
 
     @property
     def all(self) -> tuple[str, ...]:
-        return tuple(astuple(self))
+        return tuple(getattr(self, key) for key in TOPIC_KEYS)
 
     def for_event_type(self, event_type: str) -> str:
         if event_type.startswith("deployment."):
@@ -67,6 +86,19 @@ class TopicNames:
         if kind == "limit":
             return self.limits
         return self.repredictions
+
+
+TOPIC_KEYS: Final = (
+    "vm_events",
+    "deployments",
+    "usage",
+    "placements",
+    "admissions",
+    "migrations",
+    "limits",
+    "repredictions",
+    "dead_letters",
+)
 
 
 async def ensure_topics(admin: AIOKafkaAdminClient, names: TopicNames, partitions: int) -> None:
