@@ -43,6 +43,7 @@ from pydantic_settings import (
 
 from lavad.daemon.admission.registry import AdmissionConfigError, validate_admission_args
 from lavad.daemon.admission.service import AdmissionConfig
+from lavad.daemon.config_errors import first_error
 from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
 from lavad.daemon.input_bounds import InputBounds, PoolNames
 from lavad.daemon.limits.service import RECOMMENDERS, LimitsConfig
@@ -456,13 +457,12 @@ def load_settings(path: Path | str | None = None) -> Settings:
     try:
         settings = Settings(**values)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        key = ".".join(str(part) for part in first["loc"]) or "<root>"
+        error = first_error(exc)
         # An unknown key may be a misspelt secret, and a secret of the wrong
         # type is still a secret: neither value is shown.
-        if first["type"] == "extra_forbidden" or _is_secret(key):
-            raise ConfigError(key, first["msg"]) from None
-        raise ConfigError(key, f"{first['msg']} (got {first.get('input')!r})") from None
+        if error.kind == "extra_forbidden" or _is_secret(error.key):
+            raise ConfigError(error.key, error.reason) from None
+        raise ConfigError(error.key, f"{error.reason} (got {error.value!r})") from None
     settings = _read_secret_files(settings)
     if settings.placement.policy not in REGISTRY:
         raise ConfigError(

@@ -20,6 +20,7 @@ from lavad.daemon.admission.policies import (
     SecondMoment,
     ZerothMoment,
 )
+from lavad.daemon.config_errors import first_error
 
 
 class AdmissionArgs(BaseModel):
@@ -128,9 +129,8 @@ def validate_admission_args(
     try:
         return spec.args_model.model_validate(dict(args))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "args"
-        raise AdmissionConfigError(f"{key}.{where}", first["msg"]) from exc
+        error = first_error(exc, key)
+        raise AdmissionConfigError(error.key, error.reason) from exc
 
 
 def build_admission_policy(
