@@ -9,7 +9,7 @@ import pytest
 from live_support import AZURE_SLICE
 
 from lavad.models.lifetime.bins import LifetimeBins
-from lavad.models.lifetime.features import lifetime_keys
+from lavad.models.lifetime.features import LEVELS, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.survival import (
     expected_remaining,
@@ -97,12 +97,12 @@ def test_censored_long_lived_vms_never_shorten_the_prediction() -> None:
     short = np.random.default_rng(5).exponential(1_800.0, size=200)
     plain = GroupedLifeTables(BINS, min_observations=1)
     aware = GroupedLifeTables(BINS, min_observations=1)
-    rows_plain = plain.rows_for(("t", "s", "b", ()))
-    rows_aware = aware.rows_for(("t", "s", "b", ()))
+    rows_plain = plain.rows_for(("t", "s", "b", "c", ()))
+    rows_aware = aware.rows_for(("t", "s", "b", "c", ()))
     for lifetime in short:
         plain.observe_exit(rows_plain, float(lifetime))
         aware.observe_exit(rows_aware, float(lifetime))
-    plain.refit(np.zeros((0, 4), dtype=np.int64), np.zeros(0))
+    plain.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0))
     # 50 VMs still running after 3 days: right-censored, not missing, not exits.
     running = np.tile(np.array(rows_aware), (50, 1))
     aware.refit(running, np.full(50, 3 * 86_400.0))
@@ -118,11 +118,11 @@ def test_censored_long_lived_vms_never_shorten_the_prediction() -> None:
 
 def test_back_off_to_coarser_groups_until_enough_observations() -> None:
     model = GroupedLifeTables(BINS, min_observations=3)
-    rows = model.rows_for(("tenant", "2c4g", (1, 2), ()))
+    rows = model.rows_for(("tenant", "2c4g", (1, 2), ("all",), ()))
     assert model.choose(rows) == rows[-1]  # nothing seen: the pool-wide group
     for _ in range(3):
         model.observe_exit(rows, 7_200.0)
-    model.refit(np.zeros((0, 4), dtype=np.int64), np.zeros(0))
+    model.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0))
     assert model.choose(rows) == rows[0]
 
 

@@ -21,8 +21,19 @@ from lavad.models.lifetime.evaluation import (
     ModelReport,
     evaluate_lifetime_model,
 )
+from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.schema import VmRequest
+
+
+def _categorical(spec: str) -> tuple[str, ...]:
+    if spec.strip() == "declared":
+        return DECLARED_CATEGORICAL
+    names = tuple(name.strip() for name in spec.split(",") if name.strip())
+    leaked = ORACLE_FIELDS.intersection(names)
+    if leaked:
+        raise typer.BadParameter(f"{sorted(leaked)} is an oracle field, not a feature")
+    return names
 
 
 def lifetime_command(
@@ -39,6 +50,13 @@ def lifetime_command(
     min_observations: Annotated[
         int, typer.Option(help="observations a group needs before it is used")
     ] = 30,
+    categorical: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated class-valued features that key the groups ('declared': those "
+            "the adapters declare; '': none)"
+        ),
+    ] = "",
     json_out: Annotated[
         Path | None, typer.Option("--json", help="write the results as JSON")
     ] = None,
@@ -77,6 +95,7 @@ def lifetime_command(
             settle_s=min(settle_days * 86_400.0, (end - split_time) / 2.0),
             min_observations=min_observations,
             river_seed=seed if river else None,
+            categorical=_categorical(categorical),
         )
     except ValueError as exc:
         raise fail(str(exc)) from None

@@ -109,6 +109,9 @@ class LifetimeSettings:
     # exit), so a VM the model is unsure about is not placed by one number.
     scoring: Literal["mean", "quantiles"] = "mean"
     quantiles: int = 16
+    # The class-valued request features the feature groups are keyed by
+    # (``features.DECLARED_CATEGORICAL`` for those the adapters declare).
+    categorical: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -171,10 +174,16 @@ class LifetimeTracker:
     def predict(self, event: VmRequest | VmPlaced | None) -> Prediction:
         """The VM's groups, its chosen distribution row and its lifetime at creation."""
         if event is None:
-            keys: tuple[object, ...] = (None, None, None, ())
+            keys: tuple[object, ...] = (None,) * (LEVELS - 1) + ((),)
         else:
             keys = lifetime_keys(
-                event.tenant, event.cores, event.memory_gib, event.flavor, event.features
+                event.tenant,
+                event.cores,
+                event.memory_gib,
+                event.flavor,
+                event.features,
+                deployment=event.deployment,
+                categorical=self.settings.categorical,
             )
         rows = self.model.rows_for(keys)
         chosen = self.model.choose(rows)

@@ -30,6 +30,7 @@ from lavad.daemon.placement.lifetime import (
     LifetimeSettings,
     LifetimeTracker,
 )
+from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS, USED_FEATURES
 from lavad.models.usage.hosts import HostUsage, UsagePrior
 from lavad.models.usage.moments import UsageMoments
 
@@ -81,6 +82,21 @@ class LifetimeArgs(PolicyArgs):
     quantiles: int = Field(
         default=16, ge=1, le=256, description="quantiles of the VM's lifetime quantile scoring uses"
     )
+    categorical: list[str] = Field(
+        default_factory=list,
+        description="class-valued request features that key the lifetime groups (with them, a "
+        "deployment is an owner as a tenant is); the adapters declare "
+        + ", ".join(DECLARED_CATEGORICAL),
+    )
+
+    def model_post_init(self, _context: Any) -> None:
+        leaked = ORACLE_FIELDS.intersection(self.categorical) | set(USED_FEATURES).intersection(
+            self.categorical
+        )
+        if leaked:
+            raise ValueError(
+                f"categorical cannot name {sorted(leaked)}: an oracle field or a numeric feature"
+            )
 
 
 class LavaArgs(LifetimeArgs):
@@ -173,6 +189,7 @@ def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> Lif
             estimate=args.estimate,
             scoring=args.scoring,
             quantiles=args.quantiles,
+            categorical=tuple(args.categorical),
         )
     )
 

@@ -169,6 +169,7 @@ def evaluate_lifetime_model(
     refit_interval_s: float = HOUR,
     bins: LifetimeBins | None = None,
     river_seed: int | None = None,
+    categorical: tuple[str, ...] = (),
 ) -> LifetimeEvaluation:
     """The life tables (and, with ``river_seed``, the river classifier) by the protocol above."""
     if not split_time < end_time:
@@ -199,7 +200,13 @@ def evaluate_lifetime_model(
         if isinstance(event, VmRequest):
             key = (event.pool, event.vm_id)
             features = lifetime_keys(
-                event.tenant, event.cores, event.memory_gib, event.flavor, event.features
+                event.tenant,
+                event.cores,
+                event.memory_gib,
+                event.flavor,
+                event.features,
+                deployment=event.deployment,
+                categorical=categorical,
             )
             started = time.perf_counter_ns()
             rows = model.rows_for(features)

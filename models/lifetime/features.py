@@ -3,25 +3,47 @@
 Levels (the model backs off from the first to the last until a group has
 enough observations):
 
-0. tenant and shape: the tenant's (or batch's) own history;
-1. shape, hour of day in 6-hour blocks, and batch size class;
-2. shape;
-3. everything (one group per pool).
+0. owner and shape: the tenant's (or batch's, or deployment's) own history;
+1. shape, categorical features, hour of day in 6-hour blocks, batch size class;
+2. shape and categorical features;
+3. categorical features alone (with none, a copy of the pool-wide group);
+4. everything (one group per pool).
 
-Only the features named here are read (``hour_of_day``, ``batch_size``):
-anything else a producer sends, a trace's oracle lifetime included, cannot
-leak into the model.
+The categorical features are the ones a trace's adapter declares that carry
+a class, not a quantity (OpenB ``qos`` and ``gpu_spec``, DLRM ``role`` and
+``preexisting``): ``DECLARED_CATEGORICAL``, or a policy's own list. Only the
+features named there, ``hour_of_day`` and ``batch_size`` are read: anything
+else a producer sends, a trace's oracle lifetime included, cannot leak into
+the model. With no categorical features the groups are the ones lavad used
+before they existed, the owner is the tenant alone, and level 3 repeats level 4
+(so decisions are the same as with those four levels).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 
-LEVELS = 4
+LEVELS = 5
 USED_FEATURES = ("hour_of_day", "batch_size")
 # Where a replay puts a VM's true lifetime for the oracle policies. The model
 # never reads it; only a tracker built with ``oracle`` does.
 ORACLE_FEATURE = "oracle_lifetime_s"
+# Fields only a replay knows (the future); never a grouping feature.
+ORACLE_FIELDS = frozenset({ORACLE_FEATURE})
+# The class-valued features the adapters declare (streams/adapters/): a test
+# holds every declared feature either here or in USED_FEATURES.
+DECLARED_CATEGORICAL = ("gpu_spec", "preexisting", "qos", "role")
+
+
+def categorical_values(
+    features: Mapping[str, object], names: tuple[str, ...]
+) -> tuple[Hashable, ...]:
+    """The values of ``names`` (a string, bool or integer each; None for anything else)."""
+    values: list[Hashable] = []
+    for name in names:
+        value = features.get(name)
+        values.append(value if isinstance(value, str | bool | int) else None)
+    return tuple(values)
 
 
 def lifetime_keys(
@@ -30,6 +52,9 @@ def lifetime_keys(
     memory_gib: float,
     flavor: str,
     features: Mapping[str, object],
+    *,
+    deployment: str = "",
+    categorical: tuple[str, ...] = (),
 ) -> tuple[Hashable, ...]:
     shape = flavor or f"{cores:g}c{memory_gib:g}g"
     hour = features.get("hour_of_day")
@@ -40,4 +65,9 @@ def lifetime_keys(
         if not isinstance(batch, int | float)
         else (1 if batch <= 1 else 2 if batch <= 8 else 3)
     )
-    return ((tenant, shape), (shape, block, size), (shape,), ())
+    if not categorical:
+        return ((tenant, shape), (shape, block, size), (shape,), ("all",), ())
+    # A deployment's replicas share an owner as a tenant's VMs do (DLRM apps).
+    owner = tenant or deployment
+    cats = categorical_values(features, categorical)
+    return ((owner, shape), (shape, cats, block, size), (shape, cats), (cats,), ())

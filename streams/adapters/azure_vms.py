@@ -191,6 +191,7 @@ class AzureV1Vms(Trace):
 
     name = "azure-v1-vms"
     options = frozenset({"split"})
+    vm_features = ("batch_size", "hour_of_day")
 
     def __init__(self, path: Path, *, seed: int, pool: str, split: str | None = None) -> None:
         super().__init__(path, seed=seed, pool=pool)
@@ -301,7 +302,7 @@ class AzureV1Vms(Trace):
                 "default_rng((seed, line)); cap at T wins; C<b>: censored, no exit"
             ),
             "open_bin": f"[{lo_open:g}, inf), bounded above by T - arrival",
-            "features": ["batch_size", "hour_of_day"],
+            "features": list(self.vm_features),
             "source": "Azure Public Dataset V1 vmtable (Cortez et al., SOSP'17), "
             "encoded by Bergsma et al. (SOSP'21)",
             "licence": "CC-BY-4.0",

@@ -63,6 +63,9 @@ class Trace(ABC):
     options: ClassVar[frozenset[str]] = frozenset()
     """Keyword options ``open_trace`` may pass to this format."""
 
+    vm_features: ClassVar[tuple[str, ...]] = ()
+    """The features its VM requests carry (known at the request: what a model may read)."""
+
     def __init__(self, path: Path, *, seed: int, pool: str) -> None:
         self.path = path
         self.seed = seed

@@ -126,6 +126,7 @@ class AlibabaDlrm(Trace):
 
     name = "alibaba-dlrm"
     options = frozenset({"view"})
+    vm_features = ("role", "preexisting")
 
     def __init__(self, path: Path, *, seed: int, pool: str, view: str = "vms") -> None:
         super().__init__(path, seed=seed, pool=pool)
@@ -143,7 +144,7 @@ class AlibabaDlrm(Trace):
             "view": self.view,
             "preexisting": "no creation_time: existed before the window, requested at 0",
             "censoring": "no deletion_time: outlived the window, no exit / scale-in",
-            "features": ["role", "preexisting"]
+            "features": list(self.vm_features)
             if self.view == "vms"
             else ["role", "max_instance_per_node", "gpus"],
             "source": "Alibaba cluster-trace-gpu-v2025 (Yang et al., NSDI'25)",

@@ -85,6 +85,7 @@ class AlibabaOpenb(Trace):
 
     name = "alibaba-openb"
     options = frozenset({"pods", "hosts"})
+    vm_features = ("qos", "gpu_spec")
 
     def __init__(
         self, path: Path, *, seed: int, pool: str, pods: str | None = None, hosts: bool = True
@@ -138,7 +139,7 @@ class AlibabaOpenb(Trace):
             "nodes_file": str(self.nodes.path) if self.nodes else None,
             "censoring": f"deletion_time == {TRACE_END:.0f} (trace end) or empty: no exit",
             "pending_pods": "request like the others (demand); their exit is a withdrawal",
-            "features": ["qos", "gpu_spec"],
+            "features": list(self.vm_features),
             "source": "Alibaba cluster-trace-gpu-v2023 (OpenB), Weng et al., USENIX ATC'23",
             "licence": "Alibaba cluster trace terms: research or study use",
         }
