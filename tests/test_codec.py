@@ -261,3 +261,42 @@ def test_an_oversized_record_is_refused_before_parsing() -> None:
     assert len(record) < MAX_RECORD_BYTES
     with pytest.raises(SchemaError, match="limit"):
         decode_event(record)
+
+
+# The decoder reads records ending as lavad's encoder ends them in one pass;
+# these must still be refused exactly as the step-by-step path refuses them.
+ENDINGS_REFUSED = [
+    # No version, and a type that is only a feature's key: both fields default
+    # in the dataclass, so only the step-by-step path notices.
+    (b'{"time":1,"pool":"p","vm_id":"v","type":"vm.exit"}', "v", "missing schema version"),
+    (
+        b'{"v":1,"time":1,"pool":"p","vm_id":"v","cores":1,"memory_gib":1,'
+        b'"features":{"type":"vm.request"}}',
+        "type",
+        "unknown event type",
+    ),
+    (b'{"time":1,"pool":"p","vm_id":"v","type":"vm.exit","v":true}', "v", "unsupported"),
+    (b'{"time":1,"pool":"p","vm_id":"v\\n","type":"vm.exit","v":1}', "vm_id", "control"),
+    (b'{"time":1,"pool":"p\\u0085","vm_id":"v","type":"vm.exit","v":1}', "pool", "control"),
+    ('{"time":1,"pool":"p\x85","vm_id":"v","type":"vm.exit","v":1}'.encode(), "pool", "control"),
+    (b'{"time":1,"pool":"p\x7f","vm_id":"v","type":"vm.exit","v":1}', "pool", "control"),
+    (b'{"time":1e400,"pool":"p","vm_id":"v","type":"vm.exit","v":1}', "time", "finite"),
+]
+
+
+@pytest.mark.parametrize(("raw", "field", "reason"), ENDINGS_REFUSED)
+def test_records_ending_like_lavads_are_checked_in_full(
+    raw: bytes, field: str, reason: str
+) -> None:
+    with pytest.raises(SchemaError) as caught:
+        decode_event(raw)
+    assert caught.value.field == field
+    assert reason in caught.value.reason
+
+
+@pytest.mark.parametrize("kind", sorted(EVENT_TYPES))
+def test_another_producers_field_order_and_spacing_decode_the_same(kind: str) -> None:
+    ours = decode_event(orjson.dumps(VALID[kind]))
+    theirs = dict(reversed(list(VALID[kind].items())))
+    assert decode_event(orjson.dumps(theirs, option=orjson.OPT_INDENT_2)) == ours
+    assert decode_event(orjson.dumps(VALID[kind]).decode()) == ours
