@@ -25,6 +25,7 @@ import resource
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -67,9 +68,7 @@ def replay_throughput(path: Path) -> None:
         end_time=trace.end_time,
         decisions_out=sink,
     )
-    no_metrics = settings.model_copy(
-        update={"metrics": settings.metrics.model_copy(update={"stranding": False})}
-    )
+    no_metrics = settings.model_copy(update={"metrics": replace(settings.metrics, stranding=False)})
     trace = open_trace(path, seed=0)
     quiet = replay(
         trace.events(),

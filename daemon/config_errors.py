@@ -28,4 +28,9 @@ def first_error(exc: ValidationError, prefix: str = "") -> FieldError:
     first = exc.errors(include_url=False)[0]
     where = ".".join(str(part) for part in first["loc"])
     key = ".".join(part for part in (prefix, where) if part) or "<root>"
-    return FieldError(key, first["msg"], first.get("input"), first["type"])
+    kind, reason = first["type"], first["msg"]
+    if kind == "unexpected_keyword_argument":
+        # A dataclass table says so of an unknown key; a model table says
+        # "extra": one wording for one mistake, whichever kind of table.
+        kind, reason = "extra_forbidden", "Extra inputs are not permitted"
+    return FieldError(key, reason, first.get("input"), kind)

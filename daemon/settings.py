@@ -19,13 +19,14 @@ check`` alike.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from types import NoneType, UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -33,7 +34,6 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
-    field_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -46,9 +46,9 @@ from lavad.daemon.admission.service import AdmissionConfig
 from lavad.daemon.config_errors import first_error
 from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
 from lavad.daemon.input_bounds import InputBounds, PoolNames
-from lavad.daemon.limits.service import RECOMMENDERS, LimitsConfig
+from lavad.daemon.limits.service import LimitsConfig
 from lavad.daemon.metrics.pool import MetricsConfig
-from lavad.daemon.migrations.config import DefragConfig, MigrationsConfig
+from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.placement.registry import (
     REGISTRY,
     PolicyArgs,
@@ -73,22 +73,6 @@ class _Section(BaseModel):
 
 class PlacementSettings(_Section):
     policy: str = Field(default="bestfit", description="a name from `lavad policies`")
-
-
-class LimitSettings(_Section):
-    recommender: str = Field(
-        default="ml", description="CPU and memory limits from usage: off, ml, vpa, window-<stat>"
-    )
-    tolerance: float = Field(
-        default=0.05, ge=0, description="a limit within this fraction of the last is not news"
-    )
-
-    @field_validator("recommender")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in RECOMMENDERS:
-            raise ValueError(f"unknown recommender; known: {', '.join(RECOMMENDERS)}")
-        return value
 
 
 class GammaSettings(_Section):
@@ -119,56 +103,6 @@ class AdmissionSettings(_Section):
     refresh_s: float = Field(default=3600.0, gt=0, description="event time between full recomputes")
 
 
-class DefragSettings(_Section):
-    empty_below: float = Field(
-        default=0.0,
-        ge=0,
-        lt=1,
-        description="drain hosts when empty open hosts fall below this share of the pool (0: off)",
-    )
-    check_interval_s: float = Field(
-        default=300.0, gt=0, description="event time between looks at the empty-host share"
-    )
-    max_draining_hosts: int = Field(
-        default=2, ge=1, description="defragmentation drains in progress at most, per pool"
-    )
-
-
-class MigrationSettings(_Section):
-    """Drains by live migration: maintenance (host.drain events) and defragmentation."""
-
-    order: Literal["lars", "arrival", "shortest", "random"] = Field(
-        default="lars", description="which queued VM goes next; lars: longest remaining first"
-    )
-    lifetimes: Literal["policy", "model", "oracle"] = Field(
-        default="policy",
-        description="policy: the placement policy's predictions (see config/lavad.toml);"
-        " model: always a model (the policy's or the planner's own); oracle: replays only",
-    )
-    max_concurrent: int = Field(default=3, ge=1, description="live migrations at once, per pool")
-    duration_s: float = Field(
-        default=1200.0, ge=0, description="how long a migration keeps its source and target busy"
-    )
-    retry_s: float = Field(
-        default=300.0, gt=0, description="when no queued VM fits anywhere, look again after"
-    )
-    defrag: DefragSettings = DefragSettings()
-
-    def config(self) -> MigrationsConfig:
-        return MigrationsConfig(
-            order=self.order,
-            lifetimes=self.lifetimes,
-            max_concurrent=self.max_concurrent,
-            duration_s=self.duration_s,
-            retry_s=self.retry_s,
-            defrag=DefragConfig(
-                empty_below=self.defrag.empty_below,
-                check_interval_s=self.defrag.check_interval_s,
-                max_draining_hosts=self.defrag.max_draining_hosts,
-            ),
-        )
-
-
 class HostSettings(_Section):
     source: Literal["auto", "trace", "shape"] = Field(
         default="auto",
@@ -186,63 +120,6 @@ class HostSettings(_Section):
         default="evict",
         description="a host.down with VMs on it: evict publishes each eviction (a placement "
         "with no host); replace also places each evicted VM again, as a placement decision",
-    )
-
-
-class MetricsSettings(_Section):
-    warmup_s: float = Field(default=86_400.0, ge=0)
-    sample_interval_s: float = Field(default=3_600.0, gt=0)
-    stranding: bool = True
-    until: Literal["last_request", "trace_end"] = Field(
-        default="last_request",
-        description="close the averaging window at the last request or at the trace end",
-    )
-    mix_window: int = Field(default=10_000, ge=1)
-    mix_max_shapes: int = Field(default=32, ge=1)
-
-
-class InputSettings(_Section):
-    """Plausible event times: an event outside them is dead-lettered with the reason."""
-
-    max_time: float = Field(
-        default=4_102_444_800.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="event times beyond this are implausible (default 2100-01-01 in Unix"
-        " seconds: catches milliseconds sent as seconds)",
-    )
-    max_ahead_s: float = Field(
-        default=2_592_000.0,
-        ge=0,
-        allow_inf_nan=False,
-        description="how far an event may be ahead of its pool's clock (0: no bound)",
-    )
-    max_behind_s: float = Field(
-        default=3_600.0,
-        ge=0,
-        allow_inf_nan=False,
-        description="how far behind its pool's clock an event is still handled (at the"
-        " pool's clock); further behind is dead-lettered",
-    )
-
-
-# A pool-name pattern: as long as a pool name may be (the schema's id bound).
-PoolPattern = Annotated[str, Field(min_length=1, max_length=256)]
-
-
-class PoolSettings(_Section):
-    """Which pools an engine opens: each keeps its state for ever, so both are bounded."""
-
-    allow: list[PoolPattern] = Field(
-        default_factory=lambda: ["*"],
-        min_length=1,
-        max_length=1_000,
-        description="fnmatch patterns of pool names; events of other pools are dead-lettered",
-    )
-    max_pools: int = Field(
-        default=10_000,
-        ge=1,
-        description="pools one engine holds at most; events opening more are dead-lettered",
     )
 
 
@@ -337,12 +214,12 @@ class Settings(BaseSettings):
     # Arguments of each policy by name, validated by the policy registry.
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     hosts: HostSettings = HostSettings()
-    metrics: MetricsSettings = MetricsSettings()
-    limits: LimitSettings = LimitSettings()
+    metrics: MetricsConfig = MetricsConfig()
+    limits: LimitsConfig = LimitsConfig()
     admission: AdmissionSettings = AdmissionSettings()
-    migrations: MigrationSettings = MigrationSettings()
-    input: InputSettings = InputSettings()
-    pools: PoolSettings = PoolSettings()
+    migrations: MigrationsConfig = MigrationsConfig()
+    input: InputBounds = InputBounds()
+    pools: PoolNames = PoolNames()
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicNames = TopicNames()
     live: LiveSettings = LiveSettings()
@@ -362,14 +239,10 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)
 
     def input_bounds(self) -> InputBounds:
-        return InputBounds(
-            max_time=self.input.max_time,
-            max_ahead_s=self.input.max_ahead_s,
-            max_behind_s=self.input.max_behind_s,
-        )
+        return self.input
 
     def pool_names(self) -> PoolNames:
-        return PoolNames(allow=tuple(self.pools.allow), max_pools=self.pools.max_pools)
+        return self.pools
 
     def policy_args(self, name: str) -> PolicyArgs:
         try:
@@ -425,17 +298,10 @@ class Settings(BaseSettings):
                 grow_on_demand=hosts.grow_on_demand and use_shape,
             ),
             seed=self.seed,
-            limits=LimitsConfig(self.limits.recommender, self.limits.tolerance),
+            limits=self.limits,
             admission=self.admission_config(),
-            migrations=self.migrations.config(),
-            metrics=MetricsConfig(
-                warmup_s=self.metrics.warmup_s,
-                sample_interval_s=self.metrics.sample_interval_s,
-                stranding=self.metrics.stranding,
-                until=self.metrics.until,
-                mix_window=self.metrics.mix_window,
-                mix_max_shapes=self.metrics.mix_max_shapes,
-            ),
+            migrations=self.migrations,
+            metrics=self.metrics,
             input=self.input_bounds(),
             pool_names=self.pool_names(),
             on_host_down=hosts.on_down,
@@ -532,9 +398,15 @@ def check_environment(environ: Mapping[str, str]) -> None:
         raise ConfigError(name, f"unknown environment variable: no such configuration key{hint}")
 
 
-def _section_of(annotation: Any) -> type[BaseModel] | None:
-    """The table a field holds (``X`` or ``X | None``), or None for a value."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+def _section_of(annotation: Any) -> type | None:
+    """The table a field holds (``X`` or ``X | None``), or None for a value.
+
+    A table is a pydantic model or a dataclass of the core (``MetricsConfig``,
+    ``MigrationsConfig``...), which the settings validate as they are.
+    """
+    if isinstance(annotation, type) and (
+        issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
+    ):
         return annotation
     if get_origin(annotation) in (Union, UnionType):
         tables = [a for a in get_args(annotation) if a is not NoneType]
@@ -543,29 +415,39 @@ def _section_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _names_a_key(model: type[BaseModel], path: list[str]) -> bool:
-    field = model.model_fields.get(path[0])
-    if field is None:
+def _fields_of(table: type) -> dict[str, Any]:
+    """A table's keys and their types."""
+    if issubclass(table, BaseModel):
+        return {key: field.annotation for key, field in table.model_fields.items()}
+    # The core's modules postpone annotations: resolve them.
+    hints = get_type_hints(table)
+    return {field.name: hints[field.name] for field in dataclasses.fields(table)}  # type: ignore[arg-type]
+
+
+def _names_a_key(table: type, path: list[str]) -> bool:
+    fields = _fields_of(table)
+    if path[0] not in fields:
         return False
     if len(path) == 1:
         return True  # a value, or a whole table as JSON
-    table = _section_of(field.annotation)
-    if table is not None:
-        return _names_a_key(table, path[1:])
+    annotation = fields[path[0]]
+    inner = _section_of(annotation)
+    if inner is not None:
+        return _names_a_key(inner, path[1:])
     # Below a free-form mapping (policy arguments, admission.args) the
     # registries check the keys once the settings are built.
-    return get_origin(field.annotation) is dict
+    return get_origin(annotation) is dict
 
 
-def _env_names(model: type[BaseModel], prefix: str) -> list[str]:
+def _env_names(table: type, prefix: str) -> list[str]:
     names = []
-    for key, field in model.model_fields.items():
+    for key, annotation in _fields_of(table).items():
         name = prefix + key.upper()
-        table = _section_of(field.annotation)
-        if table is None:
+        inner = _section_of(annotation)
+        if inner is None:
             names.append(name)
         else:
-            names += _env_names(table, name + _ENV_DELIMITER)
+            names += _env_names(inner, name + _ENV_DELIMITER)
     return names
 
 

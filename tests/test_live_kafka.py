@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -320,10 +321,8 @@ async def test_migration_plans_are_published_as_in_a_replay(
         update={
             "placement": settings.placement.model_copy(update={"policy": "las"}),
             "hosts": settings.hosts.model_copy(update={"count": 62, "grow_on_demand": False}),
-            "migrations": settings.migrations.model_copy(
-                update={
-                    "defrag": settings.migrations.defrag.model_copy(update={"empty_below": 0.25})
-                }
+            "migrations": replace(
+                settings.migrations, defrag=replace(settings.migrations.defrag, empty_below=0.25)
             ),
         }
     )

@@ -160,7 +160,7 @@ def test_input_bounds_and_pool_names_default_as_documented() -> None:
         ("[pools]\nallow = []\n", "pools.allow", "at least 1 item"),
         ('[pools]\nallow = ["prod-*", ""]\n', "pools.allow.1", "at least 1 character"),
         (f'[pools]\nallow = ["{"p" * 257}"]\n', "pools.allow.0", "at most 256 characters"),
-        ('[pools]\nallow = "prod-*"\n', "pools.allow", "valid list"),
+        ('[pools]\nallow = "prod-*"\n', "pools.allow", "valid tuple"),
         ("[pools]\nmax_pools = 0\n", "pools.max_pools", "greater than or equal to 1"),
     ],
 )

@@ -44,10 +44,8 @@ def _settings() -> Settings:
     return settings.model_copy(
         update={
             "hosts": settings.hosts.model_copy(update={"count": 62, "grow_on_demand": False}),
-            "migrations": settings.migrations.model_copy(
-                update={
-                    "defrag": settings.migrations.defrag.model_copy(update={"empty_below": 0.25})
-                }
+            "migrations": replace(
+                settings.migrations, defrag=replace(settings.migrations.defrag, empty_below=0.25)
             ),
         }
     )

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Annotated, Final
+
+from pydantic import AfterValidator, ConfigDict, Field
 
 from lavad.models.limits.decision import LimitDecision, LimitTracker, Resource
 from lavad.models.limits.histogram import JobAggregator
@@ -42,12 +44,31 @@ RECOMMENDERS: Final[tuple[str, ...]] = (
 )
 
 
+def _known_recommender(name: str) -> str:
+    if name not in RECOMMENDERS:
+        raise ValueError(f"unknown recommender; known: {', '.join(RECOMMENDERS)}")
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
-    # "off", "ml", "vpa" or "window-<statistic>" (see RECOMMENDERS).
-    recommender: str = "ml"
-    # A new limit within this fraction of the published one is not a decision.
-    tolerance: float = 0.05
+    """The ``[limits]`` table: the settings validate it with these constraints."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    recommender: Annotated[
+        str,
+        AfterValidator(_known_recommender),
+        Field(description="CPU and memory limits from usage: off, ml, vpa, window-<stat>"),
+    ] = "ml"
+    tolerance: Annotated[
+        float,
+        Field(
+            ge=0,
+            allow_inf_nan=False,
+            description="a limit within this fraction of the last is not news",
+        ),
+    ] = 0.05
 
     def __post_init__(self) -> None:
         if self.recommender not in RECOMMENDERS:

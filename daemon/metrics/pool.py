@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import ConfigDict, Field
 
 from lavad.daemon.cluster import N_RESOURCES, ClusterState
 from lavad.daemon.metrics.stranding import StrandingSample, inflate
@@ -35,12 +36,19 @@ CORES, MEMORY = 0, 1
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    warmup_s: float = 86_400.0
-    sample_interval_s: float = 3_600.0
+    """The ``[metrics]`` table: the settings validate it with these constraints."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    warmup_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 86_400.0
+    sample_interval_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 3_600.0
     stranding: bool = True
-    until: Literal["last_request", "trace_end"] = "last_request"
-    mix_window: int = 10_000
-    mix_max_shapes: int = 32
+    until: Annotated[
+        Literal["last_request", "trace_end"],
+        Field(description="close the averaging window at the last request or at the trace end"),
+    ] = "last_request"
+    mix_window: Annotated[int, Field(ge=1)] = 10_000
+    mix_max_shapes: Annotated[int, Field(ge=1)] = 32
 
 
 @dataclass(frozen=True, slots=True)

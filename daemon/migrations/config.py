@@ -1,9 +1,16 @@
-"""Configuration of the migration planner (validated by the settings at start-up)."""
+"""Configuration of the migration planner: the ``[migrations]`` table.
+
+The settings validate it at start-up by the constraints below (one
+definition for the core and the shells); code that builds it directly (the
+evaluations) is checked by ``__post_init__``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field
 
 OrderName = Literal["lars", "arrival", "shortest", "random"]
 LifetimeSource = Literal["policy", "model", "oracle"]
@@ -16,9 +23,23 @@ class DefragConfig:
     ``empty_below`` 0 turns defragmentation off (maintenance drains still run).
     """
 
-    empty_below: float = 0.0
-    check_interval_s: float = 300.0
-    max_draining_hosts: int = 2
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    empty_below: Annotated[
+        float,
+        Field(
+            ge=0,
+            lt=1,
+            description="drain hosts when empty open hosts fall below this share of the pool"
+            " (0: off)",
+        ),
+    ] = 0.0
+    check_interval_s: Annotated[
+        float, Field(gt=0, description="event time between looks at the empty-host share")
+    ] = 300.0
+    max_draining_hosts: Annotated[
+        int, Field(ge=1, description="defragmentation drains in progress at most, per pool")
+    ] = 2
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.empty_below < 1.0:
@@ -38,9 +59,11 @@ class RollingConfig:
     Empty or already closed hosts are passed over.
     """
 
-    batch: int
-    every_s: float
-    start_s: float = 0.0
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    batch: Annotated[int, Field(ge=1)]
+    every_s: Annotated[float, Field(gt=0)]
+    start_s: Annotated[float, Field(ge=0)] = 0.0
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -69,11 +92,25 @@ class MigrationsConfig:
     beside the acting order on the same drains and exits, moving nothing.
     """
 
-    order: OrderName = "lars"
-    lifetimes: LifetimeSource = "policy"
-    max_concurrent: int = 3
-    duration_s: float = 1200.0
-    retry_s: float = 300.0
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    order: Annotated[
+        OrderName, Field(description="which queued VM goes next; lars: longest remaining first")
+    ] = "lars"
+    lifetimes: Annotated[
+        LifetimeSource,
+        Field(
+            description="policy: the placement policy's predictions (see config/lavad.toml);"
+            " model: always a model (the policy's or the planner's own); oracle: replays only"
+        ),
+    ] = "policy"
+    max_concurrent: Annotated[int, Field(ge=1, description="live migrations at once, per pool")] = 3
+    duration_s: Annotated[
+        float, Field(ge=0, description="how long a migration keeps its source and target busy")
+    ] = 1200.0
+    retry_s: Annotated[
+        float, Field(gt=0, description="when no queued VM fits anywhere, look again after")
+    ] = 300.0
     defrag: DefragConfig = DefragConfig()
     drain_schedule: tuple[tuple[float, str], ...] | None = None
     rolling: RollingConfig | None = None
