@@ -470,6 +470,12 @@ class LifetimeTracker:
         """Take ``slot`` off ``host`` and recompute the host's latest exits from the rest."""
         others = self._on_host[host]
         others.discard(slot)
+        if (
+            others
+            and self.predicted_exit[slot] < self.host_exit[host]
+            and self.initial_exit[slot] < self.host_initial_exit[host]
+        ):
+            return  # another VM holds both maxima: they stay as they are
         if others:
             members = np.fromiter(others, dtype=np.int64, count=len(others))
             self.host_exit[host] = self.predicted_exit[members].max()

@@ -12,6 +12,7 @@ included), else the pool-wide group.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Hashable
 
 import numpy as np
@@ -40,6 +41,19 @@ class GroupedLifeTables:
         self.tail_hazard: FloatArray | None = bins.pareto_tail_hazard if pareto_tail else None
         self.mass: FloatArray = life_table(self.deaths, self.censored)
         self.m0, self.m1 = suffix_sums(self.mass, bins)
+        # Rows whose counts changed since the last refit. A refit rebuilds only
+        # these and the rows of running VMs: every other row has the same
+        # deaths and censorings as then and no running VM (a VM that stopped
+        # running was observed, which marked its rows), and a row's table
+        # depends on its counts alone, so it would come out bit-identical.
+        # Most rows are groups of tenants long gone: this makes a refit
+        # O(live groups), not O(all groups ever seen).
+        self._touched: set[int] = set()
+        self._edges: list[float] = bins.edges.tolist()
+
+    def _column(self, lifetime: float) -> int:
+        """``bins.index`` of one lifetime, without numpy's per-call cost (same side)."""
+        return bisect.bisect_right(self._edges, lifetime) - 1
 
     @property
     def groups(self) -> int:
@@ -66,31 +80,39 @@ class GroupedLifeTables:
         return rows[-1]
 
     def observe_exit(self, rows: GroupRows, lifetime: float) -> None:
-        column = int(self.bins.index(np.array([lifetime]))[0])
+        column = self._column(lifetime)
         for row in rows:
             self.deaths[row, column] += 1.0
+        self._touched.update(rows)
 
     def observe_censored(self, rows: GroupRows, seen: float) -> None:
-        column = int(self.bins.index(np.array([seen]))[0])
+        column = self._column(seen)
         for row in rows:
             self.censored[row, column] += 1.0
+        self._touched.update(rows)
 
     def refit(self, running_rows: np.ndarray, running_uptimes: FloatArray) -> None:
         """Rebuild every table with the running VMs censored at their uptimes.
 
         ``running_rows`` is (VMs, levels); ``running_uptimes`` their uptimes.
         """
-        n = len(self._rows)
-        censored = self.censored[:n].copy()
+        running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
+        touched = np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))
+        self._touched = set()
+        dirty = np.unique(np.concatenate([touched, running_rows.ravel()]))
+        if not len(dirty):
+            return
+        censored = self.censored[dirty]  # a copy (fancy indexing)
         if len(running_uptimes):
             columns = self.bins.index(np.asarray(running_uptimes, dtype=np.float64))
             for level in range(running_rows.shape[1]):
-                np.add.at(censored, (running_rows[:, level], columns), 1.0)
-        deaths = self.deaths[:n]
-        self.observations[:n] = deaths.sum(axis=1) + censored.sum(axis=1)
+                local = np.searchsorted(dirty, running_rows[:, level])
+                np.add.at(censored, (local, columns), 1.0)
+        deaths = self.deaths[dirty]
+        self.observations[dirty] = deaths.sum(axis=1) + censored.sum(axis=1)
         mass = life_table(deaths, censored, self.tail_hazard)
         m0, m1 = suffix_sums(mass, self.bins)
-        self.mass[:n], self.m0[:n], self.m1[:n] = mass, m0, m1
+        self.mass[dirty], self.m0[dirty], self.m1[dirty] = mass, m0, m1
 
     def _grow(self, rows: int) -> None:
         if rows <= len(self.deaths):
