@@ -9,18 +9,21 @@ import contextlib
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, Any
 
 import orjson
 import typer
+from pydantic import BaseModel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lavad.daemon.admission.registry import ADMISSION_POLICIES
 from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.evaluation.admission_cli import admission_command
 from lavad.daemon.evaluation.gpa_cli import gpa_command
 from lavad.daemon.evaluation.lifetime import lifetime_command
 from lavad.daemon.evaluation.limits_cli import limits_command, limits_sweep_command
 from lavad.daemon.evaluation.migrations_cli import migrations_command
+from lavad.daemon.limits.service import RECOMMENDER_REGISTRY
 from lavad.daemon.live.cli import (
     broker_command,
     demo_command,
@@ -29,7 +32,10 @@ from lavad.daemon.live.cli import (
     tail_command,
     topics_create_command,
 )
+from lavad.daemon.migrations.lifetimes import LIFETIME_SOURCES
+from lavad.daemon.migrations.orders import ORDERS
 from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.daemon.registry import Registry
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError
@@ -230,12 +236,27 @@ def trace_convert_command(
 
 @app.command("policies")
 def policies_command() -> None:
-    """List the placement policies and their arguments."""
+    """List everything the configuration chooses by name, with its arguments."""
+    out.print("[bold underline]placement policies[/bold underline] (placement.policy)")
     for name, spec in sorted(REGISTRY.items()):
-        out.print(f"[bold]{name}[/bold]: {spec.summary}")
-        for field_name, info in spec.args_model.model_fields.items():
-            default = info.get_default(call_default_factory=True)
-            out.print(f"    {field_name}: {info.description or ''} (default {default!r})")
+        _print_entry(name, spec.summary, spec.args_model)
+    registries: tuple[tuple[str, str, Registry[Any]], ...] = (
+        ("admission policies", "admission.policy", ADMISSION_POLICIES),
+        ("limit recommenders", "limits.recommender", RECOMMENDER_REGISTRY),
+        ("migration orders", "migrations.order", ORDERS),
+        ("lifetime sources", "migrations.lifetimes", LIFETIME_SOURCES),
+    )
+    for heading, key, registry in registries:
+        out.print(f"\n[bold underline]{heading}[/bold underline] ({key})")
+        for entry in registry:
+            _print_entry(entry.name, entry.summary, entry.args)
+
+
+def _print_entry(name: str, summary: str, args: type[BaseModel]) -> None:
+    out.print(f"[bold]{name}[/bold]: {summary}")
+    for field_name, info in args.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        out.print(f"    {field_name}: {info.description or ''} (default {default!r})")
 
 
 @config_app.command("check")

@@ -47,10 +47,7 @@ from lavad.daemon.limits.service import LimitsConfig, PoolLimits
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
 from lavad.daemon.migrations.config import LifetimeSource, MigrationsConfig, drains_by_itself
 from lavad.daemon.migrations.lifetimes import (
-    NoLifetimes,
-    OracleLifetimes,
-    OwnLifetimes,
-    PolicyLifetimes,
+    LIFETIME_SOURCES,
     RemainingLifetimes,
     policy_tracker,
 )
@@ -798,14 +795,7 @@ def _migration_planner(pool: str, config: EngineConfig, policy: Policy) -> Migra
         source = sources.get(kind)
         if source is None:
             tracker = policy_tracker(policy.hooks)
-            if kind == "oracle":
-                source = OracleLifetimes()
-            elif tracker is not None:
-                source = PolicyLifetimes(tracker)
-            elif kind == "model" or drains_by_itself(settings):
-                source = OwnLifetimes()
-            else:
-                source = NoLifetimes()
+            source = LIFETIME_SOURCES.build(kind, None, tracker, drains_by_itself(settings))
             sources[kind] = source
         return source
 

@@ -7,11 +7,10 @@ naming the key.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from lavad.daemon.admission.cluster import PAPER_HORIZONS_S, PAPER_STEPS, LookaheadGrid
 from lavad.daemon.admission.policies import (
@@ -20,7 +19,7 @@ from lavad.daemon.admission.policies import (
     SecondMoment,
     ZerothMoment,
 )
-from lavad.daemon.config_errors import first_error
+from lavad.daemon.registry import Entry, Registry, RegistryError
 
 
 class AdmissionArgs(BaseModel):
@@ -76,21 +75,8 @@ class SecondArgs(MomentArgs):
     )
 
 
-class AdmissionConfigError(ValueError):
+class AdmissionConfigError(RegistryError):
     """An admission policy name or argument that cannot be used; ``key`` locates it."""
-
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"{key}: {reason}")
-        self.key = key
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionSpec:
-    name: str
-    summary: str
-    args_model: type[AdmissionArgs]
-    build: Callable[[AdmissionArgs], AdmissionPolicy]
 
 
 def _zeroth(args: AdmissionArgs) -> AdmissionPolicy:
@@ -111,26 +97,28 @@ def _second(args: AdmissionArgs) -> AdmissionPolicy:
     return SecondMoment(args.threshold, args.grid(), args.marginal_fraction)
 
 
-ADMISSION_POLICIES: dict[str, AdmissionSpec] = {
-    "zeroth": AdmissionSpec("zeroth", "threshold on active cores", ZerothArgs, _zeroth),
-    "first": AdmissionSpec("first", "Markov bound on expected future cores", FirstArgs, _first),
-    "second": AdmissionSpec("second", "Cantelli bound on future cores", SecondArgs, _second),
-}
+ADMISSION_POLICIES: Registry[AdmissionPolicy] = Registry(
+    "admission policy",
+    [
+        Entry("zeroth", "threshold on active cores", _zeroth, ZerothArgs),
+        Entry("first", "Markov bound on expected future cores", _first, FirstArgs),
+        Entry("second", "Cantelli bound on future cores", _second, SecondArgs),
+    ],
+)
 
 
 def validate_admission_args(
     name: str, args: Mapping[str, Any], key: str = "admission"
 ) -> AdmissionArgs:
     """The validated arguments of ``name``; ``AdmissionConfigError`` names a bad key."""
-    spec = ADMISSION_POLICIES.get(name)
-    if spec is None:
-        known = ", ".join(sorted(ADMISSION_POLICIES))
-        raise AdmissionConfigError(f"{key}.policy", f"unknown policy {name!r} (known: {known})")
     try:
-        return spec.args_model.model_validate(dict(args))
-    except ValidationError as exc:
-        error = first_error(exc, key)
-        raise AdmissionConfigError(error.key, error.reason) from exc
+        ADMISSION_POLICIES.entry(name, f"{key}.policy")
+        validated = ADMISSION_POLICIES.validate(name, args, key)
+    except RegistryError as exc:
+        raise AdmissionConfigError(exc.key, exc.reason) from None
+    if not isinstance(validated, AdmissionArgs):
+        raise TypeError(f"{name} validated to {type(validated).__name__}")
+    return validated
 
 
 def build_admission_policy(
@@ -138,4 +126,4 @@ def build_admission_policy(
 ) -> AdmissionPolicy:
     """Build policy ``name`` from raw configuration arguments."""
     validated = validate_admission_args(name, args or {}, key)
-    return ADMISSION_POLICIES[name].build(validated)
+    return ADMISSION_POLICIES.build(name, validated)

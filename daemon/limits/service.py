@@ -19,11 +19,13 @@ class here, not a closure.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Final
 
 from pydantic import AfterValidator, ConfigDict, Field
 
+from lavad.daemon.registry import Entry, NoArgs, Registry
 from lavad.models.limits.decision import LimitDecision, LimitTracker, Resource
 from lavad.models.limits.histogram import JobAggregator
 from lavad.models.limits.ml import MlConfig, MlRecommender
@@ -36,12 +38,41 @@ from lavad.models.limits.window import (
 )
 from lavad.streams.schema import UsageSample
 
-RECOMMENDERS: Final[tuple[str, ...]] = (
-    "off",
-    "ml",
-    "vpa",
-    *(f"window-{statistic}" for statistic in STATISTICS),
+
+def _moving_window(statistic: str) -> Callable[[NoArgs, Resource], LimitRecommender]:
+    def build(_args: NoArgs, resource: Resource) -> LimitRecommender:
+        half_life = WindowConfig.for_resource(resource).half_life_s
+        return MovingWindowRecommender(WindowConfig(statistic, half_life))  # type: ignore[arg-type]
+
+    return build
+
+
+RECOMMENDER_REGISTRY: Registry[LimitRecommender] = Registry(
+    "limit recommender",
+    [
+        Entry(
+            "ml",
+            "Autopilot's ML recommender: arg-min models over (decay, margin), least cost chosen",
+            lambda _args, resource: MlRecommender(MlConfig.for_resource(resource)),
+        ),
+        Entry(
+            "vpa",
+            "the Kubernetes VPA recommender (24 h half-life, p90, +15%, OOM bump)",
+            lambda _args, resource: VpaRecommender(resource),
+        ),
+        *(
+            Entry(
+                f"window-{statistic}",
+                f"Autopilot's moving window, {statistic} of load-adjusted usage, +10%",
+                _moving_window(statistic),
+            )
+            for statistic in STATISTICS
+        ),
+    ],
 )
+
+# What [limits] recommender accepts: "off", or a recommender's name.
+RECOMMENDERS: Final[tuple[str, ...]] = ("off", *RECOMMENDER_REGISTRY.names)
 
 
 def _known_recommender(name: str) -> str:
@@ -83,18 +114,12 @@ class RecommenderFactory:
     """Builds the named recommender for one resource (picklable, unlike a closure)."""
 
     def __init__(self, name: str) -> None:
-        if name not in RECOMMENDERS or name == "off":
+        if name not in RECOMMENDER_REGISTRY:
             raise ValueError(f"no recommender named {name!r}")
         self.name = name
 
     def __call__(self, resource: Resource) -> LimitRecommender:
-        if self.name == "ml":
-            return MlRecommender(MlConfig.for_resource(resource))
-        if self.name == "vpa":
-            return VpaRecommender(resource)
-        statistic = self.name.removeprefix("window-")
-        half_life = WindowConfig.for_resource(resource).half_life_s
-        return MovingWindowRecommender(WindowConfig(statistic, half_life))  # type: ignore[arg-type]
+        return RECOMMENDER_REGISTRY.build(self.name, None, resource)
 
 
 class PoolLimits:

@@ -20,6 +20,7 @@ from lavad.daemon.cluster import ClusterState, VmRecord
 from lavad.daemon.placement.framework import PlacementHooks
 from lavad.daemon.placement.lava import LavaHosts
 from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
+from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmPlaced, VmRequest
 
@@ -183,3 +184,35 @@ class NoLifetimes:
         self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
     ) -> None:
         return
+
+
+def _policy_or(fallback: RemainingLifetimes, tracker: LifetimeTracker | None) -> RemainingLifetimes:
+    return fallback if tracker is None else PolicyLifetimes(tracker)
+
+
+# Where a planner's (or a compared order's) remaining lifetimes come from. A
+# factory gets the policy's tracker (None under Best Fit, First Fit, GPA) and
+# whether the pool drains by itself (defragmentation, rolling maintenance).
+LIFETIME_SOURCES: Registry[RemainingLifetimes] = Registry(
+    "lifetime source",
+    [
+        Entry(
+            "policy",
+            "the placement policy's (re)predictions; without them, a model of the planner's"
+            " own when the pool drains by itself, else none",
+            lambda _args, tracker, drains: _policy_or(
+                OwnLifetimes() if drains else NoLifetimes(), tracker
+            ),
+        ),
+        Entry(
+            "model",
+            "always a model: the placement policy's, or the planner's own",
+            lambda _args, tracker, _drains: _policy_or(OwnLifetimes(), tracker),
+        ),
+        Entry(
+            "oracle",
+            "true lifetimes attached by `lavad replay` (replays only)",
+            lambda _args, _tracker, _drains: OracleLifetimes(),
+        ),
+    ],
+)

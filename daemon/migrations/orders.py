@@ -22,6 +22,7 @@ from typing import Protocol
 
 from lavad.daemon.migrations.config import OrderName
 from lavad.daemon.placement.framework import UniformDraws
+from lavad.daemon.registry import Entry, Registry
 
 
 @dataclass(slots=True)
@@ -80,13 +81,24 @@ class RandomOrder:
         return ranked
 
 
+ORDERS: Registry[MigrationOrder] = Registry(
+    "migration order",
+    [
+        Entry(
+            "lars",
+            "longest predicted remaining lifetime first (LAVA paper, 4.4)",
+            lambda _args, _draws: LongestRemainingFirst(),
+        ),
+        Entry("arrival", "in the order the VMs were queued", lambda _args, _draws: ArrivalOrder()),
+        Entry(
+            "shortest",
+            "shortest predicted remaining lifetime first",
+            lambda _args, _draws: ShortestRemainingFirst(),
+        ),
+        Entry("random", "a seeded random order", lambda _args, draws: RandomOrder(draws)),
+    ],
+)
+
+
 def build_order(name: OrderName, draws: UniformDraws) -> MigrationOrder:
-    if name == "lars":
-        return LongestRemainingFirst()
-    if name == "shortest":
-        return ShortestRemainingFirst()
-    if name == "arrival":
-        return ArrivalOrder()
-    if name == "random":
-        return RandomOrder(draws)
-    raise ValueError(f"unknown migration order {name!r}; known: lars, arrival, shortest, random")
+    return ORDERS.build(name, None, draws)
