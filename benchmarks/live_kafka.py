@@ -226,8 +226,9 @@ def sustained_ingest(per_pool: int) -> None:
         f"  CPU while timed: this process {ingest.daemon_cpu_seconds / wall:.0%} of a core, "
         f"broker {ingest.broker_cpu_seconds / wall:.0%} of a core"
     )
-    verdict = "met" if ingest.rate >= 20_000 else "NOT met"
-    print(f"  goal >= 20,000 records/s per instance: {verdict}")
+    ratio = ingest.rate / result.events_per_second
+    verdict = "met" if ingest.rate >= 40_000 and ratio >= 0.8 else "NOT met"
+    print(f"  goal >= 40,000 records/s per instance and >= 0.8x the replay: {verdict}")
 
 
 # ----------------------------------------------------------------- latency

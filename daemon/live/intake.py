@@ -57,12 +57,13 @@ class Intake:
             if owned is None or not records:
                 continue  # revoked between fetch and processing: the next owner reads them
             expected = owned.positions.get(tp.topic, 0)
-            for record in records:
-                if record.offset < expected:
-                    # Already reflected in the state (a fetch that raced a seek).
-                    self.telemetry.records_skipped.inc()
-                    continue
-                out.extend(self._one(owned, tp, record, wall))
+            if records[0].offset < expected:
+                # Already reflected in the state (a fetch that raced a seek).
+                fresh = [record for record in records if record.offset >= expected]
+                self.telemetry.records_skipped.inc(len(records) - len(fresh))
+            else:
+                fresh = records
+            self._records(owned, tp, fresh, wall, out)
             owned.positions[tp.topic] = records[-1].offset + 1
             self.records_processed += len(records)
         for event_type, count in self._event_counts.items():
@@ -70,46 +71,65 @@ class Intake:
         self._event_counts.clear()
         return out
 
-    def _one(self, owned: OwnedPartition, tp: Any, record: Any, wall: float) -> list[Outgoing]:
-        raw: bytes | None = record.value
-        if raw is None:
-            return [self.dead_letter(record, tp, "decode", "record has no value (tombstone)")]
-        try:
-            event = decode_event(raw)
-        except SchemaError as exc:
-            return [self.dead_letter(record, tp, "decode", str(exc))]
-        pool = event.pool
-        pool_partition = self.partitions.pool_partition
-        owner = pool_partition.get(pool)
-        if owner is None:
-            pool_partition[pool] = owner = owned.number
-            owned.pools.add(pool)
-        if owner != owned.number:
-            return [
-                self.dead_letter(
-                    record,
-                    tp,
-                    "routing",
-                    f"pool {pool!r} lives on partition {owner} of the input topics, this record "
-                    f"came on partition {owned.number}: key every input record by its pool",
-                )
-            ]
-        self._event_counts[event.type] += 1
+    def _records(
+        self, owned: OwnedPartition, tp: Any, records: list[Any], wall: float, out: list[Outgoing]
+    ) -> None:
+        """One partition's records, in order, appending what to publish to ``out``.
+
+        The per-record work of the live path (~1 us here against ~11 us in
+        the engine): names are bound once per batch, not looked up per record.
+        """
         engine = self.engine
-        handled = engine.handle(event, event.time)
-        rejection = handled.rejection
-        if rejection is None or rejection.stage != "time":
-            # Only a plausible time moves the watermark (and every pool's timers).
-            self.watermark.observe(tp, event.time, wall)
-        if pool not in engine.pools:
-            # Refused before the pool opened: its name must not be kept either.
-            owned.pools.discard(pool)
-            pool_partition.pop(pool, None)
-        out = [self.decision(decision, record.timestamp) for decision in handled.decisions]
-        if rejection is not None:
-            # After the decisions the timers made on the way: both are published.
-            out.append(self.dead_letter(record, tp, rejection.stage, rejection.reason))
-        return out
+        handle = engine.handle
+        pools = engine.pools
+        pool_partition = self.partitions.pool_partition
+        observe = self.watermark.observe
+        counts = self._event_counts
+        decision = self.decision
+        number = owned.number
+        latest = float("-inf")
+        for record in records:
+            raw: bytes | None = record.value
+            if raw is None:
+                tombstone = "record has no value (tombstone)"
+                out.append(self.dead_letter(record, tp, "decode", tombstone))
+                continue
+            try:
+                event = decode_event(raw)
+            except SchemaError as exc:
+                out.append(self.dead_letter(record, tp, "decode", str(exc)))
+                continue
+            pool = event.pool
+            owner = pool_partition.get(pool)
+            if owner is None:
+                pool_partition[pool] = owner = number
+                owned.pools.add(pool)
+            if owner != number:
+                reason = (
+                    f"pool {pool!r} lives on partition {owner} of the input topics, this record "
+                    f"came on partition {number}: key every input record by its pool"
+                )
+                out.append(self.dead_letter(record, tp, "routing", reason))
+                continue
+            counts[event.type] += 1
+            handled = handle(event, event.time)
+            rejection = handled.rejection
+            if rejection is None or rejection.stage != "time":
+                # Only a plausible time moves the watermark (and every pool's timers);
+                # the latest of the batch is enough (observe keeps the maximum).
+                latest = max(latest, event.time)
+            if pool not in pools:
+                # Refused before the pool opened: its name must not be kept either.
+                owned.pools.discard(pool)
+                pool_partition.pop(pool, None)
+            timestamp = record.timestamp
+            for made in handled.decisions:
+                out.append(decision(made, timestamp))
+            if rejection is not None:
+                # After the decisions the timers made on the way: both are published.
+                out.append(self.dead_letter(record, tp, rejection.stage, rejection.reason))
+        if latest != float("-inf"):
+            observe(tp, latest, wall)
 
     def advance_timers(self) -> list[Outgoing]:
         now = self.watermark.current(time.time())
