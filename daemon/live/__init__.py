@@ -1,8 +1,16 @@
 """The live shell: Kafka in, the engine, decisions out.
 
-- ``shell.py``: the consume -> decide -> publish (acks=all) -> commit loop,
-  partition ownership, rebalances and snapshots; the delivery guarantee.
-- ``snapshots.py``: versioned per-partition state with the offsets it reflects.
+- ``shell.py``: ``LiveDaemon``, the consume -> decide -> publish (acks=all)
+  -> commit loop, the broker probe, housekeeping and shutdown; it composes:
+- ``intake.py``: records to events (decode, route by pool), the engine, dead
+  letters after the decisions the timers made, the watermark's timers;
+- ``publisher.py``: acks=all batches per topic and partition, re-sends,
+  transactions;
+- ``partitions.py``: taking, restoring (or rebuilding) and releasing
+  partitions; snapshots only while everything is published;
+- ``retry.py``: the one backoff every retry uses.
+- ``snapshots.py`` and ``state_codec.py``: versioned per-partition state with
+  the offsets it reflects, written as data (JSON and raw arrays), never code.
 - ``watermark.py``: event-time watermark for the engine's timers.
 - ``telemetry.py`` and ``http.py``: Prometheus metrics, /healthz, /readyz.
 - ``connection.py``: aiokafka clients from ``[kafka]`` settings.
