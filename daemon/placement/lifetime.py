@@ -108,7 +108,7 @@ class LifetimeSettings:
     # quantiles of the VM's lifetime distribution (the host keeps its point
     # exit), so a VM the model is unsure about is not placed by one number.
     scoring: Literal["mean", "quantiles"] = "mean"
-    quantiles: int = 16
+    quantiles: int = 32
     # The class-valued request features the feature groups are keyed by
     # (``features.DECLARED_CATEGORICAL`` for those the adapters declare).
     categorical: tuple[str, ...] = ()
