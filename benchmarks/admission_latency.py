@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from lavad.daemon.admission import ClusterModel, build_admission_policy
-from lavad.daemon.evaluation.admission import fit_samples, load_vm_events
+from lavad.evaluation.admission import fit_samples, load_vm_events
 from lavad.models.deployments import DeploymentState, fit_priors
 
 ROOT = Path(__file__).resolve().parents[1]

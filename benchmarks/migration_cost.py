@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
-from lavad.daemon.evaluation.migrations import COMPARED
 from lavad.daemon.migrations.config import MigrationsConfig, RollingConfig
 from lavad.daemon.placement.registry import validate_policy_args
 from lavad.daemon.replay import replay
+from lavad.evaluation.migrations import COMPARED
 from lavad.streams.adapters import open_trace
 from lavad.streams.oracle import exit_times, with_true_lifetimes
 

@@ -9,7 +9,7 @@ import contextlib
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Final
 
 import orjson
 import typer
@@ -18,11 +18,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.daemon.admission.registry import ADMISSION_POLICIES
 from lavad.daemon.console import err, fail, out, settings_or_exit
-from lavad.daemon.evaluation.admission_cli import admission_command
-from lavad.daemon.evaluation.gpa_cli import gpa_command
-from lavad.daemon.evaluation.lifetime import lifetime_command
-from lavad.daemon.evaluation.limits_cli import limits_command, limits_sweep_command
-from lavad.daemon.evaluation.migrations_cli import migrations_command
 from lavad.daemon.limits.service import RECOMMENDER_REGISTRY
 from lavad.daemon.live.cli import (
     broker_command,
@@ -35,6 +30,7 @@ from lavad.daemon.live.cli import (
 from lavad.daemon.migrations.lifetimes import LIFETIME_SOURCES
 from lavad.daemon.migrations.orders import ORDERS
 from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.registry import Registry
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
@@ -53,27 +49,30 @@ app = typer.Typer(
 )
 trace_app = typer.Typer(help="Inspect and convert recorded traces.", no_args_is_help=True)
 config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
-evaluate_app = typer.Typer(
-    help="Evaluate lavad's models and policies on recorded traces.", no_args_is_help=True
-)
 app.add_typer(trace_app, name="trace")
 app.add_typer(config_app, name="config")
-app.add_typer(evaluate_app, name="evaluate")
 topics_app = typer.Typer(help="Create lavad's Kafka topics.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 topics_app.command("create")(topics_create_command)
-evaluate_app.command("lifetime")(lifetime_command)
-evaluate_app.command("admission")(admission_command)
-evaluate_app.command("gpa")(gpa_command)
-evaluate_app.command("limits")(limits_command)
-evaluate_app.command("limits-sweep")(limits_sweep_command)
-evaluate_app.command("migrations")(migrations_command)
 
 app.command("run")(run_command)
 app.command("produce")(produce_command)
 app.command("demo")(demo_command)
 app.command("broker")(broker_command)
 app.command("tail")(tail_command)
+
+# The offline studies (lavad.evaluation) load for every command but the live
+# ones: `lavad run` and its kin keep an import graph of what runs live.
+LIVE_COMMANDS: Final = frozenset({"run", "produce", "demo", "broker", "tail", "topics"})
+# The daemon's image leaves them out (docker/Dockerfile): there, `evaluate` is absent.
+if sys.argv[1:2] == [] or sys.argv[1] not in LIVE_COMMANDS:
+    try:
+        from lavad.evaluation.cli import evaluate_app
+    except ModuleNotFoundError as missing:
+        if not (missing.name or "").startswith("lavad.evaluation"):
+            raise
+    else:
+        app.add_typer(evaluate_app, name="evaluate")
 
 
 @app.command("replay")
@@ -173,7 +172,10 @@ def replay_command(
     )
     out.print(f"metrics written to {metrics_json}")
     if plot is not None:
-        plot_results(results, plot, trace.name)
+        try:
+            plot_results(results, plot, trace.name)
+        except PlotsUnavailable as exc:
+            raise fail(str(exc)) from None
         out.print(f"plot written to {plot}")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lavad.daemon.plotting import pyplot
 from lavad.daemon.replay import ReplayResult
 
 
@@ -128,10 +129,7 @@ def print_results(results: Sequence[ReplayResult], trace_name: str, console: Con
 
 def plot_results(results: Sequence[ReplayResult], path: Path, trace_name: str) -> None:
     """Empty hosts % and CPU utilisation over time, one line per policy (and pool)."""
-    import matplotlib  # noqa: PLC0415 - only plotting runs pay for the import
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
 
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for result in results:

@@ -31,14 +31,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from lavad.daemon.admission import (
+from lavad.daemon.admission import AdmissionPolicy, ZerothMoment, build_admission_policy
+from lavad.evaluation.admission_replay import (
     EXIT,
     REQUEST,
-    AdmissionPolicy,
     ReplayResult,
     VmEvent,
-    ZerothMoment,
-    build_admission_policy,
     latency_summary,
     replay,
     sort_events,

@@ -3,7 +3,7 @@
 Wire into ``daemon/cli.py`` with
 ``evaluate_app.command("admission")(admission_command)`` (as ``limits`` is).
 ``app`` runs the same command on its own. The protocol is
-``lavad.daemon.evaluation.admission``'s.
+``lavad.evaluation.admission``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from lavad.daemon.console import fail, out
-from lavad.daemon.evaluation.admission import TraceName, evaluate_admission
+from lavad.evaluation.admission import TraceName, evaluate_admission
 from lavad.streams.adapters import TraceFormatError
 
 app = typer.Typer(help="Admission control: zeroth, first and second moment policies.")

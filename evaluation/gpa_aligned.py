@@ -40,7 +40,7 @@ from typing import Any, Final
 import numpy as np
 
 from lavad.daemon.cluster import FloatArray
-from lavad.daemon.evaluation.gpa_sweep import (
+from lavad.evaluation.gpa_sweep import (
     PAPER_AV_FACTORS,
     PAPER_CANTELLI,
     PAPER_CAPACITIES,
@@ -49,7 +49,7 @@ from lavad.daemon.evaluation.gpa_sweep import (
     Method,
     ObservedStats,
 )
-from lavad.daemon.placement.stochastic_packing import (
+from lavad.evaluation.stochastic_packing import (
     CovarianceGpaFitTest,
     FitTest,
     GpaFitTest,

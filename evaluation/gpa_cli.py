@@ -2,8 +2,8 @@
 
 Wire into ``daemon/cli.py`` as the other evaluations are:
 ``evaluate_app.command("gpa")(gpa_command)`` (``app`` holds the same command).
-The protocols are ``lavad.daemon.evaluation.gpa_sweep``'s (the paper's
-section 5) and ``lavad.daemon.evaluation.gpa_aligned``'s.
+The protocols are ``lavad.evaluation.gpa_sweep``'s (the paper's
+section 5) and ``lavad.evaluation.gpa_aligned``'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from lavad.daemon.console import fail, out
-from lavad.daemon.evaluation.gpa_evaluation import run_gpa_evaluation
+from lavad.evaluation.gpa_evaluation import run_gpa_evaluation
 from lavad.streams.adapters import TraceFormatError
 
 app = typer.Typer(help="GPA stochastic bin packing against the paper's baselines.")

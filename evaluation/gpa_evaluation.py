@@ -16,13 +16,14 @@ from typing import Any
 
 import orjson
 
-from lavad.daemon.evaluation.gpa_aligned import (
+from lavad.daemon.plotting import pyplot
+from lavad.evaluation.gpa_aligned import (
     AlignedResult,
     AlignedSettings,
     load_aligned_windows,
     run_aligned,
 )
-from lavad.daemon.evaluation.gpa_sweep import (
+from lavad.evaluation.gpa_sweep import (
     PAPER_CAPACITIES,
     PAPER_RHOS,
     SweepResult,
@@ -115,10 +116,7 @@ FAMILY_COLOURS = {
 
 def plot_m_vs_q(evaluation: GpaEvaluation, path: Path) -> None:
     """PNG: m against q per capacity (columns), resampled and aligned (rows)."""
-    import matplotlib  # noqa: PLC0415 - only plotting runs pay for the import
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
 
     panels: list[tuple[str, list[dict[str, Any]]]] = [
         ("resampled", [r for r in evaluation.resampled.summary() if r["clairvoyance"] == 1.0]),

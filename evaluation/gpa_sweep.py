@@ -38,7 +38,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from lavad.daemon.cluster import FloatArray, IntArray
-from lavad.daemon.placement.stochastic_packing import (
+from lavad.evaluation.stochastic_packing import (
     FitTest,
     GpaFitTest,
     Packing,

@@ -42,6 +42,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
+from lavad.daemon.plotting import pyplot
 from lavad.models.limits.histogram import Observation
 from lavad.models.limits.ml import MlConfig, MlRecommender
 from lavad.models.limits.vpa import VpaRecommender
@@ -335,10 +336,7 @@ def dominates(a: RecommenderScore, b: RecommenderScore, slack_tol: float = 0.0) 
 
 def plot_pareto(evaluations: Sequence[LimitsEvaluation], png: Path) -> None:
     """Relative slack against overrun rate, one panel per (trace, resource)."""
-    import matplotlib  # noqa: PLC0415 - only plotting runs pay for the import
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
 
     panels = [
         (ev, res)

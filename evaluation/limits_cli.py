@@ -5,7 +5,7 @@ Wire into ``daemon/cli.py`` as ``lifetime`` is:
 ``evaluate_app.command("limits-sweep")(limits_sweep_command)``, for
 ``lavad evaluate limits PATH...`` and ``lavad evaluate limits-sweep PATH`` (the
 documented hyperparameter sweep). ``app`` holds both commands. The protocol
-is ``lavad.daemon.evaluation.limits``'s.
+is ``lavad.evaluation.limits``'s.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import typer
 from rich.table import Table
 
 from lavad.daemon.console import fail, out
-from lavad.daemon.evaluation.limits import (
+from lavad.evaluation.limits import (
     DEFAULT_WARMUP_S,
     LimitsEvaluation,
     Resource,

@@ -1,6 +1,6 @@
 """``lavad evaluate migrations TRACE``: LARS against the baseline orders.
 
-The protocol is ``lavad.daemon.evaluation.migrations``'s; this module reads
+The protocol is ``lavad.evaluation.migrations``'s; this module reads
 the trace and the settings, and prints the table.
 """
 
@@ -16,14 +16,14 @@ import typer
 from rich.table import Table
 
 from lavad.daemon.console import err, fail, out, settings_or_exit
-from lavad.daemon.evaluation.migrations import (
+from lavad.daemon.migrations.config import RollingConfig
+from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.daemon.settings import ConfigError
+from lavad.evaluation.migrations import (
     BASELINES,
     MigrationEvaluation,
     evaluate_migrations,
 )
-from lavad.daemon.migrations.config import RollingConfig
-from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
-from lavad.daemon.settings import ConfigError
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.codec import BadRecord
 from lavad.streams.oracle import exit_times, with_true_lifetimes

@@ -8,23 +8,25 @@ import numpy as np
 import pytest
 
 from lavad.daemon.admission import (
-    EXIT,
-    REQUEST,
     AdmissionConfigError,
     AdmissionPolicy,
     ClusterModel,
     FirstMoment,
     LookaheadGrid,
-    ReplayResult,
     SecondMoment,
-    VmEvent,
     ZerothMoment,
     build_admission_policy,
     cantelli,
+    validate_admission_args,
+)
+from lavad.evaluation.admission_replay import (
+    EXIT,
+    REQUEST,
+    ReplayResult,
+    VmEvent,
     replay,
     sort_events,
     tune_threshold,
-    validate_admission_args,
 )
 from lavad.models.deployments import DeploymentPriors, GammaBelief
 

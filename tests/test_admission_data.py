@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from lavad.daemon.admission import REQUEST, ZerothMoment, replay
-from lavad.daemon.evaluation.admission import (
+from lavad.daemon.admission import ZerothMoment
+from lavad.evaluation.admission import (
     choose_capacity,
     fit_samples,
     load_vm_events,
     offered_load,
 )
+from lavad.evaluation.admission_replay import REQUEST, replay
 from lavad.models.deployments import fit_priors
 
 

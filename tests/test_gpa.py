@@ -8,11 +8,6 @@ import numpy as np
 import pytest
 
 from lavad.daemon.cluster import ClusterState
-from lavad.daemon.evaluation.gpa_sweep import (
-    ObservedStats,
-    load_usage_series,
-    realisations,
-)
 from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy
 from lavad.daemon.placement.gpa import (
     UsageHooks,
@@ -22,7 +17,12 @@ from lavad.daemon.placement.gpa import (
     standardized_headroom,
 )
 from lavad.daemon.placement.registry import PolicyConfigError, build_policy, validate_policy_args
-from lavad.daemon.placement.stochastic_packing import (
+from lavad.evaluation.gpa_sweep import (
+    ObservedStats,
+    load_usage_series,
+    realisations,
+)
+from lavad.evaluation.stochastic_packing import (
     CovarianceGpaFitTest,
     GpaFitTest,
     SizeFitTest,

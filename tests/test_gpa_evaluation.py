@@ -9,7 +9,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from lavad.daemon.evaluation.gpa_aligned import (
+from lavad.evaluation.gpa_aligned import (
     AlignedSettings,
     aligned_overflow_frequency,
     calibrated_margin,
@@ -20,9 +20,9 @@ from lavad.daemon.evaluation.gpa_aligned import (
     pooled_variance_factor,
     run_aligned,
 )
-from lavad.daemon.evaluation.gpa_cli import app
-from lavad.daemon.evaluation.gpa_evaluation import run_gpa_evaluation
-from lavad.daemon.placement.stochastic_packing import GpaFitTest, Packing, pack, rebalance
+from lavad.evaluation.gpa_cli import app
+from lavad.evaluation.gpa_evaluation import run_gpa_evaluation
+from lavad.evaluation.stochastic_packing import GpaFitTest, Packing, pack, rebalance
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-slice"
 

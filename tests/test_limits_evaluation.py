@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from lavad.daemon.evaluation.limits import (
+from lavad.evaluation.limits import (
     RecommenderScore,
     default_recommenders,
     dominates,
@@ -19,7 +19,7 @@ from lavad.daemon.evaluation.limits import (
     replay_job,
     score,
 )
-from lavad.daemon.evaluation.limits_cli import app
+from lavad.evaluation.limits_cli import app
 from lavad.models.limits import BucketScheme, MovingWindowRecommender, WindowConfig
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-limits-slice"

@@ -19,7 +19,7 @@ floored at ``SIGMA_FLOOR`` x c, so such hosts rank by mean headroom, the
 classic Best Fit, and no score is infinite (the pipeline reads an infinite
 best score as "nothing fits").
 
-The math is shared with the offline packer (``stochastic_packing.py``); the
+The math is shared with the offline packer (``evaluation/stochastic_packing.py``); the
 plugins below are the live pipeline's: ``GpaFilter`` for the fit, and
 ``GpaBestFitScore`` (or ``FirstFitScore``) to rank, on the host sums of
 ``lavad.models.usage.hosts.HostUsage``, which ``UsageHooks`` keep up to date

@@ -57,7 +57,7 @@ class MlConfig:
 
     The bare defaults are the paper's equations as written (count underruns,
     additive margins). ``for_resource`` gives the configurations tuned with
-    ``lavad.daemon.evaluation.limits.sweep_ml`` on 8 Google 2011 jobs held
+    ``lavad.evaluation.limits.sweep_ml`` on 8 Google 2011 jobs held
     out of the evaluation sample; the paper does not publish its values.
     """
 

@@ -1,0 +1,21 @@
+"""``lavad evaluate ...``: the offline studies' commands, as one typer app."""
+
+from __future__ import annotations
+
+import typer
+
+from lavad.daemon.evaluation.lifetime import lifetime_command
+from lavad.evaluation.admission_cli import admission_command
+from lavad.evaluation.gpa_cli import gpa_command
+from lavad.evaluation.limits_cli import limits_command, limits_sweep_command
+from lavad.evaluation.migrations_cli import migrations_command
+
+evaluate_app = typer.Typer(
+    help="Evaluate lavad's models and policies on recorded traces.", no_args_is_help=True
+)
+evaluate_app.command("lifetime")(lifetime_command)
+evaluate_app.command("admission")(admission_command)
+evaluate_app.command("gpa")(gpa_command)
+evaluate_app.command("limits")(limits_command)
+evaluate_app.command("limits-sweep")(limits_sweep_command)
+evaluate_app.command("migrations")(migrations_command)
