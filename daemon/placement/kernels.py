@@ -173,3 +173,149 @@ def warm_up() -> None:
         _filter_and_score(
             free, free, unschedulable, 1, 1.0, 1.0, d2, 0.0, weights, present, 0.0, BESTFIT, ties
         )
+
+
+@numba.njit(cache=True, nogil=True)
+def _lifetime_scan(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    preference: FloatArray,
+    use_preference: bool,
+    host_exit: FloatArray,
+    now: float,
+    lifetime: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    buckets: FloatArray,
+    ties: IntArray,
+) -> tuple[int, float, float, float]:
+    """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
+
+    Lexicographic in (preference, LAS cost, Best Fit score), each computed as
+    the numpy scorers compute it, in the same floating-point order:
+
+    * LAS, point: the bucket of (now + lifetime) - max(host_exit, now),
+      clipped at 0 (``lifetime.temporal_cost``);
+    * LAS, quantiles: the thresholds at or above max(host_exit, now) - now
+      (``lifetime.expected_cost_counts``);
+    * Best Fit: as ``_filter_and_score``.
+
+    Returns (count, best preference, best LAS cost, best Best Fit score) and
+    the tied hosts, ascending, in ``ties[:count]``.
+    """
+    w0 = weights[0] if present[0] else 0.0
+    w1 = weights[1] if present[1] else 0.0
+    w2 = weights[2] if present[2] else 0.0
+    w3 = weights[3] if present[3] else 0.0
+    best_p = np.inf
+    best_c = np.inf
+    best_s = np.inf
+    count = 0
+    start = now + lifetime
+    n_thresholds = len(thresholds)
+    n_buckets = len(buckets)
+    for h in range(n):
+        if unschedulable[h]:
+            continue
+        f0 = free[0, h]
+        f1 = free[1, h]
+        if f0 < d0 - tolerance or f1 < d1 - tolerance:
+            continue
+        if d2 != 0.0 and free[2, h] < d2 - tolerance:
+            continue
+        if d3 != 0.0 and free[3, h] < d3 - tolerance:
+            continue
+        p = preference[h] if use_preference else 0.0
+        if p > best_p:
+            continue
+        exit_h = max(host_exit[h], now)
+        if use_thresholds:
+            # searchsorted(thresholds, exit_h - now, side="left")
+            remaining = exit_h - now
+            lo = 0
+            hi = n_thresholds
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if thresholds[mid] < remaining:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            c = float(n_thresholds - lo)
+        else:
+            delta = max(start - exit_h, 0.0)
+            # searchsorted(buckets, delta, side="right") - 1
+            index = 0
+            while index < n_buckets and buckets[index] <= delta:
+                index += 1
+            c = float(index - 1)
+        if p == best_p and c > best_c:
+            continue
+        score = 0.0
+        score += (f0 - d0) * inv_capacity[0, h] * w0
+        score += (f1 - d1) * inv_capacity[1, h] * w1
+        if w2 != 0.0:
+            score += (free[2, h] - d2) * inv_capacity[2, h] * w2
+        if w3 != 0.0:
+            score += (free[3, h] - d3) * inv_capacity[3, h] * w3
+        if p < best_p or c < best_c or score < best_s:
+            best_p = p
+            best_c = c
+            best_s = score
+            ties[0] = h
+            count = 1
+        elif score == best_s:
+            ties[count] = h
+            count += 1
+    return count, best_p, best_c, best_s
+
+
+# Typed as ``compiled_filter_and_score`` is, for the same reason.
+compiled_lifetime_scan: Callable[
+    [
+        FloatArray,
+        FloatArray,
+        BoolArray,
+        int,
+        float,
+        float,
+        float,
+        float,
+        FloatArray,
+        BoolArray,
+        float,
+        FloatArray,
+        bool,
+        FloatArray,
+        float,
+        float,
+        FloatArray,
+        bool,
+        FloatArray,
+        IntArray,
+    ],
+    tuple[int, float, float, float],
+] = _lifetime_scan
+
+
+def warm_up_lifetime() -> None:
+    """Compile (or load) the lifetime scan in both LAS modes before anything is timed."""
+    free = np.zeros((4, 1))
+    ties = np.zeros(1, dtype=np.int64)
+    ones = np.ones(4)
+    present = np.ones(4, dtype=np.bool_)
+    unschedulable = np.zeros(1, dtype=np.bool_)
+    one = np.zeros(1)
+    for use_thresholds in (False, True):
+        _lifetime_scan(
+            free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0,
+            one, True, one, 0.0, 0.0, one, use_thresholds, one, ties,
+        )  # fmt: skip

@@ -30,6 +30,7 @@ from lavad.daemon.placement.lifetime import (
     LifetimeSettings,
     LifetimeTracker,
 )
+from lavad.daemon.placement.lifetime_policy import LifetimePolicy
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS, USED_FEATURES
 from lavad.models.usage.hosts import HostUsage, UsagePrior
 from lavad.models.usage.moments import UsageMoments
@@ -209,7 +210,9 @@ def _las(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], Po
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle)
         scorers = (LasTemporalCost(tracker), BestFitScore())
-        return Policy(name, scorers, rng, random_ties=args.tie_break == "random", hooks=tracker)
+        return LifetimePolicy(
+            name, scorers, rng, random_ties=args.tie_break == "random", hooks=tracker
+        )
 
     return build
 
@@ -233,7 +236,9 @@ def _lava(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], P
             tracker, recycle_above=raw.recycle_above, deadline_factor=raw.deadline_factor
         )
         scorers = (LavaPreference(hosts), LasTemporalCost(tracker), BestFitScore())
-        return Policy(name, scorers, rng, random_ties=raw.tie_break == "random", hooks=hosts)
+        return LifetimePolicy(
+            name, scorers, rng, random_ties=raw.tie_break == "random", hooks=hosts
+        )
 
     return build
 

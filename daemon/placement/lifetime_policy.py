@@ -1,0 +1,116 @@
+"""LAS and LAVA placement in one compiled pass over the hosts (``kernels.compiled_lifetime_scan``).
+
+The policies stay the numpy pipeline of ``framework.Policy`` (filters, then
+the lexicographic scorers LAVA preference -> LAS -> Best Fit); this subclass
+only computes the same decision faster where the pipeline's general path
+would run a dozen numpy passes per request: with the default filters and no
+anti-affinity in play, the preference (LAVA's, numpy, as its scorer writes
+it) goes to one compiled scan that filters, costs LAS and Best Fit and
+collects the ties, in the pipeline's floating-point order. The decision,
+its tie count, its scores and the seeded draw are the pipeline's; a test
+holds them equal on replayed states. Anything else (anti-affinity, no host
+fitting, whose explanation the pipeline gives) goes to the pipeline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState, FloatArray
+from lavad.daemon.placement.bestfit import BestFitScore
+from lavad.daemon.placement.framework import (
+    DEFAULT_FILTERS,
+    Placed,
+    PlacementHooks,
+    PlacementRequest,
+    PlacementResult,
+    Policy,
+    ScorePlugin,
+)
+from lavad.daemon.placement.kernels import compiled_lifetime_scan, warm_up_lifetime
+from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost
+
+_NO_THRESHOLDS: FloatArray = np.zeros(0)
+
+
+class LifetimePolicy(Policy):
+    """``Policy`` for [preference,] LAS, Best Fit scorers, with the compiled scan."""
+
+    def __init__(
+        self,
+        name: str,
+        scorers: tuple[ScorePlugin, ...],
+        rng: np.random.Generator,
+        *,
+        random_ties: bool = True,
+        hooks: PlacementHooks | None = None,
+        compiled: bool = True,
+    ) -> None:
+        super().__init__(name, scorers, rng, random_ties=random_ties, hooks=hooks)
+        *first, las, best_fit = scorers
+        if not isinstance(las, LasTemporalCost) or not isinstance(best_fit, BestFitScore):
+            raise TypeError("a lifetime policy's last scorers are LAS and Best Fit")
+        if len(first) > 1:
+            raise TypeError("a lifetime policy has at most one scorer above LAS")
+        self.preference = first[0] if first else None
+        self.las = las
+        self.best_fit = best_fit
+        self.scan = compiled
+        if compiled:
+            # Compile (or load from numba's cache) before the first placement is timed.
+            warm_up_lifetime()
+
+    def place(self, cluster: ClusterState, request: PlacementRequest) -> PlacementResult:
+        n = cluster.n_hosts
+        if (
+            not self.scan
+            or n == 0
+            or self.filters != DEFAULT_FILTERS
+            or (request.max_per_host is not None and request.deployment)
+        ):
+            return super().place(cluster, request)
+        _, key, scratch = self._buffers(n)
+        preference = self.preference
+        if preference is not None:
+            preference.score(cluster, request, key, scratch)
+        tracker = self.las.tracker
+        now = request.now
+        tracker.refresh(cluster, now)
+        prediction = tracker.prediction_for(request)
+        host_exit = tracker.host_exits(n, now, repredict=True)
+        thresholds = prediction.thresholds
+        d0, d1, d2, d3 = request.demand
+        count, best_p, best_c, best_s = compiled_lifetime_scan(
+            cluster.free,
+            cluster.inv_capacity,
+            cluster.unschedulable,
+            n,
+            d0,
+            d1,
+            d2,
+            d3,
+            self.best_fit.kernel_weights,
+            cluster.resource_present,
+            FIT_TOLERANCE,
+            key,
+            preference is not None,
+            host_exit,
+            now,
+            prediction.lifetime_s,
+            _NO_THRESHOLDS if thresholds is None else thresholds,
+            thresholds is not None,
+            LAS_BUCKETS_S,
+            self._ties,
+        )
+        if count == 0:
+            return super().place(cluster, request)  # it explains why nothing fits
+        if count == 1 or not self.random_ties:
+            host = int(self._ties[0])
+        else:
+            host = int(self._ties[self._draw.index(count)])
+        scores: dict[str, float] = {}
+        if preference is not None:
+            scores[preference.name] = best_p
+        scores[self.las.name] = best_c
+        scores[self.best_fit.name] = best_s
+        return Placed(host=host, ties=count, scores=scores)
