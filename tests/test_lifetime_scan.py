@@ -15,6 +15,8 @@ import pytest
 
 from lavad.daemon.cluster import ClusterState
 from lavad.daemon.placement.framework import Placed, PlacementRequest, PlacementResult
+from lavad.daemon.placement.kernels import compiled_lava_preference
+from lavad.daemon.placement.lava import preference_cost
 from lavad.daemon.placement.lifetime_policy import LifetimePolicy
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
 from lavad.models.lifetime.features import ORACLE_FEATURE
@@ -91,3 +93,18 @@ def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
     # were drawn among several hosts.
     assert len(placed) < len(compiled)
     assert any(r.ties > 1 for r in placed)
+
+
+def test_compiled_lava_preference_equals_numpy() -> None:
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        phase = rng.integers(0, 3, size=n).astype(np.int8)
+        host_class = rng.integers(-1, 5, size=n).astype(np.int8)
+        vm_count = rng.integers(0, 3, size=n).astype(np.int32)
+        vm_class = int(rng.integers(0, 5))
+        expected = np.zeros(n)
+        preference_cost(phase, host_class, vm_count == 0, vm_class, expected)
+        got = np.zeros(n)
+        compiled_lava_preference(phase, host_class, vm_count, n, vm_class, got)
+        np.testing.assert_array_equal(got, expected)

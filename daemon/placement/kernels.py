@@ -314,8 +314,40 @@ def warm_up_lifetime() -> None:
     present = np.ones(4, dtype=np.bool_)
     unschedulable = np.zeros(1, dtype=np.bool_)
     one = np.zeros(1)
+    _lava_preference(
+        np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
+        1, 0, one,
+    )  # fmt: skip
     for use_thresholds in (False, True):
         _lifetime_scan(
             free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0,
             one, True, one, 0.0, 0.0, one, use_thresholds, one, ties,
         )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def _lava_preference(
+    phase: np.ndarray,
+    host_class: np.ndarray,
+    vm_count: np.ndarray,
+    n: int,
+    vm_class: int,
+    out: FloatArray,
+) -> None:
+    """``lava.preference_cost`` in one pass (phases: 1 open, 2 recycling; counts as held)."""
+    for h in range(n):
+        klass = host_class[h]
+        if vm_count[h] == 0:
+            out[h] = 6.0
+        elif phase[h] == 1 and klass == vm_class:
+            out[h] = 4.0
+        elif phase[h] == 2 and klass > vm_class:
+            out[h] = float(klass - vm_class - 1)
+        else:
+            out[h] = 5.0
+
+
+compiled_lava_preference: Callable[
+    [np.ndarray, np.ndarray, np.ndarray, int, int, FloatArray], None
+] = _lava_preference
+"""(phase, host_class, vm_count, n, vm_class, out): the LAVA preference cost per host."""

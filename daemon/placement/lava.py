@@ -42,6 +42,7 @@ import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
 from lavad.daemon.placement.framework import Notice, PlacementRequest
+from lavad.daemon.placement.kernels import compiled_lava_preference
 from lavad.daemon.placement.lifetime import LifetimeTracker
 from lavad.streams.schema import VmPlaced, VmRequest
 
@@ -306,6 +307,5 @@ class LavaPreference:
         n = cluster.n_hosts
         hosts._grow(n)
         vm_class = lifetime_class(hosts.tracker.prediction_for(request).lifetime_s)
-        preference_cost(
-            hosts.phase[:n], hosts.host_class[:n], cluster.vm_count[:n] == 0, vm_class, out
-        )
+        # ``preference_cost`` compiled: the same costs without six numpy passes.
+        compiled_lava_preference(hosts.phase, hosts.host_class, cluster.vm_count, n, vm_class, out)

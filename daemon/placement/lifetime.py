@@ -366,9 +366,15 @@ class LifetimeTracker:
         self.host_exit.fill(-np.inf)
         np.maximum.at(self.host_exit, self.host[alive], self.predicted_exit[alive])
         generation = self.generation
-        self._exits = [
-            (float(self.predicted_exit[s]), int(s), int(generation[s])) for s in alive.tolist()
-        ]
+        # The same tuples as one per slot would give, built column-wise.
+        self._exits = list(
+            zip(
+                self.predicted_exit[alive].tolist(),
+                alive.tolist(),
+                generation[alive].tolist(),
+                strict=True,
+            )
+        )
         heapq.heapify(self._exits)
 
     def host_exits(self, n_hosts: int, now: float, *, repredict: bool) -> FloatArray:
