@@ -251,11 +251,17 @@ def _lifetime_scan(
                     hi = mid
             c = float(n_thresholds - lo)
         else:
-            delta = max(start - exit_h, 0.0)
-            # searchsorted(buckets, delta, side="right") - 1
-            index = 0
-            while index < n_buckets and buckets[index] <= delta:
-                index += 1
+            delta = start - exit_h
+            if delta != delta:
+                # NaN (an infinite lifetime on a host whose exit is infinite):
+                # numpy's maximum keeps it and searchsorted puts it last.
+                index = n_buckets
+            else:
+                # searchsorted(buckets, max(delta, 0), side="right")
+                delta = max(delta, 0.0)
+                index = 0
+                while index < n_buckets and buckets[index] <= delta:
+                    index += 1
             c = float(index - 1)
         if p == best_p and c > best_c:
             continue
