@@ -252,7 +252,7 @@ def _lifetime_scan(
             c = float(n_thresholds - lo)
         else:
             delta = start - exit_h
-            if delta != delta:
+            if np.isnan(delta):
                 # NaN (an infinite lifetime on a host whose exit is infinite):
                 # numpy's maximum keeps it and searchsorted puts it last.
                 index = n_buckets
