@@ -2,7 +2,8 @@
 
 * replay throughput (events/s, end to end: adapter -> engine -> encoded
   decisions) with Best Fit on the Azure V1 trace, next to the adapter alone
-  in the same process, so the ratio shows what the core costs;
+  in the same process, so the ratio shows what the core costs; then LAS and
+  LAVA's, as a ratio to Best Fit's;
 * placement latency p50/p99 at 1,000 and 10,000 hosts for Best Fit and First
   Fit, next to a recompute-per-request numpy Best Fit baseline;
 * reprediction E[T_r | T_u] per VM, one and many VMs per call;
@@ -32,6 +33,7 @@ import numpy as np
 
 from benchmarks.admission_latency import SHARED_DLRM
 from benchmarks.admission_latency import measure as measure_admission
+from benchmarks.lifetime_throughput import lifetime_throughput
 from benchmarks.migration_cost import migration_cost
 from benchmarks.placement_latency import measure, measure_recompute_baseline
 from benchmarks.reprediction_latency import reprediction_latency
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     path = _azure_path()
     if not args.skip_replay:
         replay_throughput(path)
+        lifetime_throughput(path)
     placement_latency(path, [int(s) for s in args.sizes.split(",")])
     reprediction_latency(SLICE_AZURE)
     migration_cost(SLICE_AZURE)
