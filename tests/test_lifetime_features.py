@@ -1,0 +1,65 @@
+"""The feature groups with categorical features, worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from lavad.models.lifetime.features import DECLARED_CATEGORICAL, LEVELS, lifetime_keys
+
+CASES = [
+    # (tenant, deployment, features, categorical, expected keys finest first)
+    # Without categorical features: the groups lavad always had, the tenant as
+    # owner, and level 3 a second pool-wide group ("all").
+    (
+        "t1",
+        "app",
+        {"hour_of_day": 13, "batch_size": 3, "qos": "LS"},
+        (),
+        (("t1", "2c4g"), ("2c4g", 2, 2), ("2c4g",), ("all",), ()),
+    ),
+    # OpenB-like: qos and gpu_spec key levels 1-3 (in the order named); no
+    # hour or batch size (None); no tenant, so the deployment owns level 0.
+    (
+        "",
+        "app",
+        {"qos": "LS", "gpu_spec": "G2"},
+        ("qos", "gpu_spec"),
+        (
+            ("app", "2c4g"),
+            ("2c4g", ("LS", "G2"), None, None),
+            ("2c4g", ("LS", "G2")),
+            (("LS", "G2"),),
+            (),
+        ),
+    ),
+    # A declared feature the request lacks, or one that is not a class (a
+    # float), counts as None: it can neither fail nor split the groups.
+    (
+        "t",
+        "",
+        {"role": "HN", "preexisting": True, "qos": 0.5},
+        DECLARED_CATEGORICAL,  # gpu_spec, preexisting, qos, role
+        (
+            ("t", "2c4g"),
+            ("2c4g", (None, True, None, "HN"), None, None),
+            ("2c4g", (None, True, None, "HN")),
+            ((None, True, None, "HN"),),
+            (),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("tenant", "deployment", "features", "categorical", "expected"), CASES)
+def test_keys_by_hand(
+    tenant: str,
+    deployment: str,
+    features: dict[str, object],
+    categorical: tuple[str, ...],
+    expected: tuple[object, ...],
+) -> None:
+    keys = lifetime_keys(
+        tenant, 2.0, 4.0, "", features, deployment=deployment, categorical=categorical
+    )
+    assert keys == expected
+    assert len(keys) == LEVELS
