@@ -232,7 +232,7 @@ class LifetimeTracker:
             # place it by its repredicted remaining lifetime, not its lifetime
             # at creation.
             remaining = max(float(self.predicted_exit[slot]) - request.now, self.MIN_REMAINING_S)
-            rows = tuple(int(r) for r in self.levels[slot])
+            rows = tuple(self.levels[slot].tolist())
             row = int(self.row[slot])
             thresholds = None
             if self.settings.scoring == "quantiles" and not self.settings.oracle:
@@ -433,7 +433,7 @@ class LifetimeTracker:
         slot = self._slot.pop(record.vm_id, None)
         if slot is None:
             return
-        rows = tuple(int(r) for r in self.levels[slot])
+        rows = tuple(self.levels[slot].tolist())
         lived = max(now - self.start[slot], 0.0)
         if exited:
             self.model.observe_exit(rows, lived)
@@ -533,7 +533,10 @@ class LasTemporalCost:
         if prediction.thresholds is not None:
             out[:] = expected_cost_counts(prediction.thresholds, host_exit - now)
         else:
-            out[:] = temporal_cost(now + prediction.lifetime_s - host_exit)
+            # An infinite (oracle) lifetime on a host with an infinite exit is
+            # NaN, which searchsorted puts in the last bucket: the most costly.
+            with np.errstate(invalid="ignore"):
+                out[:] = temporal_cost(now + prediction.lifetime_s - host_exit)
 
 
 class LaBinaryClass:

@@ -34,6 +34,7 @@ class GroupedLifeTables:
         self.bins = bins
         self.min_observations = min_observations
         self._rows: dict[tuple[int, Hashable], int] = {}
+        self._by_keys: dict[tuple[Hashable, ...], GroupRows] = {}
         width = bins.count
         self.deaths: FloatArray = np.zeros((16, width))
         self.censored: FloatArray = np.zeros((16, width))
@@ -61,6 +62,11 @@ class GroupedLifeTables:
 
     def rows_for(self, keys: tuple[Hashable, ...]) -> GroupRows:
         """The row of each level's group (new groups get empty rows)."""
+        # A VM's keys recur (a tenant's batch, a shape at an hour): one lookup of
+        # the whole tuple instead of one per level. Rows never change once given.
+        known = self._by_keys.get(keys)
+        if known is not None:
+            return known
         if len(keys) != LEVELS:
             raise ValueError(f"expected {LEVELS} keys, got {len(keys)}")
         rows = []
@@ -70,7 +76,8 @@ class GroupedLifeTables:
                 row = self._rows[level, key] = len(self._rows)
                 self._grow(row + 1)
             rows.append(row)
-        return tuple(rows)
+        result = self._by_keys[keys] = tuple(rows)
+        return result
 
     def choose(self, rows: GroupRows) -> int:
         """The finest group with enough observations (as of the last refit)."""
