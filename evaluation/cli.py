@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from lavad.daemon.evaluation.lifetime import lifetime_command
 from lavad.evaluation.admission_cli import admission_command
 from lavad.evaluation.gpa_cli import gpa_command
+from lavad.evaluation.lifetime_cli import lifetime_command
 from lavad.evaluation.limits_cli import limits_command, limits_sweep_command
 from lavad.evaluation.migrations_cli import migrations_command
 

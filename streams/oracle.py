@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator
+from typing import Final
 
-from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import Event, VmExit, VmRequest
+
+# The request feature that carries a VM's true lifetime (replays only). Learned
+# models never read it (models/lifetime/features.py refuses it as a feature).
+ORACLE_FEATURE: Final = "oracle_lifetime_s"
 
 
 def exit_times(events: Iterable[Event | BadRecord]) -> dict[tuple[str, str], float]:

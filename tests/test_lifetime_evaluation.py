@@ -11,8 +11,8 @@ from support import PROJECT_ROOT
 from typer.testing import CliRunner
 
 from lavad.daemon.cli import app
+from lavad.evaluation.lifetime import calibration, evaluate_lifetime_model, f1_score
 from lavad.models.lifetime.bins import LifetimeBins
-from lavad.models.lifetime.evaluation import calibration, evaluate_lifetime_model, f1_score
 from lavad.models.lifetime.survival import expected_remaining, life_table, suffix_sums
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import VmRequest

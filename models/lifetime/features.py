@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 
+# Where a replay puts a VM's true lifetime for the oracle policies (re-exported:
+# the lifetime code names it from here). The model never reads it; only a
+# tracker built with ``oracle`` does.
+from lavad.streams.oracle import ORACLE_FEATURE as ORACLE_FEATURE  # noqa: PLC0414
+
 LEVELS = 5
 USED_FEATURES = ("hour_of_day", "batch_size")
-# Where a replay puts a VM's true lifetime for the oracle policies. The model
-# never reads it; only a tracker built with ``oracle`` does.
-ORACLE_FEATURE = "oracle_lifetime_s"
 # Fields only a replay knows (the future); never a grouping feature.
 ORACLE_FIELDS = frozenset({ORACLE_FEATURE})
 # The class-valued features the adapters declare (streams/adapters/): a test

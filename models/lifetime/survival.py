@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lavad.daemon.cluster import FloatArray
+from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 
 

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from lavad.daemon.console import fail, out
-from lavad.models.lifetime.evaluation import (
+from lavad.evaluation.lifetime import (
     FRACTIONS,
     LifetimeEvaluation,
     ModelReport,

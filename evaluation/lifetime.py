@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lavad.evaluation.river_lifetime import RiverLifetimeClassifier, river_features
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
-from lavad.models.lifetime.river_model import RiverLifetimeClassifier, river_features
 from lavad.models.lifetime.survival import expected_remaining, suffix_sums, survival_beyond
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import Event, VmExit, VmRequest

@@ -1,1 +1,0 @@
-"""Offline evaluations that reproduce papers' experiments on the real traces."""
