@@ -62,9 +62,7 @@ from lavad.daemon.placement.framework import (
     Policy,
     Unfit,
     UniformDraws,
-    UsageObserver,
 )
-from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
 from lavad.models.limits.decision import LimitDecision
 from lavad.streams.fastbuild import fast_constructor
@@ -195,6 +193,8 @@ class PoolRuntime:
     cluster: ClusterState
     policy: Policy
     metrics: PoolMetrics
+    # Drains (maintenance, defragmentation) and their live migrations.
+    migrations: MigrationPlanner
     # VMs that were refused (or evicted) and how often: their exits are
     # expected and absorbed (counted), and a retry gets a fresh decision id.
     refused: dict[str, int] = field(default_factory=dict)
@@ -207,8 +207,6 @@ class PoolRuntime:
     admission: PoolAdmission | None = None
     # Numbers the pool's admission decisions, so their ids are deterministic.
     admissions: int = 0
-    # Drains (maintenance, defragmentation) and their live migrations.
-    migrations: MigrationPlanner | None = None
     # The latest event time the pool handled: its state never goes back.
     clock: float = float("-inf")
     # Numbers evictions by host.down, so their ids are deterministic.
@@ -305,11 +303,9 @@ class Engine:
                 decisions, rejection = [], Rejection("engine", exc.reason)
         if timed:
             decisions = timed + decisions
-        hooks = pool.policy.hooks
-        if hooks is not None:
-            notices = hooks.take_notices()
-            if notices:
-                decisions = self._notices_first(pool, notices, now, decisions)
+        notices = pool.policy.hooks.take_notices()
+        if notices:
+            decisions = self._notices_first(pool, notices, now, decisions)
         return Handled(decisions, rejection)
 
     def _refuse_pool(self, name: str) -> Rejection | None:
@@ -338,18 +334,18 @@ class Engine:
         hooks = pool.policy.hooks
         planner = pool.migrations
         out: list[Decision] = []
-        if planner is not None and now >= planner.next_deadline:
+        if now >= planner.next_deadline:
             mover = _PoolMover(pool)
             metrics = pool.metrics
             while (due := planner.next_deadline) <= now:
                 if due == float("-inf"):
                     due = now  # a first look "at once" (the defragmentation trigger)
-                if hooks is not None and due >= hooks.next_deadline:
+                if due >= hooks.next_deadline:
                     hooks.advance(pool.cluster, due)
                 if metrics.last is None or due > metrics.last:
                     metrics.advance(pool.cluster, due)
                 out.extend(planner.advance(pool.cluster, due, mover))
-        if hooks is not None and now >= hooks.next_deadline:
+        if now >= hooks.next_deadline:
             hooks.advance(pool.cluster, now)
         return out
 
@@ -362,11 +358,7 @@ class Engine:
         """
         earliest = float("inf")
         for pool in self.pools.values():
-            hooks = pool.policy.hooks
-            if hooks is not None:
-                earliest = min(earliest, hooks.next_deadline)
-            if pool.migrations is not None:
-                earliest = min(earliest, pool.migrations.next_deadline)
+            earliest = min(earliest, pool.policy.hooks.next_deadline, pool.migrations.next_deadline)
         return earliest
 
     def advance(self, now: float) -> list[Decision]:
@@ -382,8 +374,7 @@ class Engine:
         out: list[Decision] = []
         for pool in self.pools.values():
             timed = self._run_timers(pool, now)
-            hooks = pool.policy.hooks
-            notices = hooks.take_notices() if hooks is not None else []
+            notices = pool.policy.hooks.take_notices()
             if notices:
                 out.extend(self._notices_first(pool, notices, now, timed))
             else:
@@ -424,20 +415,17 @@ class Engine:
 
     @staticmethod
     def _pool_summary(pool: PoolRuntime, end: float) -> dict[str, Any]:
-        summary = {**pool.metrics.summary(pool.cluster, end), "counters": dict(pool.counters)}
-        if pool.migrations is not None and pool.migrations.drain_log:
+        summary = {
+            **pool.metrics.summary(pool.cluster, end),
+            "counters": dict(pool.counters),
+            **pool.policy.hooks.summary(),
+        }
+        if pool.migrations.drain_log:
             summary["migrations"] = pool.migrations.summary()
         if pool.admission is not None:
             summary["admission"] = {
                 **pool.admission.counters,
                 "scale_out_failure_rate": pool.admission.scale_out_failure_rate,
-            }
-        hooks = pool.policy.hooks
-        if isinstance(hooks, UsageHooks):
-            summary["cpu_overflow"] = {
-                "host_windows": hooks.host_windows,
-                "overflowed": hooks.host_overflows,
-                "frequency": hooks.realised_overflow,
             }
         return summary
 
@@ -501,10 +489,9 @@ class Engine:
 
     def _on_usage(self, pool: PoolRuntime, event: UsageSample, now: float) -> list[Decision]:
         hooks = pool.policy.hooks
-        observed = isinstance(hooks, UsageObserver)
-        if isinstance(hooks, UsageObserver):
-            # A usage-aware policy (gpa) learns first; its risk notices follow.
-            hooks.observe(pool.cluster, event)
+        observed = hooks.observes_usage
+        # A usage-aware policy (gpa) learns first; its risk notices follow.
+        hooks.observe(pool.cluster, event)
         limits = pool.limits
         if limits is None:
             if not observed:
@@ -524,11 +511,11 @@ class Engine:
             cluster=ClusterState(),
             policy=policy,
             metrics=PoolMetrics(config.metrics, _stable_seed(config.seed, name, 1)),
+            migrations=_migration_planner(name, config, policy),
             limits=None if config.limits.recommender == "off" else PoolLimits(config.limits),
             admission=None if config.admission is None else PoolAdmission(config.admission),
             requests={} if config.on_host_down == "replace" else None,
         )
-        pool.migrations = _migration_planner(name, config, policy)
         setup = config.pools
         if setup.shape is not None:
             for i in range(setup.initial_hosts):
@@ -607,13 +594,8 @@ class Engine:
         """Tell every hook; a VM booked onto a draining host (shadow mode) is queued."""
         pool.metrics.placed += 1
         pool.metrics.observe_hosts_used(pool.cluster)
-        hooks = pool.policy.hooks
-        if hooks is not None:
-            hooks.on_booked(pool.cluster, record, now, event)
-        planner = pool.migrations
-        if planner is None:
-            return []
-        return [*planner.on_vm_booked(pool.cluster, record, now, event)]
+        pool.policy.hooks.on_booked(pool.cluster, record, now, event)
+        return [*pool.migrations.on_vm_booked(pool.cluster, record, now, event)]
 
     def _on_exit(self, pool: PoolRuntime, event: VmExit, now: float) -> list[Decision]:
         vm_id = event.vm_id
@@ -621,13 +603,8 @@ class Engine:
             record = pool.cluster.release(vm_id)
             if pool.requests is not None:
                 pool.requests.pop(vm_id, None)
-            hooks = pool.policy.hooks
-            if hooks is not None:
-                hooks.on_released(pool.cluster, record, now, exited=True)
-            planner = pool.migrations
-            if planner is not None:
-                return [*planner.on_vm_released(pool.cluster, record, now, exited=True)]
-            return []
+            pool.policy.hooks.on_released(pool.cluster, record, now, exited=True)
+            return [*pool.migrations.on_vm_released(pool.cluster, record, now, exited=True)]
         if pool.refused.pop(vm_id, None) is not None:
             pool.counters["exit_of_unplaced_vm"] += 1
             return []
@@ -659,8 +636,7 @@ class Engine:
         index = cluster.host_index.get(event.host_id)
         if index is not None and cluster.state[index] == HostState.DRAINING:
             # Maintenance is done (or called off): the host takes VMs again.
-            if pool.migrations is not None:
-                pool.migrations.forget_host(index)
+            pool.migrations.forget_host(index)
             cluster.undrain_host(event.host_id)
             return []
         try:
@@ -678,7 +654,7 @@ class Engine:
             evicted = pool.cluster.remove_host(event.host_id)
         except ClusterError as exc:
             raise InvalidEvent(str(exc)) from None
-        if planner is not None and index is not None:
+        if index is not None:
             planner.forget_host(index)
         hooks = pool.policy.hooks
         decisions: list[Decision] = []
@@ -687,10 +663,8 @@ class Engine:
             vm_id = record.vm_id
             pool.refused[vm_id] = 1
             pool.counters["evicted_by_host_down"] += 1
-            if hooks is not None:
-                hooks.on_released(pool.cluster, record, now, exited=False)
-            if planner is not None:
-                planner.on_vm_released(pool.cluster, record, now, exited=False)
+            hooks.on_released(pool.cluster, record, now, exited=False)
+            planner.on_vm_released(pool.cluster, record, now, exited=False)
             pool.evictions += 1
             why = f"evicted: host {event.host_id!r} went down"
             decisions.append(
@@ -733,10 +707,7 @@ class Engine:
             host = pool.cluster.drain_host(event.host_id)
         except ClusterError as exc:
             raise InvalidEvent(str(exc)) from None
-        planner = pool.migrations
-        if planner is None:
-            return []
-        return [*planner.drain(pool.cluster, host, now, _PoolMover(pool))]
+        return [*pool.migrations.drain(pool.cluster, host, now, _PoolMover(pool))]
 
     def _place_or_grow(self, pool: PoolRuntime, request: PlacementRequest) -> PlacementResult:
         """The policy's choice; in a pool that grows on demand, a new host when none fits."""
@@ -780,11 +751,8 @@ class _PoolMover:
             record.vm_id, target, before.demand, before.deployment, before.placed_at
         )
         pool.metrics.observe_hosts_used(cluster)
-        hooks = pool.policy.hooks
-        if hooks is not None:
-            hooks.on_moved(cluster, before, after, now)
-        if pool.migrations is not None:
-            pool.migrations.on_vm_moved(cluster, before, after, now)
+        pool.policy.hooks.on_moved(cluster, before, after, now)
+        pool.migrations.on_vm_moved(cluster, before, after, now)
 
 
 def _migration_planner(pool: str, config: EngineConfig, policy: Policy) -> MigrationPlanner:

@@ -17,8 +17,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from lavad.daemon.cluster import ClusterState, VmRecord
-from lavad.daemon.placement.framework import PlacementHooks
-from lavad.daemon.placement.lava import LavaHosts
+from lavad.daemon.placement.framework import ClusterListener
 from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
 from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.features import ORACLE_FEATURE
@@ -36,7 +35,11 @@ class RemainingLifetimes(Protocol):
         """The VM's predicted remaining lifetime at ``now`` (0 when overdue)."""
 
     def on_booked(
-        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
+        self,
+        cluster: ClusterState,
+        record: VmRecord,
+        now: float,
+        event: VmRequest | VmPlaced | None,
     ) -> None: ...
 
     def on_released(
@@ -48,16 +51,12 @@ class RemainingLifetimes(Protocol):
     ) -> None: ...
 
 
-def policy_tracker(hooks: PlacementHooks | None) -> LifetimeTracker | None:
+def policy_tracker(hooks: ClusterListener) -> LifetimeTracker | None:
     """The lifetime tracker a policy keeps, if it keeps one."""
-    if isinstance(hooks, LifetimeTracker):
-        return hooks
-    if isinstance(hooks, LavaHosts):
-        return hooks.tracker
-    return None
+    return hooks.lifetime_tracker()
 
 
-class PolicyLifetimes:
+class PolicyLifetimes(ClusterListener):
     """The placement policy's predictions; the engine already feeds its hooks."""
 
     name = "policy"
@@ -71,23 +70,8 @@ class PolicyLifetimes:
         self.tracker.refresh(cluster, now)
         return self.tracker.remaining(vm_id, now)
 
-    def on_booked(
-        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
-    ) -> None:
-        return
 
-    def on_released(
-        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
-    ) -> None:
-        return
-
-    def on_moved(
-        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
-    ) -> None:
-        return
-
-
-class OwnLifetimes:
+class OwnLifetimes(ClusterListener):
     """A lifetime model of the planner's own (the policy keeps none).
 
     Its repredictions are not published: they are the planner's, not a
@@ -108,7 +92,11 @@ class OwnLifetimes:
         return tracker.remaining(vm_id, now)
 
     def on_booked(
-        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
+        self,
+        cluster: ClusterState,
+        record: VmRecord,
+        now: float,
+        event: VmRequest | VmPlaced | None,
     ) -> None:
         tracker = self.tracker
         # Due refits and repredictions first, as a policy's hooks would have.
@@ -127,7 +115,7 @@ class OwnLifetimes:
         self.tracker.on_moved(cluster, before, after, now)
 
 
-class OracleLifetimes:
+class OracleLifetimes(ClusterListener):
     """True exits: start + the true lifetime the replay attached to the request."""
 
     name = "oracle"
@@ -141,9 +129,13 @@ class OracleLifetimes:
         return max(self.exit_at[vm_id] - now, 0.0)
 
     def on_booked(
-        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
+        self,
+        cluster: ClusterState,
+        record: VmRecord,
+        now: float,
+        event: VmRequest | VmPlaced | None,
     ) -> None:
-        value = event.features.get(ORACLE_FEATURE)
+        value = None if event is None else event.features.get(ORACLE_FEATURE)
         if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
             raise OracleMissing(
                 f"oracle migration lifetimes need each request's true lifetime in features"
@@ -156,34 +148,14 @@ class OracleLifetimes:
     ) -> None:
         self.exit_at.pop(record.vm_id, None)
 
-    def on_moved(
-        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
-    ) -> None:
-        return
 
-
-class NoLifetimes:
+class NoLifetimes(ClusterListener):
     name = "none"
     known = False
     fed = False
 
     def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
         return 0.0
-
-    def on_booked(
-        self, cluster: ClusterState, record: VmRecord, now: float, event: VmRequest | VmPlaced
-    ) -> None:
-        return
-
-    def on_released(
-        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
-    ) -> None:
-        return
-
-    def on_moved(
-        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
-    ) -> None:
-        return
 
 
 def _policy_or(fallback: RemainingLifetimes, tracker: LifetimeTracker | None) -> RemainingLifetimes:

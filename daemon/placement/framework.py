@@ -17,7 +17,7 @@ the final tie set, usually a handful of hosts, is turned into indices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from lavad.daemon.cluster import (
     VmRecord,
 )
 from lavad.daemon.placement.kernels import compiled_filter_and_score
+
+if TYPE_CHECKING:
+    from lavad.daemon.placement.lifetime import LifetimeTracker
 from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
 
 # The per-request value types below are not frozen: a frozen dataclass sets
@@ -122,8 +125,13 @@ class Notice:
     explanation: dict[str, Any]
 
 
-class PlacementHooks(Protocol):
-    """State a policy keeps beside the cluster (lifetime classes, deadlines, ...).
+class ClusterListener:
+    """What the engine tells a pool's stateful parts, with no-op defaults.
+
+    A policy's hooks (lifetime trackers, LAVA's host states, GPA's usage sums)
+    and the migration planner's lifetime sources are listeners: each
+    overrides what it needs, and the engine calls every method on every
+    listener with no ``None`` checks or type tests.
 
     Timers: the engine calls ``advance(cluster, now)`` once event time reaches
     ``next_deadline``, before the pool's next event, so a replay and the live
@@ -131,15 +139,22 @@ class PlacementHooks(Protocol):
     which the engine takes after each event and each advance.
     """
 
+    # Whether ``observe`` learns from the usage stream; the engine counts a
+    # usage sample nobody learns from (and no limits are on) as unconsumed.
+    observes_usage = False
+
     @property
     def next_deadline(self) -> float:
         """The earliest time ``advance`` has work to do (inf: none)."""
+        return float("inf")
 
     def advance(self, cluster: ClusterState, now: float) -> None:
         """Run every timer due by ``now``, in time order."""
+        return
 
     def take_notices(self) -> list[Notice]:
         """The changes reported since the last call, in time order (and forget them)."""
+        return []
 
     def on_booked(
         self,
@@ -149,11 +164,13 @@ class PlacementHooks(Protocol):
         event: VmRequest | VmPlaced | None,
     ) -> None:
         """A VM was booked: placed by this policy (VmRequest) or by another (VmPlaced)."""
+        return
 
     def on_released(
         self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
     ) -> None:
         """A VM left its host: ``exited`` (it ended) or not (evicted by a host going down)."""
+        return
 
     def on_moved(
         self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
@@ -162,14 +179,23 @@ class PlacementHooks(Protocol):
 
         Neither an exit nor a new VM: its start time, history and predictions carry over.
         """
-
-
-@runtime_checkable
-class UsageObserver(Protocol):
-    """Hooks that learn from the usage stream (GPA's per-VM usage moments)."""
+        return
 
     def observe(self, cluster: ClusterState, sample: UsageSample) -> None:
         """One measured usage sample of a VM (placed here or not yet)."""
+        return
+
+    def summary(self) -> dict[str, Any]:
+        """Figures for the replay summary, under the listener's own keys."""
+        return {}
+
+    def lifetime_tracker(self) -> LifetimeTracker | None:
+        """The VM lifetime predictions this listener keeps, for the migration planner."""
+        return None
+
+
+# A policy that keeps no state of its own listens with the defaults.
+PlacementHooks = ClusterListener
 
 
 # ------------------------------------------------------------------ filters
@@ -267,7 +293,8 @@ class Policy:
         self.rng = rng
         self._draw = UniformDraws(rng)
         self.random_ties = random_ties
-        self.hooks = hooks
+        # A policy without state of its own listens with the no-op defaults.
+        self.hooks: ClusterListener = hooks if hooks is not None else ClusterListener()
         self._blocked: BoolArray = np.zeros(0, dtype=np.bool_)
         self._key: FloatArray = np.zeros(0)
         self._scratch: FloatArray = np.zeros(0)

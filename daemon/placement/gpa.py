@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 from scipy.special import ndtr
@@ -43,7 +43,7 @@ from lavad.daemon.cluster import (
     FloatArray,
     VmRecord,
 )
-from lavad.daemon.placement.framework import Notice, PlacementRequest
+from lavad.daemon.placement.framework import ClusterListener, Notice, PlacementRequest
 from lavad.models.usage.hosts import HostUsage
 from lavad.models.usage.moments import CPU, MEMORY, USAGE_RESOURCES
 from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
@@ -186,7 +186,7 @@ class RequestFitFilter:
                 np.logical_or(blocked, cluster.free[row, :n] < amount - FIT_TOLERANCE, out=blocked)
 
 
-class UsageHooks:
+class UsageHooks(ClusterListener):
     """Policy hooks that keep ``HostUsage`` in step with the engine's bookings.
 
     They also take the pool's usage stream (``observe``): each sample moves
@@ -250,10 +250,22 @@ class UsageHooks:
         self._predicted_variance = 0.0
         self.calibration_windows = 0
 
+    observes_usage = True
+
     @property
     def realised_overflow(self) -> float:
         """Overflowed host-windows / host-windows observed (0 before any)."""
         return self.host_overflows / self.host_windows if self.host_windows else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """What GPA promised against what happened: the realised CPU overflow frequency."""
+        return {
+            "cpu_overflow": {
+                "host_windows": self.host_windows,
+                "overflowed": self.host_overflows,
+                "frequency": self.realised_overflow,
+            }
+        }
 
     def _count_window(self, cluster: ClusterState) -> None:
         row = CLUSTER_ROW[CPU]

@@ -41,7 +41,7 @@ from enum import IntEnum
 import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
-from lavad.daemon.placement.framework import Notice, PlacementRequest
+from lavad.daemon.placement.framework import ClusterListener, Notice, PlacementRequest
 from lavad.daemon.placement.kernels import compiled_lava_preference
 from lavad.daemon.placement.lifetime import LifetimeTracker
 from lavad.streams.schema import VmPlaced, VmRequest
@@ -76,7 +76,7 @@ def preference_cost(
     out[empty] = 6.0
 
 
-class LavaHosts:
+class LavaHosts(ClusterListener):
     """Per-host LAVA state (phase, class, deadline, residual VMs): a policy's hooks.
 
     Wraps the ``LifetimeTracker``, which predicts and repredicts the VMs
@@ -276,6 +276,9 @@ class LavaHosts:
             self.notices.extend(tracker.notices)
             tracker.notices.clear()
             self.notices.sort(key=lambda notice: notice.time)
+
+    def lifetime_tracker(self) -> LifetimeTracker:
+        return self.tracker
 
     def take_notices(self) -> list[Notice]:
         notices = self.notices

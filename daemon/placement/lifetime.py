@@ -41,7 +41,7 @@ from typing import Literal
 import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
-from lavad.daemon.placement.framework import Notice, PlacementRequest
+from lavad.daemon.placement.framework import ClusterListener, Notice, PlacementRequest
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS, ORACLE_FEATURE, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
@@ -123,7 +123,7 @@ class Prediction:
     thresholds: FloatArray | None = None
 
 
-class LifetimeTracker:
+class LifetimeTracker(ClusterListener):
     """Per-VM lifetime state of one pool, and the model it feeds (a policy's hooks).
 
     Cost per placement is O(hosts): each VM keeps its predicted exit, and
@@ -296,6 +296,9 @@ class LifetimeTracker:
         """Catch up when used outside an engine (which fires the timers itself)."""
         if now >= self.next_deadline:
             self.advance(cluster, now)
+
+    def lifetime_tracker(self) -> LifetimeTracker:
+        return self
 
     def take_notices(self) -> list[Notice]:
         """The notices in time order: a VM repredicted twice in one advance (its
