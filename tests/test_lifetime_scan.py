@@ -83,6 +83,8 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("las", {"scoring": "quantiles", "quantiles": 1, "tie_break": "first"}),
         ("lava", {"scoring": "mean"}),
         ("lava", {"scoring": "quantiles"}),
+        ("las", {"scoring": "quantiles", "host_quantiles": 4}),
+        ("lava", {"scoring": "quantiles", "host_quantiles": 3}),
         ("las-oracle", {}),
         ("lava-oracle", {}),
     ],

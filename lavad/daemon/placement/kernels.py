@@ -176,6 +176,20 @@ def warm_up() -> None:
 
 
 @numba.njit(cache=True, nogil=True)
+def _count_below(thresholds: FloatArray, remaining: float) -> int:
+    """searchsorted(thresholds, remaining, side="left")."""
+    lo = 0
+    hi = len(thresholds)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if thresholds[mid] < remaining:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
 def _lifetime_scan(
     free: FloatArray,
     inv_capacity: FloatArray,
@@ -196,6 +210,8 @@ def _lifetime_scan(
     thresholds: FloatArray,
     use_thresholds: bool,
     buckets: FloatArray,
+    host_q: FloatArray,
+    use_host_q: bool,
     ties: IntArray,
 ) -> tuple[int, float, float, float]:
     """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
@@ -206,7 +222,8 @@ def _lifetime_scan(
     * LAS, point: the bucket of (now + lifetime) - max(host_exit, now),
       clipped at 0 (``lifetime.temporal_cost``);
     * LAS, quantiles: the thresholds at or above max(host_exit, now) - now
-      (``lifetime.expected_cost_counts``);
+      (``lifetime.expected_cost_counts``); with ``use_host_q``, that count
+      summed over the host's quantile exits ``host_q[h]`` instead;
     * Best Fit: as ``_filter_and_score``.
 
     Returns (count, best preference, best LAS cost, best Best Fit score) and
@@ -238,18 +255,16 @@ def _lifetime_scan(
         if p > best_p:
             continue
         exit_h = max(host_exit[h], now)
-        if use_thresholds:
-            # searchsorted(thresholds, exit_h - now, side="left")
-            remaining = exit_h - now
-            lo = 0
-            hi = n_thresholds
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if thresholds[mid] < remaining:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            c = float(n_thresholds - lo)
+        if use_thresholds and use_host_q:
+            # Summed in quantile order from 0.0, as the numpy scorer sums.
+            c = 0.0
+            for j in range(host_q.shape[1]):
+                remaining = max(host_q[h, j], now) - now
+                c += float(n_thresholds - _count_below(thresholds, remaining))
+                if p == best_p and c > best_c:
+                    break  # the terms are >= 0: this host already costs more
+        elif use_thresholds:
+            c = float(n_thresholds - _count_below(thresholds, exit_h - now))
         else:
             delta = start - exit_h
             if np.isnan(delta):
@@ -306,6 +321,8 @@ compiled_lifetime_scan: Callable[
         FloatArray,
         bool,
         FloatArray,
+        FloatArray,
+        bool,
         IntArray,
     ],
     tuple[int, float, float, float],
@@ -320,14 +337,15 @@ def warm_up_lifetime() -> None:
     present = np.ones(4, dtype=np.bool_)
     unschedulable = np.zeros(1, dtype=np.bool_)
     one = np.zeros(1)
+    host_q = np.zeros((1, 1))
     _lava_preference(
         np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
         1, 0, one,
     )  # fmt: skip
-    for use_thresholds in (False, True):
+    for use_thresholds, use_host_q in ((False, False), (True, False), (True, True)):
         _lifetime_scan(
             free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0,
-            one, True, one, 0.0, 0.0, one, use_thresholds, one, ties,
+            one, True, one, 0.0, 0.0, one, use_thresholds, one, host_q, use_host_q, ties,
         )  # fmt: skip
 
 

@@ -109,6 +109,11 @@ class LifetimeSettings:
     # exit), so a VM the model is unsure about is not placed by one number.
     scoring: Literal["mean", "quantiles"] = "mean"
     quantiles: int = 32
+    # With quantile scoring, how a host's remaining life enters the cost: 0
+    # is its point exit; H > 0 takes H evenly spread quantiles of the
+    # remaining life of the VM holding that exit and averages the VM's
+    # expected cost over them (``host_exit_quantiles``).
+    host_quantiles: int = 0
     # The class-valued request features the feature groups are keyed by
     # (``features.DECLARED_CATEGORICAL`` for those the adapters declare).
     categorical: tuple[str, ...] = ()
@@ -148,12 +153,24 @@ class LifetimeTracker(ClusterListener):
         # E[T] at creation (LA-Binary's one-shot prediction) and the latest one.
         self.initial_exit = np.zeros(size)
         self.predicted_exit = np.zeros(size)
+        # When predicted_exit was last set: its remaining-life quantiles are
+        # those of T_r | T_u at that uptime.
+        self.predicted_at = np.zeros(size)
         self.alive = np.zeros(size, dtype=np.bool_)
         # A slot's generation: heap entries of a former occupant are stale.
         self.generation = np.zeros(size, dtype=np.int64)
         self.vm_ids: list[str] = [""] * size
         self.host_exit: FloatArray = np.full(0, -np.inf)
         self.host_initial_exit: FloatArray = np.full(0, -np.inf)
+        # Per host, the absolute exit times at ``host_quantiles`` levels of the
+        # VM holding ``host_exit``, and the host_exit they were computed for
+        # (NaN: stale), brought up to date lazily before a placement.
+        self._host_q: FloatArray = np.full((0, settings.host_quantiles), -np.inf)
+        self._host_q_exit: FloatArray = np.full(0, np.nan)
+        self._host_levels = midpoint_levels(max(settings.host_quantiles, 1))
+        # Per distribution row, its host quantiles at uptime 0 (until the next
+        # refit): most holders are VMs just booked, never repredicted.
+        self._host_q_at_creation: dict[int, FloatArray] = {}
         self._on_host: dict[int, set[int]] = {}
         self._slot: dict[str, int] = {}
         self._free: list[int] = list(range(size - 1, -1, -1))
@@ -334,6 +351,7 @@ class LifetimeTracker(ClusterListener):
         new_exits = at + remaining
         previous = self.predicted_exit[index].copy()
         self.predicted_exit[index] = new_exits
+        self.predicted_at[index] = at
         np.maximum.at(self.host_exit, self.host[index], new_exits)
         self.repredictions += len(index)
         for i, slot in enumerate(slots):
@@ -358,13 +376,17 @@ class LifetimeTracker(ClusterListener):
         alive = np.flatnonzero(self.alive)
         self.model.refit(self.levels[alive], now - self.start[alive])
         self._median_at_creation.clear()
+        self._host_q_at_creation.clear()
         self._thresholds_at_creation.clear()
+        # The model changed: every host's quantiles are recomputed when next read.
+        self._host_q_exit.fill(np.nan)
         self._next_refit = now + self.settings.refit_interval_s
         if not self.settings.repredict:
             return
         if len(alive):
             remaining = self.remaining_estimate(self.row[alive], now - self.start[alive])
             self.predicted_exit[alive] = now + np.maximum(remaining, self.MIN_REMAINING_S)
+            self.predicted_at[alive] = now
             self.repredictions += len(alive)
         self.host_exit.fill(-np.inf)
         np.maximum.at(self.host_exit, self.host[alive], self.predicted_exit[alive])
@@ -389,6 +411,65 @@ class LifetimeTracker(ClusterListener):
         self._grow_hosts(n_hosts)
         exits = self.host_exit if repredict else self.host_initial_exit
         return np.maximum(exits[:n_hosts], now)
+
+    def host_exit_quantiles(self, n_hosts: int) -> FloatArray:
+        """Per host, (hosts, H) absolute exit times: H quantiles of the host's remaining life.
+
+        The host's life is taken as that of the VM holding ``host_exit`` (its
+        latest predicted exit): the quantiles of its T_r | T_u at the uptime
+        its exit was last predicted at, as times. A host without VMs has
+        -inf everywhere (the caller clips at now, as for the point exit).
+        Recomputed only for hosts whose ``host_exit`` changed since (all of
+        them after a refit), so the cost per placement is one comparison.
+        """
+        self._grow_hosts(n_hosts)
+        current = self.host_exit[:n_hosts]
+        changed = np.flatnonzero(current != self._host_q_exit[:n_hosts])
+        if len(changed):
+            holders: list[int] = []
+            busy: list[int] = []
+            at_creation = self._host_q_at_creation
+            predicted_exit = self.predicted_exit
+            for h in changed.tolist():
+                exit_h = float(current[h])
+                if exit_h == -np.inf:
+                    self._host_q[h] = -np.inf
+                    continue
+                members = sorted(self._on_host[h])  # the lowest slot among equal exits
+                slot = max(members, key=lambda m: float(predicted_exit[m]))
+                at = float(self.predicted_at[slot])
+                cached = at_creation.get(int(self.row[slot]))
+                if at == float(self.start[slot]) and cached is not None:
+                    self._host_q[h] = at + cached
+                else:
+                    holders.append(slot)
+                    busy.append(h)
+            if busy:
+                slots = np.asarray(holders, dtype=np.int64)
+                model = self.model
+                at_all = self.predicted_at[slots]
+                uptimes = at_all - self.start[slots]
+                quantiles = remaining_quantiles(
+                    model.bins,
+                    model.mass,
+                    model.m0,
+                    model.m1,
+                    self.row[slots],
+                    uptimes,
+                    self._host_levels,
+                )
+                self._host_q[np.asarray(busy)] = at_all[:, None] + quantiles
+                for i in np.flatnonzero(uptimes == 0.0).tolist():
+                    at_creation[int(self.row[slots[i]])] = quantiles[i]
+            self._host_q_exit[changed] = current[changed]
+        return self._host_q[:n_hosts]
+
+    @property
+    def uses_host_quantiles(self) -> bool:
+        """Whether LAS costs a host by its remaining-life quantiles (not its point exit)."""
+        settings = self.settings
+        quantile_scoring = settings.scoring == "quantiles" and not settings.oracle
+        return settings.host_quantiles > 0 and quantile_scoring
 
     def initial_lifetime(self, vm_id: str) -> float:
         slot = self._slot[vm_id]
@@ -424,6 +505,7 @@ class LifetimeTracker(ClusterListener):
         self.row[slot] = prediction.row
         self.levels[slot] = prediction.rows
         self.initial_exit[slot] = self.predicted_exit[slot] = exit_time
+        self.predicted_at[slot] = record.placed_at
         self.alive[slot] = True
         self.host_exit[host] = max(self.host_exit[host], exit_time)
         self.host_initial_exit[host] = max(self.host_initial_exit[host], exit_time)
@@ -498,6 +580,11 @@ class LifetimeTracker(ClusterListener):
             extra = np.full(size - len(self.host_exit), -np.inf)
             self.host_exit = np.concatenate([self.host_exit, extra])
             self.host_initial_exit = np.concatenate([self.host_initial_exit, extra])
+            grown = len(extra)
+            self._host_q_exit = np.concatenate([self._host_q_exit, np.full(grown, np.nan)])
+            self._host_q = np.concatenate(
+                [self._host_q, np.full((grown, self._host_q.shape[1]), -np.inf)]
+            )
 
     def _take_slot(self) -> int:
         if not self._free:
@@ -508,6 +595,7 @@ class LifetimeTracker(ClusterListener):
             self.levels = np.concatenate([self.levels, np.zeros((size, LEVELS), dtype=np.int64)])
             self.initial_exit = np.concatenate([self.initial_exit, np.zeros(size)])
             self.predicted_exit = np.concatenate([self.predicted_exit, np.zeros(size)])
+            self.predicted_at = np.concatenate([self.predicted_at, np.zeros(size)])
             self.alive = np.concatenate([self.alive, np.zeros(size, dtype=np.bool_)])
             self.generation = np.concatenate([self.generation, np.zeros(size, dtype=np.int64)])
             self.vm_ids.extend([""] * size)
@@ -533,7 +621,14 @@ class LasTemporalCost:
         tracker.refresh(cluster, now)
         prediction = tracker.prediction_for(request)
         host_exit = tracker.host_exits(cluster.n_hosts, now, repredict=True)
-        if prediction.thresholds is not None:
+        if prediction.thresholds is not None and tracker.uses_host_quantiles:
+            # The sum over the host's quantiles, in the compiled scan's order.
+            host_q = np.maximum(tracker.host_exit_quantiles(cluster.n_hosts), now) - now
+            total = np.zeros(cluster.n_hosts)
+            for j in range(host_q.shape[1]):
+                total += expected_cost_counts(prediction.thresholds, host_q[:, j])
+            out[:] = total
+        elif prediction.thresholds is not None:
             out[:] = expected_cost_counts(prediction.thresholds, host_exit - now)
         else:
             # An infinite (oracle) lifetime on a host with an infinite exit is

@@ -31,6 +31,7 @@ from lavad.daemon.placement.kernels import compiled_lifetime_scan, warm_up_lifet
 from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
+_NO_HOST_QUANTILES: FloatArray = np.zeros((0, 0))
 
 
 class LifetimePolicy(Policy):
@@ -79,6 +80,8 @@ class LifetimePolicy(Policy):
         prediction = tracker.prediction_for(request)
         host_exit = tracker.host_exits(n, now, repredict=True)
         thresholds = prediction.thresholds
+        use_host_q = thresholds is not None and tracker.uses_host_quantiles
+        host_q = tracker.host_exit_quantiles(n) if use_host_q else _NO_HOST_QUANTILES
         d0, d1, d2, d3 = request.demand
         count, best_p, best_c, best_s = compiled_lifetime_scan(
             cluster.free,
@@ -100,6 +103,8 @@ class LifetimePolicy(Policy):
             _NO_THRESHOLDS if thresholds is None else thresholds,
             thresholds is not None,
             LAS_BUCKETS_S,
+            host_q,
+            use_host_q,
             self._ties,
         )
         if count == 0:

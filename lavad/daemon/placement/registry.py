@@ -88,6 +88,13 @@ class LifetimeArgs(PolicyArgs):
     quantiles: int = Field(
         default=32, ge=1, le=256, description="quantiles of the VM's lifetime quantile scoring uses"
     )
+    host_quantiles: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="quantile scoring: 0 costs a host by its point exit; H > 0 averages over H "
+        "quantiles of the remaining life of the host's longest-lived VM",
+    )
     # The declared features by default: each trace's own classes feed its
     # groups (OpenB qos/gpu_spec, DLRM role); a trace without them groups as
     # before (Azure V1 decisions are unchanged). [] turns them off.
@@ -200,6 +207,7 @@ def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> Lif
             estimate=args.estimate,
             scoring=scoring,
             quantiles=args.quantiles,
+            host_quantiles=args.host_quantiles,
             categorical=tuple(args.categorical),
         )
     )
