@@ -23,7 +23,12 @@ The score plugins read it:
   quantised into the buckets {0m, 30m, 60m, 90m, 2h, 3h, 4h, 6h, 12h, 24h,
   168h}; the bucket index is the cost, one lexicographic level above Best
   Fit. An empty host's exit is "now", so it costs the VM's whole predicted
-  lifetime.
+  lifetime. With quantile scoring the VM's lifetime is a distribution (the
+  expected bucket over its quantiles) and, with ``host_quantiles``, so is
+  the host's exit: the quantiles of the remaining life of the VM holding
+  the host's exit (issue 17 item 3's "expected extension of the host's
+  life"). That VM stands for the host: the max over all its VMs would be
+  later still, which the point exit ignores too.
 * ``LaBinaryClass`` (Barbalho et al., as the paper's sections 2.4 and 5.3
   describe it): one prediction at creation, E[T] from the same model, no
   reprediction; a VM is long when that exceeds 2 hours; a host is long when
@@ -112,7 +117,8 @@ class LifetimeSettings:
     # With quantile scoring, how a host's remaining life enters the cost: 0
     # is its point exit; H > 0 takes H evenly spread quantiles of the
     # remaining life of the VM holding that exit and averages the VM's
-    # expected cost over them (``host_exit_quantiles``).
+    # expected cost over them (``host_exit_quantiles``). The policies' default
+    # is 8 (``registry.LifetimeArgs``); 0 here keeps a bare tracker's point exit.
     host_quantiles: int = 0
     # The class-valued request features the feature groups are keyed by
     # (``features.DECLARED_CATEGORICAL`` for those the adapters declare).
@@ -411,6 +417,11 @@ class LifetimeTracker(ClusterListener):
         self._grow_hosts(n_hosts)
         exits = self.host_exit if repredict else self.host_initial_exit
         return np.maximum(exits[:n_hosts], now)
+
+    def latest_exits(self, n_hosts: int) -> FloatArray:
+        """``host_exits(repredict=True)`` unclipped (-inf for a host without VMs), not a copy."""
+        self._grow_hosts(n_hosts)
+        return self.host_exit
 
     def host_exit_quantiles(self, n_hosts: int) -> FloatArray:
         """Per host, (hosts, H) absolute exit times: H quantiles of the host's remaining life.

@@ -78,7 +78,9 @@ class LifetimePolicy(Policy):
         now = request.now
         tracker.refresh(cluster, now)
         prediction = tracker.prediction_for(request)
-        host_exit = tracker.host_exits(n, now, repredict=True)
+        # Unclipped: the scan takes max(exit, now) itself, and a copy clipped
+        # here cost an array per placement.
+        host_exit = tracker.latest_exits(n)
         thresholds = prediction.thresholds
         use_host_q = thresholds is not None and tracker.uses_host_quantiles
         host_q = tracker.host_exit_quantiles(n) if use_host_q else _NO_HOST_QUANTILES
