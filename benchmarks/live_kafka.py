@@ -172,7 +172,13 @@ async def _ingest(broker: EmbeddedBroker, events: list[Event], snapshots: Path) 
         first_count = daemon.records_processed
         cpu0 = time.process_time()
         broker0 = cpu_seconds(broker.process.pid)
-        await wait_until(lambda: daemon.records_processed >= len(events), 120, "every record")
+        # Processed and acknowledged: the daemon decides a batch while the one
+        # before it is still being published, so the count alone is early.
+        await wait_until(
+            lambda: daemon.records_processed >= len(events) and daemon.partitions.pending == 0,
+            120,
+            "every record",
+        )
         done = time.perf_counter()
         cpu = time.process_time() - cpu0
         broker_cpu = cpu_seconds(broker.process.pid) - broker0

@@ -5,9 +5,10 @@ between instances (``snapshots.py``). Taking one restores its snapshot (or,
 with ``live.on_bad_snapshot = "rebuild"``, moves a bad one aside and re-reads
 the partition from the earliest retained offset) and seeks every input topic
 to the offsets the snapshot reflects; giving one up snapshots it and drops
-its pools from the engine. Snapshots are written only while every decision
-of the state is acknowledged (``unpublished`` false): a snapshot ahead of
-what was published would skip those decisions after a crash.
+its pools from the engine. Snapshots are written only once every decided
+batch is acknowledged (``settled``: the batch in flight is waited for, and
+``pending`` is 0): a snapshot ahead of what was published would skip those
+decisions after a crash.
 """
 
 from __future__ import annotations
@@ -43,8 +44,11 @@ class OwnedPartition:
 class Partitions:
     """Owned partitions and the pool -> partition map; ``consumer`` is set once connected.
 
-    ``lock`` serialises a batch (decide, publish, commit) against rebalances
-    and snapshots, which must see the state between batches.
+    ``lock`` serialises deciding a batch and sending it against rebalances
+    and snapshots, which must see the state between batches. The shell
+    decides batch N+1 while batch N is being acknowledged (``in_flight``,
+    outside the lock), so whoever holds the lock and needs the state to
+    match what is published waits for ``settled`` first.
     """
 
     def __init__(
@@ -66,11 +70,27 @@ class Partitions:
         self.owned: dict[int, OwnedPartition] = {}
         self.pool_partition: dict[str, int] = {}
         self.lock = asyncio.Lock()
-        # Decisions of the current batch are not all acknowledged: the state
-        # is ahead of what was published, so it must not be snapshotted.
-        self.unpublished = False
+        # Decided batches whose decisions are not all acknowledged (the one in
+        # flight, or one a stop left unsent): while above 0 the state is ahead
+        # of what was published, so it must not be snapshotted.
+        self.pending = 0
+        # The batch being published and committed (the shell's task), if any.
+        self.in_flight: asyncio.Task[None] | None = None
         self.snapshots_loaded = False
         self._fingerprint = engine.fingerprint
+
+    async def settled(self) -> bool:
+        """Wait for the batch in flight; True when every decided batch is acknowledged.
+
+        Called with ``lock`` held, so no new batch is decided meanwhile. The
+        task is waited for, not awaited: cancelling the caller must not cancel
+        a publish. A publish that failed (a stop cut its retries short, or
+        the shell stopped the daemon over an error) leaves ``pending`` up.
+        """
+        task = self.in_flight
+        if task is not None and not task.done():
+            await asyncio.wait([task])
+        return self.pending == 0
 
     def offsets(self) -> dict[TopicPartition, int]:
         return {
@@ -105,7 +125,7 @@ class Partitions:
         as data would fail every time: the daemon stops with the path to it.
         """
         async with self.lock:
-            if self.unpublished:
+            if not await self.settled():
                 return
             for owned in self.owned.values():
                 try:
@@ -188,15 +208,21 @@ class Partitions:
         return None
 
     async def release(self, revoked: Iterable[Any]) -> None:
-        """Partitions leave: snapshot them (if all their decisions are out) and drop their pools."""
+        """Partitions leave: snapshot them (if all their decisions are out) and drop their pools.
+
+        The batch in flight is waited for first (its offsets are committed
+        while the partitions are still ours), so the snapshot is taken exactly
+        at what was published rather than skipped.
+        """
         async with self.lock:
+            published = await self.settled()
             revoked = list(revoked)
             numbers = sorted({tp.partition for tp in revoked})
             for number in numbers:
                 owned = self.owned.pop(number, None)
                 if owned is None:
                     continue
-                if not self.unpublished:
+                if published:
                     self.snapshot(owned)
                 for name in self.engine.take_pools(owned.pools):
                     self.pool_partition.pop(name, None)

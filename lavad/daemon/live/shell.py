@@ -6,8 +6,10 @@ the state goes to the dead-letter topic with the reason); feed the events to
 the engine at their event time; run timers up to the watermark; publish
 every decision with acks=all and wait for the acknowledgements (retrying
 with backoff while the broker does not answer); only then commit the input
-offsets. Every ``live.snapshot_interval_s`` the state of each owned
-partition is written with the offsets it reflects.
+offsets that batch reflects. The next batch is fetched and decided while
+those acknowledgements are pending, and sent once they are all in.
+Every ``live.snapshot_interval_s`` the state of each owned partition is
+written with the offsets it reflects, once no decided batch is unpublished.
 
 Delivery guarantee: at least once, with deterministic decision ids. Every
 input record that was committed, or that precedes a snapshot's offsets, has
@@ -29,7 +31,7 @@ import time
 from typing import Any
 
 import structlog
-from aiokafka import ConsumerRebalanceListener
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from lavad.daemon.engine import Engine, EngineConfig
@@ -223,9 +225,18 @@ class LiveDaemon:
         return False
 
     async def _consume(self, stop: asyncio.Event) -> None:
+        """Fetch and decide batch N+1 while batch N is being acknowledged.
+
+        N+1 is sent only once N is acknowledged and its offsets committed:
+        a pool's decisions stay in order on their partition, a re-send of N
+        never overtakes N+1, and commits go out in batch order. Only the
+        waiting overlaps (fetch and decide against acks and the commit); the
+        state is still changed by one batch at a time, under the lock.
+        """
         kafka = self.settings.kafka
         backoff = self._backoff()
         intake, partitions = self.intake, self.partitions
+        transactional = kafka.transactional_id is not None
         while not stop.is_set():
             try:
                 batch = await self._consumer.getmany(
@@ -241,30 +252,51 @@ class LiveDaemon:
                 out.extend(intake.advance_timers())
                 if not out and not batch:
                     continue
-                try:
-                    await self._publish_and_commit(out, stop)
-                except Stopping:
-                    return
+                # Counted before waiting: this batch's decisions are in the state now.
+                partitions.pending += 1
+                await partitions.settled()
+                if partitions.pending > 1:
+                    return  # batch N was not published: a stop cut its retries short
+                if transactional:
+                    # Unpipelined: the transaction carries the offsets, so it
+                    # must see exactly this batch's positions.
+                    try:
+                        await self.publisher.publish_transaction(out, partitions.offsets, stop)
+                    except Stopping:
+                        return
+                    partitions.pending -= 1
+                    continue
+                partitions.in_flight = asyncio.create_task(
+                    self._deliver(out, partitions.offsets(), stop)
+                )
 
-    async def _publish_and_commit(self, out: list[Outgoing], stop: asyncio.Event) -> None:
-        partitions = self.partitions
-        partitions.unpublished = bool(out)
-        if self.settings.kafka.transactional_id is not None:
-            await self.publisher.publish_transaction(out, partitions.offsets, stop)
-        else:
+    async def _deliver(
+        self, out: list[Outgoing], offsets: dict[TopicPartition, int], stop: asyncio.Event
+    ) -> None:
+        """One batch: publish, then commit ``offsets``, the positions right after deciding it.
+
+        Not the consumer's current positions, which are ahead once the next
+        batch is fetched. Stopping (a stop while the broker does not answer)
+        leaves ``pending`` up, so nothing snapshots past the unpublished batch.
+        """
+        try:
             await self.publisher.publish(out, stop)
-            await self._commit()
-        partitions.unpublished = False
+            self.partitions.pending -= 1
+            await self._commit(offsets)
+        except Stopping:
+            return
+        except Exception as exc:  # noqa: BLE001 - in a task it would wait unseen for the next batch
+            # Unpipelined, it ended the loop and ``run`` raised it: the same here.
+            self.fail(exc)
 
-    async def _commit(self) -> None:
-        """Commit the processed offsets; a failure is counted and the next batch commits again.
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit a published batch's offsets; a failure is counted, the next batch commits again.
 
         Committed offsets are for lag monitoring and tooling: a restart resumes
         from the snapshot's offsets, so a failed commit loses nothing, and
         the next batch is its retry (no backoff here: waiting would hold the
         batch's records back for offsets nothing reads on the way).
         """
-        offsets = self.partitions.offsets()
         if not offsets:
             return
         try:
@@ -312,16 +344,21 @@ class LiveDaemon:
 
     async def _shutdown(self) -> None:
         consumer, producer = self._consumer, self._producer
-        if consumer is not None:
-            async with self.partitions.lock:
-                if not self.partitions.unpublished:
-                    self.partitions.snapshot_owned()
-                    await self._commit()
-                # The snapshots are written: leaving the group must not redo them.
-                self.partitions.owned.clear()
-        await _stop_quietly(consumer, producer, self._client_timeout_s)
-        if self.http is not None:
-            await self.http.close()
+        try:
+            if consumer is not None:
+                async with self.partitions.lock:
+                    # Drain: the batch in flight is published (or given up, if a
+                    # stop cut its retries short) and committed before the snapshot.
+                    if await self.partitions.settled():
+                        self.partitions.snapshot_owned()
+                        await self._commit(self.partitions.offsets())
+                    # The snapshots are written: leaving the group must not redo them.
+                    self.partitions.owned.clear()
+        finally:
+            # A snapshot that cannot be written is raised, but the clients still close.
+            await _stop_quietly(consumer, producer, self._client_timeout_s)
+            if self.http is not None:
+                await self.http.close()
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
