@@ -51,6 +51,10 @@ from lavad.daemon.placement.framework import UniformDraws
 from lavad.streams.ids import migration_id
 from lavad.streams.schema import Migration, VmPlaced, VmRequest
 
+# A plain int: numpy compares an IntEnum member by asking it for array
+# attributes first (three Enum __getattr__ misses a booking).
+_DRAINING = int(HostState.DRAINING)
+
 DrainReason = Literal["defragmentation", "maintenance"]
 
 
@@ -188,7 +192,7 @@ class MigrationPlanner:
         for source in self._sources:
             source.on_booked(cluster, record, now, event)
         host = record.host
-        if cluster.state[host] != HostState.DRAINING:
+        if cluster.state[host] != _DRAINING:
             return []
         self.counters["booked_on_draining_host"] += 1
         drain = self.drains.get(host)
