@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import heapq
 from enum import IntEnum
+from typing import Final
 
 import numpy as np
 
@@ -71,6 +72,14 @@ class HostPhase(IntEnum):
     RECYCLING = 2
 
 
+# The phases as plain ints for the per-event paths: comparing a numpy int8
+# with an IntEnum member goes through Python 3.11's EnumType.__getattr__
+# (about a dozen lookups per event, ~15% of a LAVA replay).
+_EMPTY: Final = int(HostPhase.EMPTY)
+_OPEN: Final = int(HostPhase.OPEN)
+_RECYCLING: Final = int(HostPhase.RECYCLING)
+
+
 def lifetime_class(lifetime_s: float) -> int:
     """0 below 1 h, 1 from 1 h to 10 h, ..., 4 from 1000 h on."""
     return int(np.searchsorted(CLASS_BOUNDS_S, lifetime_s, side="right"))
@@ -81,9 +90,9 @@ def preference_cost(
 ) -> None:
     """The section 4.3 order as a cost per host (lower is preferred); see the module doc."""
     out.fill(5.0)
-    recycling_above = (phase == HostPhase.RECYCLING) & (host_class > vm_class)
+    recycling_above = (phase == _RECYCLING) & (host_class > vm_class)
     np.copyto(out, (host_class - vm_class - 1).astype(np.float64), where=recycling_above)
-    out[(phase == HostPhase.OPEN) & (host_class == vm_class)] = 4.0
+    out[(phase == _OPEN) & (host_class == vm_class)] = 4.0
     out[empty] = 6.0
 
 
@@ -209,13 +218,13 @@ class LavaHosts(ClusterListener):
         """An empty host opens with the VM's class; an open host over the threshold recycles."""
         self._grow(host + 1)
         before = (int(self.phase[host]), int(self.host_class[host]))
-        if self.phase[host] == HostPhase.EMPTY:
-            self.phase[host] = HostPhase.OPEN
+        if self.phase[host] == _EMPTY:
+            self.phase[host] = _OPEN
             self._set_class(host, klass, now)
             self._report(cluster, host, now, "opened with the class of its first VM", before)
             before = (int(self.phase[host]), int(self.host_class[host]))
-        if self.phase[host] == HostPhase.OPEN and self._over_threshold(cluster, host):
-            self.phase[host] = HostPhase.RECYCLING
+        if self.phase[host] == _OPEN and self._over_threshold(cluster, host):
+            self.phase[host] = _RECYCLING
             self.residual[host] = set(cluster.host_vms[host])
             self._report(
                 cluster,
@@ -235,11 +244,11 @@ class LavaHosts(ClusterListener):
         if residual is not None:
             residual.discard(vm_id)
         if not cluster.host_vms[host]:
-            self.phase[host] = HostPhase.EMPTY
+            self.phase[host] = _EMPTY
             self.residual.pop(host, None)
             self._set_class(host, NO_CLASS, now)
             self._report(cluster, host, now, "empty", before)
-        elif self.phase[host] == HostPhase.RECYCLING and was_residual and not residual:
+        elif self.phase[host] == _RECYCLING and was_residual and not residual:
             self._set_class(host, max(int(self.host_class[host]) - 1, 0), now)
             self.residual[host] = set(cluster.host_vms[host])
             self._report(
