@@ -92,7 +92,7 @@ class LifetimeArgs(PolicyArgs):
     # LAS +1.36 (+1.31) against +1.33 (+1.10) with the point exit, LAVA +1.26
     # (+1.01) against +1.14 (+0.93); 4 was better for LAVA but lost for LAS on
     # seed 0 (+1.19). The scan prunes a host once its partial sum exceeds the
-    # best, so it costs ~4% of LAS's throughput.
+    # best; it still costs LAS 4-13% of its throughput (docs/results.md).
     host_quantiles: int = Field(
         default=8,
         ge=0,
