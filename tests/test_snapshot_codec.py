@@ -296,3 +296,28 @@ def test_a_header_that_is_not_a_snapshot_header_is_refused(header: bytes, tmp_pa
     store.path(0).write_bytes(header + b"\n")
     with pytest.raises(SnapshotError):
         store.load(0, "f")
+
+
+def _nested_body(depth: int) -> bytes:
+    """Tuples in tuples, ``depth`` deep, as text (orjson writes no deeper than 255)."""
+    structure = b'["D",{"east":' + b'["t",[' * depth + b"1" + b"]]" * depth + b"}]"
+    return struct.pack("<Q", len(structure)) + structure
+
+
+# Absurd values from a crafted file: each is refused by the work it costs, not by a
+# crash or an allocation sized by the value.
+ABSURD = [
+    (_nested_body(508), "nested too deeply"),
+    (_nested_body(5_000), "not JSON"),  # past orjson's own depth limit
+    (_codec_body(["D", {"east": ["I", "9" * 100_000]}]), "does not describe a state"),
+    (_codec_body(["D", {"east": ["a", "<f8", [10**12, 10**12], 0, 8]}]), "size does not match"),
+]
+
+
+@pytest.mark.parametrize(("body", "reason"), ABSURD)
+def test_absurd_values_in_a_snapshot_are_refused(body: bytes, reason: str, tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path, "group")
+    _write(store, body)
+    with pytest.raises(SnapshotError, match="body refused") as refused:
+        store.load(0, "f")
+    assert reason in str(refused.value)
