@@ -162,3 +162,20 @@ def test_median_remaining_against_numpy_on_real_lifetimes(uptime: float) -> None
     direct = float(np.median(lifetimes[lifetimes > uptime]))
     ratio = (uptime + got) / direct
     assert 1 / 1.37 < ratio < 1.37, (uptime + got, direct)
+
+
+def test_a_stream_of_new_group_names_grows_no_table_past_its_bound() -> None:
+    """A hostile producer sends a new tenant with every request: past ``max_rows``
+    rows every new group shares its level's overflow row, so memory stays bounded
+    and the VMs still get a distribution (the overflow row's, then coarser ones)."""
+    tables = GroupedLifeTables(LifetimeBins.log_spaced(), min_observations=1, max_rows=20)
+    for i in range(5_000):
+        keys = (f"tenant-{i}", ("shape", i), ("hour", i % 24), (i % 7,), ())
+        rows = tables.rows_for(keys)
+        tables.observe_exit(rows, 600.0 + i)
+    # 20 rows of real groups, plus at most one overflow row per level.
+    assert tables.groups <= 20 + LEVELS
+    assert len(tables.deaths) < 64  # arrays grew with the rows, not with the names
+    late = tables.rows_for(("tenant-new", ("shape", -1), ("hour", 3), (3,), ()))
+    assert tables.groups <= 20 + LEVELS
+    assert tables.deaths[late[0]].sum() > 0  # the overflow group pooled earlier exits
