@@ -71,6 +71,43 @@ def _scan_cores_memory(
     return count, best
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fits(
+    free: FloatArray, h: int, d0: float, d1: float, d2: float, d3: float, tolerance: float
+) -> bool:
+    """Host ``h`` has room for the demand in every resource (within rounding)."""
+    if free[0, h] < d0 - tolerance or free[1, h] < d1 - tolerance:
+        return False
+    if d2 != 0.0 and free[2, h] < d2 - tolerance:
+        return False
+    return not (d3 != 0.0 and free[3, h] < d3 - tolerance)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bestfit_score(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    h: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    w0: float,
+    w1: float,
+    w2: float,
+    w3: float,
+) -> float:
+    """Best Fit's weighted free fraction left on host ``h``, summed as the numpy scorer sums."""
+    score: float = 0.0
+    score += (free[0, h] - d0) * inv_capacity[0, h] * w0
+    score += (free[1, h] - d1) * inv_capacity[1, h] * w1
+    if w2 != 0.0:
+        score += (free[2, h] - d2) * inv_capacity[2, h] * w2
+    if w3 != 0.0:
+        score += (free[3, h] - d3) * inv_capacity[3, h] * w3
+    return score
+
+
 @numba.njit(cache=True, nogil=True)
 def _filter_and_score(
     free: FloatArray,
@@ -103,24 +140,12 @@ def _filter_and_score(
     for h in range(n):
         if unschedulable[h]:
             continue
-        f0 = free[0, h]
-        f1 = free[1, h]
-        if f0 < d0 - tolerance or f1 < d1 - tolerance:
-            continue
-        if d2 != 0.0 and free[2, h] < d2 - tolerance:
-            continue
-        if d3 != 0.0 and free[3, h] < d3 - tolerance:
+        if not _fits(free, h, d0, d1, d2, d3, tolerance):
             continue
         if kind == FIRSTFIT:
             ties[0] = h
             return 1, float(h)
-        score = 0.0
-        score += (f0 - d0) * inv_capacity[0, h] * w0
-        score += (f1 - d1) * inv_capacity[1, h] * w1
-        if w2 != 0.0:
-            score += (free[2, h] - d2) * inv_capacity[2, h] * w2
-        if w3 != 0.0:
-            score += (free[3, h] - d3) * inv_capacity[3, h] * w3
+        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
         if score < best:
             best = score
             ties[0] = h
@@ -243,13 +268,7 @@ def _lifetime_scan(
     for h in range(n):
         if unschedulable[h]:
             continue
-        f0 = free[0, h]
-        f1 = free[1, h]
-        if f0 < d0 - tolerance or f1 < d1 - tolerance:
-            continue
-        if d2 != 0.0 and free[2, h] < d2 - tolerance:
-            continue
-        if d3 != 0.0 and free[3, h] < d3 - tolerance:
+        if not _fits(free, h, d0, d1, d2, d3, tolerance):
             continue
         p = preference[h] if use_preference else 0.0
         if p > best_p:
@@ -280,13 +299,7 @@ def _lifetime_scan(
             c = float(index - 1)
         if p == best_p and c > best_c:
             continue
-        score = 0.0
-        score += (f0 - d0) * inv_capacity[0, h] * w0
-        score += (f1 - d1) * inv_capacity[1, h] * w1
-        if w2 != 0.0:
-            score += (free[2, h] - d2) * inv_capacity[2, h] * w2
-        if w3 != 0.0:
-            score += (free[3, h] - d3) * inv_capacity[3, h] * w3
+        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
         if p < best_p or c < best_c or score < best_s:
             best_p = p
             best_c = c
