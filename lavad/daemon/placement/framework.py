@@ -90,6 +90,17 @@ class FilterPlugin(Protocol):
         """Set ``blocked[h]`` for every host h that cannot take ``request`` (never clear it)."""
 
 
+class NumpyScorer:
+    """A score plugin's defaults: no compiled kernel, scored by numpy only.
+
+    A scorer with a kernel (Best Fit, First Fit) sets ``kernel`` and
+    ``kernel_weights`` itself; the others inherit these.
+    """
+
+    kernel: int | None = None
+    kernel_weights: FloatArray = np.ones(N_RESOURCES)
+
+
 class ScorePlugin(Protocol):
     name: str
 

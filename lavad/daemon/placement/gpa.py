@@ -43,7 +43,7 @@ from lavad.daemon.cluster import (
     FloatArray,
     VmRecord,
 )
-from lavad.daemon.placement.framework import ClusterListener, Notice, PlacementRequest
+from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
 from lavad.models.usage.hosts import HostUsage
 from lavad.models.usage.moments import CPU, MEMORY, USAGE_RESOURCES
 from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
@@ -144,12 +144,10 @@ class GpaFilter:
             np.logical_or(blocked, ~fits, out=blocked)
 
 
-class GpaBestFitScore:
+class GpaBestFitScore(NumpyScorer):
     """GPA Best Fit on CPU: the smallest standardised headroom after the placement."""
 
     name = "gpa_bestfit"
-    kernel = None
-    kernel_weights: FloatArray = np.ones(N_RESOURCES)
 
     def __init__(self, usage: HostUsage) -> None:
         self.usage = usage

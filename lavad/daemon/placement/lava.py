@@ -53,7 +53,7 @@ from typing import Final
 import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
-from lavad.daemon.placement.framework import ClusterListener, Notice, PlacementRequest
+from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
 from lavad.daemon.placement.kernels import compiled_lava_preference
 from lavad.daemon.placement.lifetime import LifetimeTracker
 from lavad.streams.schema import VmPlaced, VmRequest
@@ -310,12 +310,10 @@ class LavaHosts(ClusterListener):
         return notices
 
 
-class LavaPreference:
+class LavaPreference(NumpyScorer):
     """LAVA's host preference by lifetime class and state (the level above LAS)."""
 
     name = "lava"
-    kernel = None
-    kernel_weights: FloatArray = np.ones(4)
 
     def __init__(self, hosts: LavaHosts) -> None:
         self.hosts = hosts

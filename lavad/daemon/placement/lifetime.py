@@ -46,7 +46,7 @@ from typing import Literal
 import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
-from lavad.daemon.placement.framework import ClusterListener, Notice, PlacementRequest
+from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS, ORACLE_FEATURE, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
@@ -614,12 +614,10 @@ class LifetimeTracker(ClusterListener):
         return self._free.pop()
 
 
-class LasTemporalCost:
+class LasTemporalCost(NumpyScorer):
     """LAS: bucketed dT between the VM's predicted exit and the host's repredicted exit."""
 
     name = "las"
-    kernel = None
-    kernel_weights: FloatArray = np.ones(4)
 
     def __init__(self, tracker: LifetimeTracker) -> None:
         self.tracker = tracker
@@ -648,12 +646,10 @@ class LasTemporalCost:
                 out[:] = temporal_cost(now + prediction.lifetime_s - host_exit)
 
 
-class LaBinaryClass:
+class LaBinaryClass(NumpyScorer):
     """LA-Binary: same class (short/long at 2 h, initial predictions) first, empty hosts last."""
 
     name = "la_binary"
-    kernel = None
-    kernel_weights: FloatArray = np.ones(4)
 
     def __init__(self, tracker: LifetimeTracker) -> None:
         self.tracker = tracker
