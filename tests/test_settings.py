@@ -135,18 +135,18 @@ def test_known_environment_variables_still_apply(
     elif check == "defrag":
         assert settings.migrations.defrag.empty_below == 0.1
     elif check == "pools":
-        assert settings.pool_names() == PoolNames(allow=("prod-*", "canary"), max_pools=10_000)
+        assert settings.pools == PoolNames(allow=("prod-*", "canary"), max_pools=10_000)
     elif check == "input":
-        assert settings.input_bounds().max_ahead_s == 0.0
+        assert settings.input.max_ahead_s == 0.0
 
 
 def test_input_bounds_and_pool_names_default_as_documented() -> None:
     settings = load_settings(DEFAULT)
-    assert settings.input_bounds() == InputBounds(4_102_444_800.0, 2_592_000.0, 3_600.0)
-    assert settings.pool_names() == PoolNames(("*",), 10_000)
+    assert settings.input == InputBounds(4_102_444_800.0, 2_592_000.0, 3_600.0)
+    assert settings.pools == PoolNames(("*",), 10_000)
     # The file states the defaults the code has.
-    assert settings.input_bounds() == InputBounds()
-    assert settings.pool_names() == PoolNames()
+    assert settings.input == InputBounds()
+    assert settings.pools == PoolNames()
 
 
 @pytest.mark.parametrize(

@@ -238,12 +238,6 @@ class Settings(BaseSettings):
         # The file's values arrive as init arguments; the environment wins.
         return (env_settings, init_settings)
 
-    def input_bounds(self) -> InputBounds:
-        return self.input
-
-    def pool_names(self) -> PoolNames:
-        return self.pools
-
     def policy_args(self, name: str) -> PolicyArgs:
         try:
             return validate_policy_args(name, self.policies.get(name, {}))
@@ -302,8 +296,8 @@ class Settings(BaseSettings):
             admission=self.admission_config(),
             migrations=self.migrations,
             metrics=self.metrics,
-            input=self.input_bounds(),
-            pool_names=self.pool_names(),
+            input=self.input,
+            pool_names=self.pools,
             on_host_down=hosts.on_down,
         )
 
