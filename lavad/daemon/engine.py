@@ -611,6 +611,16 @@ class Engine:
         raise InvalidEvent(f"exit of unknown VM {vm_id!r}")
 
     def _on_placed(self, pool: PoolRuntime, event: VmPlaced, now: float) -> list[Decision]:
+        host = self._placed_host(pool, event)
+        pool.refused.pop(event.vm_id, None)
+        pool.metrics.observe_request(
+            (event.cores, event.memory_gib, event.disk_gib, event.gpus), now
+        )
+        return self._book_placed(pool, host, event, now)
+
+    @staticmethod
+    def _placed_host(pool: PoolRuntime, event: VmPlaced) -> int:
+        """The host another scheduler placed a VM on, or InvalidEvent (unknown, down, VM known)."""
         cluster = pool.cluster
         host = cluster.host_index.get(event.host_id)
         if host is None:
@@ -621,9 +631,14 @@ class Engine:
             )
         if event.vm_id in cluster.vms:
             raise InvalidEvent(f"duplicate VM id {event.vm_id!r}: already placed")
+        return host
+
+    def _book_placed(
+        self, pool: PoolRuntime, host: int, event: VmPlaced, now: float
+    ) -> list[Decision]:
+        """Book a VM another scheduler placed on ``host`` (checked: known, up, VM new)."""
+        cluster = pool.cluster
         demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
-        pool.refused.pop(event.vm_id, None)
-        pool.metrics.observe_request(demand, now)
         # Shadow mode books what another scheduler did, even past capacity:
         # the books must match reality. Such overcommitment is counted.
         if any(cluster.free[r, host] < demand[r] for r in range(4) if demand[r]):

@@ -83,13 +83,16 @@ def replay(
     decisions_out: BinarySink | None = None,
     dead_letters_out: BinarySink | None = None,
     progress: ProgressCallback | None = None,
+    engine: Engine | None = None,
 ) -> ReplayResult:
     """Feed ``events`` through a fresh engine; return the metrics summary and counts.
 
     ``end_time`` is where the trace's observation window closes (its
     censoring time); metrics are integrated up to it, or to the last event.
+    ``engine``: a fresh engine built from ``config`` by the caller, when it
+    is another kind of core with the same interface (shadow mode's).
     """
-    engine = Engine(config)
+    engine = Engine(config) if engine is None else engine
     warm_up()
     decision_counts: Counter[str] = Counter()
     dead: Counter[str] = Counter()
