@@ -309,7 +309,8 @@ def test_live_variance_factor_learns_the_covariance_of_real_co_located_jobs() ->
         if not isinstance(e, BadRecord) and isinstance(e, UsageSample)
     ]
     ids = sorted({e.vm_id for e in events})
-    policy = build_policy("gpa", validate_policy_args("gpa", {}), np.random.default_rng(0))
+    args = validate_policy_args("gpa", {"calibrate": True, "margin": False})
+    policy = build_policy("gpa", args, np.random.default_rng(0))
     hooks = policy.hooks
     assert isinstance(hooks, UsageHooks)
     cluster = ClusterState()
@@ -333,7 +334,9 @@ def _correlated_pair(*, calibrate: bool) -> float:
     """Two 4-core VMs on an 8-core host, both at 0.2 then both at 0.8, for 200
     windows; the CPU variance factor the hooks learn."""
     policy = build_policy(
-        "gpa", validate_policy_args("gpa", {"calibrate": calibrate}), np.random.default_rng(0)
+        "gpa",
+        validate_policy_args("gpa", {"calibrate": calibrate, "margin": False}),
+        np.random.default_rng(0),
     )
     hooks = policy.hooks
     assert isinstance(hooks, UsageHooks)

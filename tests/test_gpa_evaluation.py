@@ -92,12 +92,15 @@ def test_run_on_the_slice_writes_table_and_plot(tmp_path: Path) -> None:
         out_dir=tmp_path,
     )
     rows = evaluation.rows()
-    # 2 capacities x (2 gpa + 2 gpa-cov + 2 gpa-cal + 2 gpa-live + 3 av + 6 perc + 3 cantelli).
-    assert len(rows) == 2 * 20
+    # 2 capacities x (2 gpa + 2 gpa-cov + 2 gpa-cal + 2 gpa-live + 2 gpa-online + 2 gpa-emp
+    # + 3 av + 6 perc + 3 cantelli).
+    assert len(rows) == 2 * 24
     for row in rows:
         assert row["aligned_m"] is not None and row["aligned_m"] > 0
         assert 0.0 <= row["aligned_q"] <= 1.0
-        if not row["method"].startswith(("gpa-cov", "gpa-cal", "gpa-live")):
+        if not row["method"].startswith(
+            ("gpa-cov", "gpa-cal", "gpa-live", "gpa-online", "gpa-emp")
+        ):
             assert row["resampled_m"] is not None and 0.0 <= row["resampled_q"] <= 1.0
     png = (tmp_path / "google-2011-gcd-gpa.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"

@@ -30,6 +30,7 @@ neighbours', on the same clock. Here:
 
 from __future__ import annotations
 
+import collections
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -49,6 +50,12 @@ from lavad.evaluation.gpa_sweep import (
     Method,
     ObservedStats,
 )
+from lavad.evaluation.gpa_tail import (
+    EmpiricalFitTest,
+    TailFitTest,
+    online_calibration,
+    task_cumulants,
+)
 from lavad.evaluation.stochastic_packing import (
     CovarianceGpaFitTest,
     FitTest,
@@ -57,6 +64,7 @@ from lavad.evaluation.stochastic_packing import (
     pack,
     rebalance,
 )
+from lavad.models.usage.margin import MarginSettings, OverflowMargin, TailCalibration
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import UsageSample
 
@@ -284,6 +292,7 @@ class AlignedSettings:
     covariance_aware: bool = True
     calibrated: bool = True
     live_factor: bool = True
+    online: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -307,6 +316,9 @@ class AlignedSettings:
             methods += [(f"gpa-cal {rho:g}", Method("gpa", rho)) for rho in self.rhos]
         if self.live_factor:
             methods += [(f"gpa-live {rho:g}", Method("gpa", rho)) for rho in self.rhos]
+        if self.online:
+            methods += [(f"gpa-online {rho:g}", Method("gpa", rho)) for rho in self.rhos]
+            methods += [(f"gpa-emp {rho:g}", Method("gpa", rho)) for rho in self.rhos]
         methods += [(f"av {f:g}", Method("av", f)) for f in self.av_factors]
         methods += [(f"perc {p:g}", Method("perc", p)) for p in self.percentiles]
         methods += [(f"cantelli {b:g}", Method("cantelli", b)) for b in self.cantelli]
@@ -330,6 +342,11 @@ class AlignedRun:
     m: float
     q: float
     margin: float = 1.0
+    # gpa-online: the percentile method the pool chose (see gpa_tail).
+    detail: str = ""
+
+
+GPA_FAMILIES: Final = ("gpa", "gpa-cov", "gpa-cal", "gpa-live", "gpa-online", "gpa-emp")
 
 
 @dataclass(slots=True)
@@ -352,7 +369,8 @@ class AlignedResult:
         for (capacity, method), runs in groups.items():
             q = np.array([r.q for r in runs])
             first = runs[0]
-            is_gpa = first.family in ("gpa", "gpa-cov", "gpa-cal", "gpa-live")
+            is_gpa = first.family in GPA_FAMILIES
+            chosen = collections.Counter(r.detail for r in runs if r.detail)
             rows.append(
                 {
                     "capacity": capacity,
@@ -365,6 +383,7 @@ class AlignedResult:
                     "q": float(q.mean()),
                     "q_over_rho": float(q.mean() / first.parameter) if is_gpa else None,
                     "margin": float(np.mean([r.margin for r in runs])),
+                    "detail": ", ".join(f"{name} {n}/{len(runs)}" for name, n in chosen.items()),
                 }
             )
         return rows
@@ -430,15 +449,33 @@ def run_aligned(
             elif label.startswith("gpa-live"):
                 # Built per capacity: the factor is learned on that packing.
                 tests.append((label, "gpa-live", method.parameter, None))
+            elif label.startswith(("gpa-online", "gpa-emp")):
+                # Built per capacity: learned online on the history (gpa_tail).
+                tests.append((label, label.split()[0], method.parameter, None))
             else:
                 tests.append((label, method.family, method.parameter, stats.fit_test(method)))
+        cumulants = task_cumulants(history) if settings.online else None
         for capacity in settings.capacities:
             normalization = max(1, math.ceil(true_total / capacity))
+            learned: dict[float, tuple[TailCalibration, OverflowMargin]] = {}
             for label, family, parameter, fixed in tests:
                 margin = 1.0
+                detail = ""
                 chosen: FitTest
                 if fixed is not None:
                     chosen = fixed
+                elif family in ("gpa-online", "gpa-emp"):
+                    if parameter not in learned:
+                        learned[parameter] = online_calibration(
+                            history, filled, parameter, capacity, MarginSettings()
+                        )
+                    calibration, empirical = learned[parameter]
+                    if family == "gpa-online" and cumulants is not None:
+                        margin, detail = calibration.margin, calibration.method
+                        chosen = TailFitTest(cumulants, parameter, detail, margin)
+                    else:
+                        margin = empirical.value
+                        chosen = EmpiricalFitTest(filled, parameter, margin)
                 elif family == "gpa-live":
                     # Reported in the margin column: the variance factor.
                     margin = pooled_variance_factor(filled, stats, parameter, capacity)
@@ -462,6 +499,7 @@ def run_aligned(
                         m=packing.machines / normalization,
                         q=aligned_overflow_frequency(packing, future, capacity),
                         margin=margin,
+                        detail=detail,
                     )
                 )
         if progress is not None:

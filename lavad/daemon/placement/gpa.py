@@ -44,8 +44,10 @@ from lavad.daemon.cluster import (
     VmRecord,
 )
 from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
-from lavad.models.usage.hosts import HostUsage
+from lavad.models.usage.hosts import FOURTH, MEAN, THIRD, VARIANCE, HostUsage
+from lavad.models.usage.margin import HostWindow, TailCalibration
 from lavad.models.usage.moments import CPU, MEMORY, USAGE_RESOURCES
+from lavad.models.usage.tail import effective_variance, tail_factor
 from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
 
 # The cluster row of each usage resource (cores, memory_gib).
@@ -104,14 +106,47 @@ def _request_scale(request: PlacementRequest) -> tuple[float, float]:
 
 
 def _after_placement(
-    usage: HostUsage, request: PlacementRequest, resource: int, n: int
+    usage: HostUsage,
+    request: PlacementRequest,
+    resource: int,
+    n: int,
+    calibration: TailCalibration | None = None,
 ) -> tuple[FloatArray, FloatArray]:
-    """Per host, the mean and variance sums with the request's VM added."""
+    """Per host, the mean sum and the variance GPA reads, with the request's VM added.
+
+    Without a calibration the variance is the paper's sum (times the learned
+    covariance factor); with one, the effective variance of the pool's
+    percentile method and margin (``tail.effective_variance``).
+    """
     added = usage.contribution(request.vm_id, _request_scale(request))
     usage.ensure_columns(n)
-    mean = usage.mean_sum[resource, :n] + added[resource]
-    variance = usage.variance(resource, n) + added[2 + resource] * usage.variance_factor[resource]
-    return mean, variance
+    mean = usage.mean_sum[resource, :n] + added[MEAN + resource]
+    variance = (
+        usage.variance(resource, n) + added[VARIANCE + resource] * usage.variance_factor[resource]
+    )
+    if calibration is None:
+        return mean, variance
+    third = usage.third_sum[resource, :n] + added[THIRD + resource]
+    fourth = usage.fourth_sum[resource, :n] + added[FOURTH + resource]
+    return mean, _effective(calibration, variance, third, fourth)
+
+
+def _effective(
+    calibration: TailCalibration,
+    variance: FloatArray,
+    third: FloatArray,
+    fourth: FloatArray,
+) -> FloatArray:
+    rho = calibration.rho
+    return effective_variance(
+        calibration.method,
+        quantile_factor(rho),
+        rho,
+        calibration.margin,
+        variance,
+        third,
+        fourth,
+    )
 
 
 class GpaFilter:
@@ -125,20 +160,31 @@ class GpaFilter:
     name = "gpa"
 
     def __init__(
-        self, usage: HostUsage, rho: float, *, resources: tuple[int, ...] = (CPU,)
+        self,
+        usage: HostUsage,
+        rho: float,
+        *,
+        resources: tuple[int, ...] = (CPU,),
+        calibration: TailCalibration | None = None,
     ) -> None:
         unknown = [r for r in resources if r not in CLUSTER_ROW]
         if unknown or not resources:
             raise ValueError(f"resources must be a non-empty subset of {USAGE_RESOURCES} indices")
+        if calibration is not None and calibration.rho != rho:
+            raise ValueError(f"calibration is for rho {calibration.rho}, the filter for {rho}")
         self.usage = usage
         self.rho = rho
         self.z = quantile_factor(rho)
         self.resources = resources
+        # The pool's percentile method and margin (CPU only: it is learned
+        # from realised CPU usage).
+        self.calibration = calibration
 
     def apply(self, cluster: ClusterState, request: PlacementRequest, blocked: BoolArray) -> None:
         n = cluster.n_hosts
         for resource in self.resources:
-            mean, variance = _after_placement(self.usage, request, resource, n)
+            calibration = self.calibration if resource == CPU else None
+            mean, variance = _after_placement(self.usage, request, resource, n, calibration)
             capacity = cluster.capacity[CLUSTER_ROW[resource], :n]
             fits = gpa_fits(mean, variance, capacity, self.z, FIT_TOLERANCE)
             np.logical_or(blocked, ~fits, out=blocked)
@@ -149,14 +195,15 @@ class GpaBestFitScore(NumpyScorer):
 
     name = "gpa_bestfit"
 
-    def __init__(self, usage: HostUsage) -> None:
+    def __init__(self, usage: HostUsage, calibration: TailCalibration | None = None) -> None:
         self.usage = usage
+        self.calibration = calibration
 
     def score(
         self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
     ) -> None:
         n = cluster.n_hosts
-        mean, variance = _after_placement(self.usage, request, CPU, n)
+        mean, variance = _after_placement(self.usage, request, CPU, n, self.calibration)
         # A host without CPU (capacity 0) is blocked by the filter; keep its score finite.
         capacity = np.maximum(cluster.capacity[CLUSTER_ROW[CPU], :n], FIT_TOLERANCE)
         out[:] = standardized_headroom(mean, variance, capacity)
@@ -213,6 +260,16 @@ class UsageHooks(ClusterListener):
     sample x the VM's requested cores) exceeded its capacity. A VM with no
     reading in a window is missing from that sum, so this can only
     undercount.
+
+    With a ``tail`` (``TailCalibration``), the same windows keep GPA's
+    promise honest: each host keeps the promise made at its last placement
+    or release (its mean sum and cumulant sums then, once every VM counts by
+    its own estimate), and each closed window of a host whose VMs all
+    reported scores the realised sum against it. The calibration learns the
+    pool's margin and percentile method from these (``models/usage/
+    margin.py``), and the filter, the score and the risk notices read the
+    host's variance through them. The margin replaces the variance factor's
+    job (both widen the excess), so a pool learns one or the other.
     """
 
     MIN_CALIBRATION = 30
@@ -225,9 +282,14 @@ class UsageHooks(ClusterListener):
         interval_s: float = 300.0,
         calibrate: bool = True,
         calibration_half_life: float = 2000.0,
+        tail: TailCalibration | None = None,
     ) -> None:
         if rho is not None:
             quantile_factor(rho)  # validates rho
+        if tail is not None and tail.rho != rho:
+            raise ValueError(f"the tail calibration is for rho {tail.rho}, the hooks for {rho}")
+        if tail is not None and calibrate:
+            raise ValueError("learn the margin (tail) or the variance factor (calibrate), not both")
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.usage = usage
@@ -247,6 +309,10 @@ class UsageHooks(ClusterListener):
         self._squared_gap = 0.0
         self._predicted_variance = 0.0
         self.calibration_windows = 0
+        self.tail = tail
+        # Per host column: (mean, variance, third, fourth) CPU sums when the
+        # host last changed with every VM on its own estimate.
+        self._promises: dict[int, tuple[float, float, float, float]] = {}
 
     observes_usage = True
 
@@ -257,17 +323,63 @@ class UsageHooks(ClusterListener):
 
     def summary(self) -> dict[str, Any]:
         """What GPA promised against what happened: the realised CPU overflow frequency."""
-        return {
+        summary: dict[str, Any] = {
             "cpu_overflow": {
                 "host_windows": self.host_windows,
                 "overflowed": self.host_overflows,
                 "frequency": self.realised_overflow,
             }
         }
+        if self.tail is not None:
+            summary["cpu_tail"] = self.tail.explain()
+        return summary
+
+    def _promise(self, host: int) -> None:
+        """Record what the host promises now, if every VM on it counts by its estimate."""
+        usage = self.usage
+        if self.tail is None:
+            return
+        if usage.vm_count[host] and not usage.prior_count[host]:
+            self._promises[host] = (
+                float(usage.mean_sum[CPU, host]),
+                max(float(usage.variance_sum[CPU, host]), 0.0) * usage.variance_factor[CPU],
+                float(usage.third_sum[CPU, host]),
+                float(usage.fourth_sum[CPU, host]),
+            )
+        else:
+            self._promises.pop(host, None)
+
+    def _score_window(self, cluster: ClusterState) -> None:
+        """Feed the tail calibration this window's hosts that kept a promise and fully reported."""
+        tail = self.tail
+        if tail is None:
+            return
+        rho = tail.rho
+        z = quantile_factor(rho)
+        methods = tail.settings.methods
+        row = CLUSTER_ROW[CPU]
+        hosts = []
+        for host, cores in self._window_cores.items():
+            promise = self._promises.get(host)
+            if promise is None or host >= cluster.n_hosts:
+                continue
+            if len(self._window_vms.get(host, ())) != int(self.usage.vm_count[host]):
+                continue
+            mean, variance, third, fourth = promise
+            sigma = math.sqrt(variance)
+            excess = tuple(
+                float(tail_factor(method, z, rho, variance, third, fourth)) * sigma
+                for method in methods
+            )
+            capacity = float(cluster.capacity[row, host])
+            if capacity > 0:
+                hosts.append(HostWindow(cores, mean, excess, capacity))
+        tail.observe(hosts)
 
     def _count_window(self, cluster: ClusterState) -> None:
         row = CLUSTER_ROW[CPU]
         usage = self.usage
+        self._score_window(cluster)
         for host, cores in self._window_cores.items():
             if host >= cluster.n_hosts:
                 continue
@@ -309,6 +421,7 @@ class UsageHooks(ClusterListener):
         event: VmRequest | VmPlaced | None,
     ) -> None:
         self.usage.place(record.vm_id, record.host, (record.demand[0], record.demand[1]))
+        self._promise(record.host)
 
     def on_released(
         self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
@@ -318,6 +431,7 @@ class UsageHooks(ClusterListener):
             # An evicted VM comes back with its history; an exited one is done.
             self.usage.moments.forget(record.vm_id)
         if host is not None:
+            self._promise(host)
             self._check(cluster, host, now)
 
     def on_moved(
@@ -328,7 +442,9 @@ class UsageHooks(ClusterListener):
         old_host = self.usage.remove(before.vm_id)
         self.usage.place(after.vm_id, after.host, (after.demand[0], after.demand[1]))
         if old_host is not None:
+            self._promise(old_host)
             self._check(cluster, old_host, now)
+        self._promise(after.host)
         self._check(cluster, after.host, now)
 
     def observe(self, cluster: ClusterState, sample: UsageSample) -> None:
@@ -336,6 +452,9 @@ class UsageHooks(ClusterListener):
         host = self.usage.observe(sample)
         if host is None:
             return
+        if self.tail is not None and host not in self._promises:
+            # Its last VM on the prior just got its own estimate.
+            self._promise(host)
         end = math.ceil(sample.time / self.interval_s) * self.interval_s
         if end > self._window_end:
             self._count_window(cluster)
@@ -353,6 +472,15 @@ class UsageHooks(ClusterListener):
         row = CLUSTER_ROW[CPU]
         usage = self.usage
         variance = max(float(usage.variance_sum[CPU, host]), 0.0) * usage.variance_factor[CPU]
+        if self.tail is not None:
+            variance = float(
+                _effective(
+                    self.tail,
+                    np.asarray(variance),
+                    np.asarray(usage.third_sum[CPU, host]),
+                    np.asarray(usage.fourth_sum[CPU, host]),
+                )
+            )
         probability = float(
             overflow_probability(usage.mean_sum[CPU, host], variance, cluster.capacity[row, host])
         )
@@ -372,11 +500,18 @@ class UsageHooks(ClusterListener):
                             "variance": variance,
                             "variance_factor": float(usage.variance_factor[CPU]),
                             "capacity": float(cluster.capacity[row, host]),
+                            **self._tail_reason(),
                         },
                     )
                 )
         else:
             self._at_risk.discard(host)
+
+    def _tail_reason(self) -> dict[str, Any]:
+        """Which percentile method and margin the notice's probability is read through."""
+        if self.tail is None:
+            return {}
+        return {"method": self.tail.method, "margin": self.tail.margin}
 
 
 def host_overflow_probability(usage: HostUsage, cluster: ClusterState, resource: int) -> FloatArray:

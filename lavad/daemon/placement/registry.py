@@ -33,6 +33,7 @@ from lavad.daemon.placement.lifetime import (
 from lavad.daemon.placement.lifetime_policy import LifetimePolicy
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS, USED_FEATURES
 from lavad.models.usage.hosts import HostUsage, UsagePrior
+from lavad.models.usage.margin import MarginSettings, TailCalibration
 from lavad.models.usage.moments import UsageMoments
 
 ResourceName = Literal["cores", "memory_gib", "disk_gib", "gpus"]
@@ -134,6 +135,10 @@ class LavaArgs(LifetimeArgs):
     )
 
 
+TailMethod = Literal["normal", "cornish-fisher"]
+_TAIL_METHODS: tuple[TailMethod, ...] = ("normal", "cornish-fisher")
+
+
 class GpaArgs(PolicyArgs):
     """GPA overcommitment of CPU (Janus and Rzadca, SoCC'17); rho is this pool's SLO."""
 
@@ -154,12 +159,37 @@ class GpaArgs(PolicyArgs):
         default=1.0, ge=0, description="fraction of its request a VM without estimate counts"
     )
     calibrate: bool = Field(
+        default=False,
+        description="widen host variance sums by the ratio realised usage shows (covariance); "
+        "the margin does this job too, so it needs margin = false",
+    )
+    margin: bool = Field(
         default=True,
-        description="widen host variance sums by the ratio realised usage shows (covariance)",
+        description="learn per pool, from realised usage against each host's promise, a margin "
+        "on the predicted excess and the percentile method that needs least headroom",
+    )
+    tail_methods: list[TailMethod] = Field(
+        default_factory=lambda: list(_TAIL_METHODS),
+        min_length=1,
+        description="the percentile methods the margin chooses among (normal: the paper's)",
+    )
+    margin_rate: float = Field(
+        default=0.1, gt=0, le=1, description="log step of the margin per closed usage window"
+    )
+    margin_floor: float = Field(
+        default=1.0, gt=0, le=1, description="the margin never narrows below this"
+    )
+    margin_cap: float = Field(default=20.0, ge=1, description="nor widens above this")
+    margin_min_windows: int = Field(
+        default=48, ge=1, description="usage windows scored before a method other than normal"
     )
     tie_break: Literal["random", "first"] = Field(
         default="random", description="among equal scores: a seeded random host, or the first"
     )
+
+    def model_post_init(self, _context: Any) -> None:
+        if self.margin and self.calibrate:
+            raise ValueError("margin and calibrate both widen the excess: turn one off")
 
 
 class PolicyConfigError(ValueError):
@@ -263,21 +293,35 @@ def _build_gpa(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
         UsageMoments(half_life_s=args.half_life_s),
         UsagePrior(mean_fraction=args.prior_mean_fraction, min_samples=args.min_samples),
     )
+    tail = (
+        TailCalibration(
+            args.rho,
+            MarginSettings(
+                rate=args.margin_rate,
+                floor=args.margin_floor,
+                cap=args.margin_cap,
+                min_windows=args.margin_min_windows,
+                methods=tuple(dict.fromkeys(args.tail_methods)),
+            ),
+        )
+        if args.margin
+        else None
+    )
     # CPU goes through GPA; memory, disk and GPUs keep the hard fit on requests.
     filters = (
         SchedulableFilter(),
         RequestFitFilter(),
         AntiAffinityFilter(),
-        GpaFilter(usage, args.rho),
+        GpaFilter(usage, args.rho, calibration=tail),
     )
-    scorer = GpaBestFitScore(usage) if args.fit == "bestfit" else FirstFitScore()
+    scorer = GpaBestFitScore(usage, tail) if args.fit == "bestfit" else FirstFitScore()
     return Policy(
         name,
         (scorer,),
         rng,
         filters=filters,
         random_ties=args.tie_break == "random" and args.fit == "bestfit",
-        hooks=UsageHooks(usage, args.rho, calibrate=args.calibrate),
+        hooks=UsageHooks(usage, args.rho, calibrate=args.calibrate, tail=tail),
     )
 
 

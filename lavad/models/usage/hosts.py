@@ -2,7 +2,8 @@
 
 Assuming independent VMs, a host's total usage has mean sum(mu_i) and
 variance sum(sigma_i^2) (the GPA paper's estimate), so a fit test needs only
-these two sums per host and resource. They are kept like the free capacity
+these two sums per host and resource (and the sums of third and fourth
+cumulants, for the Cornish-Fisher percentile of ``tail.py``). They are kept like the free capacity
 in ``daemon/cluster.py``: one column per host, changed in O(1) when a VM is
 placed, leaves, or its estimate moves with a new sample, never recomputed
 from the VM list.
@@ -23,12 +24,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lavad.models.arrays import FloatArray
-from lavad.models.usage.moments import N_USAGE, UsageMoments
+from lavad.models.usage.moments import CPU, N_USAGE, UsageMoments
 from lavad.streams.schema import UsageSample
 
 Scale = tuple[float, float]
-# (mean cpu, mean memory, variance cpu, variance memory), absolute units.
-Contribution = tuple[float, float, float, float]
+# (mean cpu, mean memory, variance cpu, variance memory, third cumulant cpu,
+# third memory, fourth cumulant cpu, fourth memory), absolute units.
+Contribution = tuple[float, float, float, float, float, float, float, float]
+# Offsets of each moment in a Contribution (index + resource).
+MEAN, VARIANCE, THIRD, FOURTH = 0, 2, 4, 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ class _Placement:
     scale: Scale
     # Exactly what was added to the host's sums, so removal gives it back.
     added: Contribution
+    # Counted by its own CPU estimate (not the prior) since it last changed.
+    estimated: bool
 
 
 class HostUsage:
@@ -70,6 +76,13 @@ class HostUsage:
         columns = max(1, initial_columns)
         self.mean_sum: FloatArray = np.zeros((N_USAGE, columns))
         self.variance_sum: FloatArray = np.zeros((N_USAGE, columns))
+        # Sums of third and fourth cumulants (they add over independent VMs
+        # too): the Cornish-Fisher percentile's skewness and kurtosis.
+        self.third_sum: FloatArray = np.zeros((N_USAGE, columns))
+        self.fourth_sum: FloatArray = np.zeros((N_USAGE, columns))
+        # VMs per host still counted by the prior on CPU: a host's promise
+        # can be checked against its realised usage only when this is 0.
+        self.prior_count: NDArray[np.int32] = np.zeros(columns, dtype=np.int32)
         self.vm_count: NDArray[np.int32] = np.zeros(columns, dtype=np.int32)
         self._placed: dict[str, _Placement] = {}
         # Per resource, how much wider a host's usage sum really varies than
@@ -91,13 +104,23 @@ class HostUsage:
         if n_hosts <= columns:
             return
         size = max(n_hosts, 2 * columns)
-        mean_sum: FloatArray = np.zeros((N_USAGE, size))
-        variance_sum: FloatArray = np.zeros((N_USAGE, size))
-        vm_count: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
-        mean_sum[:, :columns] = self.mean_sum
-        variance_sum[:, :columns] = self.variance_sum
-        vm_count[:columns] = self.vm_count
-        self.mean_sum, self.variance_sum, self.vm_count = mean_sum, variance_sum, vm_count
+
+        def widen(array: FloatArray) -> FloatArray:
+            grown: FloatArray = np.zeros((N_USAGE, size))
+            grown[:, :columns] = array
+            return grown
+
+        def widen_count(array: NDArray[np.int32]) -> NDArray[np.int32]:
+            grown: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
+            grown[:columns] = array
+            return grown
+
+        self.mean_sum = widen(self.mean_sum)
+        self.variance_sum = widen(self.variance_sum)
+        self.third_sum = widen(self.third_sum)
+        self.fourth_sum = widen(self.fourth_sum)
+        self.vm_count = widen_count(self.vm_count)
+        self.prior_count = widen_count(self.prior_count)
 
     # ------------------------------------------------------------ estimates
 
@@ -109,6 +132,8 @@ class HostUsage:
             prior.variance_fraction * scale[0] ** 2,
             prior.variance_fraction * scale[1] ** 2,
         ]
+        thirds = [0.0, 0.0]
+        fourths = [0.0, 0.0]
         moments = self.moments
         slot = moments.slot(vm_id)
         if slot is not None:
@@ -117,7 +142,19 @@ class HostUsage:
                     size = scale[resource]
                     means[resource] = float(moments.mean[resource, slot]) * size
                     variances[resource] = moments.variance_at(slot, resource) * size * size
-        return (means[0], means[1], variances[0], variances[1])
+                    third, fourth = moments.cumulants_at(slot, resource)
+                    thirds[resource] = third * size**3
+                    fourths[resource] = fourth * size**4
+        return (
+            means[0],
+            means[1],
+            variances[0],
+            variances[1],
+            thirds[0],
+            thirds[1],
+            fourths[0],
+            fourths[1],
+        )
 
     # -------------------------------------------------------------- updates
 
@@ -130,7 +167,9 @@ class HostUsage:
         added = self.contribution(vm_id, scale)
         self._add(host, added, 1.0)
         self.vm_count[host] += 1
-        self._placed[vm_id] = _Placement(host, scale, added)
+        estimated = self.estimated(vm_id, CPU)
+        self.prior_count[host] += not estimated
+        self._placed[vm_id] = _Placement(host, scale, added, estimated)
 
     def remove(self, vm_id: str) -> int | None:
         """Take a VM off its host; returns the host column (None if it was not placed)."""
@@ -139,12 +178,15 @@ class HostUsage:
             return None
         host = placement.host
         self.vm_count[host] -= 1
+        self.prior_count[host] -= not placement.estimated
         if self.vm_count[host]:
             self._add(host, placement.added, -1.0)
         else:
             # Snap to zero: no rounding residue survives an empty host.
             self.mean_sum[:, host] = 0.0
             self.variance_sum[:, host] = 0.0
+            self.third_sum[:, host] = 0.0
+            self.fourth_sum[:, host] = 0.0
         return host
 
     def refresh(self, vm_id: str) -> int | None:
@@ -159,6 +201,9 @@ class HostUsage:
             self._add(host, before, -1.0)
             self._add(host, now, 1.0)
             placement.added = now
+        if not placement.estimated and self.estimated(vm_id, CPU):
+            placement.estimated = True
+            self.prior_count[placement.host] -= 1
         return placement.host
 
     def observe(self, sample: UsageSample) -> int | None:
@@ -167,11 +212,11 @@ class HostUsage:
         return self.refresh(sample.vm_id)
 
     def _add(self, host: int, contribution: Contribution, sign: float) -> None:
-        mean_cpu, mean_memory, variance_cpu, variance_memory = contribution
-        self.mean_sum[0, host] += sign * mean_cpu
-        self.mean_sum[1, host] += sign * mean_memory
-        self.variance_sum[0, host] += sign * variance_cpu
-        self.variance_sum[1, host] += sign * variance_memory
+        for resource in range(N_USAGE):
+            self.mean_sum[resource, host] += sign * contribution[MEAN + resource]
+            self.variance_sum[resource, host] += sign * contribution[VARIANCE + resource]
+            self.third_sum[resource, host] += sign * contribution[THIRD + resource]
+            self.fourth_sum[resource, host] += sign * contribution[FOURTH + resource]
 
     # -------------------------------------------------------------- readers
 

@@ -15,6 +15,16 @@ stable (no sum of squares minus square of sums):
 without decay W = W2 = n and it is numpy's ``var(ddof=1)``. ``population_variance``
 is S / W, numpy's ``var(ddof=0)``. W^2 / W2 is the effective sample size.
 
+The third and fourth central sums M3, M4 follow Pebay's (2008) pairwise
+update with one new point of weight 1 (they decay like S):
+
+    M4' = M4 + delta^4 W (W^2 - W + 1) / W'^3 + 6 delta^2 S / W'^2 - 4 delta M3 / W'
+    M3' = M3 + delta^3 W (W - 1) / W'^2 - 3 delta S / W'
+
+so each VM also has its third and fourth cumulants (population estimates
+M3 / W and M4 / W - 3 (S / W)^2): they add over independent VMs, and the
+Cornish-Fisher percentile of a host's sum reads them (``tail.py``).
+
 Usage is a fraction of the VM's request, as ``UsageSample`` carries it; a
 sample with raw per-sample values (``UsageStats.samples``) contributes each
 of them, since those are the instantaneous usage the variance is about, and
@@ -67,6 +77,8 @@ class UsageMoments:
         self.weight_sq: FloatArray = np.zeros((N_USAGE, size))
         self.mean: FloatArray = np.zeros((N_USAGE, size))
         self.spread: FloatArray = np.zeros((N_USAGE, size))
+        self.third: FloatArray = np.zeros((N_USAGE, size))
+        self.fourth: FloatArray = np.zeros((N_USAGE, size))
         self.last_time: FloatArray = np.full((N_USAGE, size), -np.inf)
         self.count: NDArray[np.int64] = np.zeros((N_USAGE, size), dtype=np.int64)
         self._slot: dict[str, int] = {}
@@ -128,21 +140,35 @@ class UsageMoments:
         weight = float(self.weight[resource, slot])
         weight_sq = float(self.weight_sq[resource, slot])
         spread = float(self.spread[resource, slot])
+        third = float(self.third[resource, slot])
+        fourth = float(self.fourth[resource, slot])
         last = float(self.last_time[resource, slot])
         if self._log_decay and weight and time > last:
             decay = math.exp(self._log_decay * (time - last))
             weight *= decay
             weight_sq *= decay * decay
             spread *= decay
+            third *= decay
+            fourth *= decay
         mean = float(self.mean[resource, slot])
-        weight += 1.0
+        total = weight + 1.0
         delta = value - mean
-        mean += delta / weight
+        step = delta / total
+        # Higher sums first: each reads the lower ones before this point.
+        fourth += (
+            delta * step**3 * weight * (weight * weight - weight + 1.0)
+            + 6.0 * step * step * spread
+            - 4.0 * step * third
+        )
+        third += delta * step * step * weight * (weight - 1.0) - 3.0 * step * spread
+        mean += step
         spread += delta * (value - mean)
-        self.weight[resource, slot] = weight
+        self.weight[resource, slot] = total
         self.weight_sq[resource, slot] = weight_sq + 1.0
         self.mean[resource, slot] = mean
         self.spread[resource, slot] = spread
+        self.third[resource, slot] = third
+        self.fourth[resource, slot] = fourth
         if time > last:
             self.last_time[resource, slot] = time
         self.count[resource, slot] += 1
@@ -163,6 +189,17 @@ class UsageMoments:
         if denominator <= 1e-12 * weight:
             return 0.0
         return max(float(self.spread[resource, slot]), 0.0) / denominator
+
+    def cumulants_at(self, slot: int, resource: int) -> tuple[float, float]:
+        """The third and fourth cumulants (population estimates); 0 without spread."""
+        weight = float(self.weight[resource, slot])
+        spread = float(self.spread[resource, slot])
+        if weight <= 0.0 or spread <= 0.0:
+            return 0.0, 0.0
+        second = spread / weight
+        third = float(self.third[resource, slot]) / weight
+        fourth = float(self.fourth[resource, slot]) / weight - 3.0 * second * second
+        return third, fourth
 
     def estimate(self, vm_id: str, resource: int) -> UsageEstimate | None:
         """The VM's estimate, or None if it never had an observation of ``resource``."""
@@ -193,6 +230,8 @@ class UsageMoments:
         self.weight_sq[:, slot] = 0.0
         self.mean[:, slot] = 0.0
         self.spread[:, slot] = 0.0
+        self.third[:, slot] = 0.0
+        self.fourth[:, slot] = 0.0
         self.last_time[:, slot] = -np.inf
         self.count[:, slot] = 0
 
@@ -208,6 +247,8 @@ class UsageMoments:
         self.weight_sq = widen(self.weight_sq, 0.0)
         self.mean = widen(self.mean, 0.0)
         self.spread = widen(self.spread, 0.0)
+        self.third = widen(self.third, 0.0)
+        self.fourth = widen(self.fourth, 0.0)
         self.last_time = widen(self.last_time, -np.inf)
         count: NDArray[np.int64] = np.zeros((N_USAGE, 2 * size), dtype=np.int64)
         count[:, :size] = self.count

@@ -1,0 +1,111 @@
+"""The upper percentile of a host's usage sum, beyond the normal approximation.
+
+GPA (Janus and Rzadca) takes a host's total usage as N(sum mu, sum sigma^2)
+and its (1 - rho) percentile as mu + z sigma, z = Phi^-1(1 - rho). That
+holds when a host sums many VMs; with few VMs of skewed, bursty usage the
+sum is skewed too, and the normal percentile sits below the real one.
+
+Independent VMs' cumulants add, so a host keeps the sums k2, k3, k4 of its
+VMs' second, third and fourth cumulants in O(1) as it keeps mu and sigma^2,
+and the Cornish-Fisher expansion corrects z by the sum's skewness
+g = k3 / k2^1.5 and excess kurtosis e = k4 / k2^2:
+
+    z_cf = z + (z^2 - 1) g / 6 + (z^3 - 3 z) e / 24 - (2 z^3 - 5 z) g^2 / 36
+
+The expansion is an asymptotic series: far from normal it can bend back
+(large g makes the g^2 term win), so z_cf is kept in [0, sqrt((1 - rho) /
+rho)]: the upper end is Cantelli's one-sided bound, which holds for every
+distribution with that mean and variance, so no correction goes past what
+any tail could need. What the expansion still gets wrong (drift, covariance)
+is the online margin's job (``margin.py``).
+
+A percentile method is a name; ``TAIL_METHODS`` lists them. Each gives a
+host's predicted excess over its mean sum, ``excess = z_method * sigma``,
+which the margin scales.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import numpy as np
+
+from lavad.models.arrays import FloatArray
+
+NORMAL: Final = "normal"
+CORNISH_FISHER: Final = "cornish-fisher"
+TAIL_METHODS: Final = (NORMAL, CORNISH_FISHER)
+
+
+def cantelli_factor(rho: float) -> float:
+    """sqrt((1 - rho) / rho): P(X > mu + k sigma) <= rho for any X (Cantelli's inequality)."""
+    if not 0.0 < rho < 1.0:
+        raise ValueError(f"rho must be in (0, 1), got {rho!r}")
+    return math.sqrt((1.0 - rho) / rho)
+
+
+def cornish_fisher_factor(
+    z: float,
+    rho: float,
+    second: FloatArray | float,
+    third: FloatArray | float,
+    fourth: FloatArray | float,
+) -> FloatArray:
+    """z corrected by the skewness and excess kurtosis of sums with these cumulant sums.
+
+    ``z`` is Phi^-1(1 - rho); where the second cumulant is 0 (no spread)
+    the normal z is returned. Elementwise over arrays of hosts.
+    """
+    k2 = np.asarray(second, dtype=np.float64)
+    k3 = np.asarray(third, dtype=np.float64)
+    k4 = np.asarray(fourth, dtype=np.float64)
+    spread = k2 > 0.0
+    safe = np.where(spread, k2, 1.0)
+    skew = np.where(spread, k3 / safe**1.5, 0.0)
+    kurtosis = np.where(spread, k4 / (safe * safe), 0.0)
+    corrected = (
+        z
+        + (z * z - 1.0) * skew / 6.0
+        + (z**3 - 3.0 * z) * kurtosis / 24.0
+        - (2.0 * z**3 - 5.0 * z) * skew * skew / 36.0
+    )
+    clipped: FloatArray = np.clip(corrected, 0.0, cantelli_factor(rho))
+    return clipped
+
+
+def tail_factor(
+    method: str,
+    z: float,
+    rho: float,
+    second: FloatArray | float,
+    third: FloatArray | float,
+    fourth: FloatArray | float,
+) -> FloatArray:
+    """Per host: how many standard deviations the (1 - rho) percentile sits above the mean."""
+    if method == NORMAL:
+        return np.full(np.shape(second), z, dtype=np.float64)
+    if method == CORNISH_FISHER:
+        return cornish_fisher_factor(z, rho, second, third, fourth)
+    raise ValueError(f"unknown tail method {method!r}; known: {', '.join(TAIL_METHODS)}")
+
+
+def effective_variance(
+    method: str,
+    z: float,
+    rho: float,
+    margin: float,
+    second: FloatArray,
+    third: FloatArray,
+    fourth: FloatArray,
+) -> FloatArray:
+    """The variance whose normal percentile is the method's, margin included: (m z_k / z)^2 k2.
+
+    GPA's fit test, score and overflow probability all read a host's
+    variance; handing them this one makes every reader agree with the
+    method: mu + z sqrt(effective) = mu + m z_k sigma.
+    """
+    factor = tail_factor(method, z, rho, second, third, fourth)
+    scale = margin * factor / z
+    scaled: FloatArray = np.maximum(second, 0.0) * scale * scale
+    return scaled
