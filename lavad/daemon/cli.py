@@ -35,6 +35,7 @@ from lavad.daemon.registry import Registry
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError
+from lavad.daemon.shadow.cli import run_shadow_replay, shadow_app
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.codec import BadRecord
 from lavad.streams.oracle import exit_times, with_true_lifetimes
@@ -60,6 +61,7 @@ app.command("produce")(produce_command)
 app.command("demo")(demo_command)
 app.command("broker")(broker_command)
 app.command("tail")(tail_command)
+app.add_typer(shadow_app, name="shadow")
 
 # The offline studies (lavad.evaluation) load for every command but the live
 # ones: `lavad run` and its kin keep an import graph of what runs live.
@@ -100,6 +102,16 @@ def replay_command(
     settings = settings_or_exit(config)
     if seed is not None:
         settings = settings.model_copy(update={"seed": seed})
+    if settings.shadow.enabled:
+        # The trace is an existing scheduler's stream: both sides, one table.
+        if compare:
+            raise fail("shadow.enabled: --compare does not apply (the sides are compared)")
+        if policy is not None:
+            settings = settings.model_copy(
+                update={"placement": settings.placement.model_copy(update={"policy": policy})}
+            )
+        run_shadow_replay(settings, path, None, out_path, metrics_json, plot, progress)
+        return
     names = [p.strip() for p in compare.split(",") if p.strip()] if compare else []
     if not names:
         names = [policy or settings.placement.policy]

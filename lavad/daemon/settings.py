@@ -56,6 +56,7 @@ from lavad.daemon.placement.registry import (
     needs_true_lifetimes,
     validate_policy_args,
 )
+from lavad.daemon.shadow.config import ShadowSettings
 from lavad.models.deployments.process import DeploymentPriors, GammaBelief
 from lavad.streams.kafka.topics import TopicNames
 
@@ -225,6 +226,7 @@ class Settings(BaseSettings):
     live: LiveSettings = LiveSettings()
     http: HttpSettings = HttpSettings()
     log: LogSettings = LogSettings()
+    shadow: ShadowSettings = ShadowSettings()
 
     @classmethod
     def settings_customise_sources(

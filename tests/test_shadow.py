@@ -1,0 +1,234 @@
+"""Shadow mode in replay: both sides of a First Fit stream against plain replays, on the slice."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from shadow_support import (
+    AZURE_SLICE,
+    engine_config,
+    firstfit_stream,
+    fixed_pool_settings,
+    metrics,
+    slice_end_time,
+)
+
+from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotStore
+from lavad.daemon.replay import replay
+from lavad.daemon.shadow.compare import empty_hosts_difference, mean_with_ci, t975
+from lavad.daemon.shadow.engine import (
+    ADVICE_PREFIX,
+    FollowedPool,
+    ShadowEngine,
+    ShadowPool,
+    without_advice,
+)
+from lavad.daemon.shadow.replay import ShadowResult, shadow_replay
+from lavad.streams.adapters import open_trace
+from lavad.streams.codec import encode
+from lavad.streams.schema import Event, HostUp, Placement, VmExit, VmPlaced, VmRequest
+
+
+@pytest.fixture(scope="module")
+def lava_shadow() -> tuple[ShadowResult, list[bytes], list[Event]]:
+    """A First Fit stream of the whole slice through shadow mode with LAVA."""
+    settings = fixed_pool_settings()
+    stream = firstfit_stream(settings)
+    sink = io.BytesIO()
+    result = shadow_replay(
+        iter(stream),
+        engine_config(settings, "lava"),
+        end_time=slice_end_time(),
+        decisions_out=sink,
+        common_pool=False,
+    )
+    return result, sink.getvalue().splitlines(), stream
+
+
+def test_the_stream_is_first_fits_placements(
+    lava_shadow: tuple[ShadowResult, list[bytes], list[Event]],
+) -> None:
+    _, _, stream = lava_shadow
+    placed = [e for e in stream if isinstance(e, VmPlaced)]
+    requests = [e for e in open_trace(AZURE_SLICE, seed=0).events() if isinstance(e, VmRequest)]
+    assert len(placed) == len(requests)  # the 440 hosts take every request
+    # First Fit: the first request goes to the lowest-numbered host.
+    assert placed[0].host_id == "default/h00000"
+    assert {p.vm_id for p in placed} == {r.vm_id for r in requests}
+    assert not any(isinstance(e, VmRequest) for e in stream)
+
+
+def test_lavad_side_equals_a_plain_lava_replay(
+    lava_shadow: tuple[ShadowResult, list[bytes], list[Event]],
+) -> None:
+    result, advice, _ = lava_shadow
+    settings = fixed_pool_settings()
+    sink = io.BytesIO()
+    plain = replay(
+        open_trace(AZURE_SLICE, seed=0).events(),
+        engine_config(settings, "lava"),
+        end_time=slice_end_time(),
+        decisions_out=sink,
+    )
+    assert metrics(result.lavad.pools["default"]) == metrics(plain.pools["default"])
+    assert result.lavad.decisions == plain.decisions
+    expected = [orjson.loads(line) for line in sink.getvalue().splitlines()]
+    got = [orjson.loads(line) for line in advice]
+    assert len(got) == len(expected) > 40_000
+    assert all(d["decision_id"].startswith(ADVICE_PREFIX) for d in got)
+    assert all(d["explanation"]["advice"] is True for d in got)
+    assert [without_advice(d) for d in got] == expected
+
+
+def test_actual_side_equals_a_plain_firstfit_replay(
+    lava_shadow: tuple[ShadowResult, list[bytes], list[Event]],
+) -> None:
+    result, _, _ = lava_shadow
+    plain = replay(
+        open_trace(AZURE_SLICE, seed=0).events(),
+        engine_config(fixed_pool_settings(), "firstfit"),
+        end_time=slice_end_time(),
+    )
+    assert metrics(result.actual.pools["default"]) == metrics(plain.pools["default"])
+    assert result.actual.series == plain.series
+
+
+def test_agreement_and_difference_are_measured(
+    lava_shadow: tuple[ShadowResult, list[bytes], list[Event]],
+) -> None:
+    result, _, stream = lava_shadow
+    agreement = result.agreement["default"]
+    assert agreement["compared"] == sum(isinstance(e, VmPlaced) for e in stream)
+    assert 0 < agreement["same_host"] < agreement["compared"]
+    assert agreement["class_compared"] == agreement["compared"]
+    assert agreement["same_host"] <= agreement["same_class"] < agreement["compared"]
+    diff = result.difference["default"]
+    actual = result.actual.pools["default"]
+    assert diff["samples"] == len(diff["series"]) > 5
+    # The sampled difference tracks the time-weighted one.
+    lavad = result.lavad.pools["default"]["empty_hosts_pct"]
+    assert diff["mean_pp"] == pytest.approx(lavad - actual["empty_hosts_pct"], abs=0.5)
+
+
+def _small_stream() -> list[Event]:
+    def placed(t: float, vm: str, host: str) -> VmPlaced:
+        return VmPlaced(t, "p", vm, host, cores=8.0, memory_gib=16.0)
+
+    return [
+        HostUp(0.0, "p", "p/a", cores=16.0, memory_gib=64.0),
+        HostUp(0.0, "p", "p/b", cores=16.0, memory_gib=64.0),
+        placed(10.0, "vm1", "p/b"),
+        # Requested, then placed a little later by the existing scheduler.
+        VmRequest(20.0, "p", "vm2", cores=8.0, memory_gib=16.0),
+        placed(25.0, "vm2", "p/a"),
+        # Requested and never placed: a failure of the existing scheduler.
+        VmRequest(30.0, "p", "vm3", cores=8.0, memory_gib=16.0),
+        VmExit(40.0, "p", "vm3"),
+        VmExit(50.0, "p", "vm1"),
+    ]
+
+
+def _small_config() -> Any:
+    settings = fixed_pool_settings(hosts=0)
+    settings = settings.model_copy(
+        update={"hosts": settings.hosts.model_copy(update={"source": "trace"})}
+    )
+    return settings.engine_config("bestfit", trace_has_hosts=True)
+
+
+def test_requests_the_existing_scheduler_never_placed_are_its_failures() -> None:
+    engine = ShadowEngine(_small_config())
+    out: list[Placement] = []
+    for event in _small_stream():
+        handled = engine.handle(event, event.time)
+        assert handled.rejection is None
+        out.extend(d for d in handled.decisions if isinstance(d, Placement))
+    sides = engine.sides(60.0)["p"]
+    actual, lavad = sides["actual"], sides["lavad"]
+    assert actual["requests"] == lavad["requests"] == 3
+    assert actual["placed"] == 2 and actual["placement_failures"] == 1
+    assert lavad["placed"] == 3 and lavad["placement_failures"] == 0
+    assert sides["agreement"]["compared"] == 2
+    assert sides["agreement"]["lavad_only"] == 1  # vm3: lavad placed it, the actual never did
+    # Each VM got one advice, none a placement id.
+    assert [d.vm_id for d in out] == ["vm1", "vm2", "vm3"]
+    assert all(d.decision_id.startswith("advice/placement/") for d in out)
+    assert out[0].explanation["actual_host_id"] == "p/b"
+    pool = engine.pools["p"]
+    assert isinstance(pool, ShadowPool) and isinstance(pool.actual, FollowedPool)
+    assert pool.actual.counters["exit_never_placed"] == 1
+    assert not pool.advised and not pool.actual.awaited
+
+
+def test_an_event_the_actual_cluster_refuses_is_refused_for_both_sides() -> None:
+    engine = ShadowEngine(_small_config())
+    for event in _small_stream()[:3]:
+        engine.handle(event, event.time)
+    handled = engine.handle(
+        VmPlaced(11.0, "p", "vm9", "p/nowhere", cores=1.0, memory_gib=1.0), 11.0
+    )
+    assert handled.rejection is not None and "unknown host" in handled.rejection.reason
+    assert handled.decisions == []
+    assert "vm9" not in engine.pools["p"].cluster.vms
+    assert "vm9" not in engine.pools["p"].refused
+
+
+def test_a_snapshot_restores_both_sides(tmp_path: Path) -> None:
+    settings = fixed_pool_settings()
+    config = engine_config(settings, "lava")
+    stream = firstfit_stream(settings, limit=12_000)
+    whole = ShadowEngine(config)
+    expected = [encode(d) for e in stream for d in whole.handle(e, e.time).decisions]
+
+    first = ShadowEngine(config)
+    got = [encode(d) for e in stream[:6_000] for d in first.handle(e, e.time).decisions]
+    store = SnapshotStore(tmp_path, "g")
+    store.save(PartitionSnapshot(0, first.fingerprint, {}, dict(first.pools)))
+    second = ShadowEngine(config)
+    snapshot = store.load(0, second.fingerprint)
+    assert snapshot is not None
+    second.adopt_pools(snapshot.pools)
+    got += [encode(d) for e in stream[6_000:] for d in second.handle(e, e.time).decisions]
+    assert got == expected
+    end = stream[-1].time
+    assert second.sides(end) == whole.sides(end)
+
+
+def test_a_plain_engines_snapshot_is_not_a_shadow_one() -> None:
+    config = engine_config(fixed_pool_settings(), "lava")
+    from lavad.daemon.engine import Engine  # noqa: PLC0415
+
+    assert ShadowEngine(config).fingerprint != Engine(config).fingerprint
+
+
+def test_batch_means_interval_by_hand() -> None:
+    assert t975(1) == 12.706 and t975(9) == 2.262 and t975(100) == 1.96
+    values = [float(i % 4) for i in range(40)]  # batches of 4: each mean 1.5
+    stats = mean_with_ci(values, batches=10)
+    assert stats["mean"] == 1.5 and stats["ci95"] == [1.5, 1.5]
+    ramp = [float(i) for i in range(20)]  # 10 batches of 2: means 0.5, 2.5, ..., 18.5
+    stats = mean_with_ci(ramp, batches=10)
+    means = [0.5 + 2 * k for k in range(10)]
+    half = 2.262 * math.sqrt(sum((m - 9.5) ** 2 for m in means) / 9) / math.sqrt(10)
+    assert stats["ci95"] == pytest.approx([9.5 - half, 9.5 + half])
+    assert mean_with_ci(ramp[:15], batches=10)["ci95"] is None  # batches of 1
+
+
+def test_difference_pairs_the_same_ticks() -> None:
+    class P:
+        def __init__(self, time: float, empty: float) -> None:
+            self.time, self.empty_hosts_pct = time, empty
+
+    actual = [P(0.0, 10.0), P(3600.0, 20.0), P(7200.0, 30.0)]
+    lavad = [P(0.0, 12.0), P(3600.0, 21.0), P(10_800.0, 50.0)]
+    diff = empty_hosts_difference(actual, lavad, 0.0, 7200.0)
+    assert diff["series"] == [
+        {"time": 0.0, "difference_pp": 2.0},
+        {"time": 3600.0, "difference_pp": 1.0},
+    ]
+    assert diff["mean_pp"] == 1.5
