@@ -19,6 +19,7 @@ from lavad.daemon.live.demo import DemoOptions, run_demo
 from lavad.daemon.live.logs import configure_logging
 from lavad.daemon.live.shell import LiveDaemon, PartitionError, StartupError, live_engine_config
 from lavad.daemon.live.snapshots import SnapshotError
+from lavad.daemon.shadow.live import topic_names
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
 from lavad.streams.kafka.publish import publish_trace
@@ -154,7 +155,8 @@ def topics_create_command(
     are, so running it again is harmless; one with another count is an error.
     """
     settings = settings_or_exit(config)
-    names = settings.topics
+    # With [shadow] enabled: the inputs, the advice topic and the dead letters.
+    names = topic_names(settings)
     topics = settings.topics
 
     async def main() -> None:
