@@ -46,6 +46,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
 
+from lavad.daemon import heap
 from lavad.daemon.live.logs import configure_logging
 from lavad.daemon.live.shell import LiveDaemon, live_engine_config
 from lavad.daemon.replay import replay
@@ -201,7 +202,10 @@ def sustained_ingest(per_pool: int) -> None:
     events = azure_events(pools, per_pool, first_seed=0)
     settings = load_settings(ROOT / "config" / "lavad.toml")
 
-    # Baselines in this process: the engine alone (events already decoded), and decoding alone.
+    # Baselines in this process: the engine alone (events already decoded), and decoding alone,
+    # under the collector's schedule the daemon sets for itself (and `lavad replay` too).
+    heap.tune_collector()
+    heap.settle()
     result = replay(events, live_engine_config(settings), decisions_out=io.BytesIO())
     encoded = [encode(event) for event in events]
     began = time.perf_counter()

@@ -34,6 +34,7 @@ import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
+from lavad.daemon import heap
 from lavad.daemon.engine import Engine, EngineConfig
 from lavad.daemon.live.connection import decision_producer, input_consumer
 from lavad.daemon.live.http import HttpHandle, serve_http
@@ -147,6 +148,8 @@ class LiveDaemon:
         """
         self._stop = stop
         warm_up()
+        heap.tune_collector()
+        heap.settle()
         http = self.settings.http
         try:
             self.http = await serve_http(
@@ -337,6 +340,7 @@ class LiveDaemon:
             self.refresh_gauges()
             if time.monotonic() >= next_snapshot:
                 await self.partitions.snapshot_all()
+                heap.settle()
                 next_snapshot = time.monotonic() + live.snapshot_interval_s
 
     def refresh_gauges(self) -> None:
@@ -379,6 +383,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: Any) -> None:
         try:
             await self.daemon.partitions.acquire(assigned)
+            heap.settle()  # the restored state is long-lived
         except SnapshotError as exc:
             self.daemon.fail(exc)
         except Exception as exc:  # noqa: BLE001 - raised here, it would be logged and lost

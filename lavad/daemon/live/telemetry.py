@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from lavad.daemon.engine import PoolRuntime
+from lavad.daemon.live.batch_histogram import BatchHistogram
 from lavad.daemon.metrics.pool import CORES, MEMORY
 from lavad.daemon.placement.gpa import UsageHooks
 
@@ -56,11 +57,11 @@ class Telemetry:
             ["stage"],
             registry=registry,
         )
-        self.decision_latency = Histogram(
+        self.decision_latency = BatchHistogram(
             "lavad_decision_latency_seconds",
             "Input record timestamp to decision acknowledged by the broker",
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+            LATENCY_BUCKETS,
+            registry,
         )
         self.consumer_lag = Gauge(
             "lavad_consumer_lag_records",
