@@ -38,6 +38,7 @@ from benchmarks.migration_cost import migration_cost
 from benchmarks.placement_latency import measure, measure_recompute_baseline
 from benchmarks.reprediction_latency import reprediction_latency
 from benchmarks.snapshot_codec import snapshot_codec
+from lavad.daemon import heap
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
@@ -143,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         help="only the live shell against the embedded Kafka broker: ingest and latency",
     )
     args = parser.parse_args(argv)
+    # The collector schedule `lavad replay` and `lavad run` set for themselves.
+    heap.tune_collector()
     if args.live:
         from benchmarks.live_kafka import live_benchmark  # noqa: PLC0415 - opt-in, heavier imports
 

@@ -16,6 +16,7 @@ import typer
 from pydantic import BaseModel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lavad.daemon import heap
 from lavad.daemon.admission.registry import ADMISSION_POLICIES
 from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.limits.service import RECOMMENDER_REGISTRY
@@ -100,6 +101,8 @@ def replay_command(
 ) -> None:
     """Replay a recorded trace through the decision core and print the metrics."""
     settings = settings_or_exit(config)
+    # The state a replay builds is long-lived, as the daemon's is: the same collector schedule.
+    heap.tune_collector()
     if seed is not None:
         settings = settings.model_copy(update={"seed": seed})
     if settings.shadow.enabled:
@@ -178,7 +181,12 @@ def replay_command(
     metrics_json.parent.mkdir(parents=True, exist_ok=True)
     metrics_json.write_bytes(
         orjson.dumps(
-            {"trace": str(path), "seed": settings.seed, "runs": [r.as_dict() for r in results]},
+            {
+                "trace": str(path),
+                "seed": settings.seed,
+                # The series (empty hosts, utilisation over time) feed `lavad report`.
+                "runs": [{**r.as_dict(), "series": r.series} for r in results],
+            },
             option=orjson.OPT_INDENT_2,
         )
     )
