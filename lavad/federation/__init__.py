@@ -1,0 +1,22 @@
+"""Federated scale-out after Megha (Thinakaran et al.): pool owners and global schedulers.
+
+One concept a module:
+
+* ``trace``: the Megha/Eagle job trace (arrival, tasks, durations), read with bounds;
+* ``topology``: pools of hosts, each pool cut into one partition per global scheduler;
+* ``messages``: tasks, launch and preemption requests, pool summaries, verdicts;
+* ``owner``: a pool owner (Megha's Local Master), the only holder of a pool's true
+  state, which validates every launch and preemption;
+* ``view``: a global scheduler's eventually consistent view, built from summaries;
+* ``matching``: Algorithm 1, the first host of a partition that fits a task;
+* ``fairness``: Algorithm 2's share accounting and choice of whom to preempt;
+* ``scheduler``: a global scheduler (Megha's Global Master): tenant queues, internal
+  partitions, repartitioning, preemption;
+* ``timing``: the event-time cost model (network delay, processing costs);
+* ``allocation``: allocation time and its section III components;
+* ``simulator``: the event-time replay of a federation (Megha, centralized);
+* ``sparrow``: the random-probing baseline (2 probes per task, late binding).
+
+The package is a core: no clock, no I/O, seeded randomness only. It imports nothing
+of lavad but numpy-level code, so the live shell and the evaluation both use it.
+"""
