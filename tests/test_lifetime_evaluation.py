@@ -106,6 +106,8 @@ def test_cli_prints_f1_calibration_and_latency(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "F1" in result.output and "calibration" in result.output
     assert "per VM in batches" in result.output
-    assert "river" in result.output
+    assert "river" in result.output and "log score" in result.output
     models = orjson.loads(written.read_bytes())["models"]
-    assert [len(m["thresholds"]) for m in models] == [2, 2]
+    # The life tables, the shrunk life tables and the river classifier.
+    assert [len(m["thresholds"]) for m in models] == [2, 2, 2]
+    assert all(m["log_score"] > 0 for m in models)

@@ -33,7 +33,7 @@ weigh more); with it, only lifetimes over ``settle_s`` are missing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,9 +41,15 @@ import numpy as np
 from lavad.evaluation.river_lifetime import RiverLifetimeClassifier, river_features
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
-from lavad.models.lifetime.features import LEVELS, lifetime_keys
+from lavad.models.lifetime.features import LEVELS, left_truncated, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
-from lavad.models.lifetime.survival import expected_remaining, suffix_sums, survival_beyond
+from lavad.models.lifetime.shrunk import ShrunkLifeTables
+from lavad.models.lifetime.survival import (
+    expected_remaining,
+    suffix_sums,
+    survival_at,
+    survival_beyond,
+)
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import Event, VmExit, VmRequest
 
@@ -82,6 +88,10 @@ class ModelReport:
     predict_us_median: float
     predict_us_p99: float
     repredict_us_per_vm: float
+    # The log score at creation (a proper scoring rule, lower is better): the
+    # mean of -ln P(the VM's lifetime bin) over the test VMs that exited and
+    # -ln P(T > what it lived) over those still running at the end.
+    log_score: float = float("nan")
 
 
 @dataclass(slots=True)
@@ -139,23 +149,53 @@ def calibration(
 class _OnlineModel:
     """The tracker's learning loop without placement: deaths, censorings, hourly refits."""
 
-    def __init__(self, bins: LifetimeBins, min_observations: int, refit_interval_s: float) -> None:
-        self.model = GroupedLifeTables(bins, min_observations)
+    def __init__(self, name: str, model: GroupedLifeTables, refit_interval_s: float) -> None:
+        self.name = name
+        self.model = model
         self.refit_interval_s = refit_interval_s
-        self.running: dict[tuple[str, str], tuple[GroupRows, float]] = {}
+        # Running VMs: their group rows, start and chosen distribution row.
+        self.running: dict[tuple[str, str], tuple[GroupRows, float, int]] = {}
         self.next_refit = float("-inf")
         self.exits = 0
+        # Test VMs: their distribution rows, and the cost of each prediction.
+        self.test_rows: dict[tuple[str, str], int] = {}
+        self.predict_ns: list[int] = []
 
     def refit(self, now: float) -> None:
         running = list(self.running.values())
-        rows = np.array([r for r, _ in running], dtype=np.int64).reshape(-1, LEVELS)
-        uptimes = np.array([now - start for _, start in running])
-        self.model.refit(rows, uptimes)
+        rows = np.array([r for r, _, _ in running], dtype=np.int64).reshape(-1, LEVELS)
+        uptimes = np.array([now - start for _, start, _ in running])
+        chosen = np.array([c for _, _, c in running], dtype=np.int64)
+        self.model.refit(rows, uptimes, chosen)
 
     def advance(self, now: float) -> None:
         if now >= self.next_refit:
             self.refit(now)
             self.next_refit = now + self.refit_interval_s
+
+    def predict(self, keys: tuple[Hashable, ...]) -> tuple[GroupRows, int]:
+        """The VM's group rows and distribution row, timed (the whole prediction at creation)."""
+        model = self.model
+        started = time.perf_counter_ns()
+        rows = model.rows_for(keys)
+        chosen = model.choose(rows)
+        _ = model.m1[chosen, 0] / model.m0[chosen, 0]
+        self.predict_ns.append(time.perf_counter_ns() - started)
+        return rows, chosen
+
+
+# The models ``lavad evaluate lifetime`` compares, by their names in LIFETIME_MODELS.
+MODEL_TITLES = {"tables": "life tables", "shrunk": "shrunk life tables"}
+
+
+def _online_model(
+    name: str, bins: LifetimeBins, min_observations: int, prior_strength: float
+) -> GroupedLifeTables:
+    if name == "tables":
+        return GroupedLifeTables(bins, min_observations)
+    if name == "shrunk":
+        return ShrunkLifeTables(bins, min_observations, prior_strength=prior_strength)
+    raise ValueError(f"unknown lifetime model {name!r}; known: {', '.join(MODEL_TITLES)}")
 
 
 def evaluate_lifetime_model(
@@ -170,36 +210,47 @@ def evaluate_lifetime_model(
     bins: LifetimeBins | None = None,
     river_seed: int | None = None,
     categorical: tuple[str, ...] = (),
+    models: tuple[str, ...] = ("tables",),
+    prior_strength: float = 10.0,
 ) -> LifetimeEvaluation:
-    """The life tables (and, with ``river_seed``, the river classifier) by the protocol above."""
+    """The online ``models`` (and, with ``river_seed``, the river classifier), as above."""
     if not split_time < end_time:
         raise ValueError(f"split_time ({split_time}) must be before end_time ({end_time})")
     if not thresholds_s or min(thresholds_s) <= 0:
         raise ValueError(f"thresholds_s must be positive, got {thresholds_s}")
+    if not models:
+        raise ValueError("no lifetime model to evaluate")
     bins = bins or LifetimeBins.log_spaced()
-    online = _OnlineModel(bins, min_observations, refit_interval_s)
-    model = online.model
+    onlines = [
+        _OnlineModel(
+            name, _online_model(name, bins, min_observations, prior_strength), refit_interval_s
+        )
+        for name in models
+    ]
     river = None if river_seed is None else RiverLifetimeClassifier(bins, seed=river_seed)
     pending_x: dict[tuple[str, str], dict[str, float | str]] = {}
     frozen = False
-    # Test VMs: (pool, id) -> (chosen row, start); the river's distributions.
-    test: dict[tuple[str, str], tuple[int, float]] = {}
+    # Test VMs: (pool, id) -> start; the river's distributions.
+    test: dict[tuple[str, str], float] = {}
     river_mass: list[FloatArray] = []
     test_lifetimes: dict[tuple[str, str], float] = {}
-    predict_ns: list[int] = []
     river_ns: list[int] = []
     for event in events:
         if isinstance(event, BadRecord):
             continue
         now = event.time
         if not frozen and now >= split_time:
-            online.refit(split_time)
+            for online in onlines:
+                online.refit(split_time)
             frozen = True
         if not frozen:
-            online.advance(now)
+            for online in onlines:
+                online.advance(now)
         if isinstance(event, VmRequest):
             key = (event.pool, event.vm_id)
-            features = lifetime_keys(
+            if frozen and key in test:
+                continue  # a repeated request: the first one counts
+            keys = lifetime_keys(
                 event.tenant,
                 event.cores,
                 event.memory_gib,
@@ -208,61 +259,64 @@ def evaluate_lifetime_model(
                 deployment=event.deployment,
                 categorical=categorical,
             )
-            started = time.perf_counter_ns()
-            rows = model.rows_for(features)
-            chosen = model.choose(rows)
-            _ = model.m1[chosen, 0] / model.m0[chosen, 0]
-            predict_ns.append(time.perf_counter_ns() - started)
             x = (
                 river_features(event.cores, event.memory_gib, event.flavor, event.features)
                 if river is not None
                 else None
             )
+            # A VM that existed before the recording has no known age: never learned from.
+            learns = not left_truncated(event.features)
+            for online in onlines:
+                rows, chosen = online.predict(keys)
+                if frozen:
+                    online.test_rows[key] = chosen
+                elif learns:
+                    online.running[key] = (rows, now, chosen)
             if frozen:
-                if key in test:
-                    continue  # a repeated request: the first one counts
-                test[key] = (chosen, now)
+                test[key] = now
                 if river is not None and x is not None:
                     started = time.perf_counter_ns()
                     river_mass.append(river.distribution(x))
                     river_ns.append(time.perf_counter_ns() - started)
-            else:
-                online.running[key] = (rows, now)
-                if x is not None:
-                    pending_x[key] = x
+            elif x is not None:
+                pending_x[key] = x
         elif isinstance(event, VmExit):
             key = (event.pool, event.vm_id)
             if frozen:
                 if key in test and key not in test_lifetimes:
-                    test_lifetimes[key] = now - test[key][1]
+                    test_lifetimes[key] = now - test[key]
                 continue
-            entry = online.running.pop(key, None)
-            if entry is not None:
-                model.observe_exit(entry[0], now - entry[1])
-                online.exits += 1
-                x = pending_x.pop(key, None)
-                if river is not None and x is not None:
-                    river.learn(x, now - entry[1])
+            lived = None
+            for online in onlines:
+                entry = online.running.pop(key, None)
+                if entry is not None:
+                    lived = now - entry[1]
+                    online.model.observe_exit(entry[0], lived)
+                    online.exits += 1
+            x = pending_x.pop(key, None)
+            if lived is not None and river is not None and x is not None:
+                river.learn(x, lived)
     if not frozen:
         raise ValueError(f"no event at or after split_time {split_time}: nothing to test")
 
-    settled = {k: v for k, v in test_lifetimes.items() if test[k][1] + settle_s <= end_time}
-    tables = _Distributions(
-        model.mass, model.m0, model.m1, {k: row for k, (row, _) in test.items()}
-    )
-    reports = [
-        _model_report(
-            "life tables",
-            bins,
-            tables,
-            test,
-            settled,
-            test_lifetimes,
-            thresholds_s,
-            end_time,
-            predict_ns,
+    settled = {k: v for k, v in test_lifetimes.items() if test[k] + settle_s <= end_time}
+    reports = []
+    for online in onlines:
+        model = online.model
+        tables = _Distributions(model.mass, model.m0, model.m1, online.test_rows)
+        reports.append(
+            _model_report(
+                MODEL_TITLES[online.name],
+                bins,
+                tables,
+                test,
+                settled,
+                test_lifetimes,
+                thresholds_s,
+                end_time,
+                online.predict_ns,
+            )
         )
-    ]
     if river is not None:
         stacked = np.vstack(river_mass) if river_mass else np.zeros((0, bins.count))
         m0, m1 = suffix_sums(stacked, bins)
@@ -280,14 +334,15 @@ def evaluate_lifetime_model(
                 river_ns,
             )
         )
+    first = onlines[0]
     return LifetimeEvaluation(
         split_time=split_time,
         end_time=end_time,
         settle_s=settle_s,
-        train_exits=online.exits,
-        train_censored=len(online.running),
+        train_exits=first.exits,
+        train_censored=len(first.running),
         test_vms=len(settled),
-        groups=model.groups,
+        groups=first.model.groups,
         models=reports,
     )
 
@@ -296,7 +351,7 @@ def _model_report(
     name: str,
     bins: LifetimeBins,
     predicted: _Distributions,
-    test: dict[tuple[str, str], tuple[int, float]],
+    test: dict[tuple[str, str], float],
     settled: dict[tuple[str, str], float],
     all_lifetimes: dict[tuple[str, str], float],
     thresholds_s: tuple[float, ...],
@@ -313,13 +368,38 @@ def _model_report(
         predict_us_median=float(np.median(predict_us)) if len(predict_us) else float("nan"),
         predict_us_p99=float(np.percentile(predict_us, 99)) if len(predict_us) else float("nan"),
         repredict_us_per_vm=_reprediction_cost(bins, predicted),
+        log_score=log_score(bins, predicted, test, all_lifetimes, end_time),
     )
+
+
+def log_score(
+    bins: LifetimeBins,
+    predicted: _Distributions,
+    test: dict[tuple[str, str], float],
+    lifetimes: dict[tuple[str, str], float],
+    end_time: float,
+) -> float:
+    """Mean negative log-likelihood at creation, censoring counted (see ``ModelReport``)."""
+    if not test:
+        return float("nan")
+    keys = list(test)
+    rows = np.array([predicted.rows[k] for k in keys], dtype=np.int64)
+    exited = np.array([k in lifetimes for k in keys])
+    lived = np.array([lifetimes.get(k, end_time - test[k]) for k in keys])
+    p = np.empty(len(keys))
+    columns = bins.index(lived[exited])
+    p[exited] = predicted.mass[rows[exited], columns]
+    running = ~exited
+    p[running] = survival_at(
+        bins, predicted.mass, predicted.m0, predicted.m1, rows[running], lived[running]
+    )
+    return float(np.mean(-np.log(np.maximum(p, 1e-12))))
 
 
 def _threshold_report(
     bins: LifetimeBins,
     predicted: _Distributions,
-    test: dict[tuple[str, str], tuple[int, float]],
+    test: dict[tuple[str, str], float],
     lifetimes: dict[tuple[str, str], float],
     all_lifetimes: dict[tuple[str, str], float],
     threshold: float,
@@ -342,7 +422,7 @@ def _threshold_report(
         report.undecided[fraction] = int(np.count_nonzero(undecided))
         report.f1_undecided[fraction] = f1_score(guess[undecided], truth[undecided])
     # Calibration at creation, on VMs whose label the recording settles.
-    judged = [k for k, (_, start) in test.items() if start + threshold <= end_time]
+    judged = [k for k, start in test.items() if start + threshold <= end_time]
     if judged:
         c_rows = np.array([predicted.rows[k] for k in judged], dtype=np.int64)
         # Exited VMs: their lifetime; still running at the end: past the threshold.

@@ -64,6 +64,12 @@ def lifetime_command(
     river: Annotated[
         bool, typer.Option(help="also evaluate the river classifier (learns from exits only)")
     ] = True,
+    models: Annotated[
+        str, typer.Option(help="comma-separated online lifetime models: tables, shrunk")
+    ] = "tables,shrunk",
+    prior_strength: Annotated[
+        float, typer.Option(help="model 'shrunk': each level's prior, in VMs at risk")
+    ] = 10.0,
 ) -> None:
     """F1 of "lives beyond X" at uptimes 0-90% of the lifetime, calibration, latency."""
     if not 0.0 < split < 1.0:
@@ -96,6 +102,8 @@ def lifetime_command(
             min_observations=min_observations,
             river_seed=seed if river else None,
             categorical=_categorical(categorical),
+            models=tuple(name.strip() for name in models.split(",") if name.strip()),
+            prior_strength=prior_strength,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -153,7 +161,8 @@ def _print_model(model: ModelReport) -> None:
             )
         out.print(table)
     out.print(
-        f"{model.name}: prediction at creation median {model.predict_us_median:.1f} us, "
+        f"{model.name}: log score at creation {model.log_score:.3f} (lower is better); "
+        f"prediction at creation median {model.predict_us_median:.1f} us, "
         f"p99 {model.predict_us_p99:.1f} us per call; reprediction E[T_r|T_u] "
         f"{model.repredict_us_per_vm:.3f} us per VM in batches of 1,000"
     )

@@ -47,9 +47,16 @@ import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
 from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
+from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
-from lavad.models.lifetime.features import LEVELS, ORACLE_FEATURE, lifetime_keys
+from lavad.models.lifetime.features import (
+    LEVELS,
+    ORACLE_FEATURE,
+    left_truncated,
+    lifetime_keys,
+)
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
+from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
     expected_remaining,
     median_remaining,
@@ -123,6 +130,41 @@ class LifetimeSettings:
     # The class-valued request features the feature groups are keyed by
     # (``features.DECLARED_CATEGORICAL`` for those the adapters declare).
     categorical: tuple[str, ...] = ()
+    # The online model (``LIFETIME_MODELS``): "tables" backs off to the finest
+    # group with ``min_observations``; "shrunk" blends every level's hazards,
+    # each shrunk towards the coarser one with a prior of ``prior_strength`` VMs.
+    model: str = "tables"
+    prior_strength: float = 10.0
+    # Sibling evidence (issue 17 item 4): when a VM exits, its owner group
+    # (tenant or deployment, and shape: an Azure batch) is recounted at once
+    # with its running siblings censored at their uptimes, and those siblings
+    # are repredicted from it, through the model's own shrinkage towards the
+    # coarser groups, instead of waiting for the next refit.
+    siblings: bool = False
+
+
+# The online lifetime models a tracker can learn with; a factory gets the
+# bins and the tracker's settings. Both refit at event times only (the
+# tracker's timers), so a replay and the live daemon learn the same tables.
+LIFETIME_MODELS: Registry[GroupedLifeTables] = Registry(
+    "lifetime model",
+    [
+        Entry(
+            "tables",
+            "life tables per feature group, censoring-aware; the finest group with "
+            "min_observations predicts",
+            lambda _args, bins, settings: GroupedLifeTables(bins, settings.min_observations),
+        ),
+        Entry(
+            "shrunk",
+            "every group level's hazards, bin by bin, shrunk from the pool to the owner "
+            "(a Beta prior of prior_strength VMs at each level); censoring-aware",
+            lambda _args, bins, settings: ShrunkLifeTables(
+                bins, settings.min_observations, prior_strength=settings.prior_strength
+            ),
+        ),
+    ],
+)
 
 
 @dataclass(slots=True)
@@ -150,7 +192,9 @@ class LifetimeTracker(ClusterListener):
 
     def __init__(self, settings: LifetimeSettings, bins: LifetimeBins | None = None) -> None:
         self.settings = settings
-        self.model = GroupedLifeTables(bins or LifetimeBins.log_spaced(), settings.min_observations)
+        self.model = LIFETIME_MODELS.build(
+            settings.model, None, bins or LifetimeBins.log_spaced(), settings
+        )
         size = 64
         self.host = np.full(size, -1, dtype=np.int64)
         self.start = np.zeros(size)
@@ -163,6 +207,9 @@ class LifetimeTracker(ClusterListener):
         # those of T_r | T_u at that uptime.
         self.predicted_at = np.zeros(size)
         self.alive = np.zeros(size, dtype=np.bool_)
+        # Whether the model learns from the VM (not when it is left-truncated:
+        # ``features.left_truncated``).
+        self.learns = np.zeros(size, dtype=np.bool_)
         # A slot's generation: heap entries of a former occupant are stale.
         self.generation = np.zeros(size, dtype=np.int64)
         self.vm_ids: list[str] = [""] * size
@@ -189,6 +236,8 @@ class LifetimeTracker(ClusterListener):
         # Per distribution row, the LAS cost thresholds of its quantiles at creation.
         self._thresholds_at_creation: dict[int, FloatArray] = {}
         self._levels = midpoint_levels(settings.quantiles)
+        # Owner group row -> its running VMs the model learns from (``siblings``).
+        self._siblings: dict[int, set[int]] = {}
         self.repredictions = 0
         self.notices: list[Notice] = []
 
@@ -380,7 +429,10 @@ class LifetimeTracker(ClusterListener):
 
     def _refit(self, now: float) -> None:
         alive = np.flatnonzero(self.alive)
-        self.model.refit(self.levels[alive], now - self.start[alive])
+        # Censor only the VMs the model learns from; bring every running VM's
+        # distribution row up to date (they are all repredicted below).
+        counted = alive[self.learns[alive]]
+        self.model.refit(self.levels[counted], now - self.start[counted], self.row[alive])
         self._median_at_creation.clear()
         self._host_q_at_creation.clear()
         self._thresholds_at_creation.clear()
@@ -518,6 +570,9 @@ class LifetimeTracker(ClusterListener):
         self.initial_exit[slot] = self.predicted_exit[slot] = exit_time
         self.predicted_at[slot] = record.placed_at
         self.alive[slot] = True
+        learns = self.learns[slot] = event is None or not left_truncated(event.features)
+        if learns and self.settings.siblings and not self.settings.oracle:
+            self._siblings.setdefault(prediction.rows[0], set()).add(slot)
         self.host_exit[host] = max(self.host_exit[host], exit_time)
         self.host_initial_exit[host] = max(self.host_initial_exit[host], exit_time)
         if self.settings.repredict and not self.settings.oracle:
@@ -531,7 +586,9 @@ class LifetimeTracker(ClusterListener):
             return
         rows = tuple(self.levels[slot].tolist())
         lived = max(now - self.start[slot], 0.0)
-        if exited:
+        if not self.learns[slot]:
+            pass  # left-truncated: its age is unknown, so is its lifetime
+        elif exited:
             self.model.observe_exit(rows, lived)
         else:
             # Evicted (host down): it lived at least this long; not an exit.
@@ -546,6 +603,62 @@ class LifetimeTracker(ClusterListener):
         self.generation[slot] += 1
         self._free.append(slot)
         self._leave_host(slot, host)
+        if self._siblings and self.learns[slot]:
+            siblings = self._siblings.get(rows[0])
+            if siblings is not None:
+                siblings.discard(slot)
+                if not siblings:
+                    del self._siblings[rows[0]]
+                elif exited:
+                    self._repredict_siblings(rows[0], sorted(siblings), now, record.vm_id)
+
+    def _repredict_siblings(self, row: int, slots: list[int], now: float, exited: str) -> None:
+        """A sibling exited: recount the owner group now and repredict its running VMs.
+
+        Their exits may move earlier, so each host's latest exit is recomputed
+        from its VMs, and their old heap entries are made stale.
+        """
+        index = np.asarray(slots, dtype=np.int64)
+        uptimes = now - self.start[index]
+        model = self.model
+        model.observe_running(row, uptimes)
+        # The group may now be the one chosen (tables), or a combo to recompute.
+        self.row[index] = [model.choose(tuple(levels)) for levels in self.levels[index].tolist()]
+        # The model's distributions changed between refits: per-row caches go.
+        self._median_at_creation.clear()
+        self._host_q_at_creation.clear()
+        self._thresholds_at_creation.clear()
+        remaining = np.maximum(
+            self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
+        )
+        new_exits = now + remaining
+        self.predicted_exit[index] = new_exits
+        self.predicted_at[index] = now
+        self.repredictions += len(index)
+        self.generation[index] += 1
+        generation = self.generation
+        hosts = set()
+        for i, slot in enumerate(slots):
+            heapq.heappush(self._exits, (float(new_exits[i]), slot, int(generation[slot])))
+            hosts.add(int(self.host[slot]))
+            self.notices.append(
+                Notice(
+                    now,
+                    "vm",
+                    self.vm_ids[slot],
+                    "a sibling exited: repredicted from its owner group",
+                    {
+                        "uptime_s": float(uptimes[i]),
+                        "predicted_remaining_s": float(remaining[i]),
+                        "predicted_exit": float(new_exits[i]),
+                        "sibling": exited,
+                    },
+                )
+            )
+        for host in sorted(hosts):
+            members = np.fromiter(self._on_host[host], dtype=np.int64)
+            self.host_exit[host] = self.predicted_exit[members].max()
+            self._host_q_exit[host] = np.nan
 
     def on_moved(
         self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
@@ -608,6 +721,7 @@ class LifetimeTracker(ClusterListener):
             self.predicted_exit = np.concatenate([self.predicted_exit, np.zeros(size)])
             self.predicted_at = np.concatenate([self.predicted_at, np.zeros(size)])
             self.alive = np.concatenate([self.alive, np.zeros(size, dtype=np.bool_)])
+            self.learns = np.concatenate([self.learns, np.zeros(size, dtype=np.bool_)])
             self.generation = np.concatenate([self.generation, np.zeros(size, dtype=np.int64)])
             self.vm_ids.extend([""] * size)
             self._free = list(range(2 * size - 1, size - 1, -1))

@@ -25,6 +25,7 @@ from lavad.daemon.placement.gpa import (
 )
 from lavad.daemon.placement.lava import LavaHosts, LavaPreference
 from lavad.daemon.placement.lifetime import (
+    LIFETIME_MODELS,
     LaBinaryClass,
     LasTemporalCost,
     LifetimeSettings,
@@ -111,7 +112,21 @@ class LifetimeArgs(PolicyArgs):
         + ", ".join(DECLARED_CATEGORICAL),
     )
 
+    model: str = Field(
+        default="tables",
+        description="the online lifetime model: " + ", ".join(LIFETIME_MODELS.names),
+    )
+    prior_strength: float = Field(
+        default=10.0, gt=0, description="model 'shrunk': each level's prior, in VMs at risk"
+    )
+    siblings: bool = Field(
+        default=False,
+        description="when a VM exits, recount its owner group at once and repredict its "
+        "running siblings (same tenant or deployment, and shape)",
+    )
+
     def model_post_init(self, _context: Any) -> None:
+        LIFETIME_MODELS.check(self.model)
         leaked = ORACLE_FIELDS.intersection(self.categorical) | set(USED_FEATURES).intersection(
             self.categorical
         )
@@ -173,8 +188,10 @@ class GpaArgs(PolicyArgs):
         min_length=1,
         description="the percentile methods the margin chooses among (normal: the paper's)",
     )
-    margin_rate: float = Field(
-        default=0.1, gt=0, le=1, description="log step of the margin per closed usage window"
+    margin_half_life: float = Field(
+        default=2016.0,
+        gt=0,
+        description="usage windows after which a window's weight in the margin halves",
     )
     margin_floor: float = Field(
         default=1.0, gt=0, le=1, description="the margin never narrows below this"
@@ -244,6 +261,9 @@ def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> Lif
             quantiles=args.quantiles,
             host_quantiles=args.host_quantiles,
             categorical=tuple(args.categorical),
+            model=args.model,
+            prior_strength=args.prior_strength,
+            siblings=args.siblings,
         )
     )
 
@@ -297,7 +317,7 @@ def _build_gpa(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
         TailCalibration(
             args.rho,
             MarginSettings(
-                rate=args.margin_rate,
+                half_life=args.margin_half_life,
                 floor=args.margin_floor,
                 cap=args.margin_cap,
                 min_windows=args.margin_min_windows,

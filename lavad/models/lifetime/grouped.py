@@ -127,10 +127,17 @@ class GroupedLifeTables:
             self.censored[row, column] += 1.0
         self._touched.update(rows)
 
-    def refit(self, running_rows: np.ndarray, running_uptimes: FloatArray) -> None:
+    def refit(
+        self,
+        running_rows: np.ndarray,
+        running_uptimes: FloatArray,
+        running_chosen: np.ndarray | None = None,
+    ) -> None:
         """Rebuild every table with the running VMs censored at their uptimes.
 
         ``running_rows`` is (VMs, levels); ``running_uptimes`` their uptimes.
+        ``running_chosen`` (``choose``'s answers for them) is not needed here:
+        every group row they read is among the rows rebuilt.
         """
         running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
         touched = np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))
@@ -149,6 +156,21 @@ class GroupedLifeTables:
         mass = life_table(deaths, censored, self.tail_hazard)
         m0, m1 = suffix_sums(mass, self.bins)
         self.mass[dirty], self.m0[dirty], self.m1[dirty] = mass, m0, m1
+
+    def observe_running(self, row: int, uptimes: FloatArray) -> None:
+        """Recount group ``row`` now, its running VMs censored at ``uptimes``.
+
+        Between refits (a sibling exited: ``LifetimeSettings.siblings``); the
+        other groups keep their counts of the last refit. The group may now
+        have enough observations to be chosen: the tracker chooses again.
+        """
+        censored = self.censored[row].copy()
+        np.add.at(censored, self.bins.index(np.asarray(uptimes, dtype=np.float64)), 1.0)
+        deaths = self.deaths[row]
+        self.observations[row] = deaths.sum() + censored.sum()
+        mass = life_table(deaths, censored, self.tail_hazard)
+        m0, m1 = suffix_sums(mass, self.bins)
+        self.mass[row], self.m0[row], self.m1[row] = mass[0], m0[0], m1[0]
 
     def _grow(self, rows: int) -> None:
         if rows <= len(self.deaths):

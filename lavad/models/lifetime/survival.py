@@ -143,6 +143,23 @@ def survival_beyond(
         return np.where(ahead_u > 1e-12, np.clip(ahead_t / ahead_u, 0.0, 1.0), 1.0)
 
 
+def survival_at(
+    bins: LifetimeBins,
+    mass: FloatArray,
+    m0: FloatArray,
+    m1: FloatArray,
+    rows: np.ndarray,
+    lifetimes: FloatArray,
+) -> FloatArray:
+    """P(T > t) at creation per VM, each at its own ``lifetimes`` t."""
+    t = np.asarray(lifetimes, dtype=np.float64)
+    ahead, _ = _ahead(bins, mass, m0, m1, rows, t)
+    total = m0[rows, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result: FloatArray = np.where(total > 1e-12, np.clip(ahead / total, 0.0, 1.0), 1.0)
+    return result
+
+
 def median_remaining(
     bins: LifetimeBins,
     mass: FloatArray,
