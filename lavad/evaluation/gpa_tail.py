@@ -7,10 +7,10 @@ host's realised usage against what the host was promised and learns, per
 pool, a margin on the predicted excess and the percentile method (normal or
 Cornish-Fisher) that needs the least headroom. Its offline counterpart:
 
-1. The history's first 2/3 estimate every task (mean, variance, third and
+1. The history's first half estimates every task (mean, variance, third and
    fourth cumulants) and plain GPA packs them: the pool before it has
    learned anything.
-2. Its last 1/3 plays out on that packing, step by step in time order: each
+2. Its second half plays out on that packing, step by step in time order: each
    bin whose tasks all have a reading is one host window, fed to the same
    ``TailCalibration`` (and to one ``OverflowMargin`` on the empirical
    percentile of the bin's summed early history, an offline-only method,
@@ -45,7 +45,8 @@ from lavad.models.usage.margin import (
 )
 from lavad.models.usage.tail import TAIL_METHODS, tail_factor
 
-ONLINE_SPLIT = 2 / 3
+# The promise is judged over as long a stretch as it was estimated on.
+ONLINE_SPLIT = 1 / 2
 
 
 def task_cumulants(history: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
@@ -143,7 +144,7 @@ def online_calibration(
     capacity: float,
     settings: MarginSettings,
 ) -> tuple[TailCalibration, OverflowMargin]:
-    """What a pool learns while the last third of the history plays out on a packing of the rest."""
+    """What a pool learns while the history's second half plays out on its first half's packing."""
     split = int(history.shape[1] * ONLINE_SPLIT)
     if split < 2 or history.shape[1] - split < 1:
         raise ValueError(f"history of {history.shape[1]} steps is too short to calibrate")
@@ -167,7 +168,7 @@ def online_calibration(
     )
     realised = _bin_sums(packing, late)
     calibration = TailCalibration(rho, settings)
-    empirical = OverflowMargin(rho, settings.rate, settings.floor, settings.cap)
+    empirical = OverflowMargin(rho, settings.half_life, settings.floor, settings.cap)
     means = bin_mean.tolist()
     excesses = [excess[method].tolist() for method in settings.methods]
     empirical_means = early_sums.mean(axis=1).tolist()

@@ -8,20 +8,23 @@ moment captures), a margin ``m`` scales the excess: ``mu + m x excess <= c``.
 
 Each closed usage window of a host whose VMs all reported gives the
 realised sum S against the host's promise (its mean sum mu and excess e).
-The host *would have overflowed had it been packed to the margin* iff
-S > mu + m e, i.e. iff the ratio r = (S - mu) / e exceeds m. When a usage
-window closes with W such hosts, O of them overflowing,
+The host *would have overflowed had it been packed to the margin* m iff
+S > mu + m e, i.e. iff the ratio r = (S - mu) / e exceeds m. The margin is
+the smallest m at which the realised overflow frequency of the recent host
+windows, so counted, is at most rho: the (1 - rho) quantile of their
+ratios (split conformal prediction, with time decay as in adaptive conformal
+inference, Gibbs and Candes 2021). It needs no feedback from its own
+packing: a host that is not full still tells what a full one would have
+done. Each window's weight halves every ``half_life`` windows (a week of
+5-minute windows by default), so the margin follows a workload that
+changes; an overflow (a ratio above m) can only widen it, a window without
+can only narrow it, and it stays within [floor, cap]; 1 before any window.
 
-    log m <- log m + rate x (O / W - rho),
-
-the online quantile update behind adaptive conformal inference (Gibbs and
-Candes, 2021): its drift is 0 exactly where P(r > m) = rho, so m settles at
-the (1 - rho) quantile of the realised ratios whatever made them that large,
-and it needs no feedback from its own packing (a host that is not full still
-tells what a full one would have done). It widens after overflows and
-narrows while none come, within [floor, cap]. One step per window, not per
-host, so its memory is in time (about 1 / (rate x rho) windows: 1,000 five-
-minute windows, 3.5 days, at rate 0.1 and rho 0.01) whatever the pool's size.
+The ratios are kept in a fixed histogram (``BINS`` bins, log-spaced from
+``floor / 4`` to ``cap``, plus one below and one above): O(1) state and
+O(BINS) work per window whatever the pool's size or the stream's length,
+and the margin is a bin's upper edge (at most 3% wide at the defaults), so
+it never rounds down.
 
 ``TailCalibration`` runs one margin per percentile method (normal,
 Cornish-Fisher) on the same windows and picks, per pool, the method that
@@ -35,35 +38,35 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+import numpy as np
+
+from lavad.models.arrays import FloatArray
 from lavad.models.usage.tail import NORMAL, TAIL_METHODS
+
+BINS: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
 class MarginSettings:
-    """rate: log step per window; floor/cap: the margin's range; windows before a choice."""
+    """half_life in windows; floor/cap: the margin's range; min_windows before a method choice."""
 
-    rate: float = 0.1
+    half_life: float = 2016.0
     floor: float = 1.0
     cap: float = 20.0
     min_windows: int = 48
-    headroom_half_life: float = 1000.0
     methods: tuple[str, ...] = TAIL_METHODS
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.rate) and 0.0 < self.rate <= 1.0):
-            raise ValueError(f"margin rate must be in (0, 1], got {self.rate}")
-        if not (math.isfinite(self.floor) and 0.0 < self.floor <= 1.0 <= self.cap):
-            raise ValueError(
-                f"margin floor must be in (0, 1] and cap >= 1, got {self.floor}, {self.cap}"
-            )
-        if not math.isfinite(self.cap):
-            raise ValueError(f"margin cap must be finite, got {self.cap}")
+        if not (math.isfinite(self.half_life) and self.half_life > 0):
+            raise ValueError(f"margin half_life must be > 0 windows, got {self.half_life}")
+        if not (math.isfinite(self.floor) and 0.0 < self.floor <= 1.0):
+            raise ValueError(f"margin floor must be in (0, 1], got {self.floor}")
+        if not (math.isfinite(self.cap) and self.cap >= 1.0):
+            raise ValueError(f"margin cap must be a number >= 1, got {self.cap}")
         if self.min_windows < 1:
             raise ValueError(f"min_windows must be >= 1, got {self.min_windows}")
-        if not self.headroom_half_life > 0:
-            raise ValueError(f"headroom_half_life must be > 0, got {self.headroom_half_life}")
         unknown = [m for m in self.methods if m not in TAIL_METHODS]
         if unknown or not self.methods:
             raise ValueError(f"methods must be a non-empty subset of {TAIL_METHODS}, got {unknown}")
@@ -71,34 +74,57 @@ class MarginSettings:
 
 @dataclass(slots=True)
 class OverflowMargin:
-    """The multiplier m on a method's predicted excess, and the overflows that moved it."""
+    """The margin m on one method's predicted excess, from a decayed histogram of ratios."""
 
     rho: float
-    rate: float = 0.1
+    half_life: float = 2016.0
     floor: float = 1.0
     cap: float = 20.0
     value: float = 1.0
     windows: int = 0
     overflows: int = 0
+    # Upper edges of the inner bins; weights[0] is below edges[0], weights[-1] above cap.
+    edges: FloatArray = field(default_factory=lambda: np.empty(0))
+    weights: FloatArray = field(default_factory=lambda: np.empty(0))
 
     def __post_init__(self) -> None:
         if not 0.0 < self.rho < 1.0:
             raise ValueError(f"rho must be in (0, 1), got {self.rho!r}")
+        if not (0.0 < self.floor <= 1.0 <= self.cap and math.isfinite(self.cap)):
+            raise ValueError(f"need 0 < floor <= 1 <= cap, got {self.floor}, {self.cap}")
+        if not self.edges.size:
+            self.edges = np.geomspace(self.floor / 4.0, self.cap, BINS)
+            self.weights = np.zeros(BINS + 1)
         self.value = min(self.cap, max(self.floor, self.value))
 
     def observe(self, ratios: Sequence[float]) -> int:
-        """One closed window: each scored host's realised excess / predicted; returns overflows."""
+        """One closed window: each scored host's realised excess / predicted; returns overflows.
+
+        Overflows are counted against the margin in force before the window.
+        """
         if not ratios:
             return 0
-        margin = self.value
-        overflows = sum(1 for ratio in ratios if ratio > margin)
-        if any(math.isnan(ratio) for ratio in ratios):
+        values = np.asarray(ratios, dtype=np.float64)
+        if np.isnan(values).any():
             raise ValueError("ratios must not be NaN")
-        step = self.rate * (overflows / len(ratios) - self.rho)
-        self.value = min(self.cap, max(self.floor, margin * math.exp(step)))
-        self.windows += len(ratios)
+        overflows = int(np.count_nonzero(values > self.value))
+        self.weights *= 0.5 ** (1.0 / self.half_life)
+        # Bin i holds ratios in (edges[i-1], edges[i]]; the last, those above cap.
+        np.add.at(self.weights, np.searchsorted(self.edges, values, side="left"), 1.0)
+        self.windows += len(values)
         self.overflows += overflows
+        self.value = self._quantile()
         return overflows
+
+    def _quantile(self) -> float:
+        """The smallest bin edge with at most rho of the weight above it, within [floor, cap]."""
+        total = float(self.weights.sum())
+        # Weight strictly above each inner edge: everything in later bins.
+        above = total - np.cumsum(self.weights[:-1])
+        index = int(np.argmax(above <= self.rho * total)) if total else 0
+        if total and above[index] > self.rho * total:
+            return self.cap  # not even cap holds rho
+        return float(min(self.cap, max(self.floor, self.edges[index]))) if total else 1.0
 
     @property
     def frequency(self) -> float:
@@ -136,7 +162,7 @@ class TailCalibration:
     def __post_init__(self) -> None:
         s = self.settings
         for method in s.methods:
-            self.margins.setdefault(method, OverflowMargin(self.rho, s.rate, s.floor, s.cap))
+            self.margins.setdefault(method, OverflowMargin(self.rho, s.half_life, s.floor, s.cap))
             self._excess.setdefault(method, 0.0)
 
     def observe(self, hosts: Sequence[HostWindow]) -> None:
@@ -147,7 +173,7 @@ class TailCalibration:
         """
         if not hosts:
             return
-        decay = 0.5 ** (1.0 / self.settings.headroom_half_life)
+        decay = 0.5 ** (1.0 / self.settings.half_life)
         for index, (method, margin) in enumerate(self.margins.items()):
             ratios = []
             excess = 0.0

@@ -13,11 +13,14 @@ g = k3 / k2^1.5 and excess kurtosis e = k4 / k2^2:
     z_cf = z + (z^2 - 1) g / 6 + (z^3 - 3 z) e / 24 - (2 z^3 - 5 z) g^2 / 36
 
 The expansion is an asymptotic series: far from normal it can bend back
-(large g makes the g^2 term win), so z_cf is kept in [0, sqrt((1 - rho) /
-rho)]: the upper end is Cantelli's one-sided bound, which holds for every
-distribution with that mean and variance, so no correction goes past what
-any tail could need. What the expansion still gets wrong (drift, covariance)
-is the online margin's job (``margin.py``).
+(large g makes the g^2 term win). Where it does not rise with z it is no
+quantile function, and the skewness term alone is used. z_cf is kept in
+[0, sqrt((1 - rho) / rho)]: at least the mean (rare spikes, a high
+kurtosis, can put the percentile there, rightly), and at most Cantelli's
+one-sided bound, which holds for every distribution with that mean and
+variance, so no correction goes past what any tail could need. What the
+expansion still gets wrong (drift, covariance) is the online margin's job
+(``margin.py``).
 
 A percentile method is a name; ``TAIL_METHODS`` lists them. Each gives a
 host's predicted excess over its mean sum, ``excess = z_method * sigma``,
@@ -64,13 +67,22 @@ def cornish_fisher_factor(
     safe = np.where(spread, k2, 1.0)
     skew = np.where(spread, k3 / safe**1.5, 0.0)
     kurtosis = np.where(spread, k4 / (safe * safe), 0.0)
+    first = z + (z * z - 1.0) * skew / 6.0
     corrected = (
-        z
-        + (z * z - 1.0) * skew / 6.0
+        first
         + (z**3 - 3.0 * z) * kurtosis / 24.0
         - (2.0 * z**3 - 5.0 * z) * skew * skew / 36.0
     )
-    clipped: FloatArray = np.clip(corrected, 0.0, cantelli_factor(rho))
+    # The expansion is a quantile function only where it rises with z; past
+    # that (a skewness whose square term wins) the skewness term alone.
+    slope = (
+        1.0
+        + z * skew / 3.0
+        + (3.0 * z * z - 3.0) * kurtosis / 24.0
+        - (6.0 * z * z - 5.0) * skew * skew / 36.0
+    )
+    chosen = np.where(slope > 0.0, corrected, first)
+    clipped: FloatArray = np.clip(chosen, 0.0, cantelli_factor(rho))
     return clipped
 
 
