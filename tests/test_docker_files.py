@@ -39,6 +39,8 @@ OUTPUT_TOPICS = {
     "lavad.limits",
     "lavad.repredictions",
     "lavad.dead-letters",
+    # Shadow mode's advice ([shadow] topic).
+    "lavad.shadow",
 }
 
 
