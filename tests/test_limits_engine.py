@@ -105,3 +105,31 @@ def test_gpa_policy_learns_from_the_usage_stream_in_the_engine() -> None:
     assert all(vm_id in hooks.usage.moments for vm_id in {e.vm_id for e in events})
     assert pool.counters["unconsumed.usage"] == 0
     assert any(isinstance(d, Limit) for d in decisions)
+
+
+def test_a_flood_of_new_job_names_stays_bounded_and_is_counted() -> None:
+    """5,000 VM ids nobody placed, one usage sample each, into a pool capped at 50 jobs:
+    the recommenders kept stay at the cap and every one past it is an eviction. The real
+    jobs of the slice, sampled last, are still there."""
+    settings = load_settings(CONFIG)
+    config = replace(
+        settings.engine_config(trace_has_hosts=False),
+        limits=LimitsConfig("vpa", 0.05, max_jobs=50),
+    )
+    engine = Engine(config)
+    real = _usage()
+    first = real[0]
+    flood = [
+        replace(first, vm_id=f"flood-{k}", time=first.time + 300.0 * (k // 100))
+        for k in range(5_000)
+    ]
+    for event in [*flood, *(replace(e, time=e.time + flood[-1].time) for e in real)]:
+        engine.handle(event, event.time)
+    pool = engine.pools[first.pool]
+    assert pool.limits is not None
+    tracker = pool.limits.tracker
+    assert tracker.jobs == 50
+    assert len({job for job, _ in tracker.recommenders}) <= 50
+    assert tracker.evicted >= 5_000 - 50
+    kept = {job for job, _ in tracker.recommenders}
+    assert {e.vm_id for e in real} <= kept

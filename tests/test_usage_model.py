@@ -137,21 +137,22 @@ def test_host_sums_stay_equal_to_a_recount(slice_samples: list[UsageSample]) -> 
             else:
                 usage.place(vm, int(rng.integers(0, 6)), scale[vm])
         if index % 499 == 0:
-            expected_mean = np.zeros((2, usage.mean_sum.shape[1]))
-            expected_var = np.zeros((2, usage.mean_sum.shape[1]))
+            # Rows: mean, variance, third and fourth cumulant sums; columns: hosts.
+            expected = np.zeros((4, 2, usage.mean_sum.shape[1]))
             for vm in vm_ids:
                 host = usage.host_of(vm)
                 if host is None:
                     continue
                 c = usage.contribution(vm, scale[vm])
-                expected_mean[:, host] += c[:2]
-                expected_var[:, host] += c[2:]
-            np.testing.assert_allclose(usage.mean_sum, expected_mean, atol=1e-9)
-            np.testing.assert_allclose(usage.variance_sum, expected_var, atol=1e-9)
+                expected[:, :, host] += np.reshape(c, (4, 2))
+            sums = (usage.mean_sum, usage.variance_sum, usage.third_sum, usage.fourth_sum)
+            for actual, recount in zip(sums, expected, strict=True):
+                np.testing.assert_allclose(actual, recount, atol=1e-9)
     for vm in vm_ids:
         usage.remove(vm)
     assert not usage.mean_sum.any() and not usage.variance_sum.any()
-    assert not usage.vm_count.any()
+    assert not usage.third_sum.any() and not usage.fourth_sum.any()
+    assert not usage.vm_count.any() and not usage.prior_count.any()
 
 
 def test_prior_until_enough_samples() -> None:
@@ -192,3 +193,26 @@ def test_welford_matches_numpy_on_full_traces(shared_data: Path, trace: str) -> 
         assert estimate is not None
         assert estimate.mean == pytest.approx(values.mean(), rel=1e-11, abs=1e-15)
         assert estimate.variance == pytest.approx(values.var(ddof=1), rel=1e-9, abs=1e-15)
+
+
+def test_usage_of_vms_never_placed_is_bounded_and_counted() -> None:
+    """A flood of unknown VM ids keeps at most max_unplaced histories, oldest out first; a
+    placed VM is never evicted, and an exited one is forgotten."""
+    usage = HostUsage(UsageMoments(), UsagePrior(min_samples=1), max_unplaced=20)
+    usage.place("placed", 0, (1.0, 1.0))
+    for k in range(1_000):
+        stats = UsageStats(mean=0.5, peak=0.5)
+        usage.observe(
+            UsageSample(time=300.0 * k, pool="p", vm_id=f"x{k}", interval_s=300.0, cpu=stats)
+        )
+        usage.observe(
+            UsageSample(time=300.0 * k, pool="p", vm_id="placed", interval_s=300.0, cpu=stats)
+        )
+    assert usage.unplaced == 20 and len(usage.moments) == 21
+    assert usage.evicted == 1_000 - 20
+    assert "x999" in usage.moments and "x0" not in usage.moments
+    assert "placed" in usage.moments
+    # Released (evicted, not exited): its history stays among the unplaced.
+    usage.remove("placed")
+    assert usage.unplaced == 20 and "placed" in usage.moments
+    assert usage.forget("placed") and "placed" not in usage.moments

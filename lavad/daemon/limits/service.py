@@ -100,6 +100,15 @@ class LimitsConfig:
             description="a limit within this fraction of the last is not news",
         ),
     ] = 0.05
+    # ~35 KB of state per job and resource under ml (4 KB vpa): ~0.7 GB at the cap.
+    max_jobs: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="jobs whose recommenders are kept; past it the least recently "
+            "observed is evicted (counted) so a flood of new job names stays bounded",
+        ),
+    ] = 10_000
 
     def __post_init__(self) -> None:
         if self.recommender not in RECOMMENDERS:
@@ -128,7 +137,9 @@ class PoolLimits:
     def __init__(self, config: LimitsConfig) -> None:
         self.config = config
         self.windows = JobAggregator()
-        self.tracker = LimitTracker(RecommenderFactory(config.recommender), config.tolerance)
+        self.tracker = LimitTracker(
+            RecommenderFactory(config.recommender), config.tolerance, config.max_jobs
+        )
         self.samples = 0
 
     def on_usage(self, sample: UsageSample) -> None:

@@ -324,6 +324,10 @@ class UsageHooks(ClusterListener):
     def summary(self) -> dict[str, Any]:
         """What GPA promised against what happened: the realised CPU overflow frequency."""
         summary: dict[str, Any] = {
+            "usage_state": {
+                "unplaced_vms": self.usage.unplaced,
+                "evicted": self.usage.evicted,
+            },
             "cpu_overflow": {
                 "host_windows": self.host_windows,
                 "overflowed": self.host_overflows,
@@ -429,7 +433,7 @@ class UsageHooks(ClusterListener):
         host = self.usage.remove(record.vm_id)
         if exited:
             # An evicted VM comes back with its history; an exited one is done.
-            self.usage.moments.forget(record.vm_id)
+            self.usage.forget(record.vm_id)
         if host is not None:
             self._promise(host)
             self._check(cluster, host, now)

@@ -69,22 +69,53 @@ def decision_id(job_id: str, resource: str, time: float, limit: float) -> str:
 
 
 class LimitTracker:
-    """One recommender per (job, resource); a decision whenever a limit changes."""
+    """One recommender per (job, resource); a decision whenever a limit changes.
+
+    Jobs are named by the usage stream, so a flood of new names must not
+    grow the state without bound: at most ``max_jobs`` jobs are kept, in
+    least-recently-observed order, and a new job past that evicts the
+    oldest (its recommenders and published limits; ``evicted`` counts them).
+    An evicted job that comes back starts afresh, as a new one would.
+    """
 
     def __init__(
         self,
         factory: Callable[[Resource], LimitRecommender],
         tolerance: float = 0.0,
+        max_jobs: int = 10_000,
     ) -> None:
         if not (math.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
+        if max_jobs < 1:
+            raise ValueError(f"max_jobs must be >= 1, got {max_jobs}")
         self.factory = factory
         self.tolerance = tolerance
+        self.max_jobs = max_jobs
         self.recommenders: dict[tuple[str, Resource], LimitRecommender] = {}
         self.published: dict[tuple[str, Resource], float] = {}
+        # Jobs in least-recently-observed order (a dict keeps insertion order).
+        self._jobs: dict[str, None] = {}
+        self.evicted = 0
+
+    def _touch(self, job_id: str) -> None:
+        jobs = self._jobs
+        jobs.pop(job_id, None)
+        jobs[job_id] = None
+        while len(jobs) > self.max_jobs:
+            oldest = next(iter(jobs))
+            del jobs[oldest]
+            for resource in ("cpu", "memory"):
+                self.recommenders.pop((oldest, resource), None)
+                self.published.pop((oldest, resource), None)
+            self.evicted += 1
+
+    @property
+    def jobs(self) -> int:
+        return len(self._jobs)
 
     def observe(self, job_id: str, resource: Resource, obs: Observation) -> LimitDecision | None:
         """Learn from one window; a decision when the limit moved past the tolerance."""
+        self._touch(job_id)
         key = (job_id, resource)
         rec = self.recommenders.get(key)
         if rec is None:

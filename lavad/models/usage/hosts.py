@@ -62,15 +62,35 @@ class _Placement:
     estimated: bool
 
 
+# VMs with usage state but no placement (a sample before its VM.request,
+# an evicted VM waiting to come back) kept at most, oldest sample first out.
+MAX_UNPLACED = 10_000
+
+
 class HostUsage:
-    """Sums of usage means and variances per host column, fed by a ``UsageMoments``."""
+    """Sums of usage means and variances per host column, fed by a ``UsageMoments``.
+
+    The usage stream names VMs: a placed VM's state is bounded by the pool,
+    but samples for VMs that are not (or no longer) placed would grow it
+    without bound. Those are kept in least-recently-sampled order, at most
+    ``max_unplaced`` of them; past that the oldest one's moments are
+    forgotten and counted in ``evicted`` (it starts again from the prior if
+    it is ever placed).
+    """
 
     def __init__(
         self,
         moments: UsageMoments,
         prior: UsagePrior | None = None,
         initial_columns: int = 256,
+        max_unplaced: int = MAX_UNPLACED,
     ) -> None:
+        if max_unplaced < 0:
+            raise ValueError(f"max_unplaced must be >= 0, got {max_unplaced}")
+        self.max_unplaced = max_unplaced
+        # Insertion order is the eviction order (a dict keeps it).
+        self._unplaced: dict[str, None] = {}
+        self.evicted = 0
         self.moments = moments
         self.prior = prior or UsagePrior()
         columns = max(1, initial_columns)
@@ -93,6 +113,11 @@ class HostUsage:
 
     def __contains__(self, vm_id: object) -> bool:
         return vm_id in self._placed
+
+    @property
+    def unplaced(self) -> int:
+        """VMs with usage history and no placement (at most ``max_unplaced``)."""
+        return len(self._unplaced)
 
     def host_of(self, vm_id: str) -> int | None:
         placement = self._placed.get(vm_id)
@@ -164,6 +189,7 @@ class HostUsage:
         if host < 0:
             raise ValueError(f"host column must be >= 0, got {host}")
         self.ensure_columns(host + 1)
+        self._unplaced.pop(vm_id, None)
         added = self.contribution(vm_id, scale)
         self._add(host, added, 1.0)
         self.vm_count[host] += 1
@@ -177,6 +203,8 @@ class HostUsage:
         if placement is None:
             return None
         host = placement.host
+        if vm_id in self.moments:
+            self._keep_unplaced(vm_id)  # its history stays, unplaced, until forgotten
         self.vm_count[host] -= 1
         self.prior_count[host] -= not placement.estimated
         if self.vm_count[host]:
@@ -209,7 +237,25 @@ class HostUsage:
     def observe(self, sample: UsageSample) -> int | None:
         """Feed a usage sample to the moments and the sums; returns the VM's host column."""
         self.moments.observe_sample(sample)
-        return self.refresh(sample.vm_id)
+        host = self.refresh(sample.vm_id)
+        if host is None:
+            self._keep_unplaced(sample.vm_id)
+        return host
+
+    def forget(self, vm_id: str) -> bool:
+        """Drop an unplaced VM's usage history (it exited); False if there was none."""
+        self._unplaced.pop(vm_id, None)
+        return self.moments.forget(vm_id)
+
+    def _keep_unplaced(self, vm_id: str) -> None:
+        unplaced = self._unplaced
+        unplaced.pop(vm_id, None)
+        unplaced[vm_id] = None
+        while len(unplaced) > self.max_unplaced:
+            oldest = next(iter(unplaced))
+            del unplaced[oldest]
+            self.moments.forget(oldest)
+            self.evicted += 1
 
     def _add(self, host: int, contribution: Contribution, sign: float) -> None:
         for resource in range(N_USAGE):
