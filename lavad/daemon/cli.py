@@ -71,11 +71,13 @@ LIVE_COMMANDS: Final = frozenset({"run", "produce", "demo", "broker", "tail", "t
 if sys.argv[1:2] == [] or sys.argv[1] not in LIVE_COMMANDS:
     try:
         from lavad.evaluation.cli import evaluate_app
+        from lavad.evaluation.report_cli import report_command
     except ModuleNotFoundError as missing:
         if not (missing.name or "").startswith("lavad.evaluation"):
             raise
     else:
         app.add_typer(evaluate_app, name="evaluate")
+        app.command("report")(report_command)
 
 
 @app.command("replay")
