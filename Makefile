@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run replay test lint typecheck unit bench clean
+.PHONY: run replay test lint typecheck unit bench browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,13 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 	$(BIN)/python -m benchmarks --live
+
+# Headless Chromium (Debian's package) for the browser check of `lavad report`
+# in tests/test_report_html.py, which skips without it. Needs root or sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@if [ -x /usr/bin/chromium ]; then echo "chromium: /usr/bin/chromium is installed"; \
+	else $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info
