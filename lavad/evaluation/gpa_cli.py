@@ -74,7 +74,8 @@ def gpa_command(
         except (TraceFormatError, ValueError) as exc:
             raise fail(f"{path}: {exc}") from None
         table = Table(title=f"{evaluation.trace}: resampled vs time-aligned")
-        for column in ("c", "method", "m res.", "q res.", "q/rho", "m al.", "q al.", "q/rho"):
+        columns = ("c", "method", "m res.", "q res.", "q/rho", "m al.", "q al.", "q/rho", "learned")
+        for column in columns:
             table.add_column(column)
 
         def cell(value: float | None, spec: str) -> str:
@@ -90,6 +91,7 @@ def gpa_command(
                 cell(row["aligned_m"], ".3f"),
                 cell(row["aligned_q"], ".4f"),
                 cell(row["aligned_q_over_rho"], ".2f"),
+                row["aligned_learned"] or "",
             )
         out.print(table)
     if out_dir is not None:

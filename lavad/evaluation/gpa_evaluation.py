@@ -75,9 +75,18 @@ class GpaEvaluation:
                     "aligned_m": None if a is None else a["m"],
                     "aligned_q": None if a is None else a["q"],
                     "aligned_q_over_rho": None if a is None else a["q_over_rho"],
+                    "aligned_learned": None if a is None else _learned(a),
                 }
             )
         return rows
+
+
+def _learned(row: dict[str, Any]) -> str:
+    """What a learning method settled on: its mean margin, and the methods chosen (gpa-online)."""
+    if row["family"] not in ("gpa-cal", "gpa-live", "gpa-online", "gpa-emp"):
+        return ""
+    detail = f" ({row['detail']})" if row.get("detail") else ""
+    return f"x{row['margin']:.2f}{detail}"
 
 
 def _cell(value: float | None, spec: str) -> str:
@@ -89,8 +98,9 @@ def markdown_table(evaluation: GpaEvaluation) -> str:
     lines = [
         f"## {evaluation.trace}: resampled (paper, section 5) vs time-aligned",
         "",
-        "| c | method | m resampled | q resampled | q/rho | m aligned | q aligned | q/rho |",
-        "|---|---|---|---|---|---|---|---|",
+        "| c | method | m resampled | q resampled | q/rho | m aligned | q aligned | q/rho "
+        "| learned (aligned) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in evaluation.rows():
         lines.append(
@@ -98,7 +108,7 @@ def markdown_table(evaluation: GpaEvaluation) -> str:
             f"| {_cell(row['resampled_m'], '.3f')} | {_cell(row['resampled_q'], '.4f')} "
             f"| {_cell(row['resampled_q_over_rho'], '.2f')} "
             f"| {_cell(row['aligned_m'], '.3f')} | {_cell(row['aligned_q'], '.4f')} "
-            f"| {_cell(row['aligned_q_over_rho'], '.2f')} |"
+            f"| {_cell(row['aligned_q_over_rho'], '.2f')} | {row['aligned_learned'] or ''} |"
         )
     return "\n".join(lines) + "\n"
 
