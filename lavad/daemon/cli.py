@@ -177,6 +177,9 @@ def replay_command(
                 dead_letters_out=dead_out,
                 progress=tick,
             )
+        if not show:
+            # Piped (or --no-progress): one line per policy instead of a bar.
+            err.print(_summary_line(result), highlight=False, soft_wrap=True)
         results.append(result)
     on_common_pool(results)
     print_results(results, trace.name, out)
@@ -199,6 +202,15 @@ def replay_command(
         except PlotsUnavailable as exc:
             raise fail(str(exc)) from None
         out.print(f"plot written to {plot}")
+
+
+def _summary_line(result: ReplayResult) -> str:
+    dead = sum(result.dead_letters.values())
+    return (
+        f"{result.policy}: {result.events:,} events in {result.wall_seconds:.1f} s"
+        f" ({result.events_per_second:,.0f}/s), {sum(result.decisions.values()):,} decisions,"
+        f" {dead:,} dead letters"
+    )
 
 
 class _LazyFile(contextlib.AbstractContextManager["_LazyFile"]):

@@ -9,9 +9,13 @@ from lavad.evaluation.gpa_cli import gpa_command
 from lavad.evaluation.lifetime_cli import lifetime_command
 from lavad.evaluation.limits_cli import limits_command, limits_sweep_command
 from lavad.evaluation.migrations_cli import migrations_command
+from lavad.evaluation.progress import track_evaluation
 
 evaluate_app = typer.Typer(
-    help="Evaluate lavad's models and policies on recorded traces.", no_args_is_help=True
+    help="Evaluate lavad's models and policies on recorded traces.",
+    no_args_is_help=True,
+    # A spinner on a terminal, one summary line when piped (progress.py).
+    callback=track_evaluation,
 )
 evaluate_app.command("lifetime")(lifetime_command)
 evaluate_app.command("admission")(admission_command)
