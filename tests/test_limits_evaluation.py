@@ -21,6 +21,7 @@ from lavad.evaluation.limits import (
 )
 from lavad.evaluation.limits_cli import app
 from lavad.models.limits import BucketScheme, MovingWindowRecommender, WindowConfig
+from lavad.models.limits.histogram import Observation
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-limits-slice"
 
@@ -39,7 +40,10 @@ def test_metrics_by_hand() -> None:
     assert (s.job_days, s.windows) == (1, 23)
     mean_limit = (12 * 0.5 + 11 * 1.0) / 23
     assert s.relative_slack_mean == pytest.approx((mean_limit - 0.5) / mean_limit)
-    assert s.absolute_slack_mean == pytest.approx((-0.5 + 11 * 0.5) / 23)
+    # The p95 of the demand is 0.5 too (one spike in 23 windows).
+    assert s.demand_slack_mean == pytest.approx(s.relative_slack_mean)
+    # The spike was throttled to its limit: that window had no slack (not -0.5).
+    assert s.absolute_slack_mean == pytest.approx(11 * 0.5 / 23)
     assert s.overrun_rate == pytest.approx(1 / 23)  # the spike ran over 0.5
     assert s.days_without_overrun == 0.0
     assert s.limit_changes == 1
@@ -47,7 +51,9 @@ def test_metrics_by_hand() -> None:
 
 def test_dominance() -> None:
     def sc(slack: float, over: float) -> RecommenderScore:
-        return RecommenderScore("x", "cpu", 1, 1, 1, slack, slack, 0.0, over, 1.0, 0, 0.0)
+        return RecommenderScore(
+            "x", "cpu", 1, 1, 1, slack, slack, slack, slack, 0.0, over, 1.0, 0, 0.0
+        )
 
     assert dominates(sc(0.1, 0.01), sc(0.2, 0.01))
     assert dominates(sc(0.2, 0.005), sc(0.2, 0.01))
@@ -130,3 +136,35 @@ def test_sweep_command_on_the_slice() -> None:
     )
     assert result.exit_code == 0, result.output
     assert "VPA" in result.output and "0.01" in result.output
+
+
+class _FixedLimit:
+    """A recommender that keeps one limit whatever it sees."""
+
+    name = "fixed"
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+
+    def observe(self, obs: Observation) -> None:
+        pass
+
+    def explain(self) -> dict[str, str | float | None]:
+        return {"limit": self.limit}
+
+    def on_overrun(self, time: float, limit: float) -> None:
+        pass
+
+
+def test_autopilot_slack_is_against_the_usage_the_limit_let_through() -> None:
+    """A limit held at 0.4 under a job asking for 0.5 in 12 of 24 windows and 0.2 in the rest:
+    the demand slack is (0.4 - 0.5) / 0.4 = -25%; Autopilot's, on the throttled usage (p95
+    0.4), is 0; absolute slack counts the 0.2 windows only."""
+    values = np.array([0.5, 0.2] * 12)
+    end = 300.0 * np.arange(1, 25)
+    days = replay_job(_FixedLimit(0.4), end, values, values, warmup_s=0.0)
+    s = score("fixed", "cpu", 1, days)
+    assert s.demand_slack_mean == pytest.approx(-0.25)
+    assert s.relative_slack_mean == pytest.approx(0.0)
+    assert s.absolute_slack_mean == pytest.approx(12 * 0.2 / 24)
+    assert s.overrun_rate == pytest.approx(0.5)

@@ -18,10 +18,18 @@ Protocol (Autopilot section 4.1, on a recorded trace instead of production):
    off-line experiments (3.2.3).
 3. Scoring starts after ``warmup_s`` (all recommenders alike) and is cut into
    job-days (calendar days of the trace clock). Per job-day: relative slack
-   ``(mean limit - p95 of the 5-minute usage) / mean limit``; absolute slack
-   ``mean(limit - usage)`` over its scored windows (limit-seconds minus
-   usage-seconds per second covered, in request units: the paper divides by
-   a whole day, which would shrink the partial days of short traces); the
+   as Autopilot defines it (section 4.1), ``(mean limit - p95 of the
+   5-minute usage) / mean limit``, where the usage is what the task could
+   use: CPU above the limit is throttled and memory above it is an OOM, so a
+   window's usage is ``min(usage, limit in force)`` and the slack is never
+   negative while the limit holds still over the day (a limit that moves
+   within it can leave a small negative value); and the same against the
+   *demand* (the recorded usage, uncapped), which goes negative when limits
+   sit below what the job asked for (the measure before this change);
+   absolute slack ``mean(limit - min(usage, limit))`` over its scored
+   windows (limit-seconds minus usage-seconds per second covered, in request
+   units: the paper divides by a whole day, which would shrink the partial
+   days of short traces); the
    windows that overran; whether any did; limit changes.
 4. Per recommender: mean and median relative slack over job-days, mean
    absolute slack, overrun rate (overrun windows / scored windows), share of
@@ -132,6 +140,8 @@ def default_recommenders(
 class _DayScore:
     limits: list[float] = field(default_factory=list)
     usage: list[float] = field(default_factory=list)
+    # The usage the limit let through: min(usage, limit in force).
+    capped: list[float] = field(default_factory=list)
     overruns: int = 0
     changes: int = 0
 
@@ -145,8 +155,12 @@ class RecommenderScore:
     jobs: int
     job_days: int
     windows: int
+    # Autopilot's relative slack: against the usage the limits let through.
     relative_slack_mean: float
     relative_slack_median: float
+    # The same against the recorded demand (can be negative).
+    demand_slack_mean: float
+    demand_slack_median: float
     absolute_slack_mean: float
     overrun_rate: float
     days_without_overrun: float
@@ -172,6 +186,7 @@ def replay_job(
             day = days[math.floor((t - 1e-9) / DAY)]
             day.limits.append(limit)
             day.usage.append(value)
+            day.capped.append(min(value, limit))
             if top > limit + 1e-12:
                 day.overruns += 1
             if previous is not None and not math.isclose(limit, previous, rel_tol=1e-9):
@@ -188,6 +203,7 @@ def replay_job(
 def score(name: str, resource: Resource, jobs: int, days: Sequence[_DayScore]) -> RecommenderScore:
     """Aggregate job-days into the paper's metrics."""
     rel: list[float] = []
+    demand: list[float] = []
     absolute: list[float] = []
     windows = overruns = clean = changes = 0
     for d in days:
@@ -195,8 +211,9 @@ def score(name: str, resource: Resource, jobs: int, days: Sequence[_DayScore]) -
         use = np.asarray(d.usage)
         mean_limit = float(lim.mean())
         if mean_limit > 0:
-            rel.append((mean_limit - float(np.percentile(use, 95))) / mean_limit)
-        absolute.append(float((lim - use).mean()))
+            rel.append((mean_limit - float(np.percentile(d.capped, 95))) / mean_limit)
+            demand.append((mean_limit - float(np.percentile(use, 95))) / mean_limit)
+        absolute.append(float((lim - np.asarray(d.capped)).mean()))
         windows += len(lim)
         overruns += d.overruns
         clean += d.overruns == 0
@@ -211,6 +228,8 @@ def score(name: str, resource: Resource, jobs: int, days: Sequence[_DayScore]) -
         windows=windows,
         relative_slack_mean=float(np.mean(rel)) if rel else nan,
         relative_slack_median=float(np.median(rel)) if rel else nan,
+        demand_slack_mean=float(np.mean(demand)) if demand else nan,
+        demand_slack_median=float(np.median(demand)) if demand else nan,
         absolute_slack_mean=float(np.mean(absolute)) if absolute else nan,
         overrun_rate=overruns / windows if windows else nan,
         days_without_overrun=clean / n if n else nan,
