@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import structlog
 import typer
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -40,6 +41,20 @@ def run_command(
     settings = settings_or_exit(config, live=True)
     configure_logging(settings.log)
     engine_config = live_engine_config(settings)
+    names = topic_names(settings)
+    # What this instance consumes and publishes, before anything connects.
+    structlog.get_logger("lavad.live").info(
+        "starting",
+        consumes=list(names.inputs),
+        publishes=list(names.outputs),
+        bootstrap=settings.kafka.bootstrap_servers,
+        group=settings.kafka.group_id,
+        policy=settings.placement.policy,
+        shadow=settings.shadow.enabled,
+        pools_allowed=list(settings.pools.allow),
+        http=f"{settings.http.host}:{settings.http.port}",
+        snapshots=str(settings.live.snapshot_dir),
+    )
 
     async def main() -> None:
         stop = asyncio.Event()

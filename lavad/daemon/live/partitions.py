@@ -29,6 +29,8 @@ from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.settings import LiveSettings
 
 log = structlog.get_logger("lavad.live")
+# Pool names per log line at most: a partition may carry thousands.
+LOGGED_POOL_NAMES = 20
 
 
 @dataclass(slots=True)
@@ -175,6 +177,8 @@ class Partitions:
                     partition=number,
                     snapshot=snapshot is not None,
                     pools=len(owned.pools),
+                    # Which pools this instance now owns (the first few by name).
+                    pool_names=sorted(owned.pools)[:LOGGED_POOL_NAMES],
                     offsets=owned.positions,
                 )
             self.watermark.assign(assigned, time.time())
