@@ -232,3 +232,35 @@ def test_difference_pairs_the_same_ticks() -> None:
         {"time": 3600.0, "difference_pp": 1.0},
     ]
     assert diff["mean_pp"] == 1.5
+
+
+def test_lavad_replay_with_shadow_enabled_prints_both_sides(tmp_path: Path) -> None:
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from lavad.daemon.cli import app  # noqa: PLC0415
+
+    stream = tmp_path / "firstfit.jsonl"
+    stream.write_bytes(
+        b"".join(encode(e) + b"\n" for e in firstfit_stream(fixed_pool_settings(), 6_000))
+    )
+    metrics_json = tmp_path / "shadow.json"
+    result = CliRunner().invoke(
+        app,
+        ["replay", str(stream), "--policy", "bestfit", "--metrics-json", str(metrics_json),
+         "--config", str(Path(__file__).resolve().parents[1] / "config" / "lavad.toml")],
+        env={
+            "COLUMNS": "220",
+            "LAVAD_SHADOW__ENABLED": "true",
+            "LAVAD_HOSTS__SOURCE": "shape",
+            "LAVAD_HOSTS__COUNT": "440",
+            "LAVAD_HOSTS__GROW_ON_DEMAND": "false",
+            "LAVAD_METRICS__WARMUP_S": "0",
+        },
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "actual (vm.placed)" in result.output and "lavad (bestfit)" in result.output
+    assert "VMs placed by both sides" in result.output
+    document = orjson.loads(metrics_json.read_bytes())
+    assert document["mode"] == "shadow"
+    assert set(document["sides"]) == {"actual", "lavad"}
+    assert document["agreement"]["default"]["same_class_rate"] is None  # Best Fit: no classes
