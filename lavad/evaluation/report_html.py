@@ -185,8 +185,13 @@ def _thin(points: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
 
 
 def _series_plot(
-    runs: list[tuple[str, dict[str, list[dict[str, Any]]]]], key: str, label: str
+    runs: list[tuple[str, dict[str, list[dict[str, Any]]]]],
+    key: str,
+    label: str,
+    window: tuple[float, float] | None = None,
 ) -> str:
+    """One line per run (and pool); ``window``: the measured span, the rest shaded."""
+
     def draw(figure: Any) -> None:
         axis = figure.add_subplot(1, 1, 1)
         for name, series in runs:
@@ -197,6 +202,14 @@ def _series_plot(
                 hours = [p["time"] / 3600.0 for p in points]
                 tag = name if len(series) == 1 else f"{name} / {pool}"
                 axis.plot(hours, [p[key] for p in points], label=tag, linewidth=1.2)
+        if window is not None:
+            low, high = axis.get_xlim()
+            start, until = window[0] / 3600.0, window[1] / 3600.0
+            if start > low:
+                axis.axvspan(low, start, color="grey", alpha=0.12, label="not measured")
+            if until < high:
+                axis.axvspan(until, high, color="grey", alpha=0.12)
+            axis.set_xlim(low, high)
         axis.set_xlabel("trace time (h)")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
@@ -269,6 +282,15 @@ def _metrics_rows(runs: list[dict[str, Any]]) -> tuple[list[list[str]], int | No
     return rows, best_row
 
 
+def _measured(runs: list[dict[str, Any]]) -> tuple[float, float] | None:
+    for run in runs:
+        for m in run["pools"].values():
+            start, until = m.get("measured_from_s"), m.get("measured_until_s")
+            if isinstance(start, int | float) and isinstance(until, int | float):
+                return float(start), float(until)
+    return None
+
+
 def _window_note(runs: list[dict[str, Any]]) -> str:
     for run in runs:
         for m in run["pools"].values():
@@ -294,12 +316,14 @@ def _packing_sections(page: Page, runs: list[dict[str, Any]], source: str, headi
     )
     with_series = [(str(r["policy"]), r["series"]) for r in runs if r.get("series")]
     if with_series:
+        window = _measured(runs)
         page.sections.append(
             "<section><h2>Empty hosts and utilisation over time</h2>"
-            + _series_plot(with_series, "empty_hosts_pct", "empty hosts (% of hosts up)")
-            + _series_plot(with_series, "cpu_util_pct", "CPU booked (% of hosts up)")
-            + "<p class=note>Sampled every metrics.sample_interval_s; the first hours are the"
-            " warm-up of a trace that starts with an empty cluster.</p></section>"
+            + _series_plot(with_series, "empty_hosts_pct", "empty hosts (% of hosts up)", window)
+            + _series_plot(with_series, "cpu_util_pct", "CPU booked (% of hosts up)", window)
+            + "<p class=note>Sampled every metrics.sample_interval_s. Shaded: outside the"
+            " measured window (the warm-up of a trace that starts with an empty cluster, and"
+            " the drain after the last request).</p></section>"
         )
     stranding = {
         f"{r['policy']}" + (f" / {pool}" if len(r["pools"]) > 1 else ""): {
