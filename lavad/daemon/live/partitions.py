@@ -114,6 +114,7 @@ class Partitions:
             "snapshot written",
             partition=owned.number,
             pools=len(pools),
+            pool_names=sorted(pools)[:LOGGED_POOL_NAMES],
             bytes=size,
             offsets=owned.positions,
         )
