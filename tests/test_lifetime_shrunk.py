@@ -173,3 +173,28 @@ def test_both_models_are_refitted_with_the_chosen_rows() -> None:
     rows = tables.rows_for(_keys("A"))
     tables.refit(np.array([rows]), np.array([10.0]), np.array([tables.choose(rows)]))
     assert tables.observations[rows[0]] == 1.0
+
+
+def test_forgetting_weighs_each_vm_by_its_creation_worked_by_hand() -> None:
+    # Half-life 100 s. A: created at 0, exits at 100 (bin 0). B: created at
+    # 100, exits at 1100 after 1000 s (bin 1). C: created at 1000, running at
+    # the refit at 1100 (uptime 100, censored in bin 0).
+    model = GroupedLifeTables(BINS, 1, half_life_s=100.0)
+    rows = model.rows_for(_keys("A"))
+    model.observe_exit(rows, 100.0, now=100.0)
+    model.observe_exit(rows, 1000.0, now=1100.0)
+    model.refit(np.array([rows]), np.array([100.0]), now=1100.0)
+    # Weights at 1100, by creation: A 2^-11, B 2^-10, C 2^-1. Times 2^11:
+    #   deaths [1, 2, 0], censored [1024, 0, 0], N = 1027
+    #   at risk: 1027 - 1024 / 2 = 515, then 1027 - 1 - 1024 = 2
+    #   hazard: 1 / 515, 2 / 2 = 1 -> mass [1/515, 514/515, 0]
+    assert model.mass[model.choose(rows)] == pytest.approx([1 / 515, 514 / 515, 0.0])
+    assert model.observations[rows[0]] == pytest.approx(1027 / 2**11)
+    # Without forgetting, C's censoring weighs as much as each exit:
+    #   deaths [1, 1, 0], censored [1, 0, 0], N = 3; at risk 2.5, then 1
+    plain = GroupedLifeTables(BINS, 1)
+    plain_rows = plain.rows_for(_keys("A"))
+    plain.observe_exit(plain_rows, 100.0)
+    plain.observe_exit(plain_rows, 1000.0)
+    plain.refit(np.array([plain_rows]), np.array([100.0]))
+    assert plain.mass[plain.choose(plain_rows)] == pytest.approx([0.4, 0.6, 0.0])

@@ -166,7 +166,7 @@ class _OnlineModel:
         rows = np.array([r for r, _, _ in running], dtype=np.int64).reshape(-1, LEVELS)
         uptimes = np.array([now - start for _, start, _ in running])
         chosen = np.array([c for _, _, c in running], dtype=np.int64)
-        self.model.refit(rows, uptimes, chosen)
+        self.model.refit(rows, uptimes, chosen, now=now)
 
     def advance(self, now: float) -> None:
         if now >= self.next_refit:
@@ -189,12 +189,18 @@ MODEL_TITLES = {"tables": "life tables", "shrunk": "shrunk life tables"}
 
 
 def _online_model(
-    name: str, bins: LifetimeBins, min_observations: int, prior_strength: float
+    name: str,
+    bins: LifetimeBins,
+    min_observations: int,
+    prior_strength: float,
+    half_life_s: float | None,
 ) -> GroupedLifeTables:
     if name == "tables":
-        return GroupedLifeTables(bins, min_observations)
+        return GroupedLifeTables(bins, min_observations, half_life_s=half_life_s)
     if name == "shrunk":
-        return ShrunkLifeTables(bins, min_observations, prior_strength=prior_strength)
+        return ShrunkLifeTables(
+            bins, min_observations, prior_strength=prior_strength, half_life_s=half_life_s
+        )
     raise ValueError(f"unknown lifetime model {name!r}; known: {', '.join(MODEL_TITLES)}")
 
 
@@ -212,6 +218,7 @@ def evaluate_lifetime_model(
     categorical: tuple[str, ...] = (),
     models: tuple[str, ...] = ("tables",),
     prior_strength: float = 10.0,
+    half_life_s: float | None = None,
 ) -> LifetimeEvaluation:
     """The online ``models`` (and, with ``river_seed``, the river classifier), as above."""
     if not split_time < end_time:
@@ -223,7 +230,9 @@ def evaluate_lifetime_model(
     bins = bins or LifetimeBins.log_spaced()
     onlines = [
         _OnlineModel(
-            name, _online_model(name, bins, min_observations, prior_strength), refit_interval_s
+            name,
+            _online_model(name, bins, min_observations, prior_strength, half_life_s),
+            refit_interval_s,
         )
         for name in models
     ]
@@ -291,7 +300,7 @@ def evaluate_lifetime_model(
                 entry = online.running.pop(key, None)
                 if entry is not None:
                     lived = now - entry[1]
-                    online.model.observe_exit(entry[0], lived)
+                    online.model.observe_exit(entry[0], lived, now)
                     online.exits += 1
             x = pending_x.pop(key, None)
             if lived is not None and river is not None and x is not None:

@@ -70,6 +70,10 @@ def lifetime_command(
     prior_strength: Annotated[
         float, typer.Option(help="model 'shrunk': each level's prior, in VMs at risk")
     ] = 10.0,
+    half_life_h: Annotated[
+        float | None,
+        typer.Option("--half-life-h", help="observations count half after this (default: never)"),
+    ] = None,
 ) -> None:
     """F1 of "lives beyond X" at uptimes 0-90% of the lifetime, calibration, latency."""
     if not 0.0 < split < 1.0:
@@ -104,6 +108,7 @@ def lifetime_command(
             categorical=_categorical(categorical),
             models=tuple(name.strip() for name in models.split(",") if name.strip()),
             prior_strength=prior_strength,
+            half_life_s=None if half_life_h is None else half_life_h * 3600.0,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None

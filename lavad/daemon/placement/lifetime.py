@@ -141,6 +141,9 @@ class LifetimeSettings:
     # are repredicted from it, through the model's own shrinkage towards the
     # coarser groups, instead of waiting for the next refit.
     siblings: bool = False
+    # Forgetting: observations count half as much every ``half_life_s`` of
+    # event time (None: never forgotten), for workloads that drift.
+    half_life_s: float | None = None
 
 
 # The online lifetime models a tracker can learn with; a factory gets the
@@ -153,14 +156,19 @@ LIFETIME_MODELS: Registry[GroupedLifeTables] = Registry(
             "tables",
             "life tables per feature group, censoring-aware; the finest group with "
             "min_observations predicts",
-            lambda _args, bins, settings: GroupedLifeTables(bins, settings.min_observations),
+            lambda _args, bins, settings: GroupedLifeTables(
+                bins, settings.min_observations, half_life_s=settings.half_life_s
+            ),
         ),
         Entry(
             "shrunk",
             "every group level's hazards, bin by bin, shrunk from the pool to the owner "
             "(a Beta prior of prior_strength VMs at each level); censoring-aware",
             lambda _args, bins, settings: ShrunkLifeTables(
-                bins, settings.min_observations, prior_strength=settings.prior_strength
+                bins,
+                settings.min_observations,
+                prior_strength=settings.prior_strength,
+                half_life_s=settings.half_life_s,
             ),
         ),
     ],
@@ -432,7 +440,7 @@ class LifetimeTracker(ClusterListener):
         # Censor only the VMs the model learns from; bring every running VM's
         # distribution row up to date (they are all repredicted below).
         counted = alive[self.learns[alive]]
-        self.model.refit(self.levels[counted], now - self.start[counted], self.row[alive])
+        self.model.refit(self.levels[counted], now - self.start[counted], self.row[alive], now=now)
         self._median_at_creation.clear()
         self._host_q_at_creation.clear()
         self._thresholds_at_creation.clear()
@@ -589,10 +597,10 @@ class LifetimeTracker(ClusterListener):
         if not self.learns[slot]:
             pass  # left-truncated: its age is unknown, so is its lifetime
         elif exited:
-            self.model.observe_exit(rows, lived)
+            self.model.observe_exit(rows, lived, now)
         else:
             # Evicted (host down): it lived at least this long; not an exit.
-            self.model.observe_censored(rows, lived)
+            self.model.observe_censored(rows, lived, now)
         cached = self._cached
         if cached is not None and cached[0] == record.vm_id:
             # A running VM's cached prediction must not serve a new VM reusing its id.
@@ -621,7 +629,7 @@ class LifetimeTracker(ClusterListener):
         index = np.asarray(slots, dtype=np.int64)
         uptimes = now - self.start[index]
         model = self.model
-        model.observe_running(row, uptimes)
+        model.observe_running(row, uptimes, now)
         # The group may now be the one chosen (tables), or a combo to recompute.
         self.row[index] = [model.choose(tuple(levels)) for levels in self.levels[index].tolist()]
         # The model's distributions changed between refits: per-row caches go.

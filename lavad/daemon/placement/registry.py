@@ -124,6 +124,9 @@ class LifetimeArgs(PolicyArgs):
         description="when a VM exits, recount its owner group at once and repredict its "
         "running siblings (same tenant or deployment, and shape)",
     )
+    half_life_s: float | None = Field(
+        default=None, gt=0, description="lifetime observations count half after this (None: never)"
+    )
 
     def model_post_init(self, _context: Any) -> None:
         LIFETIME_MODELS.check(self.model)
@@ -264,6 +267,7 @@ def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> Lif
             model=args.model,
             prior_strength=args.prior_strength,
             siblings=args.siblings,
+            half_life_s=args.half_life_s,
         )
     )
 

@@ -40,6 +40,7 @@ prediction at creation stays cheap.
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 import numba
@@ -126,12 +127,13 @@ class ShrunkLifeTables(GroupedLifeTables):
         prior_strength: float = 10.0,
         max_rows: int = MAX_ROWS,
         max_combos: int = MAX_COMBOS,
+        half_life_s: float | None = None,
     ) -> None:
         if not prior_strength > 0:
             raise ValueError(f"prior_strength must be > 0, got {prior_strength}")
         if max_combos < 2:
             raise ValueError(f"max_combos must be >= 2, got {max_combos}")
-        super().__init__(bins, min_observations, max_rows=max_rows)
+        super().__init__(bins, min_observations, max_rows=max_rows, half_life_s=half_life_s)
         self.prior_strength = float(prior_strength)
         self.max_combos = max_combos
         width = bins.count
@@ -210,6 +212,8 @@ class ShrunkLifeTables(GroupedLifeTables):
         running_rows: np.ndarray,
         running_uptimes: FloatArray,
         running_chosen: np.ndarray | None = None,
+        *,
+        now: float = 0.0,
     ) -> None:
         """Recount every group with the running VMs censored, then recompute their combos.
 
@@ -221,17 +225,14 @@ class ShrunkLifeTables(GroupedLifeTables):
         """
         running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
         self._epoch += 1
-        touched = np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))
-        self._touched = set()
-        dirty = np.unique(np.concatenate([touched, running_rows.ravel()]))
+        if self.decay and self._last_refit is not None:
+            # Rows not rebuilt below only decayed since: so do their counts.
+            factor = math.exp(-self.decay * (now - self._last_refit))
+            self.at_risk *= factor
+            self.refit_deaths *= factor
+        self._age_observations(now)
+        dirty, deaths, censored = self._counts(running_rows, running_uptimes, now)
         if len(dirty):
-            censored = self.censored[dirty]  # a copy (fancy indexing)
-            if len(running_uptimes):
-                columns = self.bins.index(np.asarray(running_uptimes, dtype=np.float64))
-                for level in range(running_rows.shape[1]):
-                    local = np.searchsorted(dirty, running_rows[:, level])
-                    np.add.at(censored, (local, columns), 1.0)
-            deaths = self.deaths[dirty]
             total = deaths.sum(axis=1, keepdims=True) + censored.sum(axis=1, keepdims=True)
             self.observations[dirty] = total[:, 0]
             # The life table's actuarial at-risk count (survival.life_table).
@@ -249,7 +250,7 @@ class ShrunkLifeTables(GroupedLifeTables):
         if len(combos):
             self._compute(combos)
 
-    def observe_running(self, row: int, uptimes: FloatArray) -> None:
+    def observe_running(self, row: int, uptimes: FloatArray, now: float = 0.0) -> None:
         """Recount group ``row`` now with its running VMs at ``uptimes``.
 
         A sibling's exit, counted at once rather than at the next refit. The
@@ -258,9 +259,7 @@ class ShrunkLifeTables(GroupedLifeTables):
         tracker chooses the siblings' again right after).
         """
         self._epoch += 1
-        censored = self.censored[row].copy()
-        np.add.at(censored, self.bins.index(np.asarray(uptimes, dtype=np.float64)), 1.0)
-        deaths = self.deaths[row]
+        deaths, censored = self._row_counts(row, uptimes, now)
         total = deaths.sum() + censored.sum()
         self.observations[row] = total
         leaving = np.cumsum(deaths + censored) - (deaths + censored)
