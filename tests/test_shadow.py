@@ -264,3 +264,30 @@ def test_lavad_replay_with_shadow_enabled_prints_both_sides(tmp_path: Path) -> N
     assert document["mode"] == "shadow"
     assert set(document["sides"]) == {"actual", "lavad"}
     assert document["agreement"]["default"]["same_class_rate"] is None  # Best Fit: no classes
+
+
+def test_the_tool_announces_hosts_opened_on_demand_and_keeps_unplaced_requests() -> None:
+    from lavad.daemon.shadow.placed import PlacedCounts, placed_events  # noqa: PLC0415
+
+    settings = fixed_pool_settings(hosts=1)
+    settings = settings.model_copy(
+        update={"hosts": settings.hosts.model_copy(update={"cores": 16.0, "memory_gib": 64.0})}
+    )
+    growing = settings.model_copy(
+        update={"hosts": settings.hosts.model_copy(update={"grow_on_demand": True})}
+    )
+    requests = [
+        VmRequest(1.0, "p", "vm1", cores=12.0, memory_gib=8.0),
+        VmRequest(2.0, "p", "vm2", cores=12.0, memory_gib=8.0),  # no room on the one host
+        VmRequest(3.0, "p", "big", cores=64.0, memory_gib=8.0),  # larger than any host
+    ]
+    counts = PlacedCounts()
+    fixed = list(placed_events(requests, engine_config(settings, "firstfit"), counts))
+    assert [type(e).__name__ for e in fixed] == ["VmPlaced", "VmRequest", "VmRequest"]
+    assert counts.written == {"vm.placed": 1, "vm.request": 2}
+    grown = list(placed_events(requests, engine_config(growing, "firstfit")))
+    assert [type(e).__name__ for e in grown] == ["VmPlaced", "HostUp", "VmPlaced", "VmRequest"]
+    host_up, placed = grown[1], grown[2]
+    assert isinstance(host_up, HostUp) and isinstance(placed, VmPlaced)
+    assert host_up.host_id == placed.host_id == "p/auto00000"
+    assert (host_up.cores, host_up.memory_gib) == (16.0, 64.0)
