@@ -47,6 +47,7 @@ from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.placement.kernels import warm_up
 from lavad.daemon.settings import KafkaSettings, Settings
+from lavad.daemon.shadow.live import build_engine, build_telemetry, topic_names
 from lavad.streams.kafka.topics import TopicNames, check_copartitioned
 
 log = structlog.get_logger("lavad.live")
@@ -82,9 +83,11 @@ class LiveDaemon:
 
     def __init__(self, settings: Settings, engine_config: EngineConfig) -> None:
         self.settings = settings
-        self.engine = Engine(engine_config)
-        self.names = TopicNames(**settings.topics.model_dump())
-        self.telemetry = Telemetry()
+        # [shadow] enabled builds the shadow engine, its gauges and its advice
+        # topic here (daemon/shadow/live.py); nothing below changes with it.
+        self.engine: Engine = build_engine(settings, engine_config)
+        self.names: TopicNames = topic_names(settings)
+        self.telemetry: Telemetry = build_telemetry(settings)
         self.watermark = Watermark(settings.live.idle_partition_s)
         self.partitions = Partitions(
             self.engine,
