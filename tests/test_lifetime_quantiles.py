@@ -18,6 +18,8 @@ from lavad.daemon.placement.lifetime import (
 from lavad.daemon.placement.registry import PolicyConfigError, validate_policy_args
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.survival import (
+    creation_quantiles,
+    life_table,
     median_remaining,
     midpoint_levels,
     remaining_quantiles,
@@ -162,3 +164,25 @@ def test_registry_validates_scoring(args: dict[str, object], key: str) -> None:
         validate_policy_args("las", args)
     assert caught.value.key == key
     assert validate_policy_args("lava", {"scoring": "quantiles", "quantiles": 8})
+
+
+def test_compiled_creation_quantiles_are_numpys_bit_for_bit() -> None:
+    # The tracker's quantiles at creation come from the compiled loop; the
+    # decisions must not move, so every number must be the numpy one.
+    bins = LifetimeBins.log_spaced()
+    rng = np.random.default_rng(1)
+    width = bins.count
+    deaths = rng.poisson(rng.uniform(0, 5, size=(200, width))).astype(float)
+    deaths[::7, 20:] = 0.0  # tails left to the Pareto rule
+    deaths[::11] = 0.0
+    censored = rng.poisson(rng.uniform(0, 2, size=(200, width))).astype(float)
+    censored[::13] = 0.0  # rows with no observation at all: uniform
+    mass = life_table(deaths, censored, bins.pareto_tail_hazard)
+    m0, m1 = suffix_sums(mass, bins)
+    for count in (1, 8, 32):
+        levels = midpoint_levels(count)
+        for row in range(len(mass)):
+            expected = remaining_quantiles(
+                bins, mass, m0, m1, np.array([row]), np.array([0.0]), levels
+            )[0]
+            assert np.array_equal(creation_quantiles(bins, mass, m0, row, levels), expected)

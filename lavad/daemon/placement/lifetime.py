@@ -58,6 +58,7 @@ from lavad.models.lifetime.features import (
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
+    creation_quantiles,
     expected_remaining,
     median_remaining,
     midpoint_levels,
@@ -273,7 +274,12 @@ class LifetimeTracker(ClusterListener):
         if self.settings.scoring == "quantiles":
             thresholds = self._thresholds_at_creation.get(chosen)
             if thresholds is None:
-                thresholds = cost_thresholds(self.remaining_quantiles(chosen, 0.0))
+                model = self.model
+                # remaining_quantiles at uptime 0, compiled (the same numbers).
+                quantiles = creation_quantiles(
+                    model.bins, model.mass, model.m0, chosen, self._levels
+                )
+                thresholds = cost_thresholds(quantiles)
                 self._thresholds_at_creation[chosen] = thresholds
         if self.settings.estimate == "median":
             at_creation = self._median_at_creation.get(chosen)
