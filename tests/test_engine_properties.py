@@ -52,7 +52,7 @@ def _engine(policy: str, grow: bool) -> Engine:
     )
 
 
-@pytest.mark.parametrize("policy", sorted(REGISTRY))
+@pytest.mark.parametrize("policy", sorted(REGISTRY.names))
 @pytest.mark.parametrize("grow", [False, True])
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(operation, max_size=120))

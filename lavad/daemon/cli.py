@@ -122,7 +122,7 @@ def replay_command(
         names = [policy or settings.placement.policy]
     for name in names:
         if name not in REGISTRY:
-            raise fail(f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY))}")
+            raise fail(f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY.names))}")
         try:
             settings.policy_args(name)
         except ConfigError as exc:
@@ -273,17 +273,16 @@ def trace_convert_command(
 @app.command("policies")
 def policies_command() -> None:
     """List everything the configuration chooses by name, with its arguments."""
-    out.print("[bold underline]placement policies[/bold underline] (placement.policy)")
-    for name, spec in sorted(REGISTRY.items()):
-        _print_entry(name, spec.summary, spec.args_model)
     registries: tuple[tuple[str, str, Registry[Any]], ...] = (
+        ("placement policies", "placement.policy", REGISTRY),
         ("admission policies", "admission.policy", ADMISSION_POLICIES),
         ("limit recommenders", "limits.recommender", RECOMMENDER_REGISTRY),
         ("migration orders", "migrations.order", ORDERS),
         ("lifetime sources", "migrations.lifetimes", LIFETIME_SOURCES),
     )
-    for heading, key, registry in registries:
-        out.print(f"\n[bold underline]{heading}[/bold underline] ({key})")
+    for number, (heading, key, registry) in enumerate(registries):
+        gap = "\n" if number else ""
+        out.print(f"{gap}[bold underline]{heading}[/bold underline] ({key})")
         for entry in registry:
             _print_entry(entry.name, entry.summary, entry.args)
 

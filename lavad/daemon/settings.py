@@ -329,7 +329,8 @@ def load_settings(path: Path | str | None = None) -> Settings:
     if settings.placement.policy not in REGISTRY:
         raise ConfigError(
             "placement.policy",
-            f"unknown policy {settings.placement.policy!r}; known: {', '.join(sorted(REGISTRY))}",
+            f"unknown policy {settings.placement.policy!r}; "
+            f"known: {', '.join(sorted(REGISTRY.names))}",
         )
     settings.policy_args(settings.placement.policy)
     settings.admission_config()
@@ -337,7 +338,7 @@ def load_settings(path: Path | str | None = None) -> Settings:
     for name in settings.policies:
         if name not in REGISTRY:
             raise ConfigError(
-                f"policies.{name}", f"unknown policy; known: {', '.join(sorted(REGISTRY))}"
+                f"policies.{name}", f"unknown policy; known: {', '.join(sorted(REGISTRY.names))}"
             )
         settings.policy_args(name)
     return settings

@@ -71,7 +71,7 @@ def migrations_command(
     """Migrations per order on the same drains: arrival, random, shortest, LARS, LARS-oracle."""
     settings = settings_or_exit(config)
     if policy not in REGISTRY or needs_true_lifetimes(policy):
-        known = ", ".join(sorted(n for n in REGISTRY if not needs_true_lifetimes(n)))
+        known = ", ".join(sorted(n for n in REGISTRY.names if not needs_true_lifetimes(n)))
         raise fail(f"--policy: want a non-oracle policy ({known}), got {policy!r}")
     if not 0.0 < quantile < 1.0:
         raise fail(f"--quantile must be in (0, 1), got {quantile}")

@@ -8,11 +8,10 @@ the key and the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from lavad.daemon.placement.bestfit import BestFitScore
 from lavad.daemon.placement.firstfit import FirstFitScore
@@ -32,6 +31,7 @@ from lavad.daemon.placement.lifetime import (
     LifetimeTracker,
 )
 from lavad.daemon.placement.lifetime_policy import LifetimePolicy
+from lavad.daemon.registry import Entry, Registry, RegistryError
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS, USED_FEATURES
 from lavad.models.usage.hosts import HostUsage, UsagePrior
 from lavad.models.usage.margin import MarginSettings, TailCalibration
@@ -212,24 +212,16 @@ class GpaArgs(PolicyArgs):
             raise ValueError("margin and calibrate both widen the excess: turn one off")
 
 
-class PolicyConfigError(ValueError):
+class PolicyConfigError(RegistryError):
     """A policy name or argument that cannot be used; ``key`` locates it."""
 
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"{key}: {reason}")
-        self.key = key
-        self.reason = reason
+
+# A placement policy's factory: its validated arguments, the name it is
+# registered under (oracle variants share a factory) and its generator of draws.
+PolicyFactory = Callable[[PolicyArgs, str, np.random.Generator], Policy]
 
 
-@dataclass(frozen=True, slots=True)
-class PolicySpec:
-    name: str
-    summary: str
-    args_model: type[PolicyArgs]
-    build: Callable[[str, PolicyArgs, np.random.Generator], Policy]
-
-
-def _build_bestfit(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+def _build_bestfit(args: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
     if not isinstance(args, BestFitArgs):
         raise TypeError(f"bestfit built with {type(args).__name__}")
     return Policy(
@@ -240,7 +232,7 @@ def _build_bestfit(name: str, args: PolicyArgs, rng: np.random.Generator) -> Pol
     )
 
 
-def _build_firstfit(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+def _build_firstfit(args: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
     return Policy(name, (FirstFitScore(),), rng, random_ties=False)
 
 
@@ -272,8 +264,8 @@ def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> Lif
     )
 
 
-def _las(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], Policy]:
-    def build(name: str, raw: PolicyArgs, rng: np.random.Generator) -> Policy:
+def _las(*, oracle: bool) -> PolicyFactory:
+    def build(raw: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle)
         scorers = (LasTemporalCost(tracker), BestFitScore())
@@ -284,8 +276,8 @@ def _las(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], Po
     return build
 
 
-def _la_binary(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], Policy]:
-    def build(name: str, raw: PolicyArgs, rng: np.random.Generator) -> Policy:
+def _la_binary(*, oracle: bool) -> PolicyFactory:
+    def build(raw: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle, repredict=False)
         scorers = (LaBinaryClass(tracker), BestFitScore())
@@ -294,8 +286,8 @@ def _la_binary(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generato
     return build
 
 
-def _lava(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], Policy]:
-    def build(name: str, raw: PolicyArgs, rng: np.random.Generator) -> Policy:
+def _lava(*, oracle: bool) -> PolicyFactory:
+    def build(raw: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
         if not isinstance(raw, LavaArgs):
             raise TypeError(f"lava built with {type(raw).__name__}")
         tracker = _tracker(raw, oracle=oracle)
@@ -310,7 +302,7 @@ def _lava(*, oracle: bool) -> Callable[[str, PolicyArgs, np.random.Generator], P
     return build
 
 
-def _build_gpa(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
+def _build_gpa(args: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
     if not isinstance(args, GpaArgs):
         raise TypeError(f"gpa built with {type(args).__name__}")
     usage = HostUsage(
@@ -357,83 +349,79 @@ def needs_true_lifetimes(policy: str) -> bool:
     return policy.endswith(ORACLE_SUFFIX)
 
 
-def _lifetime_specs() -> list[PolicySpec]:
+def _lifetime_entries() -> list[Entry[Policy]]:
     specs = []
     for oracle in (False, True):
         suffix = ORACLE_SUFFIX if oracle else ""
         bound = " (oracle: the true lifetime, an upper bound for replays)" if oracle else ""
         specs += [
-            PolicySpec(
+            Entry(
                 "las" + suffix,
                 "LAS: repredicted host exit vs the VM's predicted exit, bucketed, above Best Fit"
                 + bound,
-                LifetimeArgs,
-                _las(oracle=oracle),
+                factory=_las(oracle=oracle),
+                args=LifetimeArgs,
             ),
-            PolicySpec(
+            Entry(
                 "la-binary" + suffix,
                 "LA-Binary: short/long (2 h) by one-shot prediction, same class first, then "
                 "Best Fit" + bound,
-                LifetimeArgs,
-                _la_binary(oracle=oracle),
+                factory=_la_binary(oracle=oracle),
+                args=LifetimeArgs,
             ),
-            PolicySpec(
+            Entry(
                 "lava" + suffix,
                 "LAVA: lifetime classes, open/recycling hosts, deadlines; ties by LAS, then "
                 "Best Fit" + bound,
-                LavaArgs,
-                _lava(oracle=oracle),
+                factory=_lava(oracle=oracle),
+                args=LavaArgs,
             ),
         ]
     return specs
 
 
-REGISTRY: dict[str, PolicySpec] = {
-    spec.name: spec
-    for spec in (
-        PolicySpec(
+REGISTRY: Registry[Policy] = Registry(
+    "policy",
+    [
+        Entry(
             "bestfit",
             "multi-dimensional Best Fit: least free fraction left after placing",
-            BestFitArgs,
-            _build_bestfit,
+            factory=_build_bestfit,
+            args=BestFitArgs,
         ),
-        PolicySpec(
+        Entry(
             "firstfit",
             "First Fit: lowest-numbered host that fits",
-            FirstFitArgs,
-            _build_firstfit,
+            factory=_build_firstfit,
+            args=FirstFitArgs,
         ),
-        PolicySpec(
+        Entry(
             "gpa",
             "GPA: CPU overcommitted while P(host usage > capacity) <= rho under a normal "
             "approximation of online usage statistics; Best Fit or First Fit",
-            GpaArgs,
-            _build_gpa,
+            factory=_build_gpa,
+            args=GpaArgs,
         ),
-        *_lifetime_specs(),
-    )
-}
+        *_lifetime_entries(),
+    ],
+)
 
 
 def validate_policy_args(
     name: str, raw: Mapping[str, object], *, key_prefix: str = "policies"
 ) -> PolicyArgs:
-    spec = REGISTRY.get(name)
-    if spec is None:
-        raise PolicyConfigError(
-            f"{key_prefix}.{name}", f"unknown policy; known: {', '.join(sorted(REGISTRY))}"
-        )
     try:
-        return spec.args_model.model_validate(dict(raw))
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        key = f"{key_prefix}.{name}" + (f".{where}" if where else "")
-        raise PolicyConfigError(key, first["msg"]) from None
+        args = REGISTRY.validate(name, raw, f"{key_prefix}.{name}")
+    except RegistryError as exc:
+        raise PolicyConfigError(exc.key, exc.reason) from None
+    if not isinstance(args, PolicyArgs):
+        raise TypeError(f"policy {name!r} registered with arguments that are not PolicyArgs")
+    return args
 
 
 def build_policy(name: str, args: PolicyArgs, rng: np.random.Generator) -> Policy:
-    spec = REGISTRY[name]
-    if not isinstance(args, spec.args_model):
+    entry = REGISTRY.entry(name, f"policies.{name}")
+    if not isinstance(args, entry.args):
         raise PolicyConfigError(f"policies.{name}", "arguments were validated for another policy")
-    return spec.build(name, args, rng)
+    # Not Registry.build: a policy's factory also takes the name it is built under.
+    return entry.factory(args, name, rng)

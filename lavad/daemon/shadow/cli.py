@@ -42,7 +42,9 @@ def placements_command(
     """
     settings = settings_or_exit(config)
     if policy not in REGISTRY or needs_true_lifetimes(policy):
-        raise fail(f"unknown or oracle policy {policy!r}; known: {', '.join(sorted(REGISTRY))}")
+        raise fail(
+            f"unknown or oracle policy {policy!r}; known: {', '.join(sorted(REGISTRY.names))}"
+        )
     try:
         trace = open_trace(path, seed=settings.seed)
         engine_config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
