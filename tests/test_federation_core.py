@@ -271,8 +271,8 @@ def test_scheduler_tries_internal_then_repartition_then_preempts_or_requeues() -
     view.usage[1] = [[0], [2]]
     choice = sched.decide(task(4))[0]
     assert choice == Preempt(pool=0, host=1, victims=(7,), victim_tenant=1)
-    # tenant 0 over its share: requeued, never preempts
-    view.usage[0] = [[3], [0]]
+    # tenant 0 (this scheduler's own: its exact count, not the view's) over its share
+    sched.charge(0, np.array([3]), +1)
     assert sched.decide(task(5))[0] == Requeue("tenant 0 would pass its share: requeued")
 
 

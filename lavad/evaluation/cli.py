@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from lavad.evaluation.admission_cli import admission_command
+from lavad.evaluation.federation_cli import federation_command
 from lavad.evaluation.gpa_cli import gpa_command
 from lavad.evaluation.lifetime_cli import lifetime_command
 from lavad.evaluation.limits_cli import limits_command, limits_sweep_command
@@ -23,3 +24,4 @@ evaluate_app.command("gpa")(gpa_command)
 evaluate_app.command("limits")(limits_command)
 evaluate_app.command("limits-sweep")(limits_sweep_command)
 evaluate_app.command("migrations")(migrations_command)
+evaluate_app.command("federation")(federation_command)

@@ -59,13 +59,22 @@ def violators(
     usage: npt.NDArray[np.int64],
     total: npt.NDArray[np.int64],
     shares: Shares,
+    demand: npt.NDArray[np.int64] | None = None,
 ) -> list[int]:
-    """Tenants over their share, largest violation first (ties: lower index), requester out."""
+    """Tenants over their share, largest violation first (ties: lower index), requester out.
+
+    With ``demand``, only tenants over by at least the demand's share: losing a task of
+    that size leaves them at or above their share, so a preemption never pushes a
+    tenant under its share, and two tenants cannot take the same slot back and forth.
+    """
     used = dominant_shares(usage, total)
+    floor = EPSILON
+    if demand is not None:
+        floor = float((demand / np.maximum(total, 1)).max()) - EPSILON
     violation = [
         (float(used[t]) - shares.shares[t], t)
         for t in range(len(shares.shares))
-        if t != requester and used[t] - shares.shares[t] > EPSILON
+        if t != requester and used[t] - shares.shares[t] >= max(floor, EPSILON)
     ]
     # equal violations (to 1e-9: 7/20 - 0.25 and 5/20 - 0.15 differ in floats) go by index
     violation.sort(key=lambda vt: (-round(vt[0], 9), vt[1]))

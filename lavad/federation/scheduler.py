@@ -72,6 +72,10 @@ class GlobalScheduler:
         self._blocked_epoch: dict[int, int] = {}
         self._count = 0
         self.seq = 0
+        # the resources this scheduler's own tenants hold or have launches in flight for:
+        # exact (Megha: "each GM has consistent state information about its own queues"),
+        # where the view's usage of other tenants may be up to a heartbeat old
+        self.own_usage = {t: np.zeros(len(topology.resources), dtype=np.int64) for t in tenants}
 
     # -- queues ---------------------------------------------------------------------
 
@@ -105,6 +109,10 @@ class GlobalScheduler:
         self._count += 1
         self._blocked_epoch[task.tenant] = self.view.epoch
 
+    def charge(self, tenant: int, demand: npt.NDArray[np.int64], sign: int) -> None:
+        """A launch sent (+1), or a task of ``tenant`` refused, ended or preempted (-1)."""
+        self.own_usage[tenant] += sign * demand
+
     # -- decisions ------------------------------------------------------------------
 
     def decide(self, task: Task) -> tuple[Choice, int]:
@@ -133,10 +141,12 @@ class GlobalScheduler:
 
     def _preemption(self, task: Task, demand: npt.NDArray[np.int64]) -> Choice:
         assert self.shares is not None
-        usage = self.view.tenant_usage()
+        usage = self.view.tenant_usage().copy()
+        for tenant, held in self.own_usage.items():
+            usage[tenant] = held
         if not may_preempt(task.tenant, usage, self.total, demand, self.shares):
             return Requeue(f"tenant {task.tenant} would pass its share: requeued")
-        for victim_tenant in violators(task.tenant, usage, self.total, self.shares):
+        for victim_tenant in violators(task.tenant, usage, self.total, self.shares, demand):
             found = self._victims(victim_tenant, demand, task.constraints)
             if found is not None:
                 return found

@@ -83,12 +83,29 @@ class FederationResult:
     repartitions: int = 0
     preemption_attempts: int = 0
     preemptions: int = 0
+    probe_noops: int = 0
     events: int = 0
     share_times: list[float] = field(default_factory=list)
     share_rows: list[list[float]] = field(default_factory=list)
+    backlog_rows: list[list[int]] = field(default_factory=list)  # queued tasks per tenant
+    window_start: float = 0.0  # first arrival
+    window_end: float = 0.0  # last arrival
+    busy_window_s: float = 0.0  # slot-seconds busy inside [window_start, window_end]
+
+    def add_busy(self, start: float, end: float) -> None:
+        """A run of one slot from ``start`` to ``end`` (a task's, or a preempted one's)."""
+        self.busy_slot_s += end - start
+        self.busy_window_s += max(0.0, min(end, self.window_end) - max(start, self.window_start))
 
     @property
     def utilisation(self) -> float:
+        """Busy share of the slots while jobs arrive (first to last arrival); the drain
+        after the last arrival (tasks of up to 90 hours) would only dilute it."""
+        window = self.window_end - self.window_start
+        return self.busy_window_s / max(self.capacity * window, 1e-12)
+
+    @property
+    def utilisation_to_last_end(self) -> float:
         return self.busy_slot_s / max(self.capacity * self.span_s, 1e-12)
 
     def figures(self) -> dict[str, Any]:
@@ -97,26 +114,35 @@ class FederationResult:
             tasks=self.tasks,
             completed=self.completed,
             utilisation=self.utilisation,
+            utilisation_to_last_end=self.utilisation_to_last_end,
             stale_refusals=self.stale_refusals,
             final_refusals=self.final_refusals,
             repartitions=self.repartitions,
             preemption_attempts=self.preemption_attempts,
             preemptions=self.preemptions,
+            probe_noops=self.probe_noops,
             events=self.events,
         )
         return out
 
 
-def tasks_of(jobs: list[Job], tenants: int, demand: tuple[int, ...]) -> list[Task]:
-    """Every task of ``jobs``; job ``j``'s tasks go to tenant ``j % tenants``."""
+def tasks_of(
+    jobs: list[Job], tenants: int, demand: tuple[int, ...], *, by: str = "job"
+) -> list[Task]:
+    """Every task of ``jobs``; with ``by`` "job", job ``j``'s tasks go to tenant
+    ``j % tenants``; with "task", task ``i`` (in trace order) to tenant ``i % tenants``, so
+    every tenant has work whenever any has (the fair-share study's contention)."""
+    if by not in ("job", "task"):
+        raise ValueError(f"by: want 'job' or 'task', got {by!r}")
     tasks: list[Task] = []
     for job in jobs:
         for duration in job.durations:
+            owner = job.index if by == "job" else len(tasks)
             tasks.append(
                 Task(
                     task_id=len(tasks),
                     job=job.index,
-                    tenant=job.index % tenants,
+                    tenant=owner % tenants,
                     demand=demand,
                     constraints=0,
                     duration=duration,
@@ -212,6 +238,8 @@ class FederationSimulator:
         started_at: dict[int, float] = {}
         first = min(task.arrival for task in tasks)
         last_end = first
+        result.window_start = first
+        result.window_end = max(task.arrival for task in tasks)
         # arrivals: one event a distinct arrival time
         arrivals: dict[float, list[Task]] = {}
         for task in tasks:
@@ -287,6 +315,7 @@ class FederationSimulator:
                                 task=task,
                             )
                         sched.view.reserve(request.pool, request.host, demand, sched.seq)
+                        sched.charge(task.tenant, demand, +1)
                         self._push(send + d, _LM_MSG, request)
                 else:
                     continue
@@ -348,7 +377,7 @@ class FederationSimulator:
                     for victim in verdict.preempted:
                         result.preemptions += 1
                         vid = victim.task_id
-                        result.busy_slot_s += max(0.0, done - started_at[vid])
+                        result.add_busy(started_at[vid], max(done, started_at[vid]))
                         run_of[vid] += 1  # its pending end is void
                         victim_task = by_id[vid]
                         g_victim = self.setup.tenant_scheduler[victim_task.tenant]
@@ -360,7 +389,7 @@ class FederationSimulator:
                     continue  # preempted: this end never happens
                 ended = self.owners[p].end(tid, now)
                 if isinstance(ended, Ended):
-                    result.busy_slot_s += now - started_at[tid]
+                    result.add_busy(started_at[tid], now)
                     result.completed += 1
                     self._remaining -= 1
                     last_end = max(last_end, now)
@@ -376,6 +405,11 @@ class FederationSimulator:
                 shares = (usage / np.maximum(total_capacity, 1)).max(axis=1)
                 result.share_times.append(now)
                 result.share_rows.append([float(s) for s in shares])
+                backlog = [0] * len(self.setup.tenant_scheduler)
+                for sched in self.schedulers:
+                    for tenant, queue in sched.queues.items():
+                        backlog[tenant] += len(queue)
+                result.backlog_rows.append(backlog)
                 assert self.setup.share_sample_s is not None
                 self._push(now + self.setup.share_sample_s, _SAMPLE, None)
         result.events = events
@@ -405,10 +439,14 @@ class FederationSimulator:
             sched.view.apply(message)
             return per_host * int(message.free.shape[0])
         if isinstance(message, Ended):
+            ended = message.task
+            sched.charge(ended.tenant, np.asarray(ended.demand, dtype=np.int64), -1)
             sched.view.apply(message.summary)
             return per_host * int(message.summary.free.shape[0])
         if isinstance(message, tuple) and message and message[0] == "preempted":
-            self._arrive(message[1], now)
+            victim: Task = message[1]
+            sched.charge(victim.tenant, np.asarray(victim.demand, dtype=np.int64), -1)
+            self._arrive(victim, now)
             return 0.0
         verdict, request = message
         if isinstance(verdict, Accepted):
@@ -416,6 +454,7 @@ class FederationSimulator:
             return per_host * int(verdict.summary.free.shape[0])
         assert isinstance(verdict, Refused)
         sched.view.forget(request.pool, request.seq)
+        sched.charge(request.task.tenant, np.asarray(request.task.demand, dtype=np.int64), -1)
         if verdict.final:
             # the request itself was wrong: the task is dropped with the reason
             result.final_refusals += 1

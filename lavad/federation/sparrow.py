@@ -70,6 +70,8 @@ def simulate_sparrow(
         push(job_tasks[0].arrival, _ARRIVE, job_id, 0)
     first = min(t.arrival for t in tasks)
     last_end = first
+    result.window_start = first
+    result.window_end = max(t.arrival for t in tasks)
     events = 0
     noops = 0
 
@@ -110,7 +112,7 @@ def simulate_sparrow(
             task = tasks[b]
             wait = now - task.arrival - 3 * d
             result.allocation.add(b, task.tenant, task.arrival, now, (wait, 0.0, 3 * d, 0.0))
-            result.busy_slot_s += task.duration
+            result.add_busy(now, now + task.duration)
             push(now + task.duration, _END, a, b)
         elif kind == _NOOP:
             noops += 1
@@ -123,5 +125,5 @@ def simulate_sparrow(
             next_reservation(a, now)
     result.events = events
     result.span_s = last_end - first
-    result.stale_refusals = noops  # probes that found the job done: Sparrow's wasted work
+    result.probe_noops = noops  # probes that found their job done: Sparrow's wasted work
     return result
