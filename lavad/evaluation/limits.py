@@ -51,6 +51,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from lavad.daemon.plotting import pyplot
+from lavad.models.limits.choice import default_choice
 from lavad.models.limits.histogram import Observation
 from lavad.models.limits.ml import MlConfig, MlRecommender
 from lavad.models.limits.vpa import VpaRecommender
@@ -129,9 +130,10 @@ def default_recommenders(
             return MovingWindowRecommender(WindowConfig(stat, base.half_life_s))  # type: ignore[arg-type]
 
         factories[f"window-{stat}"] = window
-    factories["ml"] = lambda resource: MlRecommender(
+    factories["ml-ensemble"] = lambda resource: MlRecommender(
         chosen.get(resource) or MlConfig.for_resource(resource)
     )
+    factories["ml"] = default_choice
     factories["vpa"] = VpaRecommender
     return factories
 

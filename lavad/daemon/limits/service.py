@@ -26,6 +26,7 @@ from typing import Annotated, Final
 from pydantic import AfterValidator, ConfigDict, Field
 
 from lavad.daemon.registry import Entry, NoArgs, Registry
+from lavad.models.limits.choice import default_choice
 from lavad.models.limits.decision import LimitDecision, LimitTracker, Resource
 from lavad.models.limits.histogram import JobAggregator
 from lavad.models.limits.ml import MlConfig, MlRecommender
@@ -52,6 +53,12 @@ RECOMMENDER_REGISTRY: Registry[LimitRecommender] = Registry(
     [
         Entry(
             "ml",
+            "per job, the VPA estimator unless Autopilot's ML ensemble or a moving window has "
+            "left less slack at no more overruns (models/limits/choice.py)",
+            lambda _args, resource: default_choice(resource),
+        ),
+        Entry(
+            "ml-ensemble",
             "Autopilot's ML recommender: arg-min models over (decay, margin), least cost chosen",
             lambda _args, resource: MlRecommender(MlConfig.for_resource(resource)),
         ),

@@ -1,0 +1,81 @@
+"""lavad's "ml" limits: a per-job choice among whole recommenders, anchored on the VPA."""
+
+from __future__ import annotations
+
+import pytest
+
+from lavad.models.limits.choice import ChoiceConfig, ChoiceRecommender, default_choice
+from lavad.models.limits.histogram import Observation
+
+
+class _Fixed:
+    """A candidate that keeps one limit whatever it sees."""
+
+    def __init__(self, name: str, limit: float) -> None:
+        self.name = name
+        self.limit: float | None = limit
+        self.overruns: list[float] = []
+
+    def observe(self, obs: Observation) -> None:
+        pass
+
+    def explain(self) -> dict[str, str | float | None]:
+        return {"recommender": self.name}
+
+    def on_overrun(self, time: float, limit: float) -> None:
+        self.overruns.append(time)
+
+
+def _obs(k: int, usage: float) -> Observation:
+    return Observation(300.0 * (k + 1), (usage,), usage, usage)
+
+
+def test_follows_less_slack_at_no_more_overruns_and_falls_back_to_the_anchor() -> None:
+    """Usage 0.5: the anchor at 1.0 leaves 50% slack, "tight" at 0.6 17% with no overrun, so the
+    choice moves to 0.6. Usage then 0.7: "tight" overruns every window, the anchor never,
+    so the choice goes back to the anchor's 1.0 (at once: it is a raise after an overrun)."""
+    anchor, tight = _Fixed("vpa", 1.0), _Fixed("tight", 0.6)
+    choice = ChoiceRecommender([("vpa", anchor), ("tight", tight)], ChoiceConfig(d=0.1))
+    for k in range(50):
+        choice.observe(_obs(k, 0.5))
+    assert choice.chosen == "tight" and choice.limit == 0.6
+    assert choice.slack[1] == pytest.approx((0.6 - 0.5) / 0.6, rel=0.01)
+    choice.observe(_obs(50, 0.7))
+    assert tight.overruns == [300.0 * 51]  # each candidate hears of its own overruns
+    assert choice.chosen == "vpa" and choice.limit == 1.0
+    explained = choice.explain()
+    assert explained["model"] == "vpa" and explained["recommender"] == "ml"
+
+
+def test_the_deadband_holds_small_moves() -> None:
+    """The only candidate moves 0.50 -> 0.54 -> 0.60: within 10% of 0.50 it is held, past it
+    the published limit follows (deadband 0.1 here; 0.05 by default)."""
+    only = _Fixed("vpa", 0.5)
+    choice = ChoiceRecommender([("vpa", only)], ChoiceConfig(deadband=0.1))
+    choice.observe(_obs(0, 0.1))
+    assert choice.limit == 0.5
+    only.limit = 0.54
+    choice.observe(_obs(1, 0.1))
+    assert choice.limit == 0.5
+    only.limit = 0.6
+    choice.observe(_obs(2, 0.1))
+    assert choice.limit == 0.6
+
+
+def test_bad_configurations_are_refused() -> None:
+    with pytest.raises(ValueError, match="anchor"):
+        ChoiceRecommender([("tight", _Fixed("tight", 1.0))])
+    with pytest.raises(ValueError, match="distinct"):
+        ChoiceRecommender([("vpa", _Fixed("a", 1.0)), ("vpa", _Fixed("b", 1.0))])
+    with pytest.raises(ValueError, match="d must be"):
+        ChoiceConfig(d=0.0)
+    with pytest.raises(ValueError, match="d_over must be"):
+        ChoiceConfig(d_over=2.0)
+
+
+def test_default_choice_runs_every_candidate() -> None:
+    choice = default_choice("cpu")
+    assert choice.labels[0] == "vpa" and "ml-ensemble" in choice.labels
+    for k in range(300):
+        choice.observe(_obs(k, 0.3 + 0.2 * (k % 7 == 0)))
+    assert choice.limit is not None and choice.chosen in choice.labels
