@@ -164,6 +164,20 @@ class KafkaSettings(_Section):
 
 
 class LiveSettings(_Section):
+    snapshot_store: Literal["file", "topic"] = Field(
+        default="file",
+        description=(
+            "where partition snapshots live: 'file' (snapshot_dir, shared between the"
+            " instances) or 'topic' (snapshot_topic on the Kafka cluster: any machine restores)"
+        ),
+    )
+    snapshot_topic: str = Field(default="lavad.snapshots", min_length=1)
+    snapshot_chunk_bytes: int = Field(
+        default=512 * 1024,
+        ge=1024,
+        le=64 * 1024 * 1024,
+        description="a snapshot on the topic goes in chunks of this size (< message.max.bytes)",
+    )
     snapshot_dir: Path = Path("var/lavad/snapshots")
     snapshot_interval_s: float = Field(default=60.0, gt=0)
     idle_partition_s: float = Field(

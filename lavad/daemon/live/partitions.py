@@ -23,7 +23,7 @@ import structlog
 from aiokafka import TopicPartition
 
 from lavad.daemon.engine import Engine
-from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
+from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStorage
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.settings import LiveSettings
@@ -56,7 +56,7 @@ class Partitions:
     def __init__(
         self,
         engine: Engine,
-        store: SnapshotStore,
+        store: SnapshotStorage,
         watermark: Watermark,
         telemetry: Telemetry,
         live: LiveSettings,

@@ -42,7 +42,8 @@ from lavad.daemon.live.intake import Intake
 from lavad.daemon.live.partitions import Partitions
 from lavad.daemon.live.publisher import Outgoing, Publisher, Stopping
 from lavad.daemon.live.retry import Backoff, sleep_or_stop
-from lavad.daemon.live.snapshots import SnapshotError, SnapshotStore
+from lavad.daemon.live.snapshot_topic import snapshot_store
+from lavad.daemon.live.snapshots import SnapshotError
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.placement.kernels import warm_up
@@ -91,7 +92,7 @@ class LiveDaemon:
         self.watermark = Watermark(settings.live.idle_partition_s)
         self.partitions = Partitions(
             self.engine,
-            SnapshotStore(settings.live.snapshot_dir, settings.kafka.group_id),
+            snapshot_store(settings),
             self.watermark,
             self.telemetry,
             settings.live,

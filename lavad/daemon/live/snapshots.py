@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -50,6 +50,78 @@ class PartitionSnapshot:
     pools: dict[str, PoolRuntime]
 
 
+def encode_snapshot(snapshot: PartitionSnapshot) -> tuple[dict[str, Any], bytes]:
+    """The header (JSON-able) and the body (``state_codec``) of a snapshot."""
+    try:
+        body = dumps(snapshot.pools)
+    except StateCodecError as exc:
+        raise SnapshotError(
+            f"partition {snapshot.partition}: cannot write the state as data: {exc}"
+        ) from None
+    header = {
+        "body_sha256": hashlib.sha256(body).hexdigest(),
+        "format": SNAPSHOT_FORMAT,
+        "version": SNAPSHOT_VERSION,
+        "fingerprint": snapshot.fingerprint,
+        "partition": snapshot.partition,
+        "offsets": snapshot.offsets,
+        "pools": sorted(snapshot.pools),
+    }
+    return header, body
+
+
+def decode_snapshot(
+    where: str, header: Any, body: bytes, partition: int, fingerprint: str
+) -> PartitionSnapshot:
+    """The snapshot ``header`` and ``body`` hold, or SnapshotError saying why not."""
+    if not isinstance(header, dict) or header.get("format") != SNAPSHOT_FORMAT:
+        raise SnapshotError(f"{where}: not a lavad partition snapshot")
+    if header.get("version") != SNAPSHOT_VERSION:
+        raise SnapshotError(
+            f"{where}: snapshot format version {header.get('version')!r}, this lavad reads "
+            f"{SNAPSHOT_VERSION}; move it away to rebuild the state from the input topics"
+        )
+    if header.get("fingerprint") != fingerprint:
+        raise SnapshotError(
+            f"{where}: taken under another engine configuration (policy, seed or hosts "
+            f"changed: {header.get('fingerprint')} != {fingerprint}); restore that "
+            "configuration, or move the snapshot away to rebuild from the input topics"
+        )
+    if header.get("partition") != partition:
+        raise SnapshotError(f"{where}: holds partition {header.get('partition')!r}")
+    if hashlib.sha256(body).hexdigest() != header.get("body_sha256"):
+        raise SnapshotError(f"{where}: body does not match its checksum (truncated?)")
+    try:
+        pools = loads(body)
+    except StateCodecError as exc:
+        raise SnapshotError(f"{where}: body refused: {exc}") from None
+    if (
+        not isinstance(pools, dict)
+        or sorted(pools) != header.get("pools")
+        or not all(isinstance(pool, PoolRuntime) for pool in pools.values())
+    ):
+        raise SnapshotError(f"{where}: body does not match its header")
+    offsets = header.get("offsets")
+    if not isinstance(offsets, dict) or not all(
+        type(offset) is int and offset >= 0 for offset in offsets.values()
+    ):
+        raise SnapshotError(f"{where}: header offsets are not offsets")
+    return PartitionSnapshot(partition, fingerprint, dict(offsets), pools)
+
+
+class SnapshotStorage(Protocol):
+    """Where partition snapshots live: files (``SnapshotStore``) or a Kafka topic
+    (``lavad.daemon.live.snapshot_topic.TopicSnapshotStore``); ``live.snapshot_store``."""
+
+    def save(self, snapshot: PartitionSnapshot) -> int: ...
+
+    def load(self, partition: int, fingerprint: str) -> PartitionSnapshot | None: ...
+
+    def move_aside(self, partition: int) -> Path | str: ...
+
+    def close(self) -> None: ...
+
+
 class SnapshotStore:
     """Snapshots of one consumer group under ``root/<group>/partition-<p>.snapshot``."""
 
@@ -67,21 +139,7 @@ class SnapshotStore:
         that is not data (a type outside lavad, a lambda): such a state could
         not be loaded back, so nothing is written.
         """
-        try:
-            body = dumps(snapshot.pools)
-        except StateCodecError as exc:
-            raise SnapshotError(
-                f"partition {snapshot.partition}: cannot write the state as data: {exc}"
-            ) from None
-        header = {
-            "body_sha256": hashlib.sha256(body).hexdigest(),
-            "format": SNAPSHOT_FORMAT,
-            "version": SNAPSHOT_VERSION,
-            "fingerprint": snapshot.fingerprint,
-            "partition": snapshot.partition,
-            "offsets": snapshot.offsets,
-            "pools": sorted(snapshot.pools),
-        }
+        header, body = encode_snapshot(snapshot)
         target = self.path(snapshot.partition)
         temporary = target.with_suffix(".tmp")
         with temporary.open("wb") as file:
@@ -106,39 +164,10 @@ class SnapshotStore:
             header: Any = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise SnapshotError(f"{path}: header is not JSON ({exc})") from None
-        if not isinstance(header, dict) or header.get("format") != SNAPSHOT_FORMAT:
-            raise SnapshotError(f"{path}: not a lavad partition snapshot")
-        if header.get("version") != SNAPSHOT_VERSION:
-            raise SnapshotError(
-                f"{path}: snapshot format version {header.get('version')!r}, this lavad reads "
-                f"{SNAPSHOT_VERSION}; move it away to rebuild the state from the input topics"
-            )
-        if header.get("fingerprint") != fingerprint:
-            raise SnapshotError(
-                f"{path}: taken under another engine configuration (policy, seed or hosts "
-                f"changed: {header.get('fingerprint')} != {fingerprint}); restore that "
-                "configuration, or move the snapshot away to rebuild from the input topics"
-            )
-        if header.get("partition") != partition:
-            raise SnapshotError(f"{path}: holds partition {header.get('partition')!r}")
-        if hashlib.sha256(body).hexdigest() != header.get("body_sha256"):
-            raise SnapshotError(f"{path}: body does not match its checksum (truncated?)")
-        try:
-            pools = loads(body)
-        except StateCodecError as exc:
-            raise SnapshotError(f"{path}: body refused: {exc}") from None
-        if (
-            not isinstance(pools, dict)
-            or sorted(pools) != header.get("pools")
-            or not all(isinstance(pool, PoolRuntime) for pool in pools.values())
-        ):
-            raise SnapshotError(f"{path}: body does not match its header")
-        offsets = header.get("offsets")
-        if not isinstance(offsets, dict) or not all(
-            type(offset) is int and offset >= 0 for offset in offsets.values()
-        ):
-            raise SnapshotError(f"{path}: header offsets are not offsets")
-        return PartitionSnapshot(partition, fingerprint, dict(offsets), pools)
+        return decode_snapshot(str(path), header, body, partition, fingerprint)
+
+    def close(self) -> None:
+        """Nothing to release: every save is already on disk."""
 
     def move_aside(self, partition: int) -> Path:
         """Rename the partition's snapshot out of the way, kept for inspection; return its path.

@@ -1,0 +1,345 @@
+"""Partition snapshots on a Kafka topic, so an instance on any machine restores a
+partition it is assigned (``live.snapshot_store = "topic"``; files stay the default).
+
+A snapshot is written as chunks of at most ``live.snapshot_chunk_bytes`` (a broker
+refuses messages past its ``message.max.bytes``), then a manifest: the snapshot's
+header (format, version, engine fingerprint, partition, offsets, pools, checksum of
+the whole body) and its chunk count. Only then are the previous snapshot's chunks
+deleted (tombstones), so at every moment the newest manifest names chunks that exist.
+Keys: ``<group>/<partition>/manifest`` and ``<group>/<partition>/<snapshot>/<chunk>``,
+so on a compacted topic (``cleanup.policy=compact``, which this store asks for when it
+creates the topic) the newest manifest of each partition and its chunks are what stays.
+
+Every record of a partition goes to topic partition ``partition % count``. Restoring
+reads that topic partition from its start to its end as of the call and keeps the
+newest manifest for the partition: a crash between chunks leaves no new manifest (the
+previous snapshot stays the newest complete one); a manifest whose chunks are missing
+(torn), or that belongs to another group, partition, format or engine configuration
+(foreign), is refused with the reason, never half-loaded.
+
+The store's interface is synchronous, like the file store's (a save blocks until
+the broker has acknowledged every record, as a file save blocks on fsync): aiokafka
+runs on an event loop of the store's own thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from lavad.daemon.live.connection import client_options
+from lavad.daemon.live.snapshots import (
+    PartitionSnapshot,
+    SnapshotError,
+    SnapshotStorage,
+    SnapshotStore,
+    decode_snapshot,
+    encode_snapshot,
+)
+from lavad.daemon.settings import KafkaSettings, Settings
+
+TOPIC_RECORD_FORMAT = "lavad.snapshot-record"
+TIMEOUT_S = 60.0
+T = TypeVar("T")
+
+
+def _record(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    return orjson.dumps(header) + b"\n" + payload
+
+
+class TopicSnapshotStore:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topic: str,
+        group: str,
+        *,
+        chunk_bytes: int = 512 * 1024,
+        partitions: int = 1,
+    ) -> None:
+        if chunk_bytes < 1024:
+            raise ValueError(f"live.snapshot_chunk_bytes: want >= 1024, got {chunk_bytes}")
+        self.kafka = kafka
+        self.topic = topic
+        self.group = group
+        self.chunk_bytes = chunk_bytes
+        self.create_partitions = partitions
+        self._count: int | None = None
+        self._producer: AIOKafkaProducer | None = None
+        # per partition: (snapshot id, chunk count) of the newest manifest this store
+        # wrote or read, whose chunks the next save deletes once its own manifest is in
+        self._current: dict[int, tuple[str, int]] = {}
+        self._generation: dict[int, int] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="lavad-snapshot-topic", daemon=True
+        )
+        self._thread.start()
+
+    # -- the synchronous interface ----------------------------------------------------
+
+    def save(self, snapshot: PartitionSnapshot) -> int:
+        return self._run(self._save(snapshot, stop_after_chunks=None))
+
+    def load(self, partition: int, fingerprint: str) -> PartitionSnapshot | None:
+        return self._run(self._load(partition, fingerprint))
+
+    def move_aside(self, partition: int) -> str:
+        """Mark the partition's snapshot unusable (its records stay for inspection)."""
+        return self._run(self._move_aside(partition))
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._run(self._producer.stop())
+            self._producer = None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def write_torn(self, snapshot: PartitionSnapshot, chunks: int) -> None:
+        """Write only the first ``chunks`` chunks and no manifest: a crash mid-save."""
+        self._run(self._save(snapshot, stop_after_chunks=chunks))
+
+    # -- keys -------------------------------------------------------------------------
+
+    def manifest_key(self, partition: int) -> bytes:
+        return f"{self.group}/{partition:05d}/manifest".encode()
+
+    def chunk_key(self, partition: int, snapshot_id: str, chunk: int) -> bytes:
+        return f"{self.group}/{partition:05d}/{snapshot_id}/{chunk:05d}".encode()
+
+    # -- on the store's loop ----------------------------------------------------------
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result(timeout=TIMEOUT_S)
+        except KafkaError as exc:
+            raise SnapshotError(f"snapshot topic {self.topic!r}: {exc!r}") from None
+
+    async def _topic_partition(self, partition: int) -> TopicPartition:
+        if self._count is None:
+            admin = AIOKafkaAdminClient(**client_options(self.kafka))
+            await admin.start()
+            try:
+                if self.topic not in set(await admin.list_topics()):
+                    with contextlib.suppress(TopicAlreadyExistsError):
+                        await admin.create_topics(
+                            [
+                                NewTopic(
+                                    self.topic,
+                                    self.create_partitions,
+                                    1,
+                                    topic_configs={"cleanup.policy": "compact"},
+                                )
+                            ]
+                        )
+                described = await admin.describe_topics([self.topic])
+            finally:
+                await admin.close()
+            count = len(described[0].get("partitions", [])) if described else 0
+            if count < 1:
+                raise SnapshotError(f"snapshot topic {self.topic!r} has no partitions")
+            self._count = count
+        return TopicPartition(self.topic, partition % self._count)
+
+    async def _producer_started(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            producer = AIOKafkaProducer(
+                acks="all",
+                max_request_size=self.chunk_bytes + 64 * 1024,
+                **client_options(self.kafka),
+            )
+            await producer.start()
+            self._producer = producer
+        return self._producer
+
+    async def _save(self, snapshot: PartitionSnapshot, stop_after_chunks: int | None) -> int:
+        header, body = encode_snapshot(snapshot)
+        p = snapshot.partition
+        where = await self._topic_partition(p)
+        producer = await self._producer_started()
+        generation = self._generation.get(p, 0) + 1
+        snapshot_id = f"{generation:010d}-{header['body_sha256'][:16]}"
+        pieces = [body[i : i + self.chunk_bytes] for i in range(0, len(body), self.chunk_bytes)]
+        pieces = pieces or [b""]
+        for index, piece in enumerate(pieces):
+            if stop_after_chunks is not None and index >= stop_after_chunks:
+                return len(body)
+            chunk_header = {
+                "format": TOPIC_RECORD_FORMAT,
+                "kind": "chunk",
+                "group": self.group,
+                "partition": p,
+                "snapshot": snapshot_id,
+                "chunk": index,
+            }
+            await producer.send_and_wait(
+                where.topic,
+                _record(chunk_header, piece),
+                key=self.chunk_key(p, snapshot_id, index),
+                partition=where.partition,
+            )
+        if stop_after_chunks is not None:
+            return len(body)
+        manifest = {
+            "format": TOPIC_RECORD_FORMAT,
+            "kind": "manifest",
+            "group": self.group,
+            "partition": p,
+            "snapshot": snapshot_id,
+            "chunks": len(pieces),
+            "header": header,
+        }
+        await producer.send_and_wait(
+            where.topic, _record(manifest), key=self.manifest_key(p), partition=where.partition
+        )
+        previous = self._current.get(p)
+        if previous is not None and previous[0] != snapshot_id:
+            old_id, old_chunks = previous
+            for index in range(old_chunks):
+                await producer.send_and_wait(
+                    where.topic,
+                    None,
+                    key=self.chunk_key(p, old_id, index),
+                    partition=where.partition,
+                )
+        self._current[p] = (snapshot_id, len(pieces))
+        self._generation[p] = generation
+        return len(body)
+
+    async def _move_aside(self, partition: int) -> str:
+        where = await self._topic_partition(partition)
+        producer = await self._producer_started()
+        marker = {
+            "format": TOPIC_RECORD_FORMAT,
+            "kind": "aside",
+            "group": self.group,
+            "partition": partition,
+        }
+        result = await producer.send_and_wait(
+            where.topic,
+            _record(marker),
+            key=self.manifest_key(partition),
+            partition=where.partition,
+        )
+        self._current.pop(partition, None)
+        return f"{self.topic}[{where.partition}]@{result.offset} (an 'aside' manifest)"
+
+    async def _load(self, partition: int, fingerprint: str) -> PartitionSnapshot | None:
+        where = await self._topic_partition(partition)
+        consumer = AIOKafkaConsumer(
+            enable_auto_commit=False, auto_offset_reset="earliest", **client_options(self.kafka)
+        )
+        await consumer.start()
+        try:
+            consumer.assign([where])
+            end = (await consumer.end_offsets([where]))[where]
+            await consumer.seek_to_beginning(where)
+            manifest_key = self.manifest_key(partition)
+            chunk_prefix = f"{self.group}/{partition:05d}/".encode()
+            manifest: tuple[int, Any] | None = None
+            chunks: dict[bytes, tuple[int, bytes]] = {}
+            while await consumer.position(where) < end:
+                batch = await consumer.getmany(where, timeout_ms=1000, max_records=500)
+                for record in batch.get(where, []):
+                    if record.offset >= end:
+                        break
+                    key = record.key or b""
+                    if key == manifest_key:
+                        manifest = (record.offset, self._parse(record.value, record.offset))
+                    elif key.startswith(chunk_prefix):
+                        if record.value is None:
+                            chunks.pop(key, None)  # deleted by a newer snapshot
+                        else:
+                            chunks[key] = (record.offset, record.value)
+        finally:
+            await consumer.stop()
+        if manifest is None:
+            return None
+        offset, parsed = manifest
+        return self._assemble(partition, fingerprint, offset, parsed, chunks)
+
+    def _parse(self, value: bytes | None, offset: int) -> Any:
+        if value is None:
+            return None
+        line, _, _ = value.partition(b"\n")
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            return {"unreadable": f"offset {offset}: header is not JSON ({exc})"}
+
+    def _assemble(
+        self,
+        partition: int,
+        fingerprint: str,
+        offset: int,
+        manifest: Any,
+        chunks: dict[bytes, tuple[int, bytes]],
+    ) -> PartitionSnapshot | None:
+        where = f"snapshot topic {self.topic!r}, partition {partition}, manifest at {offset}"
+        if manifest is None or (isinstance(manifest, dict) and manifest.get("kind") == "aside"):
+            return None  # deleted, or moved aside: rebuild from the input topics
+        if not isinstance(manifest, dict) or "unreadable" in manifest:
+            detail = manifest.get("unreadable") if isinstance(manifest, dict) else manifest
+            raise SnapshotError(f"{where}: not a snapshot manifest ({detail})")
+        if manifest.get("format") != TOPIC_RECORD_FORMAT or manifest.get("kind") != "manifest":
+            raise SnapshotError(f"{where}: foreign record (format {manifest.get('format')!r})")
+        if manifest.get("group") != self.group or manifest.get("partition") != partition:
+            raise SnapshotError(
+                f"{where}: foreign manifest: group {manifest.get('group')!r}, partition "
+                f"{manifest.get('partition')!r} (this store: {self.group!r}, {partition})"
+            )
+        snapshot_id = manifest.get("snapshot")
+        count = manifest.get("chunks")
+        if not isinstance(snapshot_id, str) or type(count) is not int or not 1 <= count <= 1 << 20:
+            raise SnapshotError(f"{where}: manifest without a snapshot id and chunk count")
+        parts: list[bytes] = []
+        for index in range(count):
+            found = chunks.get(self.chunk_key(partition, snapshot_id, index))
+            if found is None:
+                raise SnapshotError(
+                    f"{where}: torn snapshot {snapshot_id}: chunk {index} of {count} is missing"
+                )
+            chunk_header = self._parse(found[1], found[0])
+            if not isinstance(chunk_header, dict) or (
+                chunk_header.get("snapshot"),
+                chunk_header.get("chunk"),
+                chunk_header.get("group"),
+            ) != (snapshot_id, index, self.group):
+                raise SnapshotError(f"{where}: chunk {index} at {found[0]} is another snapshot's")
+            parts.append(found[1].partition(b"\n")[2])
+        body = b"".join(parts)
+        header = manifest.get("header")
+        if isinstance(header, dict) and hashlib.sha256(body).hexdigest() != header.get(
+            "body_sha256"
+        ):
+            raise SnapshotError(f"{where}: torn snapshot {snapshot_id}: body checksum differs")
+        loaded = decode_snapshot(where, header, body, partition, fingerprint)
+        generation = snapshot_id.split("-", 1)[0]
+        self._current[partition] = (snapshot_id, count)
+        self._generation[partition] = int(generation) if generation.isdigit() else 0
+        return loaded
+
+
+def snapshot_store(settings: Settings) -> SnapshotStorage:
+    """The store ``live.snapshot_store`` names."""
+    live = settings.live
+    if live.snapshot_store == "topic":
+        return TopicSnapshotStore(
+            settings.kafka,
+            live.snapshot_topic,
+            settings.kafka.group_id,
+            chunk_bytes=live.snapshot_chunk_bytes,
+            partitions=settings.topics.partitions,
+        )
+    return SnapshotStore(live.snapshot_dir, settings.kafka.group_id)
