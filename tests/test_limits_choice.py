@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from lavad.models.limits.choice import ChoiceConfig, ChoiceRecommender, default_choice
@@ -35,7 +37,9 @@ def test_follows_less_slack_at_no_more_overruns_and_falls_back_to_the_anchor() -
     choice moves to 0.6. Usage then 0.7: "tight" overruns every window, the anchor never,
     so the choice goes back to the anchor's 1.0 (at once: it is a raise after an overrun)."""
     anchor, tight = _Fixed("vpa", 1.0), _Fixed("tight", 0.6)
-    choice = ChoiceRecommender([("vpa", anchor), ("tight", tight)], ChoiceConfig(d=0.1))
+    choice = ChoiceRecommender(
+        [("vpa", anchor), ("tight", tight)], ChoiceConfig(d=0.1, probation=0.0)
+    )
     for k in range(50):
         choice.observe(_obs(k, 0.5))
     assert choice.chosen == "tight" and choice.limit == 0.6
@@ -79,3 +83,20 @@ def test_default_choice_runs_every_candidate() -> None:
     for k in range(300):
         choice.observe(_obs(k, 0.3 + 0.2 * (k % 7 == 0)))
     assert choice.limit is not None and choice.chosen in choice.labels
+
+
+def test_changes_stay_within_the_budget_of_the_anchors() -> None:
+    """An anchor that never moves and a candidate swinging 0.5 / 0.8 with less slack: the
+    published limit changes at most change_budget x (anchor changes + 1) = 2 times."""
+    anchor, swing = _Fixed("vpa", 1.0), _Fixed("swing", 0.8)
+    choice = ChoiceRecommender(
+        [("vpa", anchor), ("swing", swing)], ChoiceConfig(d=0.1, probation=0.0)
+    )
+    published = []
+    for k in range(100):
+        swing.limit = 0.8 if k % 2 else 0.5
+        choice.observe(_obs(k, 0.2))
+        published.append(choice.limit)
+    changes = sum(1 for a, b in itertools.pairwise(published) if a != b)
+    assert changes == choice.changes <= 2
+    assert choice.anchor_changes == 0

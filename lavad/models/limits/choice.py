@@ -20,17 +20,22 @@ had *in force* during a window (chosen before seeing it) it keeps
 
 One candidate is the *anchor* (the VPA estimator by default: the baseline
 lavad's limits must beat). The choice is the candidate with the least slack
-among those whose overrun cost is no higher than the anchor's: per job, the
-anchor unless another has left less slack at no more overruns, so what is
-chosen dominates the anchor on the job's own recent past. It switches only
+among those whose overrun cost is within ``tolerance`` of the anchor's: per
+job, the anchor unless another has left less slack at no more overruns, so
+what is chosen dominates the anchor on the job's own recent past. Every
+other candidate starts on probation, as if it had overrun once
+(``probation``): a tighter limit must first show it holds (a memory
+overrun is rare and kills, and each candidate overrunning once before it
+is excluded would add up). It switches only
 for ``w_switch`` less slack, or when the one followed overruns more than the
 anchor.
 
 The limit published moves only when the chosen candidate's limit leaves a
 ``deadband`` around the one in force (relative), or at once upwards after
-an overrun: Autopilot holds limits for an hour and the VPA within bounds
-for the same reason, every change restarts or resizes the task. The switch
-penalty and the deadband keep the changes per job-day near the VPA's.
+an overrun, and only while the changes so far stay within
+``change_budget`` x (the anchor's changes + 1): Autopilot holds limits for
+an hour and the VPA within bounds for the same reason, every change
+restarts or resizes the task.
 """
 
 from __future__ import annotations
@@ -60,12 +65,19 @@ class ChoiceConfig:
     d_over: float = 0.001
     w_day: float = 2.0
     w_switch: float = 0.02
+    # A candidate other than the anchor starts as if it had overrun once
+    # (on probation), and is eligible while its overrun cost is within
+    # ``tolerance`` of the anchor's.
+    probation: float = 3.0
+    tolerance: float = 0.5
     # The live tracker's tolerance: a move within it is not a decision either.
     deadband: float = 0.05
+    # At most this many limit changes per change of the anchor (plus one).
+    change_budget: float = 2.0
     anchor: str = "vpa"
 
     def __post_init__(self) -> None:
-        for name in ("w_day", "w_switch", "deadband"):
+        for name in ("w_day", "w_switch", "deadband", "probation", "tolerance", "change_budget"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -98,12 +110,16 @@ class ChoiceRecommender:
         self._anchor = labels.index(self.config.anchor)
         count = len(self.candidates)
         self.slack = [0.0] * count
-        self.overruns = [0.0] * count
+        self.overruns = [
+            0.0 if index == self._anchor else self.config.probation for index in range(count)
+        ]
         self._scored = [False] * count
         self._overran_on: list[int | None] = [None] * count
         self._chosen: int | None = None
         self._limit: float | None = None
         self._overran = False
+        self.changes = 0
+        self.anchor_changes = 0
 
     @property
     def limit(self) -> float | None:
@@ -130,7 +146,14 @@ class ChoiceRecommender:
                 self.slack[index] = keep * self.slack[index] + cfg.d * slack
                 self.overruns[index] = keep_over * self.overruns[index] + (over + cfg.w_day * first)
                 self._scored[index] = True
+            before = rec.limit if index == self._anchor else None
             rec.observe(obs)
+            if (
+                before is not None
+                and rec.limit is not None
+                and not math.isclose(before, rec.limit, rel_tol=1e-9)
+            ):
+                self.anchor_changes += 1
         self._overran = self._limit is not None and obs.peak > self._limit + 1e-12
         self._choose()
 
@@ -141,7 +164,7 @@ class ChoiceRecommender:
             return
         anchor = self._anchor
         if self._scored[anchor] and anchor in ready:
-            bar = self.overruns[anchor] + 1e-12
+            bar = self.overruns[anchor] + cfg.tolerance + 1e-12
             eligible = [i for i in ready if self._scored[i] and self.overruns[i] <= bar]
             best = min(eligible, key=lambda i: (self.slack[i], i != anchor, i))
             current = self._chosen
@@ -160,10 +183,12 @@ class ChoiceRecommender:
         if held is None:
             self._limit = proposed
             return
-        if self._overran and proposed > held:
-            self._limit = proposed  # raise at once after an overrun
-        elif abs(proposed - held) > cfg.deadband * held:
+        moves = (self._overran and proposed > held) or abs(proposed - held) > cfg.deadband * held
+        # Every change restarts or resizes the task: no more of them than the
+        # budget allows against the anchor's own changes.
+        if moves and self.changes < cfg.change_budget * (self.anchor_changes + 1):
             self._limit = proposed
+            self.changes += 1
 
     def explain(self) -> dict[str, str | float | None]:
         index = self._chosen
