@@ -26,6 +26,7 @@ from lavad.daemon.migrations.orders import (
 from lavad.daemon.placement.framework import UniformDraws
 from lavad.daemon.registry import Entry, Registry, RegistryError
 from lavad.daemon.settings import AdmissionSettings
+from lavad.models.limits.choice import ChoiceRecommender
 from lavad.models.limits.ml import MlRecommender
 from lavad.models.limits.vpa import VpaRecommender
 from lavad.models.limits.window import MovingWindowRecommender
@@ -57,7 +58,12 @@ def test_each_order_builds_its_own_class(name: str, kind: type) -> None:
 
 @pytest.mark.parametrize(
     ("name", "kind"),
-    [("ml", MlRecommender), ("vpa", VpaRecommender), ("window-p95", MovingWindowRecommender)],
+    [
+        ("ml", ChoiceRecommender),
+        ("ml-ensemble", MlRecommender),
+        ("vpa", VpaRecommender),
+        ("window-p95", MovingWindowRecommender),
+    ],
 )
 def test_each_recommender_builds_its_own_class(name: str, kind: type) -> None:
     assert isinstance(RecommenderFactory(name)("cpu"), kind)
