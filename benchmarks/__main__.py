@@ -143,7 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the live shell against the embedded Kafka broker: ingest and latency",
     )
+    parser.add_argument(
+        "--federation",
+        action="store_true",
+        help="only the federation's requests/s for 1, 2 and 4 global schedulers (simulated)",
+    )
     args = parser.parse_args(argv)
+    if args.federation:
+        from benchmarks.federation import main as federation  # noqa: PLC0415 - opt-in
+
+        federation()
+        return 0
     # The collector schedule `lavad replay` and `lavad run` set for themselves.
     heap.tune_collector()
     if args.live:
