@@ -284,7 +284,18 @@ class Engine:
             now = clock
         # The pool's own timers first, whatever the shell's watermark says:
         # a pool then decides the same in a replay and in the live daemon.
-        timed = self._run_timers(pool, now)
+        # What they decide comes out first too, before the event's decisions,
+        # as if the shell had advanced the engine to ``now`` before the event
+        # (replay does, the live intake does not): a LAVA deadline falling on
+        # an event's time is published in one order by both shells.
+        hooks = pool.policy.hooks
+        if now >= hooks.next_deadline or now >= pool.migrations.next_deadline:
+            timed = self._run_timers(pool, now)
+            early = hooks.take_notices()
+            if early:
+                timed = self._notices_first(pool, early, now, timed)
+        else:
+            timed = []
         metrics = pool.metrics
         if metrics.last is None or now > metrics.last:
             # Metrics advance lazily, per pool: its state held since its last event.
@@ -303,7 +314,7 @@ class Engine:
                 decisions, rejection = [], Rejection("engine", exc.reason)
         if timed:
             decisions = timed + decisions
-        notices = pool.policy.hooks.take_notices()
+        notices = hooks.take_notices()
         if notices:
             decisions = self._notices_first(pool, notices, now, decisions)
         return Handled(decisions, rejection)
