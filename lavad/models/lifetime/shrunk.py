@@ -71,15 +71,16 @@ def _shrunk_masses(
     m1: FloatArray,
     out_rows: np.ndarray,
 ) -> None:
-    """For each combo c, ``mass[out_rows[c]]`` (and its suffix sums) from its groups' counts.
+    """For each combo ``out_rows[i]``, its ``mass`` row (and suffix sums) from its groups' counts.
 
-    ``combo_rows[c]`` lists its group rows finest first; the chain runs from
-    the last (coarsest) to the first.
+    ``combo_rows[c]`` lists combo c's group rows finest first; the chain runs
+    from the last (coarsest) to the first.
     """
     width = deaths.shape[1]
     levels = combo_rows.shape[1]
     hazard = np.empty(width)
-    for c in range(combo_rows.shape[0]):
+    for i in range(out_rows.shape[0]):
+        c = out_rows[i]
         coarsest = combo_rows[c, levels - 1]
         # A pool without any VM yet: uniform over the bins (as the life tables).
         prior = uniform_hazard if at_risk[coarsest, 0] <= 0.0 else tail_hazard
@@ -92,7 +93,7 @@ def _shrunk_masses(
                 n = at_risk[row, j]
                 n = max(n, 0.0)
                 hazard[j] = (deaths[row, j] + strength * hazard[j]) / (n + strength)
-        out = out_rows[c]
+        out = c
         survival = 1.0
         for j in range(width - 1):
             h = min(max(hazard[j], 0.0), 1.0)
@@ -154,6 +155,7 @@ class ShrunkLifeTables(GroupedLifeTables):
         self.m0 = np.zeros((16, width + 1))
         self.m1 = np.zeros((16, width + 1))
         self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
+        self._one = np.zeros(1, dtype=np.int64)  # one combo to compute, without an allocation
 
     @property
     def combos(self) -> int:
@@ -165,7 +167,9 @@ class ShrunkLifeTables(GroupedLifeTables):
         if combo is None:
             combo = self._new_combo(rows)
         if self._combo_epoch[combo] != self._epoch:
-            self._compute(np.array([combo], dtype=np.int64))
+            one = self._one
+            one[0] = combo
+            self._compute(one)
         return combo
 
     def _new_combo(self, rows: GroupRows) -> int:
@@ -195,7 +199,7 @@ class ShrunkLifeTables(GroupedLifeTables):
         _shrunk_masses(
             self.refit_deaths,
             self.at_risk,
-            self._combo_rows[combos],
+            self._combo_rows,
             self.prior_strength,
             self._tail,
             self._uniform,
