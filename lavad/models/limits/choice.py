@@ -32,7 +32,7 @@ anchor.
 
 The limit published moves only when the chosen candidate's limit leaves a
 ``deadband`` around the one in force (relative), or at once upwards after
-an overrun, and only while the changes so far stay within
+an overrun; other moves only while the changes so far stay within
 ``change_budget`` x (the anchor's changes + 1): Autopilot holds limits for
 an hour and the VPA within bounds for the same reason, every change
 restarts or resizes the task.
@@ -183,10 +183,13 @@ class ChoiceRecommender:
         if held is None:
             self._limit = proposed
             return
-        moves = (self._overran and proposed > held) or abs(proposed - held) > cfg.deadband * held
         # Every change restarts or resizes the task: no more of them than the
-        # budget allows against the anchor's own changes.
-        if moves and self.changes < cfg.change_budget * (self.anchor_changes + 1):
+        # budget allows against the anchor's own changes, except a raise after
+        # an overrun (safety comes first).
+        raise_now = self._overran and proposed > held
+        moves = abs(proposed - held) > cfg.deadband * held
+        budget = self.changes < cfg.change_budget * (self.anchor_changes + 1)
+        if raise_now or (moves and budget):
             self._limit = proposed
             self.changes += 1
 
