@@ -118,6 +118,9 @@ VARIANTS = [
     ("las", {"scoring": "quantiles", "categorical": list(DECLARED_CATEGORICAL)}),
     ("lava", {"scoring": "quantiles", "categorical": list(DECLARED_CATEGORICAL)}),
     ("la-binary", {"categorical": list(DECLARED_CATEGORICAL)}),
+    # The shrunk model, sibling evidence and forgetting read nothing more.
+    ("las", {"model": "shrunk", "siblings": True, "half_life_s": 86_400.0}),
+    ("lava", {"model": "shrunk", "categorical": list(DECLARED_CATEGORICAL)}),
 ]
 
 
