@@ -95,5 +95,6 @@ def test_cli_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     for run in runs.values():
         for key in ("p50_s", "p99_s", "p99_9_s", "utilisation", "stale_refusals", "repartitions"):
             assert key in run
+    assert "fairness" not in payload
     bad = CliRunner().invoke(app, ["federation", str(SLICE), "--configs", "megha-3"])
     assert bad.exit_code == 2 and "unknown configuration 'megha-3'" in bad.output

@@ -165,6 +165,8 @@ def federation_command(
                 "pools": study.pools,
                 "shares": study.shares,
                 "table": study.table,
+                "contended_samples": study.contended_samples,
+                "contended_samples_no_fairness": study.contended_samples_unfair,
                 "figures": study.figures,
                 "figures_no_fairness": study.figures_unfair,
                 "times": study.times,
