@@ -26,8 +26,6 @@ from lavad.federation.simulator import SimulationBoundError
 from lavad.federation.timing import TimingModel
 from lavad.federation.trace import TraceError, read_jobs
 
-BUNDLED = Path(__file__).resolve().parents[2] / "data" / "megha-goog-slice"
-
 
 def _trace_file(path: Path) -> Path:
     if path.is_dir():
