@@ -18,7 +18,11 @@ reason ``advice:``, its explanation carries ``"advice": true`` (and, for a
 VM the existing scheduler placed, where it went), and the live shell routes
 it to the shadow topic, never to the placements topic. The actual side's
 own decisions (it has no timers that decide, but a drain would plan) are
-counted and dropped: lavad does not act on the actual cluster.
+counted and dropped: lavad does not act on the actual cluster. A limit of
+that: the stream has no event for the existing scheduler's own migrations,
+so on a ``host.drain`` the actual side's planner empties the host as First
+Fit would (moves counted in ``actual_decisions_dropped``, never published),
+which may not be what the existing scheduler did.
 
 Agreement, per VM both sides placed: the same host id, and (when lavad's
 policy keeps LAVA host classes) the same class, both read in lavad's pool
