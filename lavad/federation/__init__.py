@@ -15,8 +15,10 @@ One concept a module:
 * ``timing``: the event-time cost model (network delay, processing costs);
 * ``allocation``: allocation time and its section III components;
 * ``simulator``: the event-time replay of a federation (Megha, centralized);
-* ``sparrow``: the random-probing baseline (2 probes per task, late binding).
+* ``sparrow``: the random-probing baseline (2 probes per task, late binding);
+* ``summary_codec``: summaries as versioned data-only JSON;
+* ``state_topic``: the live state topic (owners publish, a scheduler's view reads).
 
-The package is a core: no clock, no I/O, seeded randomness only. It imports nothing
-of lavad but numpy-level code, so the live shell and the evaluation both use it.
+All but ``state_topic`` are a core: no clock, no I/O, seeded randomness only, and
+nothing of lavad imported; ``state_topic`` brings the Kafka clients (lavad.daemon.live).
 """
