@@ -11,7 +11,13 @@ from support import PROJECT_ROOT
 from typer.testing import CliRunner
 
 from lavad.daemon.cli import app
-from lavad.evaluation.lifetime import calibration, evaluate_lifetime_model, f1_score
+from lavad.evaluation.lifetime import (
+    _Distributions,
+    calibration,
+    evaluate_lifetime_model,
+    f1_score,
+    log_score,
+)
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.survival import expected_remaining, life_table, suffix_sums
 from lavad.streams.adapters import open_trace
@@ -111,3 +117,16 @@ def test_cli_prints_f1_calibration_and_latency(tmp_path: Path) -> None:
     # The life tables, the shrunk life tables and the river classifier.
     assert [len(m["thresholds"]) for m in models] == [2, 2, 2]
     assert all(m["log_score"] > 0 for m in models)
+
+
+def test_log_score_worked_by_hand() -> None:
+    # Bins [0, 300), [300, 3000), open. One distribution: mass 0.25, 0.375, 0.375.
+    bins = LifetimeBins.log_spaced(first_s=300.0, horizon_s=3000.0, count=2)
+    mass = life_table(np.array([1.0, 1.0, 0.0]), np.array([0.0, 2.0, 0.0]))
+    m0, m1 = suffix_sums(mass, bins)
+    predicted = _Distributions(mass, m0, m1, {("p", "a"): 0, ("p", "b"): 0})
+    # a exited after 100 s (bin 0): -ln 0.25. b was still running at the end,
+    # 300 s after its start: -ln P(T > 300) = -ln 0.75.
+    test = {("p", "a"): 0.0, ("p", "b"): 700.0}
+    score = log_score(bins, predicted, test, {("p", "a"): 100.0}, end_time=1000.0)
+    assert score == pytest.approx((np.log(4.0) + np.log(4.0 / 3.0)) / 2.0)
