@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
+from lavad.evaluation.limits_horizontal import evaluate_horizontal, replay_app
 from lavad.models.limits.horizontal import HorizontalConfig, HorizontalScaler
 
 STEP = 300.0
@@ -51,3 +55,39 @@ def test_bad_arguments() -> None:
         HorizontalConfig(target_utilization=0.0)
     with pytest.raises(ValueError, match="total_usage"):
         HorizontalScaler().observe(STEP, -1.0)
+
+
+def test_recorded_counts_by_hand_on_a_small_deployment() -> None:
+    """An app at 2 instances, 4 from t = 3000 s, 2 again from 6000 s; target 1.0, horizon
+    15 min, downscaling deferred 10 min, halving in an hour, no small-change deferral.
+
+    t = 3000: the window runs the 2 it had (2 short), then the scaler grows to 4 at once
+    (room: 1.0 x 2 initialising). t = 6000-6600: the horizon's max is still 4; t = 6900 the
+    deferral ends and slow decay takes 4 -> floor(4 x 2^(-1/12)) = 3, then 2 at 7200. Over:
+    2 x 4 windows (6000-6900) + 1 (7200) = 9 instance-windows."""
+    config = HorizontalConfig(
+        target_utilization=1.0,
+        horizon_s=900.0,
+        downscale_delay_s=600.0,
+        halving_s=3600.0,
+        small_change=0.0,
+        max_initializing=1.0,
+        init_s=300.0,
+    )
+    recorded, recommended = replay_app([(0.0, 2), (3000.0, 4), (6000.0, 2)], 9000.0, config)
+    grid = np.arange(0.0, 9300.0, 300.0)
+    assert len(recorded) == len(grid)
+    expected = np.where(grid < 3300, 2, np.where(grid < 7200, 4, np.where(grid < 7500, 3, 2)))
+    np.testing.assert_array_equal(recommended, expected)
+    assert int(np.maximum(recommended - recorded, 0).sum()) == 9
+    assert int(np.maximum(recorded - recommended, 0).sum()) == 2
+
+
+@pytest.mark.shared_data
+def test_horizontal_evaluation_on_the_dlrm_apps(shared_data: Path) -> None:
+    """Autopilot's defaults against the 156 DLRM apps' recorded instance counts."""
+    score = evaluate_horizontal(shared_data / "alibaba-dlrm")
+    assert score.apps == 156
+    assert 0 <= score.shortfall < score.over_provisioning < 0.2
+    # Stabilisation: far fewer changes than the recorded counts make.
+    assert score.recommended_changes_per_app_day < score.recorded_changes_per_app_day / 5

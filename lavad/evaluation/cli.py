@@ -8,7 +8,7 @@ from lavad.evaluation.admission_cli import admission_command
 from lavad.evaluation.federation_cli import federation_command
 from lavad.evaluation.gpa_cli import gpa_command
 from lavad.evaluation.lifetime_cli import lifetime_command
-from lavad.evaluation.limits_cli import limits_command, limits_sweep_command
+from lavad.evaluation.limits_cli import horizontal_command, limits_command, limits_sweep_command
 from lavad.evaluation.migrations_cli import migrations_command
 from lavad.evaluation.progress import track_evaluation
 
@@ -23,5 +23,6 @@ evaluate_app.command("admission")(admission_command)
 evaluate_app.command("gpa")(gpa_command)
 evaluate_app.command("limits")(limits_command)
 evaluate_app.command("limits-sweep")(limits_sweep_command)
+evaluate_app.command("horizontal")(horizontal_command)
 evaluate_app.command("migrations")(migrations_command)
 evaluate_app.command("federation")(federation_command)

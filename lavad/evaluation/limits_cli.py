@@ -31,6 +31,8 @@ from lavad.evaluation.limits import (
     sweep_ml,
     training_jobs,
 )
+from lavad.evaluation.limits_horizontal import evaluate_horizontal
+from lavad.models.limits.horizontal import HorizontalConfig
 from lavad.models.limits.ml import MlConfig
 from lavad.streams.adapters import TraceFormatError
 
@@ -166,5 +168,49 @@ def limits_sweep_command(
     out.print(table)
 
 
+def horizontal_command(
+    paths: Annotated[list[Path], typer.Argument(help="traces whose requests name deployments")],
+    statistic: Annotated[str, typer.Option(help="max or p95 over the horizon")] = "max",
+    downscale_delay_h: Annotated[
+        float, typer.Option(help="hours a downscale is deferred", min=0)
+    ] = 48.0,
+) -> None:
+    """Autopilot's horizontal scaling against each deployment's recorded instance counts."""
+    try:
+        config = HorizontalConfig(
+            statistic=statistic,  # type: ignore[arg-type]
+            downscale_delay_s=downscale_delay_h * 3600.0,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    table = Table(title="horizontal scaling against recorded instance counts")
+    for column in (
+        "trace",
+        "apps",
+        "app-days",
+        "over-provisioning",
+        "shortfall",
+        "changes/app-day",
+        "recorded changes/app-day",
+    ):
+        table.add_column(column)
+    for path in paths:
+        try:
+            score = evaluate_horizontal(path, config)
+        except (TraceFormatError, ValueError) as exc:
+            raise fail(f"{path}: {exc}") from None
+        table.add_row(
+            path.name,
+            str(score.apps),
+            f"{score.app_days:.0f}",
+            f"{score.over_provisioning:.1%}",
+            f"{score.shortfall:.1%}",
+            f"{score.recommended_changes_per_app_day:.2f}",
+            f"{score.recorded_changes_per_app_day:.2f}",
+        )
+    out.print(table)
+
+
 app.command("limits")(limits_command)
 app.command("limits-sweep")(limits_sweep_command)
+app.command("horizontal")(horizontal_command)
