@@ -1,0 +1,226 @@
+"""A pool-owner process: the owners' consumer group on the launch topic (partition p
+is pool p), so a pool belongs to exactly one live instance and moves when it dies.
+
+Taking a pool restores its state from the owner-snapshot topic (compacted, keyed by
+pool: the newest snapshot and the launch offset it reflects) and replays the launches
+after it; the owner is deterministic (its clock is the launch record's timestamp), so a
+replayed launch gets the verdict it got before, with the same content. Per batch:
+validate, publish the verdicts and the pool's summary, then commit; every
+``snapshot_every`` launches, snapshot (after the verdicts are out).
+
+``python -m lavad.federation.live_owner --bootstrap HOST:PORT --instance NAME``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+from lavad.federation.live_wire import (
+    LAUNCHES,
+    OWNER_SNAPSHOTS,
+    STATE,
+    VERDICTS,
+    WireError,
+    decode_launch,
+    encode_owner,
+    encode_verdict,
+    restore_owner,
+)
+from lavad.federation.owner import PoolOwner
+from lavad.federation.state_topic import pool_key
+from lavad.federation.summary_codec import encode_summary
+from lavad.federation.topology import Topology, uniform_topology
+
+log = structlog.get_logger()
+
+
+def owner_id(pool: int) -> str:
+    """The owner's name in summaries: the role, whichever instance holds it now."""
+    return f"owner-of-pool-{pool}"
+
+
+async def latest_snapshots(bootstrap: str) -> dict[int, bytes]:
+    """The newest owner snapshot per pool."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    newest: dict[int, bytes] = {}
+    try:
+        parts = consumer.partitions_for_topic(OWNER_SNAPSHOTS)
+        if not parts:
+            await consumer.topics()
+            parts = consumer.partitions_for_topic(OWNER_SNAPSHOTS) or set()
+        tps = [TopicPartition(OWNER_SNAPSHOTS, p) for p in sorted(parts)]
+        if not tps:
+            return newest
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            batch = await consumer.getmany(*tps, timeout_ms=500)
+            for records in batch.values():
+                for record in records:
+                    if record.key and record.value is not None:
+                        newest[int(record.key.decode().split("-")[1])] = record.value
+    finally:
+        await consumer.stop()
+    return newest
+
+
+class Owner:
+    def __init__(
+        self, bootstrap: str, instance: str, topology: Topology, tenants: int, snapshot_every: int
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.instance = instance
+        self.topology = topology
+        self.tenants = tenants
+        self.snapshot_every = snapshot_every
+        self.owned: dict[int, PoolOwner] = {}
+        self.next_offset: dict[int, int] = {}
+        self.since_snapshot: dict[int, int] = {}
+        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id="lavad-federation-owners",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=4000,
+            heartbeat_interval_ms=500,
+            partition_assignment_strategy=(RangePartitionAssignor,),
+        )
+
+    async def take(self, assigned: Any) -> None:
+        snapshots = await latest_snapshots(self.bootstrap)
+        for tp in assigned:
+            pool = self.topology.pools[tp.partition]
+            owner = PoolOwner(owner_id(pool.index), pool, self.topology.schedulers, self.tenants)
+            offset = 0
+            if pool.index in snapshots:
+                try:
+                    offset = restore_owner(owner, snapshots[pool.index])
+                except WireError as exc:
+                    log.warning(
+                        "owner snapshot refused, rebuilding",
+                        instance=self.instance,
+                        pool=pool.index,
+                        reason=str(exc),
+                    )
+                    owner = PoolOwner(
+                        owner_id(pool.index), pool, self.topology.schedulers, self.tenants
+                    )
+                    offset = 0
+            self.owned[pool.index] = owner
+            self.next_offset[pool.index] = offset
+            self.since_snapshot[pool.index] = 0
+            self.consumer.seek(tp, offset)
+            log.info("pool taken", instance=self.instance, pool=pool.index, offset=offset)
+
+    async def give(self, revoked: Any) -> None:
+        for tp in revoked:
+            if tp.partition in self.owned:
+                await self.snapshot(tp.partition)
+                del self.owned[tp.partition]
+
+    async def snapshot(self, pool: int) -> None:
+        owner = self.owned[pool]
+        await self.producer.send_and_wait(
+            OWNER_SNAPSHOTS, encode_owner(owner, self.next_offset[pool]), key=pool_key(pool)
+        )
+        self.since_snapshot[pool] = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.producer.start()
+        owner = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: Any) -> None:
+                await owner.give(revoked)
+
+            async def on_partitions_assigned(self, assigned: Any) -> None:
+                await owner.take(assigned)
+
+        self.consumer.subscribe([LAUNCHES], listener=Listener())
+        await self.consumer.start()
+        try:
+            while not stop.is_set():
+                batch = await self.consumer.getmany(timeout_ms=100, max_records=500)
+                for tp, records in batch.items():
+                    await self.handle(tp, records)
+        finally:
+            for pool in list(self.owned):
+                await self.snapshot(pool)
+            await self.consumer.stop()
+            await self.producer.stop()
+
+    async def handle(self, tp: TopicPartition, records: list[Any]) -> None:
+        owner = self.owned.get(tp.partition)
+        if owner is None:
+            return
+        futures = []
+        for record in records:
+            now = record.timestamp / 1000.0
+            try:
+                request = decode_launch(record.value)
+            except WireError as exc:
+                log.warning(
+                    "launch refused", instance=self.instance, offset=record.offset, reason=str(exc)
+                )
+                continue
+            verdict = owner.launch(request, now)
+            futures.append(
+                await self.producer.send(
+                    VERDICTS,
+                    encode_verdict(request, verdict, self.instance),
+                    key=str(request.task.task_id).encode(),
+                )
+            )
+            self.next_offset[tp.partition] = record.offset + 1
+            self.since_snapshot[tp.partition] += 1
+        if not records:
+            return
+        futures.append(
+            await self.producer.send(
+                STATE,
+                encode_summary(owner.summary(records[-1].timestamp / 1000.0)),
+                key=pool_key(tp.partition),
+            )
+        )
+        await asyncio.gather(*futures)
+        await self.consumer.commit({tp: self.next_offset[tp.partition]})
+        if self.since_snapshot[tp.partition] >= self.snapshot_every:
+            await self.snapshot(tp.partition)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lavad.federation.live_owner")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--instance", required=True)
+    parser.add_argument("--pools", type=int, default=2)
+    parser.add_argument("--hosts", type=int, default=50, help="hosts per pool")
+    parser.add_argument("--schedulers", type=int, default=2)
+    parser.add_argument("--tenants", type=int, default=2)
+    parser.add_argument("--snapshot-every", type=int, default=20)
+    args = parser.parse_args(argv)
+    topology = uniform_topology(args.pools, args.hosts, args.schedulers)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await Owner(args.bootstrap, args.instance, topology, args.tenants, args.snapshot_every).run(
+            stop
+        )
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""A global-scheduler process: the schedulers' consumer group on the requests topic
+(keyed by tenant queue), a view of every pool from the state topic, launches to the
+owners' topic (partition p is pool p), verdicts read back: accepted, or refused with
+the owner's summary, which the view applies before the task is decided again.
+
+``--state-lag-s`` reads the state topic only that often: a view stale on purpose
+(the test that shows stale launches refused and retried).
+
+``python -m lavad.federation.live_scheduler --bootstrap HOST:PORT --gm 0``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import orjson
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+from lavad.daemon.settings import KafkaSettings
+from lavad.federation.live_owner import owner_id
+from lavad.federation.live_wire import (
+    LAUNCHES,
+    REQUESTS,
+    STATE,
+    VERDICTS,
+    WireError,
+    decode_request,
+    decode_verdict,
+    encode_launch,
+)
+from lavad.federation.messages import LaunchRequest, PoolSummary, Task
+from lavad.federation.scheduler import GlobalScheduler, Launch
+from lavad.federation.state_topic import StateTopicReader
+from lavad.federation.topology import Topology, uniform_topology
+from lavad.federation.view import GlobalView
+
+log = structlog.get_logger()
+
+
+class Scheduler:
+    def __init__(
+        self, bootstrap: str, gm: int, topology: Topology, tenants: int, state_lag_s: float
+    ) -> None:
+        self.gm = gm
+        self.topology = topology
+        self.state_lag_s = state_lag_s
+        owners = {p.index: owner_id(p.index) for p in topology.pools}
+        self.view = GlobalView(gm, topology, owners, tenants)
+        self.sched = GlobalScheduler(gm, topology, self.view, list(range(tenants)))
+        self.inflight: dict[int, Task] = {}
+        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self.requests = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id="lavad-federation-schedulers",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=4000,
+            heartbeat_interval_ms=500,
+            partition_assignment_strategy=(RangePartitionAssignor,),
+        )
+        self.verdicts = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
+        self.state = StateTopicReader(KafkaSettings(bootstrap_servers=bootstrap), STATE, self.view)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.producer.start()
+        await self.state.start()
+        await self.verdicts.start()
+        parts = self.verdicts.partitions_for_topic(VERDICTS)
+        if not parts:
+            await self.verdicts.topics()
+            parts = self.verdicts.partitions_for_topic(VERDICTS) or set()
+        verdict_parts = [TopicPartition(VERDICTS, p) for p in sorted(parts)]
+        self.verdicts.assign(verdict_parts)
+        await self.verdicts.seek_to_beginning(*verdict_parts)
+        self.requests.subscribe([REQUESTS])
+        await self.requests.start()
+        next_state = 0.0
+        try:
+            while not stop.is_set():
+                batch = await self.requests.getmany(timeout_ms=50, max_records=500)
+                for records in batch.values():
+                    for record in records:
+                        try:
+                            self.sched.enqueue(decode_request(record.value))
+                        except (WireError, ValueError) as exc:
+                            log.warning("request refused", offset=record.offset, reason=str(exc))
+                if time.monotonic() >= next_state:
+                    await self.state.catch_up()
+                    next_state = time.monotonic() + self.state_lag_s
+                answers = await self.verdicts.getmany(*verdict_parts, timeout_ms=20)
+                for records in answers.values():
+                    for record in records:
+                        self.answer(decode_verdict(record.value))
+                await self.launch_what_fits()
+                if batch:
+                    await self.requests.commit()
+        finally:
+            await self.requests.stop()
+            await self.verdicts.stop()
+            await self.state.stop()
+            await self.producer.stop()
+
+    def answer(self, verdict: dict[str, Any]) -> None:
+        if verdict["gm"] != self.gm:
+            return
+        task = self.inflight.pop(int(verdict["seq"]), None)
+        if task is None:
+            return  # a duplicate: an owner that took the pool over replayed the launch
+        summary = verdict.get("summary")
+        if isinstance(summary, dict):
+            self.view.apply(
+                PoolSummary(
+                    pool=int(verdict["pool"]),
+                    owner=str(summary["owner"]),
+                    version=int(summary["version"]),
+                    sent_at=0.0,
+                    free=np.asarray(summary["free"], dtype=np.int64),
+                    seen_seq=tuple(int(s) for s in summary["seen_seq"]),
+                    tenant_usage=np.asarray(summary["tenant_usage"], dtype=np.int64),
+                    queue_length=0,
+                )
+            )
+        if verdict["accepted"] or verdict["final"]:
+            if not verdict["accepted"]:
+                log.warning("launch refused, final", task=task.task_id, reason=verdict["reason"])
+            return
+        self.view.forget(int(verdict["pool"]), int(verdict["seq"]))
+        log.info("stale launch refused, retrying", task=task.task_id, reason=verdict["reason"])
+        self.sched.enqueue(task, front=True)
+
+    async def launch_what_fits(self) -> None:
+        futures = []
+        while (task := self.sched.next_task()) is not None:
+            choice, _ = self.sched.decide(task)
+            if not isinstance(choice, Launch):
+                self.sched.park(task)
+                continue
+            self.sched.seq += 1
+            request = LaunchRequest(
+                gm=self.gm,
+                seq=self.sched.seq,
+                pool=choice.pool,
+                host=choice.host,
+                task=task,
+                repartition=choice.repartition,
+            )
+            self.view.reserve(choice.pool, choice.host, np.asarray(task.demand), self.sched.seq)
+            self.inflight[self.sched.seq] = task
+            futures.append(
+                await self.producer.send(
+                    LAUNCHES,
+                    encode_launch(request),
+                    key=orjson.dumps(task.task_id),
+                    partition=choice.pool,
+                )
+            )
+        if futures:
+            await asyncio.gather(*futures)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lavad.federation.live_scheduler")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--gm", type=int, required=True, help="this scheduler's index")
+    parser.add_argument("--pools", type=int, default=2)
+    parser.add_argument("--hosts", type=int, default=50, help="hosts per pool")
+    parser.add_argument("--schedulers", type=int, default=2)
+    parser.add_argument("--tenants", type=int, default=2)
+    parser.add_argument("--state-lag-s", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    topology = uniform_topology(args.pools, args.hosts, args.schedulers)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await Scheduler(args.bootstrap, args.gm, topology, args.tenants, args.state_lag_s).run(stop)
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
