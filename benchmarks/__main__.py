@@ -146,13 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--federation",
         action="store_true",
-        help="only the federation's requests/s for 1, 2 and 4 global schedulers (simulated)",
+        help="only the federation's requests/s for 1, 2 and 4 global schedulers "
+        "(simulated, then live over the embedded broker)",
     )
     args = parser.parse_args(argv)
     if args.federation:
         from benchmarks.federation import main as federation  # noqa: PLC0415 - opt-in
+        from benchmarks.federation_live import main as federation_live  # noqa: PLC0415
 
         federation()
+        federation_live()
         return 0
     # The collector schedule `lavad replay` and `lavad run` set for themselves.
     heap.tune_collector()

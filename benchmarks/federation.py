@@ -7,7 +7,8 @@ figure is the simulated rate (tasks / time to the last start), which the timing 
 sets (a scheduler's match and an owner's validation take their modelled costs; each
 is one server); next to it, the simulator's own wall-clock rate on this machine.
 
-``python -m benchmarks.federation`` (or ``python -m benchmarks --federation``).
+``python -m benchmarks.federation`` (or ``python -m benchmarks --federation``, which also
+runs ``benchmarks.federation_live``: the same counts as processes over Kafka).
 """
 
 from __future__ import annotations
