@@ -17,8 +17,10 @@ One concept a module:
 * ``simulator``: the event-time replay of a federation (Megha, centralized);
 * ``sparrow``: the random-probing baseline (2 probes per task, late binding);
 * ``summary_codec``: summaries as versioned data-only JSON;
-* ``state_topic``: the live state topic (owners publish, a scheduler's view reads).
+* ``state_topic``: the live state topic (owners publish, a scheduler's view reads);
+* ``live_wire``: the live records (requests, launches, verdicts, owner snapshots);
+* ``live_owner``, ``live_scheduler``: the owner and scheduler processes over Kafka.
 
-All but ``state_topic`` are a core: no clock, no I/O, seeded randomness only, and
-nothing of lavad imported; ``state_topic`` brings the Kafka clients (lavad.daemon.live).
+The modules up to ``summary_codec`` are a core: no clock, no I/O, seeded randomness
+only, nothing of lavad imported; the live ones bring the Kafka clients (lavad.daemon).
 """
