@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from lavad.federation.live_wire import (
+    DEAD_LETTERS,
     LAUNCHES,
     OWNER_SNAPSHOTS,
     REQUESTS,
@@ -46,6 +47,7 @@ async def _topics(bootstrap: str) -> None:
                 NewTopic(REQUESTS, 2, 1),
                 NewTopic(LAUNCHES, 2, 1),
                 NewTopic(VERDICTS, 1, 1),
+                NewTopic(DEAD_LETTERS, 1, 1),
                 NewTopic(STATE, 2, 1, topic_configs={"cleanup.policy": "compact"}),
                 NewTopic(OWNER_SNAPSHOTS, 1, 1, topic_configs={"cleanup.policy": "compact"}),
             ]
@@ -85,6 +87,23 @@ async def _verdicts(bootstrap: str) -> list[tuple[float, dict[str, Any]]]:
         while await consumer.position(tp) < end:
             for records in (await consumer.getmany(tp, timeout_ms=300)).values():
                 out.extend((r.timestamp / 1000.0, orjson.loads(r.value)) for r in records)
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def _read(bootstrap: str, topic: str) -> list[Any]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        while await consumer.position(tp) < end:
+            for records in (await consumer.getmany(tp, timeout_ms=300)).values():
+                out.extend(records)
     finally:
         await consumer.stop()
     return out
@@ -169,6 +188,15 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
         # tenant 0: 60 tasks, more than one scheduler's partitions (2 pools x 25 hosts):
         # its scheduler repartitions into the other's; tenant 1's scheduler, not seeing
         # that (stale view), launches there and is refused.
+        # bad input first: a launch and a request that are not one; each is dead-lettered
+        # with its reason and the processes go on
+        garbage = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await garbage.start()
+        try:
+            await garbage.send_and_wait(LAUNCHES, b"not a launch", key=b"x", partition=0)
+            await garbage.send_and_wait(REQUESTS, b'{"task": 1}', key=b"y", partition=0)
+        finally:
+            await garbage.stop()
         await _produce(bootstrap, _tasks(0, 0, 60))
 
         async def some_verdicts() -> bool:
@@ -196,6 +224,15 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
             except subprocess.TimeoutExpired:
                 process.kill()
     # one verdict per launch (task, scheduler, seq); a replayed launch must get the same
+    # one dead letter per bad record (a replayed one is dead-lettered again: same origin)
+    letters = {}
+    for record in await _read(bootstrap, DEAD_LETTERS):
+        headers = {name: value.decode() for name, value in record.headers}
+        origin = tuple(headers[f"lavad.source.{k}"] for k in ("topic", "partition", "offset"))
+        letters[origin] = headers["lavad.reason"]
+    reasons = sorted(letters.values())
+    assert len(reasons) == 2 and reasons[0].startswith("launch: not JSON"), reasons
+    assert reasons[1].startswith("task: KeyError('job')"), reasons
     distinct: dict[tuple[int, int, int], dict[str, Any]] = {}
     for _, v in verdicts:
         key = (v["task"], v["gm"], v["seq"])

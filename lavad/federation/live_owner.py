@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from lavad.federation.live_wire import (
+    DEAD_LETTERS,
     LAUNCHES,
     OWNER_SNAPSHOTS,
     STATE,
@@ -37,6 +38,7 @@ from lavad.federation.owner import PoolOwner
 from lavad.federation.state_topic import pool_key
 from lavad.federation.summary_codec import encode_summary
 from lavad.federation.topology import Topology, uniform_topology
+from lavad.streams.kafka.deadletter import dead_letter_headers
 
 log = structlog.get_logger()
 
@@ -99,6 +101,9 @@ class Owner:
     async def take(self, assigned: Any) -> None:
         snapshots = await latest_snapshots(self.bootstrap)
         for tp in assigned:
+            if tp.partition >= len(self.topology.pools):
+                log.warning("launch partition without a pool", partition=tp.partition)
+                continue
             pool = self.topology.pools[tp.partition]
             owner = PoolOwner(owner_id(pool.index), pool, self.topology.schedulers, self.tenants)
             offset = 0
@@ -127,6 +132,14 @@ class Owner:
             if tp.partition in self.owned:
                 await self.snapshot(tp.partition)
                 del self.owned[tp.partition]
+
+    async def dead_letter(self, record: Any, reason: str) -> Any:
+        """The record as it came, its reason and origin in headers: never dropped silently."""
+        log.warning("launch dead-lettered", instance=self.instance, reason=reason)
+        headers = dead_letter_headers(
+            "federation-owner", reason, record.topic, record.partition, record.offset
+        )
+        return await self.producer.send(DEAD_LETTERS, record.value, key=record.key, headers=headers)
 
     async def snapshot(self, pool: int) -> None:
         owner = self.owned[pool]
@@ -161,17 +174,22 @@ class Owner:
 
     async def handle(self, tp: TopicPartition, records: list[Any]) -> None:
         owner = self.owned.get(tp.partition)
-        if owner is None:
-            return
         futures = []
+        if owner is None:
+            pools = len(self.topology.pools)
+            reason = f"launch on partition {tp.partition}: the federation has {pools} pools"
+            for record in records:
+                futures.append(await self.dead_letter(record, reason))
+            await asyncio.gather(*futures)
+            await self.consumer.commit({tp: records[-1].offset + 1})
+            return
         for record in records:
             now = record.timestamp / 1000.0
             try:
                 request = decode_launch(record.value)
             except WireError as exc:
-                log.warning(
-                    "launch refused", instance=self.instance, offset=record.offset, reason=str(exc)
-                )
+                futures.append(await self.dead_letter(record, str(exc)))
+                self.next_offset[tp.partition] = record.offset + 1
                 continue
             verdict = owner.launch(request, now)
             futures.append(

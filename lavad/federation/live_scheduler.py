@@ -26,6 +26,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_owner import owner_id
 from lavad.federation.live_wire import (
+    DEAD_LETTERS,
     LAUNCHES,
     REQUESTS,
     STATE,
@@ -40,6 +41,7 @@ from lavad.federation.scheduler import GlobalScheduler, Launch
 from lavad.federation.state_topic import StateTopicReader
 from lavad.federation.topology import Topology, uniform_topology
 from lavad.federation.view import GlobalView
+from lavad.streams.kafka.deadletter import dead_letter_headers
 
 log = structlog.get_logger()
 
@@ -92,14 +94,17 @@ class Scheduler:
                         try:
                             self.sched.enqueue(decode_request(record.value))
                         except (WireError, ValueError) as exc:
-                            log.warning("request refused", offset=record.offset, reason=str(exc))
+                            await self.dead_letter(record, str(exc))
                 if time.monotonic() >= next_state:
                     await self.state.catch_up()
                     next_state = time.monotonic() + self.state_lag_s
                 answers = await self.verdicts.getmany(*verdict_parts, timeout_ms=20)
                 for records in answers.values():
                     for record in records:
-                        self.answer(decode_verdict(record.value))
+                        try:
+                            self.answer(decode_verdict(record.value))
+                        except (WireError, ValueError, KeyError, TypeError) as exc:
+                            await self.dead_letter(record, f"verdict: {exc!r}")
                 await self.launch_what_fits()
                 if batch:
                     await self.requests.commit()
@@ -108,6 +113,16 @@ class Scheduler:
             await self.verdicts.stop()
             await self.state.stop()
             await self.producer.stop()
+
+    async def dead_letter(self, record: Any, reason: str) -> None:
+        """The record as it came, its reason and origin in headers: never dropped silently."""
+        log.warning("request dead-lettered", offset=record.offset, reason=reason)
+        headers = dead_letter_headers(
+            "federation-scheduler", reason, record.topic, record.partition, record.offset
+        )
+        await self.producer.send_and_wait(
+            DEAD_LETTERS, record.value, key=record.key, headers=headers
+        )
 
     def answer(self, verdict: dict[str, Any]) -> None:
         if verdict["gm"] != self.gm:

@@ -16,6 +16,7 @@ LAUNCHES = "lavad.federation.launches"
 VERDICTS = "lavad.federation.verdicts"
 STATE = "lavad.federation.state"
 OWNER_SNAPSHOTS = "lavad.federation.owner-snapshots"
+DEAD_LETTERS = "lavad.federation.dead-letters"
 
 
 class WireError(ValueError):
