@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from lavad.federation.live_wire import (
     encode_request,
 )
 from lavad.federation.messages import Task
-from lavad.streams.kafka.embedded import EmbeddedBroker
+from lavad.streams.kafka.embedded import EmbeddedBroker, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -109,6 +110,17 @@ async def _read(bootstrap: str, topic: str) -> list[Any]:
     return out
 
 
+def _metrics(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("lavad_federation_allocation") and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
 def _tasks(tenant: int, first: int, count: int) -> list[Task]:
     return [
         Task(
@@ -160,6 +172,7 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
         "--snapshot-every",
         "7",
     )
+    metrics_port = free_port()
     gms = [
         _start(
             "lavad.federation.live_scheduler",
@@ -170,6 +183,8 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
             str(g),
             "--state-lag-s",
             "86400",
+            "--metrics-port",
+            str(metrics_port if g == 0 else 0),
         )
         for g in range(2)
     ]
@@ -214,6 +229,7 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
             return verdicts if len(accepted) == 90 else None
 
         verdicts = await _until(all_accepted, 120, "all 90 tasks accepted")
+        metrics = await asyncio.to_thread(_metrics, metrics_port)
     finally:
         for process in processes:
             if process.poll() is None:
@@ -224,6 +240,14 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
             except subprocess.TimeoutExpired:
                 process.kill()
     # one verdict per launch (task, scheduler, seq); a replayed launch must get the same
+    # scheduler 0's allocation time: its accepted launches, the components summing up
+    count = metrics["lavad_federation_allocation_seconds_count"]
+    assert count > 0
+    parts = [
+        metrics[f'lavad_federation_allocation_component_seconds_sum{{component="{c}"}}']
+        for c in ("queueing", "processing", "communication", "retries")
+    ]
+    assert sum(parts) == pytest.approx(metrics["lavad_federation_allocation_seconds_sum"])
     # one dead letter per bad record (a replayed one is dead-lettered again: same origin)
     letters = {}
     for record in await _read(bootstrap, DEAD_LETTERS):
@@ -261,6 +285,11 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
     moved = sorted(t for t, v in verdicts if v["instance"] == "b" and v["pool"] == a_pool)
     assert moved, "the survivor never decided for the moved pool"
     failover = moved[0] - killed_at
+    sys.stdout.write(
+        f"\nscheduler 0: {count:.0f} launches, allocation mean "
+        f"{metrics['lavad_federation_allocation_seconds_sum'] / count * 1000:.1f} ms, "
+        f"components (s): {[round(p, 3) for p in parts]}"
+    )
     sys.stdout.write(
         f"\nlive federation: {len(verdicts)} verdicts, {replayed} of them replayed, "
         f"{len(stale)} stale refusals; kill -9 -> survivor's first verdict for pool "

@@ -22,6 +22,7 @@ import orjson
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
 
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_owner import owner_id
@@ -44,6 +45,58 @@ from lavad.federation.view import GlobalView
 from lavad.streams.kafka.deadletter import dead_letter_headers
 
 log = structlog.get_logger()
+
+ALLOCATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+COMPONENTS = ("queueing", "processing", "communication", "retries")
+
+
+class AllocationClock:
+    """Allocation time of the tasks this scheduler launched (request record timestamp to
+    accepted verdict read back), split as section III: queueing (in this scheduler's
+    queues), processing (deciding), communication (launch out, the owner, verdict back:
+    the owner's validation is inside), retries (attempts refused on a stale view)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.total = Histogram(
+            "lavad_federation_allocation_seconds",
+            "Request arrival to its launch accepted, at the global scheduler",
+            buckets=ALLOCATION_BUCKETS,
+            registry=registry,
+        )
+        self.parts = Histogram(
+            "lavad_federation_allocation_component_seconds",
+            "Allocation time per component (section III of Megha)",
+            ["component"],
+            buckets=ALLOCATION_BUCKETS,
+            registry=registry,
+        )
+        self.arrival: dict[int, float] = {}
+        self.mark: dict[int, float] = {}
+        self.spent: dict[int, list[float]] = {}
+        self.retrying: set[int] = set()
+
+    def arrived(self, task: int, at: float) -> None:
+        self.arrival[task] = self.mark[task] = at
+        self.spent[task] = [0.0, 0.0, 0.0, 0.0]
+
+    def decided(self, task: int, started: float, done: float) -> None:
+        spent = self.spent[task]
+        spent[3 if task in self.retrying else 0] += max(0.0, started - self.mark[task])
+        self.retrying.discard(task)
+        spent[1] += done - started
+        self.mark[task] = done
+
+    def refused(self, task: int, now: float) -> None:
+        self.spent[task][3] += now - self.mark[task]
+        self.mark[task] = now
+        self.retrying.add(task)
+
+    def accepted(self, task: int, now: float) -> None:
+        spent = self.spent.pop(task)
+        spent[2] += now - self.mark.pop(task)
+        self.total.observe(now - self.arrival.pop(task))
+        for name, value in zip(COMPONENTS, spent, strict=True):
+            self.parts.labels(component=name).observe(value)
 
 
 class Scheduler:
@@ -71,6 +124,8 @@ class Scheduler:
             bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
         )
         self.state = StateTopicReader(KafkaSettings(bootstrap_servers=bootstrap), STATE, self.view)
+        self.registry = CollectorRegistry()
+        self.clock = AllocationClock(self.registry)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.producer.start()
@@ -92,7 +147,9 @@ class Scheduler:
                 for records in batch.values():
                     for record in records:
                         try:
-                            self.sched.enqueue(decode_request(record.value))
+                            task = decode_request(record.value)
+                            self.sched.enqueue(task)
+                            self.clock.arrived(task.task_id, record.timestamp / 1000.0)
                         except (WireError, ValueError) as exc:
                             await self.dead_letter(record, str(exc))
                 if time.monotonic() >= next_state:
@@ -144,6 +201,10 @@ class Scheduler:
                     queue_length=0,
                 )
             )
+        if verdict["accepted"]:
+            self.clock.accepted(task.task_id, time.time())
+        elif not verdict["final"]:
+            self.clock.refused(task.task_id, time.time())
         if verdict["accepted"] or verdict["final"]:
             if not verdict["accepted"]:
                 log.warning("launch refused, final", task=task.task_id, reason=verdict["reason"])
@@ -155,7 +216,9 @@ class Scheduler:
     async def launch_what_fits(self) -> None:
         futures = []
         while (task := self.sched.next_task()) is not None:
+            started = time.time()
             choice, _ = self.sched.decide(task)
+            self.clock.decided(task.task_id, started, time.time())
             if not isinstance(choice, Launch):
                 self.sched.park(task)
                 continue
@@ -191,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--schedulers", type=int, default=2)
     parser.add_argument("--tenants", type=int, default=2)
     parser.add_argument("--state-lag-s", type=float, default=0.0)
+    parser.add_argument("--metrics-port", type=int, default=0, help="/metrics here (0: off)")
     args = parser.parse_args(argv)
     topology = uniform_topology(args.pools, args.hosts, args.schedulers)
 
@@ -199,7 +263,10 @@ def main(argv: list[str] | None = None) -> None:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
-        await Scheduler(args.bootstrap, args.gm, topology, args.tenants, args.state_lag_s).run(stop)
+        scheduler = Scheduler(args.bootstrap, args.gm, topology, args.tenants, args.state_lag_s)
+        if args.metrics_port:
+            start_http_server(args.metrics_port, addr="127.0.0.1", registry=scheduler.registry)
+        await scheduler.run(stop)
 
     asyncio.run(serve())
 
