@@ -131,6 +131,41 @@ async def read_topic(
     return records
 
 
+async def read_decisions(
+    bootstrap: str, topic: str, expected: Iterable[str], *, timeout_s: float = 90.0
+) -> list[Any]:
+    """Every record of ``topic`` once each ``expected`` decision id is among them (or time is up).
+
+    After a crash a topic holds duplicates (decisions published again from a
+    snapshot), so a record count can be reached while a restarted instance is
+    still publishing: only the ids say when everything is there.
+    """
+    import orjson  # noqa: PLC0415
+
+    wanted = set(expected)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    records: list[Any] = []
+    try:
+        await consumer.topics()
+        partitions = consumer.partitions_for_topic(topic) or set()
+        consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+        await consumer.seek_to_beginning()
+        deadline = time.monotonic() + timeout_s
+        while wanted and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            for part in batch.values():
+                records.extend(part)
+                wanted.difference_update(orjson.loads(r.value)["decision_id"] for r in part)
+        # Anything straggling right behind the last fetch.
+        batch = await consumer.getmany(timeout_ms=300)
+        for part in batch.values():
+            records.extend(part)
+    finally:
+        await consumer.stop()
+    return records
+
+
 async def wait_for(
     predicate: Callable[[], bool], timeout_s: float, what: str, interval: float = 0.05
 ) -> None:

@@ -26,7 +26,7 @@ from live_support import (
     decision_ids,
     live_settings,
     produce,
-    read_topic,
+    read_decisions,
     replay_in_process,
     two_pool_events,
 )
@@ -195,7 +195,7 @@ async def test_kill_9_mid_burst_snapshots_and_commits_only_what_was_published(
     b = DaemonProcess(bootstrap, snapshots, tmp_path / "b.log")
     try:
         await b.wait_status("/readyz", 200, 60)
-        records = await read_topic(bootstrap, NAMES.placements, at_least=len(expected))
+        records = await read_decisions(bootstrap, NAMES.placements, expected)
     finally:
         assert b.stop() == 0
     published = decision_ids(records)

@@ -16,6 +16,7 @@ from live_support import (
     live_settings,
     pool_events,
     produce,
+    read_decisions,
     read_topic,
     replay_in_process,
     two_pool_events,
@@ -156,7 +157,7 @@ async def test_paused_broker_flips_readiness_and_loses_nothing(
             broker.resume()
         await produce(bootstrap, events[half:])
         await daemon.wait_status("/readyz", 200, 60)
-        records = await read_topic(bootstrap, NAMES.placements, at_least=len(expected))
+        records = await read_decisions(bootstrap, NAMES.placements, expected)
         status, body = await daemon.get("/readyz")
         assert status == 200, body
     finally:
@@ -197,7 +198,7 @@ async def test_a_crashed_instances_pools_resume_on_the_other_instance(
         await asyncio.sleep(2)  # both publish, and snapshot, some of it
         one.kill()
         await produce(bootstrap, third)
-        records = await read_topic(bootstrap, NAMES.placements, at_least=len(expected))
+        records = await read_decisions(bootstrap, NAMES.placements, expected)
         _, text = await two.get("/metrics")
     finally:
         one.stop()
