@@ -43,6 +43,7 @@ import numpy as np
 from lavad.daemon.admission.service import AdmissionConfig, PoolAdmission
 from lavad.daemon.cluster import ClusterError, ClusterState, HostState, VmRecord
 from lavad.daemon.input_bounds import InputBounds, PoolNames
+from lavad.daemon.limits.replicas import PoolReplicas
 from lavad.daemon.limits.service import LimitsConfig, PoolLimits
 from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
 from lavad.daemon.migrations.config import LifetimeSource, MigrationsConfig, drains_by_itself
@@ -65,8 +66,15 @@ from lavad.daemon.placement.framework import (
 )
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
 from lavad.models.limits.decision import LimitDecision
+from lavad.models.limits.replicas import ReplicaDecision
 from lavad.streams.fastbuild import fast_constructor
-from lavad.streams.ids import admission_id, limit_id, placement_id, reprediction_id
+from lavad.streams.ids import (
+    admission_id,
+    limit_id,
+    placement_id,
+    replicas_id,
+    reprediction_id,
+)
 from lavad.streams.schema import (
     Admission,
     Decision,
@@ -79,6 +87,7 @@ from lavad.streams.schema import (
     HostUp,
     Limit,
     Placement,
+    Replicas,
     Reprediction,
     UsageSample,
     VmExit,
@@ -204,6 +213,8 @@ class PoolRuntime:
     repredictions: int = 0
     # Limit recommendations from the usage stream (None when turned off).
     limits: PoolLimits | None = None
+    # Replica recommendations per deployment (None unless [limits] horizontal).
+    replicas: PoolReplicas | None = None
     admission: PoolAdmission | None = None
     # Numbers the pool's admission decisions, so their ids are deterministic.
     admissions: int = 0
@@ -504,15 +515,24 @@ class Engine:
         # A usage-aware policy (gpa) learns first; its risk notices follow.
         hooks.observe(pool.cluster, event)
         limits = pool.limits
-        if limits is None:
+        replicas = pool.replicas
+        if limits is None and replicas is None:
             if not observed:
                 pool.counters["unconsumed.usage"] += 1
             return []
+        out: list[Decision] = []
         # Windows that ended before this sample are complete: decide on them
         # first (this sample belongs to a later window).
-        decided = limits.close_before(now)
-        limits.on_usage(event)
-        return [_limit_decision(pool.name, d) for d in decided]
+        if limits is not None:
+            decided = limits.close_before(now)
+            limits.on_usage(event)
+            out.extend(_limit_decision(pool.name, d) for d in decided)
+        if replicas is not None:
+            scaled = replicas.close_before(now)
+            record = pool.cluster.vms.get(event.vm_id)
+            replicas.on_usage(event, "" if record is None else record.deployment)
+            out.extend(_replicas_decision(pool.name, d) for d in scaled)
+        return out
 
     def _open_pool(self, name: str) -> PoolRuntime:
         config = self.config
@@ -524,6 +544,9 @@ class Engine:
             metrics=PoolMetrics(config.metrics, _stable_seed(config.seed, name, 1)),
             migrations=_migration_planner(name, config, policy),
             limits=None if config.limits.recommender == "off" else PoolLimits(config.limits),
+            replicas=(
+                PoolReplicas(config.limits.max_deployments) if config.limits.horizontal else None
+            ),
             admission=None if config.admission is None else PoolAdmission(config.admission),
             requests={} if config.on_host_down == "replace" else None,
         )
@@ -826,5 +849,30 @@ def _limit_decision(pool: str, decision: LimitDecision) -> Limit:
             "half_life_s": decision.half_life_s,
             "margin": decision.margin,
             "model": decision.model,
+        },
+    )
+
+
+def _replicas_decision(pool: str, decision: ReplicaDecision) -> Replicas:
+    return Replicas(
+        decision_id=replicas_id(pool, decision.deployment, decision.digest),
+        time=decision.time,
+        pool=pool,
+        deployment_id=decision.deployment,
+        replicas=decision.replicas,
+        previous=decision.previous,
+        policy="autopilot-horizontal",
+        reason=decision.explanation(),
+        explanation={
+            "observed_replicas": decision.observed_replicas,
+            "window_usage": decision.window_usage,
+            "statistic": decision.statistic,
+            "usage_statistic": decision.usage_statistic,
+            "horizon_s": decision.horizon_s,
+            "target_utilization": decision.target_utilization,
+            "raw": decision.raw,
+            "downscale_delay_s": decision.downscale_delay_s,
+            "stabilized": decision.stabilized,
+            "step": decision.step,
         },
     )

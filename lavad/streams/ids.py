@@ -63,3 +63,8 @@ def migration_id(pool: str, host_id: str, sequence: int) -> str:
 def limit_id(pool: str, vm_id: str, resource: str, digest: str) -> str:
     """``digest`` is the recommender's hex digest of the decision's own tuple."""
     return f"limit/{part(pool)}/{part(vm_id)}/{resource}/{digest}"
+
+
+def replicas_id(pool: str, deployment_id: str, digest: str) -> str:
+    """``digest`` is the tracker's hex digest of the decision's own tuple (as for limits)."""
+    return f"replicas/{part(pool)}/{part(deployment_id)}/{digest}"

@@ -256,12 +256,13 @@ EVENT_TYPES: Final[dict[str, type[Any]]] = {
 
 # ------------------------------------------------------------------ decisions
 
-DecisionKind = Literal["placement", "admission", "migration", "limit", "reprediction"]
+DecisionKind = Literal["placement", "admission", "migration", "limit", "replicas", "reprediction"]
 DECISION_KINDS: Final[tuple[DecisionKind, ...]] = (
     "placement",
     "admission",
     "migration",
     "limit",
+    "replicas",
     "reprediction",
 )
 
@@ -336,6 +337,46 @@ class Limit:
 
 
 @dataclass(frozen=True, slots=True)
+class Replicas:
+    """A recommended replica count for a deployment (Autopilot's horizontal scaling).
+
+    Published on the limits topic next to ``Limit``, as its own kind rather
+    than a ``Limit`` with a made-up resource: a limit is about one VM and is
+    a fraction of its request, while this is about a deployment (keyed by
+    ``deployment_id``, the VM requests' ``deployment``) and is a whole count.
+    A consumer of the limits topic dispatches on ``kind`` and never has to
+    guess which fields of a limit mean something else for replicas.
+
+    Schema version: a new decision kind is additive, so records stay
+    ``v`` 1: no field of an existing kind changed, and a consumer that reads
+    ``kind`` first can skip a kind it does not know. A change to these
+    fields would be a new version.
+
+    ``replicas`` is the recommended count from ``time`` on; ``previous`` the
+    count recommended before (None the first time the deployment is seen).
+    ``explanation``: observed_replicas (VMs of the deployment that reported
+    usage in the window), window_usage (their summed mean CPU, in units of
+    one VM's request), statistic and usage_statistic (that statistic of the
+    summed usage over horizon_s), target_utilization, raw (usage_statistic /
+    target_utilization, rounded up), stabilized (the largest raw of the last
+    downscale_delay_s), step ("first", "at-target", "growth-limited" while
+    new replicas initialise, "decaying" towards the stabilised count).
+    """
+
+    decision_id: str
+    time: float
+    pool: str
+    deployment_id: str
+    replicas: int
+    previous: int | None
+    policy: str
+    reason: str
+    explanation: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["replicas"] = "replicas"
+    v: Literal[1] = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Admission:
     """Whether a deployment may join the pool (``request`` "arrival") or grow ("scale_out").
 
@@ -399,4 +440,4 @@ class Migration:
     v: Literal[1] = 1
 
 
-Decision = Placement | Reprediction | Limit | Admission | Migration
+Decision = Placement | Reprediction | Limit | Replicas | Admission | Migration

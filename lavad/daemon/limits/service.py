@@ -116,6 +116,22 @@ class LimitsConfig:
             "observed is evicted (counted) so a flood of new job names stays bounded",
         ),
     ] = 10_000
+    horizontal: Annotated[
+        bool,
+        Field(
+            description="replica recommendations per deployment (Autopilot's horizontal "
+            "scaling) on the limits topic; needs VM requests that name a deployment",
+        ),
+    ] = False
+    # A scaler holds at most 72 h + 48 h of 5-minute windows: ~25 KB a deployment.
+    max_deployments: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="deployments whose horizontal scalers are kept; past it the least "
+            "recently observed is evicted (counted)",
+        ),
+    ] = 10_000
 
     def __post_init__(self) -> None:
         if self.recommender not in RECOMMENDERS:
@@ -124,6 +140,8 @@ class LimitsConfig:
             )
         if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
             raise ValueError(f"tolerance must be >= 0, got {self.tolerance!r}")
+        if self.max_deployments < 1:
+            raise ValueError(f"limits.max_deployments must be >= 1, got {self.max_deployments!r}")
 
 
 class RecommenderFactory:

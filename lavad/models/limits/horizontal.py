@@ -76,6 +76,8 @@ class HorizontalScaler:
         self._added: deque[tuple[float, int]] = deque()
         self.raw = replicas
         self.stabilized = replicas
+        # The horizon's statistic of total usage behind ``raw`` (for explanations).
+        self.usage_statistic = 0.0
 
     def observe(self, time: float, total_usage: float) -> int:
         """Learn one window's total usage (in task limits); the replica count from now on."""
@@ -87,6 +89,7 @@ class HorizontalScaler:
             self._usage.popleft()
         values = np.fromiter((u for _, u in self._usage), dtype=np.float64)
         stat = float(values.max() if cfg.statistic == "max" else np.percentile(values, 95))
+        self.usage_statistic = stat
         self.raw = max(cfg.min_replicas, math.ceil(stat / cfg.target_utilization - 1e-9))
 
         # Deferred downscaling: the largest raw recommendation of the last T_d.

@@ -83,7 +83,8 @@ class TopicNames(BaseModel):
             return self.admissions
         if kind == "migration":
             return self.migrations
-        if kind == "limit":
+        if kind in {"limit", "replicas"}:
+            # Replica recommendations are the horizontal half of the limits.
             return self.limits
         return self.repredictions
 
