@@ -20,8 +20,8 @@ from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
+from lavad.federation.live_clients import group_consumer
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
     LAUNCHES,
@@ -88,15 +88,7 @@ class Owner:
         self.next_offset: dict[int, int] = {}
         self.since_snapshot: dict[int, int] = {}
         self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id="lavad-federation-owners",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=4000,
-            heartbeat_interval_ms=500,
-            partition_assignment_strategy=(RangePartitionAssignor,),
-        )
+        self.consumer = group_consumer(bootstrap, "lavad-federation-owners")
 
     async def take(self, assigned: Any) -> None:
         snapshots = await latest_snapshots(self.bootstrap)

@@ -21,10 +21,10 @@ import numpy as np
 import orjson
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 
 from lavad.daemon.settings import KafkaSettings
+from lavad.federation.live_clients import group_consumer
 from lavad.federation.live_owner import owner_id
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
@@ -111,15 +111,7 @@ class Scheduler:
         self.sched = GlobalScheduler(gm, topology, self.view, list(range(tenants)))
         self.inflight: dict[int, Task] = {}
         self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        self.requests = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id="lavad-federation-schedulers",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=4000,
-            heartbeat_interval_ms=500,
-            partition_assignment_strategy=(RangePartitionAssignor,),
-        )
+        self.requests = group_consumer(bootstrap, "lavad-federation-schedulers")
         self.verdicts = AIOKafkaConsumer(
             bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
         )
