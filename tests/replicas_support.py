@@ -9,6 +9,7 @@ carries the adapter's usage samples unchanged. Sizes are not in the trace:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
 from support import PROJECT_ROOT
@@ -29,11 +30,11 @@ def slice_of(vm_id: str) -> tuple[str, str]:
     raise ValueError(f"{vm_id!r} belongs to none of the slices {SLICES}")
 
 
-def slice_events(pool: str = "default") -> list[Event]:
-    """Hosts, requests naming each sliver's deployment, then the real usage samples."""
+def slice_events(pool: str = "default", path: Path = SLICES_TRACE) -> list[Event]:
+    """Hosts, bookings naming each sliver's deployment, then the real usage samples."""
     usage = [
         item
-        for item in open_trace(SLICES_TRACE, seed=0, pool=pool).events()
+        for item in open_trace(path, seed=0, pool=pool).events()
         if not isinstance(item, BadRecord)
     ]
     assert all(isinstance(item, UsageSample) for item in usage)
@@ -56,3 +57,13 @@ def slice_events(pool: str = "default") -> list[Event]:
         for vm in vms
     ]
     return events + usage
+
+
+def link_slices(planetlab: Path, into: Path) -> Path:
+    """``into`` holding links to every sliver of ``SLICES`` in a PlanetLab day-folder set."""
+    for day in sorted(p for p in planetlab.iterdir() if p.is_dir()):
+        (into / day.name).mkdir(parents=True)
+        for sliver in sorted(day.iterdir()):
+            if any(sliver.name.endswith("_" + name) for name in SLICES):
+                (into / day.name / sliver.name).symlink_to(sliver)
+    return into
