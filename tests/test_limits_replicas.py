@@ -113,7 +113,12 @@ def test_a_small_deployment_by_hand() -> None:
     replicas = engine.pools["p"].replicas
     assert replicas is not None
     assert replicas.unattributed == 4 + 1
-    assert replicas.tracker.deployments == 1
+    assert engine.summary(1500.0)["p"]["replicas"] == {
+        "deployments": 1,
+        "samples": 9,
+        "unattributed": 5,
+        "evicted": 0,
+    }
 
 
 def test_replicas_are_off_unless_configured() -> None:
@@ -122,6 +127,7 @@ def test_replicas_are_off_unless_configured() -> None:
     engine, decisions = _run(LimitsConfig(), _small_deployment())
     assert decisions and all(isinstance(d, Limit) for d in decisions)
     assert engine.pools["p"].replicas is None
+    assert "replicas" not in engine.summary(1500.0)["p"]
     # With both on, the limits are the same and the replicas come after them.
     _, both = _run(LimitsConfig(horizontal=True), _small_deployment())
     assert [d for d in both if isinstance(d, Limit)] == decisions

@@ -449,6 +449,8 @@ class Engine:
                 **pool.admission.counters,
                 "scale_out_failure_rate": pool.admission.scale_out_failure_rate,
             }
+        if pool.replicas is not None:
+            summary["replicas"] = pool.replicas.summary()
         return summary
 
     # ----------------------------------------------------------------- pools

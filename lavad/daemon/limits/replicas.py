@@ -46,3 +46,12 @@ class PoolReplicas:
             if decision is not None:
                 decisions.append(decision)
         return decisions
+
+    def summary(self) -> dict[str, int]:
+        """Counts for the replay summary: what was scaled, what was not, what was evicted."""
+        return {
+            "deployments": self.tracker.deployments,
+            "samples": self.samples,
+            "unattributed": self.unattributed,
+            "evicted": self.tracker.evicted,
+        }
