@@ -13,7 +13,7 @@ from support import PROJECT_ROOT
 from lavad.daemon.engine import Engine, EngineConfig
 from lavad.daemon.limits.service import LimitsConfig
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.settings import load_settings
+from lavad.daemon.settings import ConfigError, load_settings
 from lavad.models.limits.horizontal import HorizontalConfig
 from lavad.models.limits.replicas import ReplicaTracker
 from lavad.streams.codec import encode
@@ -252,3 +252,23 @@ def test_a_restored_snapshot_recommends_on() -> None:
 
 def _vms(events: list[Event]) -> list[str]:
     return [e.vm_id for e in events if isinstance(e, VmPlaced)]
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("max_deployments = 0", r"limits\.max_deployments"),
+        ('horizontal = "maybe"', r"limits\.horizontal"),
+    ],
+)
+def test_bad_replica_settings_fail_at_start_up_with_the_key(
+    tmp_path: Path, toml: str, key: str
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"[limits]\n{toml}\n")
+    with pytest.raises(ConfigError, match=key):
+        load_settings(bad)
+    good = tmp_path / "good.toml"
+    good.write_text("[limits]\nhorizontal = true\nmax_deployments = 5\n")
+    limits = load_settings(good).limits
+    assert (limits.horizontal, limits.max_deployments) == (True, 5)
