@@ -1,4 +1,4 @@
-"""Issue 15 in the core: absurd times, refusals beside decisions, evictions, pools, ids.
+"""Hardening in the core: absurd times, refusals beside decisions, evictions, pools, ids.
 
 Each test here failed on the engine before the issue: a record with time
 1e20 hung it (the poison pill), a refused event raised and dropped what the

@@ -1,4 +1,4 @@
-"""Issue 15 against a real broker: hostile records never stop the daemon or lose a decision.
+"""Hardening against a real broker: hostile records never stop the daemon or lose a decision.
 
 * the poison pill (a schema-valid request at time 1e20) is dead-lettered
   while the daemon keeps answering and deciding (a child process, so a hang

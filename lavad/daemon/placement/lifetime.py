@@ -26,9 +26,10 @@ The score plugins read it:
   lifetime. With quantile scoring the VM's lifetime is a distribution (the
   expected bucket over its quantiles) and, with ``host_quantiles``, so is
   the host's exit: the quantiles of the remaining life of the VM holding
-  the host's exit (issue 17 item 3's "expected extension of the host's
-  life"). That VM stands for the host: the max over all its VMs would be
-  later still, which the point exit ignores too.
+  the host's exit (the "expected extension of the host's life" the
+  design asks distribution-aware scoring to weigh). That VM stands for the
+  host: the max over all its VMs would be later still, which the point exit
+  ignores too.
 * ``LaBinaryClass`` (Barbalho et al., as the paper's sections 2.4 and 5.3
   describe it): one prediction at creation, E[T] from the same model, no
   reprediction; a VM is long when that exceeds 2 hours; a host is long when
@@ -136,7 +137,7 @@ class LifetimeSettings:
     # each shrunk towards the coarser one with a prior of ``prior_strength`` VMs.
     model: str = "tables"
     prior_strength: float = 10.0
-    # Sibling evidence (issue 17 item 4): when a VM exits, its owner group
+    # Sibling evidence: when a VM exits, its owner group
     # (tenant or deployment, and shape: an Azure batch) is recounted at once
     # with its running siblings censored at their uptimes, and those siblings
     # are repredicted from it, through the model's own shrinkage towards the
