@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpa_support import cpu_sample, place_and_book
 
 from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy
 from lavad.daemon.placement.gpa import (
     UsageHooks,
     gpa_fits,
@@ -31,7 +31,7 @@ from lavad.evaluation.stochastic_packing import (
 )
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord
-from lavad.streams.schema import UsageSample, UsageStats
+from lavad.streams.schema import UsageSample
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-slice"
 
@@ -211,23 +211,6 @@ def test_small_rho_approaches_mean_plus_many_std(
 # ------------------------------------------------------------- live policy
 
 
-def _sample(vm_id: str, time: float, cpu: float) -> UsageSample:
-    return UsageSample(
-        time=time, pool="p", vm_id=vm_id, interval_s=300.0, cpu=UsageStats(mean=cpu, peak=cpu)
-    )
-
-
-def _place(policy: Policy, cluster: ClusterState, vm_id: str, now: float) -> int | None:
-    request = PlacementRequest(vm_id, (4.0, 8.0, 0.0, 0.0), "", None, now)
-    result = policy.place(cluster, request)
-    if not isinstance(result, Placed):
-        return None
-    record = cluster.book(vm_id, result.host, request.demand, "", now)
-    assert policy.hooks is not None
-    policy.hooks.on_booked(cluster, record, now, None)
-    return result.host
-
-
 def test_gpa_policy_overcommits_once_usage_is_known() -> None:
     policy = build_policy(
         "gpa",
@@ -240,23 +223,23 @@ def test_gpa_policy_overcommits_once_usage_is_known() -> None:
     cluster.add_host("h0", (16.0, 128.0, 0.0, 0.0))
     # On the prior (the whole request, no variance) four 4-core VMs fill 16 cores.
     for i in range(4):
-        assert _place(policy, cluster, f"v{i}", float(i)) == 0
-    assert _place(policy, cluster, "v4", 4.0) is None
+        assert place_and_book(policy, cluster, f"v{i}", float(i)) == 0
+    assert place_and_book(policy, cluster, "v4", 4.0) is None
     # Each VM uses 0.2 or 0.3 of its request in turn (mean 0.25, sd 0.053): the
     # host's mean is 4 cores, its sd 4 * sqrt(4 * 0.053^2) = 0.43, and with a fifth
     # VM on the prior (4 cores, no variance): 8 + 2.33 * 0.43 = 9 <= 16, so it fits.
     t = 300.0
     for k in range(8):
         for i in range(4):
-            hooks.observe(cluster, _sample(f"v{i}", t, 0.2 if (i + k) % 2 else 0.3))
+            hooks.observe(cluster, cpu_sample(f"v{i}", t, 0.2 if (i + k) % 2 else 0.3))
         t += 300.0
     assert float(hooks.usage.variance_sum[0, 0]) == pytest.approx(16 * 4 * 0.0025 * 8 / 7)
-    assert _place(policy, cluster, "v4", t) == 0
+    assert place_and_book(policy, cluster, "v4", t) == 0
     assert hooks.take_notices() == []
     # Usage climbs to the full request: P(overflow) > rho, one notice per crossing.
     for _ in range(40):
         for i in range(4):
-            hooks.observe(cluster, _sample(f"v{i}", t, 1.0))
+            hooks.observe(cluster, cpu_sample(f"v{i}", t, 1.0))
         t += 300.0
     notices = hooks.take_notices()
     assert [(n.subject, n.subject_id, n.reason) for n in notices] == [
@@ -280,17 +263,17 @@ def test_realised_overflow_is_counted_per_host_window() -> None:
     cluster = ClusterState()
     cluster.add_host("h0", (8.0, 128.0, 0.0, 0.0))
     # Two 4-core VMs fill the 8-core host on the prior.
-    assert _place(policy, cluster, "a", 0.0) == 0
-    assert _place(policy, cluster, "b", 0.0) == 0
+    assert place_and_book(policy, cluster, "a", 0.0) == 0
+    assert place_and_book(policy, cluster, "b", 0.0) == 0
     # Window (0, 300]: 4 x 0.9 + 4 x 0.8 = 6.8 cores <= 8: no overflow.
-    hooks.observe(cluster, _sample("a", 300.0, 0.9))
-    hooks.observe(cluster, _sample("b", 300.0, 0.8))
+    hooks.observe(cluster, cpu_sample("a", 300.0, 0.9))
+    hooks.observe(cluster, cpu_sample("b", 300.0, 0.8))
     # Window (300, 600]: 4 x 1.5 + 4 x 0.6 = 8.4 cores > 8: an overflow.
-    hooks.observe(cluster, _sample("a", 600.0, 1.5))
-    hooks.observe(cluster, _sample("b", 600.0, 0.6))
+    hooks.observe(cluster, cpu_sample("a", 600.0, 1.5))
+    hooks.observe(cluster, cpu_sample("b", 600.0, 0.6))
     # Not counted until a later window starts.
     assert (hooks.host_windows, hooks.host_overflows) == (1, 0)
-    hooks.observe(cluster, _sample("a", 900.0, 0.1))
+    hooks.observe(cluster, cpu_sample("a", 900.0, 0.1))
     assert (hooks.host_windows, hooks.host_overflows) == (2, 1)
     assert hooks.realised_overflow == 0.5
 
@@ -342,12 +325,12 @@ def _correlated_pair(*, calibrate: bool) -> float:
     assert isinstance(hooks, UsageHooks)
     cluster = ClusterState()
     cluster.add_host("h0", (8.0, 128.0, 0.0, 0.0))
-    assert _place(policy, cluster, "a", 0.0) == 0
-    assert _place(policy, cluster, "b", 0.0) == 0
+    assert place_and_book(policy, cluster, "a", 0.0) == 0
+    assert place_and_book(policy, cluster, "b", 0.0) == 0
     for k in range(200):
         value = 0.2 if k % 2 else 0.8
-        hooks.observe(cluster, _sample("a", 300.0 * (k + 1), value))
-        hooks.observe(cluster, _sample("b", 300.0 * (k + 1), value))
+        hooks.observe(cluster, cpu_sample("a", 300.0 * (k + 1), value))
+        hooks.observe(cluster, cpu_sample("b", 300.0 * (k + 1), value))
     return float(hooks.usage.variance_factor[0])
 
 

@@ -6,11 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from gpa_support import cpu_sample, place_and_book
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy
+from lavad.daemon.placement.framework import Policy
 from lavad.daemon.placement.gpa import UsageHooks, quantile_factor
 from lavad.daemon.placement.registry import PolicyConfigError, build_policy, validate_policy_args
 from lavad.evaluation.gpa_tail import EmpiricalFitTest, TailFitTest, task_cumulants
@@ -25,7 +26,6 @@ from lavad.models.usage.tail import (
     cornish_fisher_factor,
     tail_factor,
 )
-from lavad.streams.schema import UsageSample, UsageStats
 
 # ------------------------------------------------------- Cornish-Fisher tail
 
@@ -64,7 +64,7 @@ def test_the_host_sums_give_the_same_correction_from_samples() -> None:
         usage.place(vm, 0, (1.0, 1.0))
     for step, row in enumerate(rng.exponential(size=(20_000, 3)).tolist()):
         for vm, value in zip(("a", "b", "c"), row, strict=True):
-            usage.observe(_sample(vm, 300.0 * (step + 1), value))
+            usage.observe(cpu_sample(vm, 300.0 * (step + 1), value))
     k2 = float(usage.variance_sum[CPU, 0])
     k3, k4 = float(usage.third_sum[CPU, 0]), float(usage.fourth_sum[CPU, 0])
     # Sampling error of 60,000 draws: about 2% on k2, 6% on k3, 14% on k4.
@@ -196,23 +196,6 @@ def test_calibration_chooses_the_method_needing_least_headroom_and_explains() ->
 # ---------------------------------------------------------------- live GPA
 
 
-def _sample(vm_id: str, time: float, cpu: float) -> UsageSample:
-    return UsageSample(
-        time=time, pool="p", vm_id=vm_id, interval_s=300.0, cpu=UsageStats(mean=cpu, peak=cpu)
-    )
-
-
-def _place(policy: Policy, cluster: ClusterState, vm_id: str, now: float) -> int | None:
-    request = PlacementRequest(vm_id, (4.0, 8.0, 0.0, 0.0), "", None, now)
-    result = policy.place(cluster, request)
-    if not isinstance(result, Placed):
-        return None
-    record = cluster.book(vm_id, result.host, request.demand, "", now)
-    assert policy.hooks is not None
-    policy.hooks.on_booked(cluster, record, now, None)
-    return result.host
-
-
 def _drifting_pair(margin: bool) -> tuple[Policy, ClusterState, UsageHooks, float]:
     """Two 4-core VMs learnt at 0.2 / 0.3 on one 16-core host (of two), then both at 0.9 for
     30 windows; a third VM at 0.9 / 0.95 has its estimate and waits to be placed."""
@@ -230,20 +213,20 @@ def _drifting_pair(margin: bool) -> tuple[Policy, ClusterState, UsageHooks, floa
     for name in ("h0", "h1"):
         cluster.add_host(name, (16.0, 128.0, 0.0, 0.0))
     for vm in ("a", "b"):
-        assert _place(policy, cluster, vm, 0.0) == 0
+        assert place_and_book(policy, cluster, vm, 0.0) == 0
     time = 0.0
     for k in range(20):
         time = 300.0 * (k + 1)
         for vm in ("a", "b"):
-            hooks.observe(cluster, _sample(vm, time, 0.2 if k % 2 else 0.3))
+            hooks.observe(cluster, cpu_sample(vm, time, 0.2 if k % 2 else 0.3))
     if hooks.tail is not None:
         assert hooks.tail.margin == 1.0  # the promise held
     for _ in range(30):
         time += 300.0
         for vm in ("a", "b"):
-            hooks.observe(cluster, _sample(vm, time, 0.9))
+            hooks.observe(cluster, cpu_sample(vm, time, 0.9))
     for k in range(10):
-        hooks.observe(cluster, _sample("c", time + 300.0 * k, 0.9 if k % 2 else 0.95))
+        hooks.observe(cluster, cpu_sample("c", time + 300.0 * k, 0.9 if k % 2 else 0.95))
     return policy, cluster, hooks, time + 3000.0
 
 
@@ -257,10 +240,10 @@ def test_live_gpa_widens_its_margin_when_a_host_breaks_its_promise() -> None:
     assert summary["margin"] == hooks.tail.margin and summary["windows"] >= 30
     notices = [n for n in hooks.take_notices() if n.reason == "overflow_risk"]
     assert notices and notices[-1].explanation["margin"] > 1.0
-    assert _place(policy, cluster, "c", now) == 1
+    assert place_and_book(policy, cluster, "c", now) == 1
     # Plain GPA, on the very same stream, still trusts the drifted host's sums.
     plain, plain_cluster, _, plain_now = _drifting_pair(margin=False)
-    assert _place(plain, plain_cluster, "c", plain_now) == 0
+    assert place_and_book(plain, plain_cluster, "c", plain_now) == 0
 
 
 def test_margin_and_covariance_factor_are_not_both_on() -> None:
