@@ -17,9 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from lavad.federation.live_clients import read_partition
 from lavad.federation.live_wire import (
     LAUNCHES,
     OWNER_SNAPSHOTS,
@@ -55,22 +56,8 @@ async def _topics(bootstrap: str) -> None:
 
 
 async def _accepted(bootstrap: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    accepted: set[int] = set()
-    try:
-        tp = TopicPartition(VERDICTS, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        while await consumer.position(tp) < end:
-            for records in (await consumer.getmany(tp, timeout_ms=300)).values():
-                accepted.update(
-                    int(r.key) for r in records if r.value and b'"accepted":true' in r.value
-                )
-    finally:
-        await consumer.stop()
-    return len(accepted)
+    records = await read_partition(bootstrap, VERDICTS)
+    return len({int(r.key) for r in records if r.value and b'"accepted":true' in r.value})
 
 
 async def _one(schedulers: int, logs: Path) -> float:

@@ -24,6 +24,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from lavad.federation.live_clients import read_partition
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
     LAUNCHES,
@@ -77,20 +78,10 @@ async def _produce(bootstrap: str, tasks: list[Task]) -> None:
 
 
 async def _verdicts(bootstrap: str) -> list[tuple[float, dict[str, Any]]]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    out: list[tuple[float, dict[str, Any]]] = []
-    try:
-        tp = TopicPartition(VERDICTS, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        while await consumer.position(tp) < end:
-            for records in (await consumer.getmany(tp, timeout_ms=300)).values():
-                out.extend((r.timestamp / 1000.0, orjson.loads(r.value)) for r in records)
-    finally:
-        await consumer.stop()
-    return out
+    return [
+        (r.timestamp / 1000.0, orjson.loads(r.value))
+        for r in await read_partition(bootstrap, VERDICTS)
+    ]
 
 
 async def _read(bootstrap: str, topic: str) -> list[Any]:
