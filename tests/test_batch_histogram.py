@@ -7,7 +7,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from lavad.daemon.live.batch_histogram import BatchHistogram
-from lavad.daemon.live.telemetry import LATENCY_BUCKETS
+from lavad.daemon.live.publisher import Outgoing, Publisher
+from lavad.daemon.live.retry import Backoff
+from lavad.daemon.live.telemetry import LATENCY_BUCKETS, Telemetry
 
 
 def _exposition(registry: CollectorRegistry) -> list[str]:
@@ -38,3 +40,26 @@ def test_same_exposition_as_prometheus_histogram() -> None:
 def test_bounds_must_increase() -> None:
     with pytest.raises(ValueError, match="must increase"):
         BatchHistogram("x", "doc", [0.1, 0.05], CollectorRegistry())
+
+
+def test_absurd_record_timestamps_land_in_the_end_buckets() -> None:
+    # A producer sets the input record's timestamp: the int64 extremes, far in the
+    # future (a negative latency, counted as 0) and long ago (past every bound).
+    telemetry = Telemetry()
+    publisher = Publisher(telemetry, lambda: Backoff(0.1, 1.0), "g", lambda: None)
+    stamps = [2**63 - 1, -(2**63), 0]
+    out = [Outgoing("t", b"k", b"{}", [], stamp, "placement") for stamp in stamps]
+    publisher._count_published(out, acked=1_700_000_000.0)
+    counts = {
+        sample.labels["le"]: sample.value
+        for family in telemetry.registry.collect()
+        if family.name == "lavad_decision_latency_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_bucket")
+    }
+    lowest = min(counts, key=float)
+    assert counts[lowest] == 1  # the future timestamp: latency clamped to 0
+    assert counts["+Inf"] == 3
+    # The two past timestamps (1970 and int64's minimum) are above every finite bound.
+    finite = [le for le in counts if le != "+Inf"]
+    assert max(counts[le] for le in finite) == 1
