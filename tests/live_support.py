@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import io
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +104,11 @@ async def produce_raw(bootstrap: str, topic: str, values: list[tuple[bytes | Non
         await producer.stop()
 
 
-async def read_topic(
-    bootstrap: str, topic: str, *, at_least: int, timeout_s: float = 60.0
-) -> list[Any]:
-    """Every record of ``topic`` from the beginning, once at least ``at_least`` are there."""
+@contextlib.asynccontextmanager
+async def _from_beginning(bootstrap: str, topic: str) -> AsyncIterator[AIOKafkaConsumer]:
+    """A consumer outside any group, on every partition of ``topic``, at its first offset."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     await consumer.start()
-    records: list[Any] = []
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
         if not partitions:
@@ -117,18 +116,34 @@ async def read_topic(
             partitions = consumer.partitions_for_topic(topic) or set()
         consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
         await consumer.seek_to_beginning()
-        deadline = time.monotonic() + timeout_s
-        while len(records) < at_least and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            for part in batch.values():
-                records.extend(part)
-        # Anything straggling right behind the last fetch.
-        batch = await consumer.getmany(timeout_ms=300)
-        for part in batch.values():
-            records.extend(part)
+        yield consumer
     finally:
         await consumer.stop()
+
+
+async def _read_until(
+    consumer: AIOKafkaConsumer, done: Callable[[list[Any]], bool], timeout_s: float
+) -> list[Any]:
+    """Records until ``done`` says so (called after each fetch) or time is up, then stragglers."""
+    records: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while not done(records) and time.monotonic() < deadline:
+        batch = await consumer.getmany(timeout_ms=200)
+        for part in batch.values():
+            records.extend(part)
+    # Anything straggling right behind the last fetch.
+    batch = await consumer.getmany(timeout_ms=300)
+    for part in batch.values():
+        records.extend(part)
     return records
+
+
+async def read_topic(
+    bootstrap: str, topic: str, *, at_least: int, timeout_s: float = 60.0
+) -> list[Any]:
+    """Every record of ``topic`` from the beginning, once at least ``at_least`` are there."""
+    async with _from_beginning(bootstrap, topic) as consumer:
+        return await _read_until(consumer, lambda records: len(records) >= at_least, timeout_s)
 
 
 async def read_decisions(
@@ -143,27 +158,16 @@ async def read_decisions(
     import orjson  # noqa: PLC0415
 
     wanted = set(expected)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
-    await consumer.start()
-    records: list[Any] = []
-    try:
-        await consumer.topics()
-        partitions = consumer.partitions_for_topic(topic) or set()
-        consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
-        await consumer.seek_to_beginning()
-        deadline = time.monotonic() + timeout_s
-        while wanted and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            for part in batch.values():
-                records.extend(part)
-                wanted.difference_update(orjson.loads(r.value)["decision_id"] for r in part)
-        # Anything straggling right behind the last fetch.
-        batch = await consumer.getmany(timeout_ms=300)
-        for part in batch.values():
-            records.extend(part)
-    finally:
-        await consumer.stop()
-    return records
+    seen = 0
+
+    def all_there(records: list[Any]) -> bool:
+        nonlocal seen
+        wanted.difference_update(orjson.loads(r.value)["decision_id"] for r in records[seen:])
+        seen = len(records)
+        return not wanted
+
+    async with _from_beginning(bootstrap, topic) as consumer:
+        return await _read_until(consumer, all_there, timeout_s)
 
 
 async def wait_for(
