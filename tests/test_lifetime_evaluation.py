@@ -21,7 +21,7 @@ from lavad.evaluation.lifetime import (
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.survival import expected_remaining, life_table, suffix_sums
 from lavad.streams.adapters import open_trace
-from lavad.streams.schema import VmRequest
+from lavad.streams.schema import VmExit, VmRequest
 
 AZURE_SLICE = PROJECT_ROOT / "data" / "azure-v1-vms-slice"
 HOUR = 3600.0
@@ -130,3 +130,51 @@ def test_log_score_worked_by_hand() -> None:
     test = {("p", "a"): 0.0, ("p", "b"): 700.0}
     score = log_score(bins, predicted, test, {("p", "a"): 100.0}, end_time=1000.0)
     assert score == pytest.approx((np.log(4.0) + np.log(4.0 / 3.0)) / 2.0)
+
+
+def _prequential_events() -> list[VmRequest | VmExit]:
+    """a lives 100 s before the split (150 s); b lives 500 s and c is still running at the end."""
+
+    def request(at: float, vm: str) -> VmRequest:
+        return VmRequest(time=at, pool="p", vm_id=vm, cores=2.0, memory_gib=4.0, tenant="t")
+
+    return [
+        request(0.0, "a"),
+        VmExit(time=100.0, pool="p", vm_id="a"),
+        request(200.0, "b"),
+        VmExit(time=700.0, pool="p", vm_id="b"),
+        request(800.0, "c"),
+    ]
+
+
+@pytest.mark.parametrize(("protocol", "ece"), [("split", 1.0), ("online", 0.75)])
+def test_online_protocol_predicts_with_the_model_as_it_stands(protocol: str, ece: float) -> None:
+    # Bins [0, 300), [300, 3000), open; "lives beyond 300 s"; refits every 100 s.
+    # Split (frozen at 150 s, a's death only): P(T > 300) = 0 for b and c.
+    # Both outlive 300 s (b lived 500, c runs from 800 to the end at 2000), so
+    # ECE = 1. Online: b is predicted at 200 s from a's death alone (0); c at
+    # 800 s, after the refit that counts b's death in bin 1 too: deaths
+    # (1, 1, 0), hazards 1/2 then 1/1, P(T > 300) = 0.5. ECE = (|0 - 1| +
+    # |0.5 - 1|) / 2 = 0.75.
+    result = evaluate_lifetime_model(
+        _prequential_events(),
+        split_time=150.0,
+        end_time=2000.0,
+        thresholds_s=(300.0,),
+        settle_s=0.0,
+        min_observations=1,
+        refit_interval_s=100.0,
+        bins=LifetimeBins.log_spaced(first_s=300.0, horizon_s=3000.0, count=2),
+        protocol="online" if protocol == "online" else "split",
+    )
+    (report,) = result.models[0].thresholds
+    assert report.calibration_vms == 2
+    assert report.expected_calibration_error == pytest.approx(ece)
+    assert result.protocol == protocol
+    # Online, every exit was learned from; frozen, only a's.
+    assert result.train_exits == (2 if protocol == "online" else 1)
+
+
+def test_online_protocol_refuses_an_unknown_protocol() -> None:
+    with pytest.raises(ValueError, match="protocol"):
+        evaluate_lifetime_model([], split_time=1.0, end_time=5.0, protocol="later")  # type: ignore[arg-type]

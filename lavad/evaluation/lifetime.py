@@ -1,10 +1,17 @@
 """How good the lifetime model's distributions are, on a recorded trace (LAVA paper, figure 9).
 
-Protocol: the model learns online, as the daemon's does, from the first part
-of the trace (exits are deaths, VMs still running are censored at each
-hourly refit); at ``split_time`` it is refitted once more and frozen. The
-VMs requested after the split are the test set, so no test VM's exit, nor
-anything after the split, reaches the model.
+Two protocols; both test the VMs requested after ``split_time``.
+
+* ``"split"``: the model learns online, as the daemon's does, from the first
+  part of the trace (exits are deaths, VMs still running are censored at
+  each hourly refit); at ``split_time`` it is refitted once more and frozen.
+  No test VM's exit, nor anything after the split, reaches the model.
+* ``"online"`` (prequential, test then train in event time): the model never
+  freezes. Each test VM is predicted at its request by the model as it
+  stands then, having learned from every exit before it and refitted every
+  ``refit_interval_s`` with the VMs then running censored, exactly as the
+  daemon's tracker does; then it is learned from like any other VM. Its
+  prediction is kept as the distribution row of that moment.
 
 * **F1 by uptime.** For each test VM with a known lifetime T (it exited
   before the recording ended) requested at least ``settle_s`` before the
@@ -35,6 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -55,6 +63,8 @@ from lavad.streams.schema import Event, VmExit, VmRequest
 
 FRACTIONS: tuple[float, ...] = tuple(round(0.1 * k, 1) for k in range(10))
 HOUR = 3600.0
+Protocol = Literal["split", "online"]
+PROTOCOLS: tuple[Protocol, ...] = ("split", "online")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +109,14 @@ class LifetimeEvaluation:
     split_time: float
     end_time: float
     settle_s: float
+    # Exits learned from, and VMs running (censored) when learning stopped:
+    # at the split ("split"), at the end of the trace ("online").
     train_exits: int
     train_censored: int
     test_vms: int
     groups: int
     models: list[ModelReport]
+    protocol: Protocol = "split"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +169,18 @@ class _OnlineModel:
         # Running VMs: their group rows, start and chosen distribution row.
         self.running: dict[tuple[str, str], tuple[GroupRows, float, int]] = {}
         self.next_refit = float("-inf")
+        self.refits = 0
         self.exits = 0
         # Test VMs: their distribution rows, and the cost of each prediction.
+        # Frozen ("split"): rows of the model's own tables. Online: rows of
+        # ``kept``, copies of the model's rows as they were at the request.
         self.test_rows: dict[tuple[str, str], int] = {}
         self.predict_ns: list[int] = []
+        # Online: (refit count, model row) -> row of ``kept``. A model row is
+        # fixed between two refits (a shrunk combo once chosen), so one copy
+        # serves every test VM predicted from it in that interval.
+        self._kept_index: dict[tuple[int, int], int] = {}
+        self.kept: list[FloatArray] = []
 
     def refit(self, now: float) -> None:
         running = list(self.running.values())
@@ -167,6 +188,24 @@ class _OnlineModel:
         uptimes = np.array([now - start for _, start, _ in running])
         chosen = np.array([c for _, _, c in running], dtype=np.int64)
         self.model.refit(rows, uptimes, chosen, now=now)
+        self.refits += 1
+
+    def keep(self, key: tuple[str, str], chosen: int) -> None:
+        """Online protocol: test VM ``key`` is predicted by row ``chosen`` as it stands now."""
+        index = self._kept_index.get((self.refits, chosen))
+        if index is None:
+            index = self._kept_index[(self.refits, chosen)] = len(self.kept)
+            self.kept.append(self.model.mass[chosen].copy())
+        self.test_rows[key] = index
+
+    def distributions(self, bins: LifetimeBins, online: bool) -> _Distributions:
+        """The test VMs' predicted distributions, at the split or as kept at their requests."""
+        model = self.model
+        if not online:
+            return _Distributions(model.mass, model.m0, model.m1, self.test_rows)
+        mass = np.vstack(self.kept) if self.kept else np.zeros((0, bins.count))
+        m0, m1 = suffix_sums(mass, bins)
+        return _Distributions(mass, m0, m1, self.test_rows)
 
     def advance(self, now: float) -> None:
         if now >= self.next_refit:
@@ -219,8 +258,11 @@ def evaluate_lifetime_model(
     models: tuple[str, ...] = ("tables",),
     prior_strength: float = 10.0,
     half_life_s: float | None = None,
+    protocol: Protocol = "split",
 ) -> LifetimeEvaluation:
     """The online ``models`` (and, with ``river_seed``, the river classifier), as above."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     if not split_time < end_time:
         raise ValueError(f"split_time ({split_time}) must be before end_time ({end_time})")
     if not thresholds_s or min(thresholds_s) <= 0:
@@ -238,7 +280,10 @@ def evaluate_lifetime_model(
     ]
     river = None if river_seed is None else RiverLifetimeClassifier(bins, seed=river_seed)
     pending_x: dict[tuple[str, str], dict[str, float | str]] = {}
-    frozen = False
+    keeps_learning = protocol == "online"
+    # Testing: the split has passed. Learning: always online, until the split otherwise.
+    testing = False
+    learning = True
     # Test VMs: (pool, id) -> start; the river's distributions.
     test: dict[tuple[str, str], float] = {}
     river_mass: list[FloatArray] = []
@@ -248,16 +293,18 @@ def evaluate_lifetime_model(
         if isinstance(event, BadRecord):
             continue
         now = event.time
-        if not frozen and now >= split_time:
-            for online in onlines:
-                online.refit(split_time)
-            frozen = True
-        if not frozen:
+        if not testing and now >= split_time:
+            testing = True
+            if not keeps_learning:
+                for online in onlines:
+                    online.refit(split_time)
+                learning = False
+        if learning:
             for online in onlines:
                 online.advance(now)
         if isinstance(event, VmRequest):
             key = (event.pool, event.vm_id)
-            if frozen and key in test:
+            if testing and key in test:
                 continue  # a repeated request: the first one counts
             keys = lifetime_keys(
                 event.tenant,
@@ -274,26 +321,29 @@ def evaluate_lifetime_model(
                 else None
             )
             # A VM that existed before the recording has no known age: never learned from.
-            learns = not left_truncated(event.features)
+            learns = learning and not left_truncated(event.features)
             for online in onlines:
                 rows, chosen = online.predict(keys)
-                if frozen:
-                    online.test_rows[key] = chosen
-                elif learns:
+                if testing:
+                    if keeps_learning:
+                        online.keep(key, chosen)
+                    else:
+                        online.test_rows[key] = chosen
+                if learns:
                     online.running[key] = (rows, now, chosen)
-            if frozen:
+            if testing:
                 test[key] = now
                 if river is not None and x is not None:
                     started = time.perf_counter_ns()
                     river_mass.append(river.distribution(x))
                     river_ns.append(time.perf_counter_ns() - started)
-            elif x is not None:
+            if learning and x is not None:
                 pending_x[key] = x
         elif isinstance(event, VmExit):
             key = (event.pool, event.vm_id)
-            if frozen:
-                if key in test and key not in test_lifetimes:
-                    test_lifetimes[key] = now - test[key]
+            if testing and key in test and key not in test_lifetimes:
+                test_lifetimes[key] = now - test[key]
+            if not learning:
                 continue
             lived = None
             for online in onlines:
@@ -305,19 +355,17 @@ def evaluate_lifetime_model(
             x = pending_x.pop(key, None)
             if lived is not None and river is not None and x is not None:
                 river.learn(x, lived)
-    if not frozen:
+    if not testing:
         raise ValueError(f"no event at or after split_time {split_time}: nothing to test")
 
     settled = {k: v for k, v in test_lifetimes.items() if test[k] + settle_s <= end_time}
     reports = []
     for online in onlines:
-        model = online.model
-        tables = _Distributions(model.mass, model.m0, model.m1, online.test_rows)
         reports.append(
             _model_report(
                 MODEL_TITLES[online.name],
                 bins,
-                tables,
+                online.distributions(bins, keeps_learning),
                 test,
                 settled,
                 test_lifetimes,
@@ -353,6 +401,7 @@ def evaluate_lifetime_model(
         test_vms=len(settled),
         groups=first.model.groups,
         models=reports,
+        protocol=protocol,
     )
 
 

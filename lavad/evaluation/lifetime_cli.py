@@ -17,6 +17,7 @@ from rich.table import Table
 from lavad.daemon.console import fail, out
 from lavad.evaluation.lifetime import (
     FRACTIONS,
+    PROTOCOLS,
     LifetimeEvaluation,
     ModelReport,
     evaluate_lifetime_model,
@@ -74,10 +75,20 @@ def lifetime_command(
         float | None,
         typer.Option("--half-life-h", help="observations count half after this (default: never)"),
     ] = None,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            help="'split': the model is frozen at the split; 'online': it keeps learning in "
+            "event time and predicts each test VM as it stands at its request (the daemon's way)"
+        ),
+    ] = "split",
 ) -> None:
     """F1 of "lives beyond X" at uptimes 0-90% of the lifetime, calibration, latency."""
     if not 0.0 < split < 1.0:
         raise fail(f"--split must be in (0, 1), got {split}")
+    chosen_protocol = next((known for known in PROTOCOLS if known == protocol), None)
+    if chosen_protocol is None:
+        raise fail(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     try:
         thresholds = tuple(float(x) * 3600.0 for x in thresholds_h.split(","))
     except ValueError:
@@ -109,6 +120,7 @@ def lifetime_command(
             models=tuple(name.strip() for name in models.split(",") if name.strip()),
             prior_strength=prior_strength,
             half_life_s=None if half_life_h is None else half_life_h * 3600.0,
+            protocol=chosen_protocol,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -121,11 +133,21 @@ def lifetime_command(
 
 
 def print_evaluation(name: str, result: LifetimeEvaluation) -> None:
+    if result.protocol == "online":
+        learned = (
+            f"learned online throughout, each VM requested after {result.split_time:,.0f} s "
+            f"predicted by the model as it stood then ({result.train_exits:,} exits, "
+            f"{result.train_censored:,} VMs running at the end, {result.groups:,} groups)"
+        )
+    else:
+        learned = (
+            f"learned online until {result.split_time:,.0f} s, then frozen "
+            f"({result.train_exits:,} exits, {result.train_censored:,} running VMs censored, "
+            f"{result.groups:,} groups)"
+        )
     out.print(
-        f"[bold]{name}[/bold]: learned online until {result.split_time:,.0f} s "
-        f"({result.train_exits:,} exits, {result.train_censored:,} running VMs censored, "
-        f"{result.groups:,} groups); F1 on {result.test_vms:,} VMs requested after it, "
-        f"at least {result.settle_s / 86_400:.2g} days before the end, and exited"
+        f"[bold]{name}[/bold]: {learned}; F1 on {result.test_vms:,} VMs requested after "
+        f"the split, at least {result.settle_s / 86_400:.2g} days before the end, and exited"
     )
     for model in result.models:
         _print_model(model)
