@@ -272,3 +272,49 @@ def test_bad_replica_settings_fail_at_start_up_with_the_key(
     good.write_text("[limits]\nhorizontal = true\nmax_deployments = 5\n")
     limits = load_settings(good).limits
     assert (limits.horizontal, limits.max_deployments) == (True, 5)
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("target_utilization = 0", r"limits\.scaler\.target_utilization"),
+        ("target_utilization = 1.5", r"limits\.scaler\.target_utilization"),
+        ('statistic = "p50"', r"limits\.scaler\.statistic"),
+        ("horizon_s = 0", r"limits\.scaler\.horizon_s"),
+        ("downscale_delay_s = -1", r"limits\.scaler\.downscale_delay_s"),
+        ("small_change = 1", r"limits\.scaler\.small_change"),
+        ("min_replicas = 0", r"limits\.scaler\.min_replicas"),
+        ("growth = 2", r"limits\.scaler\.growth"),
+    ],
+)
+def test_bad_scaler_settings_fail_at_start_up_with_the_key(
+    tmp_path: Path, toml: str, key: str
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"[limits.scaler]\n{toml}\n")
+    with pytest.raises(ConfigError, match=key):
+        load_settings(bad)
+
+
+def test_scaler_settings_reach_the_scaler_and_default_to_the_papers(tmp_path: Path) -> None:
+    assert load_settings(CONFIG).limits.scaler.horizontal() == HorizontalConfig()
+    good = tmp_path / "good.toml"
+    good.write_text(
+        '[limits.scaler]\ntarget_utilization = 0.5\nstatistic = "p95"\n'
+        "downscale_delay_s = 0\nmin_replicas = 2\n"
+    )
+    scaler = load_settings(good).limits.scaler.horizontal()
+    assert scaler == replace(
+        HorizontalConfig(),
+        target_utilization=0.5,
+        statistic="p95",
+        downscale_delay_s=0.0,
+        min_replicas=2,
+    )
+    # One deployment of 4 replicas summing 3.0 CPU units in its first window:
+    # ceil(3.0 / 0.7) = 5 replicas wanted by the paper's target (4 + 0.5 x 4
+    # may initialise: 5 run), ceil(3.0 / 0.5) = 6 by this one (6 run).
+    for config, expected in ((HorizontalConfig(), 5), (scaler, 6)):
+        decision = ReplicaTracker(config).observe(300.0, "web", 3.0, 4)
+        assert decision is not None
+        assert (decision.stabilized, decision.replicas) == (expected, expected)

@@ -15,10 +15,93 @@ before.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
+from pydantic import ConfigDict, Field
+
+from lavad.models.limits.histogram import HOUR_S, INTERVAL_S
 from lavad.models.limits.horizontal import HorizontalConfig
 from lavad.models.limits.replicas import DeploymentWindows, ReplicaDecision, ReplicaTracker
 from lavad.streams.schema import UsageSample
+
+
+@dataclass(frozen=True, slots=True)
+class ScalerConfig:
+    """The ``[limits.scaler]`` table: Autopilot's horizontal scaler (``HorizontalConfig``).
+
+    The defaults are the paper's (and ``HorizontalConfig``'s); the settings
+    check each key at start-up by the constraints below, and ``horizontal``
+    checks the whole again where code builds one directly.
+    """
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    target_utilization: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=1,
+            allow_inf_nan=False,
+            description="r*: the deployment's usage statistic over this is the replica count",
+        ),
+    ] = 0.7
+    horizon_s: Annotated[
+        float,
+        Field(gt=0, allow_inf_nan=False, description="T: the usage statistic's look-back"),
+    ] = 72 * HOUR_S
+    statistic: Annotated[
+        Literal["max", "p95"],
+        Field(description="of the deployment's summed CPU usage over the horizon"),
+    ] = "max"
+    downscale_delay_s: Annotated[
+        float,
+        Field(
+            ge=0,
+            allow_inf_nan=False,
+            description="T_d: a lower count waits until it has been the need this long",
+        ),
+    ] = 48 * HOUR_S
+    halving_s: Annotated[
+        float,
+        Field(gt=0, allow_inf_nan=False, description="surplus replicas halve over this time"),
+    ] = HOUR_S
+    small_change: Annotated[
+        float,
+        Field(
+            ge=0,
+            lt=1,
+            allow_inf_nan=False,
+            description="a change below this fraction of the current count is deferred",
+        ),
+    ] = 0.1
+    max_initializing: Annotated[
+        float,
+        Field(
+            gt=0,
+            allow_inf_nan=False,
+            description="at most this times the current count may be initialising (growth)",
+        ),
+    ] = 0.5
+    init_s: Annotated[
+        float,
+        Field(gt=0, allow_inf_nan=False, description="how long an added replica initialises"),
+    ] = INTERVAL_S
+    min_replicas: Annotated[int, Field(ge=1, description="never fewer replicas than this")] = 1
+
+    def horizontal(self) -> HorizontalConfig:
+        """The scaler's configuration (validated again by ``HorizontalConfig``)."""
+        return HorizontalConfig(
+            target_utilization=self.target_utilization,
+            horizon_s=self.horizon_s,
+            statistic=self.statistic,
+            downscale_delay_s=self.downscale_delay_s,
+            halving_s=self.halving_s,
+            small_change=self.small_change,
+            max_initializing=self.max_initializing,
+            init_s=self.init_s,
+            min_replicas=self.min_replicas,
+        )
 
 
 class PoolReplicas:

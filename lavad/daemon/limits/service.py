@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Final
 
 from pydantic import AfterValidator, ConfigDict, Field
 
+from lavad.daemon.limits.replicas import ScalerConfig
 from lavad.daemon.registry import Entry, NoArgs, Registry
 from lavad.models.limits.choice import default_choice
 from lavad.models.limits.decision import LimitDecision, LimitTracker, Resource
@@ -132,6 +133,8 @@ class LimitsConfig:
             "recently observed is evicted (counted)",
         ),
     ] = 10_000
+    # The horizontal scaler's settings ([limits.scaler]); defaults are the paper's.
+    scaler: ScalerConfig = field(default_factory=ScalerConfig)
 
     def __post_init__(self) -> None:
         if self.recommender not in RECOMMENDERS:
@@ -142,6 +145,8 @@ class LimitsConfig:
             raise ValueError(f"tolerance must be >= 0, got {self.tolerance!r}")
         if self.max_deployments < 1:
             raise ValueError(f"limits.max_deployments must be >= 1, got {self.max_deployments!r}")
+        # Direct construction (tests, evaluations) is checked as the settings are.
+        self.scaler.horizontal()
 
 
 class RecommenderFactory:
