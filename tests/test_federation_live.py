@@ -9,9 +9,7 @@ time (kill -9 to the survivor's first verdict for the moved pool) is printed."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -19,86 +17,28 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import AIOKafkaProducer
+from federation_live_support import (
+    create_topics,
+    produce,
+    start,
+    stop_all,
+    taken_partitions,
+    tasks,
+    until,
+    verdicts,
+)
 
 from lavad.federation.live_clients import read_partition
-from lavad.federation.live_wire import (
-    DEAD_LETTERS,
-    LAUNCHES,
-    OWNER_SNAPSHOTS,
-    REQUESTS,
-    STATE,
-    VERDICTS,
-    encode_request,
-)
-from lavad.federation.messages import Task
+from lavad.federation.live_wire import DEAD_LETTERS, LAUNCHES, REQUESTS
 from lavad.streams.kafka.embedded import EmbeddedBroker, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-async def _topics(bootstrap: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [
-                NewTopic(REQUESTS, 2, 1),
-                NewTopic(LAUNCHES, 2, 1),
-                NewTopic(VERDICTS, 1, 1),
-                NewTopic(DEAD_LETTERS, 1, 1),
-                NewTopic(STATE, 2, 1, topic_configs={"cleanup.policy": "compact"}),
-                NewTopic(OWNER_SNAPSHOTS, 1, 1, topic_configs={"cleanup.policy": "compact"}),
-            ]
-        )
-    finally:
-        await admin.close()
-
-
-def _start(module: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
-    handle = log.open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *args], stdout=handle, stderr=handle, env=dict(os.environ)
-    )
-
-
-async def _produce(bootstrap: str, tasks: list[Task]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        for task in tasks:
-            await producer.send_and_wait(
-                REQUESTS, encode_request(task), key=b"%d" % task.tenant, partition=task.tenant
-            )
-    finally:
-        await producer.stop()
-
-
-async def _verdicts(bootstrap: str) -> list[tuple[float, dict[str, Any]]]:
-    return [
-        (r.timestamp / 1000.0, orjson.loads(r.value))
-        for r in await read_partition(bootstrap, VERDICTS)
-    ]
-
-
 async def _read(bootstrap: str, topic: str) -> list[Any]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    out: list[Any] = []
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        while await consumer.position(tp) < end:
-            for records in (await consumer.getmany(tp, timeout_ms=300)).values():
-                out.extend(records)
-    finally:
-        await consumer.stop()
-    return out
+    return list(await read_partition(bootstrap, topic))
 
 
 def _metrics(port: int) -> dict[str, float]:
@@ -112,38 +52,13 @@ def _metrics(port: int) -> dict[str, float]:
     return values
 
 
-def _tasks(tenant: int, first: int, count: int) -> list[Task]:
-    return [
-        Task(
-            first + i,
-            job=first + i,
-            tenant=tenant,
-            demand=(1,),
-            constraints=0,
-            duration=60.0,
-            arrival=0.0,
-        )
-        for i in range(count)
-    ]
-
-
-async def _until(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = await predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 async def test_two_owners_two_schedulers_kill_9_an_owner(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     bootstrap = broker.bootstrap_servers
-    await _topics(bootstrap)
+    await create_topics(bootstrap)
     logs = {name: tmp_path / f"{name}.log" for name in ("a", "b", "gm0", "gm1")}
-    owner_a = _start(
+    owner_a = start(
         "lavad.federation.live_owner",
         logs["a"],
         "--bootstrap",
@@ -153,7 +68,7 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
         "--snapshot-every",
         "1000",  # a takes no snapshot after its pool's first: killed between snapshots
     )
-    owner_b = _start(
+    owner_b = start(
         "lavad.federation.live_owner",
         logs["b"],
         "--bootstrap",
@@ -165,7 +80,7 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
     )
     metrics_port = free_port()
     gms = [
-        _start(
+        start(
             "lavad.federation.live_scheduler",
             logs[f"gm{g}"],
             "--bootstrap",
@@ -182,10 +97,12 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
     processes = [owner_a, owner_b, *gms]
     try:
 
-        async def both_own() -> bool:
-            return all("pool taken" in logs[n].read_text() for n in ("a", "b"))
+        async def all_hold() -> bool:
+            owners = all("pool taken" in logs[n].read_text() for n in ("a", "b"))
+            return owners and all(taken_partitions(logs[f"gm{g}"]) for g in (0, 1))
 
-        await _until(both_own, 60, "each owner to take a pool")
+        # both schedulers' views are read (empty) before the first launch: stale from then on
+        await until(all_hold, 60, "each owner to take a pool and each scheduler a queue")
         a_pool = int(
             next(line for line in logs["a"].read_text().splitlines() if "pool taken" in line)
             .split("pool=")[1]
@@ -203,33 +120,26 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
             await garbage.send_and_wait(REQUESTS, b'{"task": 1}', key=b"y", partition=0)
         finally:
             await garbage.stop()
-        await _produce(bootstrap, _tasks(0, 0, 60))
+        await produce(bootstrap, tasks(0, 0, 60))
 
         async def some_verdicts() -> bool:
-            return len(await _verdicts(bootstrap)) >= 40
+            return len(await verdicts(bootstrap)) >= 40
 
-        await _until(some_verdicts, 60, "40 verdicts")
+        await until(some_verdicts, 60, "40 verdicts")
         killed_at = time.time()
         owner_a.send_signal(signal.SIGKILL)
         owner_a.wait()
-        await _produce(bootstrap, _tasks(1, 60, 30))
+        await produce(bootstrap, tasks(1, 60, 30))
 
         async def all_accepted() -> list[tuple[float, dict[str, Any]]] | None:
-            verdicts = await _verdicts(bootstrap)
-            accepted = {v["task"] for _, v in verdicts if v["accepted"]}
-            return verdicts if len(accepted) == 90 else None
+            found = await verdicts(bootstrap)
+            accepted = {v["task"] for _, v in found if v["accepted"]}
+            return found if len(accepted) == 90 else None
 
-        verdicts = await _until(all_accepted, 120, "all 90 tasks accepted")
+        answered = await until(all_accepted, 120, "all 90 tasks accepted")
         metrics = await asyncio.to_thread(_metrics, metrics_port)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(processes)
     # one verdict per launch (task, scheduler, seq); a replayed launch must get the same
     # scheduler 0's allocation time: its accepted launches, the components summing up
     count = metrics["lavad_federation_allocation_seconds_count"]
@@ -249,7 +159,7 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
     assert len(reasons) == 2 and reasons[0].startswith("launch: not JSON"), reasons
     assert reasons[1].startswith("task: KeyError('job')"), reasons
     distinct: dict[tuple[int, int, int], dict[str, Any]] = {}
-    for _, v in verdicts:
+    for _, v in answered:
         key = (v["task"], v["gm"], v["seq"])
         first = distinct.setdefault(key, v)
         decision = ("accepted", "final", "pool", "host", "reason")
@@ -271,9 +181,9 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
     assert all("stale view" in v["reason"] for v in stale)
     assert not [v for v in distinct.values() if not v["accepted"] and v["final"]]
     # the survivor replayed a's launches since its snapshot: the same verdicts again
-    assert len(verdicts) > len(distinct)
-    replayed = len(verdicts) - len(distinct)
-    moved = sorted(t for t, v in verdicts if v["instance"] == "b" and v["pool"] == a_pool)
+    assert len(answered) > len(distinct)
+    replayed = len(answered) - len(distinct)
+    moved = sorted(t for t, v in answered if v["instance"] == "b" and v["pool"] == a_pool)
     assert moved, "the survivor never decided for the moved pool"
     failover = moved[0] - killed_at
     sys.stdout.write(
@@ -282,7 +192,7 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
         f"components (s): {[round(p, 3) for p in parts]}"
     )
     sys.stdout.write(
-        f"\nlive federation: {len(verdicts)} verdicts, {replayed} of them replayed, "
+        f"\nlive federation: {len(answered)} verdicts, {replayed} of them replayed, "
         f"{len(stale)} stale refusals; kill -9 -> survivor's first verdict for pool "
         f"{a_pool}: {failover:.2f} s\n"
     )

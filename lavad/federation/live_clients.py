@@ -10,6 +10,9 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 SESSION_TIMEOUT_MS = 4000
 HEARTBEAT_INTERVAL_MS = 500
 
+OWNERS_GROUP = "lavad-federation-owners"
+SCHEDULERS_GROUP = "lavad-federation-schedulers"
+
 
 def group_consumer(bootstrap: str, group_id: str) -> AIOKafkaConsumer:
     """A member of ``group_id`` that commits by hand and starts a new group from the beginning."""

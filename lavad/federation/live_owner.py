@@ -8,6 +8,11 @@ replayed launch gets the verdict it got before, with the same content. Per batch
 validate, publish the verdicts and the pool's summary, then commit; every
 ``snapshot_every`` launches, snapshot (after the verdicts are out).
 
+A launch is named ``(task, attempt)``; the owner keeps the ids it has decided (the
+newest ``DECIDED_IDS_KEPT`` per pool, in its snapshot) and drops a launch whose id it
+has already decided: its verdict is on the verdicts topic already. Global schedulers
+never send an id twice on purpose (see request_ledger.py); this is the second line.
+
 ``python -m lavad.federation.live_owner --bootstrap HOST:PORT --instance NAME``
 """
 
@@ -21,7 +26,7 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
-from lavad.federation.live_clients import group_consumer
+from lavad.federation.live_clients import OWNERS_GROUP, group_consumer
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
     LAUNCHES,
@@ -35,12 +40,17 @@ from lavad.federation.live_wire import (
     restore_owner,
 )
 from lavad.federation.owner import PoolOwner
+from lavad.federation.request_ledger import LaunchId
 from lavad.federation.state_topic import pool_key
 from lavad.federation.summary_codec import encode_summary
 from lavad.federation.topology import Topology, uniform_topology
 from lavad.streams.kafka.deadletter import dead_letter_headers
 
 log = structlog.get_logger()
+
+# a duplicate arrives within a takeover's window of launches, not thousands of decisions
+# later; the bound keeps the snapshot (one record) well under the broker's message size
+DECIDED_IDS_KEPT = 10_000
 
 
 def owner_id(pool: int) -> str:
@@ -87,8 +97,10 @@ class Owner:
         self.owned: dict[int, PoolOwner] = {}
         self.next_offset: dict[int, int] = {}
         self.since_snapshot: dict[int, int] = {}
+        self.decided: dict[int, dict[LaunchId, None]] = {}  # pool -> ids, oldest first
+        self.duplicates = 0
         self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        self.consumer = group_consumer(bootstrap, "lavad-federation-owners")
+        self.consumer = group_consumer(bootstrap, OWNERS_GROUP)
 
     async def take(self, assigned: Any) -> None:
         snapshots = await latest_snapshots(self.bootstrap)
@@ -99,9 +111,10 @@ class Owner:
             pool = self.topology.pools[tp.partition]
             owner = PoolOwner(owner_id(pool.index), pool, self.topology.schedulers, self.tenants)
             offset = 0
+            decided: list[LaunchId] = []
             if pool.index in snapshots:
                 try:
-                    offset = restore_owner(owner, snapshots[pool.index])
+                    offset, decided = restore_owner(owner, snapshots[pool.index])
                 except WireError as exc:
                     log.warning(
                         "owner snapshot refused, rebuilding",
@@ -113,7 +126,9 @@ class Owner:
                         owner_id(pool.index), pool, self.topology.schedulers, self.tenants
                     )
                     offset = 0
+                    decided = []
             self.owned[pool.index] = owner
+            self.decided[pool.index] = dict.fromkeys(decided)
             self.next_offset[pool.index] = offset
             self.since_snapshot[pool.index] = 0
             self.consumer.seek(tp, offset)
@@ -136,7 +151,9 @@ class Owner:
     async def snapshot(self, pool: int) -> None:
         owner = self.owned[pool]
         await self.producer.send_and_wait(
-            OWNER_SNAPSHOTS, encode_owner(owner, self.next_offset[pool]), key=pool_key(pool)
+            OWNER_SNAPSHOTS,
+            encode_owner(owner, self.next_offset[pool], list(self.decided[pool])),
+            key=pool_key(pool),
         )
         self.since_snapshot[pool] = 0
 
@@ -183,6 +200,16 @@ class Owner:
                 futures.append(await self.dead_letter(record, str(exc)))
                 self.next_offset[tp.partition] = record.offset + 1
                 continue
+            launch_id = (request.task.task_id, request.attempt)
+            decided = self.decided[tp.partition]
+            self.next_offset[tp.partition] = record.offset + 1
+            if launch_id in decided:
+                self.duplicates += 1
+                log.info("duplicate launch dropped", instance=self.instance, launch=launch_id)
+                continue
+            decided[launch_id] = None
+            if len(decided) > DECIDED_IDS_KEPT:
+                del decided[next(iter(decided))]
             verdict = owner.launch(request, now)
             futures.append(
                 await self.producer.send(
@@ -191,7 +218,6 @@ class Owner:
                     key=str(request.task.task_id).encode(),
                 )
             )
-            self.next_offset[tp.partition] = record.offset + 1
             self.since_snapshot[tp.partition] += 1
         if not records:
             return

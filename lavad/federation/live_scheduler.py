@@ -20,11 +20,14 @@ from typing import Any
 import numpy as np
 import orjson
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import CommitFailedError, IllegalStateError
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 
 from lavad.daemon.settings import KafkaSettings
-from lavad.federation.live_clients import group_consumer
+from lavad.federation.launch_backlog import launches_since_owners_commit
+from lavad.federation.live_clients import SCHEDULERS_GROUP, group_consumer
 from lavad.federation.live_owner import owner_id
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
@@ -38,6 +41,7 @@ from lavad.federation.live_wire import (
     encode_launch,
 )
 from lavad.federation.messages import LaunchRequest, PoolSummary, Task
+from lavad.federation.request_ledger import CommitWatermark, LaunchId, RequestLedger
 from lavad.federation.scheduler import GlobalScheduler, Launch
 from lavad.federation.state_topic import StateTopicReader
 from lavad.federation.topology import Topology, uniform_topology
@@ -91,6 +95,13 @@ class AllocationClock:
         self.mark[task] = now
         self.retrying.add(task)
 
+    def forget(self, task: int) -> None:
+        """The task ended without a launch accepted here (refused for good, or its queue moved)."""
+        self.arrival.pop(task, None)
+        self.mark.pop(task, None)
+        self.spent.pop(task, None)
+        self.retrying.discard(task)
+
     def accepted(self, task: int, now: float) -> None:
         spent = self.spent.pop(task)
         spent[2] += now - self.mark.pop(task)
@@ -100,68 +111,196 @@ class AllocationClock:
 
 
 class Scheduler:
+    """One global-scheduler process. Restart-safe: a request's offset is committed only
+    once it is final (its launch accepted, or refused for good); a launch is named by its
+    request and attempt; a scheduler that takes tenant queues over (at start, after a
+    rebalance, after another's crash) first learns every verdict and every launch still
+    unanswered, then reads the queues from their committed offsets: a request already
+    final is skipped, one with a launch unanswered waits for its verdict, the others are
+    decided with their next attempt. Launch seqs go on from the highest this scheduler's
+    index ever sent, so a restarted process is not refused as out of order."""
+
     def __init__(
         self, bootstrap: str, gm: int, topology: Topology, tenants: int, state_lag_s: float
     ) -> None:
+        self.bootstrap = bootstrap
         self.gm = gm
         self.topology = topology
         self.state_lag_s = state_lag_s
         owners = {p.index: owner_id(p.index) for p in topology.pools}
         self.view = GlobalView(gm, topology, owners, tenants)
         self.sched = GlobalScheduler(gm, topology, self.view, list(range(tenants)))
-        self.inflight: dict[int, Task] = {}
+        self.ledger = RequestLedger()
+        self.owned: dict[int, CommitWatermark] = {}  # requests partition -> its watermark
+        self.to_take: list[int] = []  # partitions assigned, not yet taken over
+        self.holding: dict[int, int] = {}  # task queued or in flight here -> its partition
+        self.inflight: dict[LaunchId, Task] = {}  # launches whose verdict this one acts on
+        self.replayed = {"already_final": 0, "launch_unanswered": 0, "decided_again": 0}
+        self.lock = asyncio.Lock()  # one of: a loop's work, giving queues up, taking them
         self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        self.requests = group_consumer(bootstrap, "lavad-federation-schedulers")
+        self.requests = group_consumer(bootstrap, SCHEDULERS_GROUP)
         self.verdicts = AIOKafkaConsumer(
             bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
         )
+        self.verdict_parts: list[TopicPartition] = []
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         self.state = StateTopicReader(KafkaSettings(bootstrap_servers=bootstrap), STATE, self.view)
         self.registry = CollectorRegistry()
         self.clock = AllocationClock(self.registry)
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.producer.start()
+        await self.admin.start()
         await self.state.start()
         await self.verdicts.start()
         parts = self.verdicts.partitions_for_topic(VERDICTS)
         if not parts:
             await self.verdicts.topics()
             parts = self.verdicts.partitions_for_topic(VERDICTS) or set()
-        verdict_parts = [TopicPartition(VERDICTS, p) for p in sorted(parts)]
-        self.verdicts.assign(verdict_parts)
-        await self.verdicts.seek_to_beginning(*verdict_parts)
-        self.requests.subscribe([REQUESTS])
+        self.verdict_parts = [TopicPartition(VERDICTS, p) for p in sorted(parts)]
+        self.verdicts.assign(self.verdict_parts)
+        await self.verdicts.seek_to_beginning(*self.verdict_parts)
+        scheduler = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: Any) -> None:
+                await scheduler.give(revoked)
+
+            async def on_partitions_assigned(self, assigned: Any) -> None:
+                scheduler.to_take.extend(tp.partition for tp in assigned)
+
+        self.requests.subscribe([REQUESTS], listener=Listener())
         await self.requests.start()
         next_state = 0.0
         try:
             while not stop.is_set():
                 batch = await self.requests.getmany(timeout_ms=50, max_records=500)
-                for records in batch.values():
-                    for record in records:
-                        try:
-                            task = decode_request(record.value)
-                            self.sched.enqueue(task)
-                            self.clock.arrived(task.task_id, record.timestamp / 1000.0)
-                        except (WireError, ValueError) as exc:
-                            await self.dead_letter(record, str(exc))
-                if time.monotonic() >= next_state:
-                    await self.state.catch_up()
-                    next_state = time.monotonic() + self.state_lag_s
-                answers = await self.verdicts.getmany(*verdict_parts, timeout_ms=20)
-                for records in answers.values():
-                    for record in records:
-                        try:
-                            self.answer(decode_verdict(record.value))
-                        except (WireError, ValueError, KeyError, TypeError) as exc:
-                            await self.dead_letter(record, f"verdict: {exc!r}")
-                await self.launch_what_fits()
-                if batch:
-                    await self.requests.commit()
+                async with self.lock:
+                    if self.to_take:
+                        await self.take_over()
+                    for tp, records in batch.items():
+                        await self.read_requests(tp.partition, records)
+                    if time.monotonic() >= next_state:
+                        await self.state.catch_up()
+                        next_state = time.monotonic() + self.state_lag_s
+                    await self.read_verdicts(timeout_ms=20)
+                    await self.launch_what_fits()
+                    await self.commit()
         finally:
+            log.info("scheduler stopping", gm=self.gm, **self.replayed)
             await self.requests.stop()
             await self.verdicts.stop()
             await self.state.stop()
+            await self.admin.close()
             await self.producer.stop()
+
+    async def take_over(self) -> None:
+        """Learn every launch still unanswered and every verdict, then own the partitions:
+        their records (from the committed offsets) are read in the loop."""
+        started = time.monotonic()
+        taken, self.to_take = sorted(set(self.to_take)), []
+        unanswered = await launches_since_owners_commit(self.bootstrap, self.admin)
+        for launch in unanswered:
+            self.ledger.launched(launch.task, launch.attempt, launch.gm, launch.seq, launch.pool)
+        await self.read_verdicts(to_end=True)
+        self.sched.seq = max(self.sched.seq, self.ledger.max_seq.get(self.gm, 0))
+        for partition in taken:
+            self.owned[partition] = CommitWatermark()
+        log.info(
+            "queues taken",
+            gm=self.gm,
+            partitions=taken,
+            launches_since_owners_commit=len(unanswered),
+            seq=self.sched.seq,
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    async def give(self, revoked: Any) -> None:
+        """The queues move: commit what is final, forget the rest (its new holder reads
+        it again); every launch decided is in the log before this returns."""
+        async with self.lock:
+            await self.producer.flush()
+            await self.commit()
+            parts = {tp.partition for tp in revoked}
+            self.to_take = [p for p in self.to_take if p not in parts]
+            for partition in parts:
+                self.owned.pop(partition, None)
+            gone = {task for task, partition in self.holding.items() if partition in parts}
+            self.sched.drop(gone)
+            for launch_id in [i for i in self.inflight if i[0] in gone]:
+                del self.inflight[launch_id]
+            for task in gone:
+                del self.holding[task]
+                self.clock.forget(task)
+            log.info("queues given up", gm=self.gm, partitions=sorted(parts), tasks=len(gone))
+
+    async def read_requests(self, partition: int, records: list[Any]) -> None:
+        mark = self.owned.get(partition)
+        if mark is None:
+            return  # revoked since the fetch: its new holder reads it again
+        for record in records:
+            try:
+                task = decode_request(record.value)
+                if task.tenant not in self.sched.queues:
+                    raise ValueError(f"tenant {task.tenant} is not one of the federation's")
+            except (WireError, ValueError) as exc:
+                await self.dead_letter(record, str(exc))
+                mark.read(record.offset, None)
+                continue
+            mark.read(record.offset, task.task_id)
+            self.admit(task, partition, record.timestamp / 1000.0)
+
+    def admit(self, task: Task, partition: int, arrival: float) -> None:
+        if self.ledger.is_final(task.task_id):
+            self.replayed["already_final"] += 1
+            return
+        if task.task_id in self.holding:
+            return  # the same request twice in the queue: one decision
+        self.holding[task.task_id] = partition
+        self.clock.arrived(task.task_id, arrival)
+        waiting = self.ledger.outstanding(task.task_id)
+        if waiting is not None:
+            self.replayed["launch_unanswered"] += 1
+            self.inflight[(task.task_id, waiting.attempt)] = task
+            return
+        if self.ledger.next_attempt(task.task_id) > 1:
+            self.replayed["decided_again"] += 1
+        self.sched.enqueue(task)
+
+    async def read_verdicts(self, *, timeout_ms: int = 0, to_end: bool = False) -> None:
+        ends = await self.verdicts.end_offsets(self.verdict_parts) if to_end else {}
+        while True:
+            answers = await self.verdicts.getmany(*self.verdict_parts, timeout_ms=timeout_ms)
+            for records in answers.values():
+                for record in records:
+                    try:
+                        self.answer(decode_verdict(record.value))
+                    except (WireError, ValueError, KeyError, TypeError) as exc:
+                        await self.dead_letter(record, f"verdict: {exc!r}")
+            if not to_end:
+                return
+            behind = [
+                tp for tp in self.verdict_parts if await self.verdicts.position(tp) < ends[tp]
+            ]
+            if not behind:
+                return
+            timeout_ms = 300
+
+    async def commit(self) -> None:
+        """Each owned partition up to its first request not yet final."""
+        offsets = {}
+        for partition, mark in self.owned.items():
+            target = mark.advance(self.ledger.is_final)
+            if target is not None:
+                offsets[TopicPartition(REQUESTS, partition)] = target
+        if not offsets:
+            return
+        try:
+            await self.requests.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as exc:
+            # the group is rebalancing: the queue's next holder reads the requests since
+            # the last commit again, and the ledger makes that harmless
+            log.warning("commit refused", gm=self.gm, reason=repr(exc))
 
     async def dead_letter(self, record: Any, reason: str) -> None:
         """The record as it came, its reason and origin in headers: never dropped silently."""
@@ -174,11 +313,14 @@ class Scheduler:
         )
 
     def answer(self, verdict: dict[str, Any]) -> None:
-        if verdict["gm"] != self.gm:
-            return
-        task = self.inflight.pop(int(verdict["seq"]), None)
+        task_id, attempt = int(verdict["task"]), int(verdict["attempt"])
+        accepted, final = bool(verdict["accepted"]), bool(verdict["final"])
+        self.ledger.answered(
+            task_id, attempt, int(verdict["gm"]), int(verdict["seq"]), accepted, final
+        )
+        task = self.inflight.pop((task_id, attempt), None)
         if task is None:
-            return  # a duplicate: an owner that took the pool over replayed the launch
+            return  # another's launch, or a duplicate from an owner that replayed it
         summary = verdict.get("summary")
         if isinstance(summary, dict):
             self.view.apply(
@@ -193,16 +335,18 @@ class Scheduler:
                     queue_length=0,
                 )
             )
-        if verdict["accepted"]:
-            self.clock.accepted(task.task_id, time.time())
-        elif not verdict["final"]:
-            self.clock.refused(task.task_id, time.time())
-        if verdict["accepted"] or verdict["final"]:
-            if not verdict["accepted"]:
-                log.warning("launch refused, final", task=task.task_id, reason=verdict["reason"])
+        if accepted or final:
+            del self.holding[task_id]
+            if accepted:
+                self.clock.accepted(task_id, time.time())
+            else:
+                self.clock.forget(task_id)
+                log.warning("launch refused, final", task=task_id, reason=verdict["reason"])
             return
-        self.view.forget(int(verdict["pool"]), int(verdict["seq"]))
-        log.info("stale launch refused, retrying", task=task.task_id, reason=verdict["reason"])
+        self.clock.refused(task_id, time.time())
+        if int(verdict["gm"]) == self.gm:
+            self.view.forget(int(verdict["pool"]), int(verdict["seq"]))
+        log.info("stale launch refused, retrying", task=task_id, reason=verdict["reason"])
         self.sched.enqueue(task, front=True)
 
     async def launch_what_fits(self) -> None:
@@ -222,9 +366,11 @@ class Scheduler:
                 host=choice.host,
                 task=task,
                 repartition=choice.repartition,
+                attempt=self.ledger.next_attempt(task.task_id),
             )
             self.view.reserve(choice.pool, choice.host, np.asarray(task.demand), self.sched.seq)
-            self.inflight[self.sched.seq] = task
+            self.ledger.launched(task.task_id, request.attempt, self.gm, request.seq, choice.pool)
+            self.inflight[(task.task_id, request.attempt)] = task
             futures.append(
                 await self.producer.send(
                     LAUNCHES,

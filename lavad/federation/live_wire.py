@@ -10,6 +10,7 @@ import orjson
 
 from lavad.federation.messages import LaunchRequest, RunningTask, Task, Verdict
 from lavad.federation.owner import PoolOwner
+from lavad.federation.request_ledger import LaunchId
 
 REQUESTS = "lavad.federation.requests"
 LAUNCHES = "lavad.federation.launches"
@@ -73,6 +74,7 @@ def encode_launch(request: LaunchRequest) -> bytes:
         {
             "gm": request.gm,
             "seq": request.seq,
+            "attempt": request.attempt,
             "pool": request.pool,
             "host": request.host,
             "repartition": request.repartition,
@@ -91,6 +93,7 @@ def decode_launch(data: bytes) -> LaunchRequest:
             host=int(raw["host"]),
             task=task_from(raw["task"]),
             repartition=bool(raw["repartition"]),
+            attempt=int(raw["attempt"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"launch: {exc!r}") from None
@@ -106,6 +109,7 @@ def encode_verdict(request: LaunchRequest, verdict: Verdict, instance: str) -> b
             "task": request.task.task_id,
             "gm": request.gm,
             "seq": request.seq,
+            "attempt": request.attempt,
             "pool": request.pool,
             "host": request.host,
             "accepted": accepted,
@@ -127,17 +131,22 @@ def encode_verdict(request: LaunchRequest, verdict: Verdict, instance: str) -> b
 
 def decode_verdict(data: bytes) -> dict[str, Any]:
     raw = _object(data, "verdict")
-    for key in ("task", "gm", "seq", "pool", "host", "accepted", "final"):
+    for key in ("task", "gm", "seq", "attempt", "pool", "host", "accepted", "final"):
         if key not in raw:
             raise WireError(f"verdict: no {key!r}")
+    for key in ("task", "gm", "seq", "attempt", "pool", "host"):
+        if not isinstance(raw[key], int) or isinstance(raw[key], bool):
+            raise WireError(f"verdict: {key!r} is not an integer")
     return raw
 
 
-def encode_owner(owner: PoolOwner, offset: int) -> bytes:
+def encode_owner(owner: PoolOwner, offset: int, decided: list[LaunchId]) -> bytes:
+    """The pool's state as of launch ``offset``, with the launch ids it has decided."""
     return orjson.dumps(
         {
             "pool": owner.pool.index,
             "offset": offset,
+            "decided": [list(launch) for launch in decided],
             "version": owner.version,
             "free": owner.free.tolist(),
             "usage": owner.tenant_usage.tolist(),
@@ -150,8 +159,9 @@ def encode_owner(owner: PoolOwner, offset: int) -> bytes:
     )
 
 
-def restore_owner(owner: PoolOwner, data: bytes) -> int:
-    """Put the snapshot ``data`` into ``owner``; the launches offset it reflects."""
+def restore_owner(owner: PoolOwner, data: bytes) -> tuple[int, list[LaunchId]]:
+    """Put the snapshot ``data`` into ``owner``; the launches offset it reflects and the
+    launch ids decided up to it."""
     raw = _object(data, "owner snapshot")
     try:
         if int(raw["pool"]) != owner.pool.index:
@@ -171,6 +181,7 @@ def restore_owner(owner: PoolOwner, data: bytes) -> int:
         }
         offset = int(raw["offset"])
         version = int(raw["version"])
+        decided = [(int(task), int(attempt)) for task, attempt in raw["decided"]]
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise WireError(f"owner snapshot: {exc!r}") from None
     owner.free = free
@@ -178,4 +189,4 @@ def restore_owner(owner: PoolOwner, data: bytes) -> int:
     owner.seen_seq = seen
     owner.running = running
     owner.version = version
-    return offset
+    return offset, decided

@@ -34,6 +34,10 @@ class LaunchRequest:
     host: int
     task: Task
     repartition: bool
+    # which launch of the task this is (1, 2, ... after stale refusals): the live
+    # federation names a launch (task, attempt) so that an owner drops a duplicate;
+    # the event-time replay never restarts a scheduler and leaves it 0
+    attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,17 @@ class GlobalScheduler:
         self._count += 1
         self._blocked_epoch[task.tenant] = self.view.epoch
 
+    def drop(self, tasks: set[int]) -> int:
+        """Take ``tasks`` out of the queues (their tenant queue moved to another scheduler);
+        how many were queued."""
+        dropped = 0
+        for tenant, queue in self.queues.items():
+            kept = deque(t for t in queue if t.task_id not in tasks)
+            dropped += len(queue) - len(kept)
+            self.queues[tenant] = kept
+        self._count -= dropped
+        return dropped
+
     def charge(self, tenant: int, demand: npt.NDArray[np.int64], sign: int) -> None:
         """A launch sent (+1), or a task of ``tenant`` refused, ended or preempted (-1)."""
         self.own_usage[tenant] += sign * demand

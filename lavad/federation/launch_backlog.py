@@ -1,0 +1,75 @@
+"""The launches not yet answered: what a global scheduler reads when it takes tenant
+queues over, so that it waits for their verdicts instead of launching the same
+requests again.
+
+An owner commits its launch offset only after the verdicts of the launches before it
+are published, so every launch before the owners' committed offset has its verdict
+on the verdicts topic; the ones after it, up to the topic's end, may not yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from lavad.federation.live_clients import OWNERS_GROUP
+from lavad.federation.live_wire import LAUNCHES, WireError, decode_launch
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class SentLaunch:
+    task: int
+    attempt: int
+    gm: int
+    seq: int
+    pool: int
+
+
+async def launches_since_owners_commit(
+    bootstrap: str, admin: AIOKafkaAdminClient
+) -> list[SentLaunch]:
+    """Every launch from the owners' committed offset of each launch partition to its
+    end now (from the beginning where the owners have committed nothing)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    found: list[SentLaunch] = []
+    try:
+        parts = consumer.partitions_for_topic(LAUNCHES)
+        if not parts:
+            await consumer.topics()
+            parts = consumer.partitions_for_topic(LAUNCHES) or set()
+        tps = [TopicPartition(LAUNCHES, p) for p in sorted(parts)]
+        if not tps:
+            return found
+        committed = await admin.list_consumer_group_offsets(OWNERS_GROUP, partitions=tps)
+        consumer.assign(tps)
+        starts = await consumer.beginning_offsets(tps)
+        for tp in tps:
+            mark = committed.get(tp)
+            consumer.seek(tp, mark.offset if mark is not None and mark.offset >= 0 else starts[tp])
+        ends = await consumer.end_offsets(tps)
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            batch = await consumer.getmany(*tps, timeout_ms=300)
+            for records in batch.values():
+                for record in records:
+                    if record.offset >= ends[TopicPartition(record.topic, record.partition)]:
+                        continue  # sent after the takeover began: by a scheduler that owns it
+                    if record.value is None:
+                        continue
+                    try:
+                        launch = decode_launch(record.value)
+                    except WireError:
+                        continue  # not a launch: the owner dead-letters it
+                    found.append(
+                        SentLaunch(
+                            launch.task.task_id, launch.attempt, launch.gm, launch.seq, launch.pool
+                        )
+                    )
+    finally:
+        await consumer.stop()
+    return found

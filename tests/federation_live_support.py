@@ -1,0 +1,126 @@
+"""What the live federation tests share: the topics, starting a process, producing
+requests, reading a topic, waiting for a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from lavad.federation.live_clients import read_partition
+from lavad.federation.live_wire import (
+    DEAD_LETTERS,
+    LAUNCHES,
+    OWNER_SNAPSHOTS,
+    REQUESTS,
+    STATE,
+    VERDICTS,
+    encode_request,
+)
+from lavad.federation.messages import Task
+
+
+def taken_partitions(log: Path) -> list[int]:
+    """The requests partitions a scheduler took in its newest takeover (from its log)."""
+    found = re.findall(r"queues taken.*?partitions=\[([0-9, ]*)\]", log.read_text())
+    return [int(p) for p in found[-1].split(",") if p.strip()] if found else []
+
+
+async def create_topics(bootstrap: str, pools: int = 2, queues: int = 2) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [
+                NewTopic(REQUESTS, queues, 1),
+                NewTopic(LAUNCHES, pools, 1),
+                NewTopic(VERDICTS, 1, 1),
+                NewTopic(DEAD_LETTERS, 1, 1),
+                NewTopic(STATE, pools, 1, topic_configs={"cleanup.policy": "compact"}),
+                NewTopic(OWNER_SNAPSHOTS, 1, 1, topic_configs={"cleanup.policy": "compact"}),
+            ]
+        )
+    finally:
+        await admin.close()
+
+
+def start(module: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    handle = log.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args], stdout=handle, stderr=handle, env=dict(os.environ)
+    )
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def produce(bootstrap: str, tasks: list[Task]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for task in tasks:
+            await producer.send_and_wait(
+                REQUESTS, encode_request(task), key=b"%d" % task.tenant, partition=task.tenant
+            )
+    finally:
+        await producer.stop()
+
+
+async def verdicts(bootstrap: str) -> list[tuple[float, dict[str, Any]]]:
+    return [
+        (r.timestamp / 1000.0, orjson.loads(r.value))
+        for r in await read_partition(bootstrap, VERDICTS)
+    ]
+
+
+async def launches(bootstrap: str, pools: int) -> list[tuple[float, dict[str, Any]]]:
+    found = []
+    for pool in range(pools):
+        for record in await read_partition(bootstrap, LAUNCHES, pool):
+            if record.value is not None and record.value.startswith(b"{"):
+                found.append((record.timestamp / 1000.0, orjson.loads(record.value)))
+    return found
+
+
+def tasks(tenant: int, first: int, count: int) -> list[Task]:
+    return [
+        Task(
+            first + i,
+            job=first + i,
+            tenant=tenant,
+            demand=(1,),
+            constraints=0,
+            duration=60.0,
+            arrival=0.0,
+        )
+        for i in range(count)
+    ]
+
+
+async def until(predicate: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
