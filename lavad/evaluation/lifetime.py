@@ -49,6 +49,7 @@ import numpy as np
 from lavad.evaluation.river_lifetime import RiverLifetimeClassifier, river_features
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibration import CALIBRATION_HALF_LIFE_S, SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS, left_truncated, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
@@ -224,7 +225,12 @@ class _OnlineModel:
 
 
 # The models ``lavad evaluate lifetime`` compares, by their names in LIFETIME_MODELS.
-MODEL_TITLES = {"tables": "life tables", "shrunk": "shrunk life tables"}
+MODEL_TITLES = {
+    "tables": "life tables",
+    "shrunk": "shrunk life tables",
+    "tables-calibrated": "life tables, recalibrated online",
+    "shrunk-calibrated": "shrunk life tables, recalibrated online",
+}
 
 
 def _online_model(
@@ -233,12 +239,24 @@ def _online_model(
     min_observations: int,
     prior_strength: float,
     half_life_s: float | None,
+    calibration_half_life_s: float | None,
 ) -> GroupedLifeTables:
-    if name == "tables":
-        return GroupedLifeTables(bins, min_observations, half_life_s=half_life_s)
-    if name == "shrunk":
+    calibrator = (
+        SurvivalCalibrator(bins, half_life_s=calibration_half_life_s)
+        if name.endswith("-calibrated")
+        else None
+    )
+    if name in ("tables", "tables-calibrated"):
+        return GroupedLifeTables(
+            bins, min_observations, half_life_s=half_life_s, calibrator=calibrator
+        )
+    if name in ("shrunk", "shrunk-calibrated"):
         return ShrunkLifeTables(
-            bins, min_observations, prior_strength=prior_strength, half_life_s=half_life_s
+            bins,
+            min_observations,
+            prior_strength=prior_strength,
+            half_life_s=half_life_s,
+            calibrator=calibrator,
         )
     raise ValueError(f"unknown lifetime model {name!r}; known: {', '.join(MODEL_TITLES)}")
 
@@ -259,6 +277,7 @@ def evaluate_lifetime_model(
     prior_strength: float = 10.0,
     half_life_s: float | None = None,
     protocol: Protocol = "split",
+    calibration_half_life_s: float | None = CALIBRATION_HALF_LIFE_S,
 ) -> LifetimeEvaluation:
     """The online ``models`` (and, with ``river_seed``, the river classifier), as above."""
     if protocol not in PROTOCOLS:
@@ -273,7 +292,9 @@ def evaluate_lifetime_model(
     onlines = [
         _OnlineModel(
             name,
-            _online_model(name, bins, min_observations, prior_strength, half_life_s),
+            _online_model(
+                name, bins, min_observations, prior_strength, half_life_s, calibration_half_life_s
+            ),
             refit_interval_s,
         )
         for name in models

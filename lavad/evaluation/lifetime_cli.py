@@ -66,7 +66,11 @@ def lifetime_command(
         bool, typer.Option(help="also evaluate the river classifier (learns from exits only)")
     ] = True,
     models: Annotated[
-        str, typer.Option(help="comma-separated online lifetime models: tables, shrunk")
+        str,
+        typer.Option(
+            help="comma-separated online lifetime models: tables, shrunk, tables-calibrated, "
+            "shrunk-calibrated"
+        ),
     ] = "tables,shrunk",
     prior_strength: Annotated[
         float, typer.Option(help="model 'shrunk': each level's prior, in VMs at risk")
@@ -75,6 +79,13 @@ def lifetime_command(
         float | None,
         typer.Option("--half-life-h", help="observations count half after this (default: never)"),
     ] = None,
+    calibration_half_life_h: Annotated[
+        float,
+        typer.Option(
+            "--calibration-half-life-h",
+            help="models '*-calibrated': resolved predictions count half after this",
+        ),
+    ] = 168.0,
     protocol: Annotated[
         str,
         typer.Option(
@@ -121,6 +132,7 @@ def lifetime_command(
             prior_strength=prior_strength,
             half_life_s=None if half_life_h is None else half_life_h * 3600.0,
             protocol=chosen_protocol,
+            calibration_half_life_s=calibration_half_life_h * 3600.0,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None

@@ -21,6 +21,7 @@ import numpy as np
 
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.survival import life_table, suffix_sums
 
@@ -49,6 +50,7 @@ class GroupedLifeTables:
         pareto_tail: bool = True,
         max_rows: int = MAX_ROWS,
         half_life_s: float | None = None,
+        calibrator: SurvivalCalibrator | None = None,
     ) -> None:
         if half_life_s is not None and not half_life_s > 0:
             raise ValueError(f"half_life_s must be > 0, got {half_life_s}")
@@ -92,6 +94,14 @@ class GroupedLifeTables:
         self.decay = 0.0 if half_life_s is None else math.log(2.0) / half_life_s
         self._anchor: float | None = None
         self._last_refit: float | None = None
+        # Recalibration (``calibration.py``), off by default: ``mass`` then
+        # holds the calibrated tables, ``raw_survival`` the life tables' own
+        # P(T > e) at the inner edges, and ``calibrated_at`` the calibrator's
+        # map version each row was calibrated with (rows are brought up to
+        # the current map when chosen).
+        self.calibrator = calibrator
+        self.raw_survival: FloatArray = self.m0[:, 1 : bins.count].copy()
+        self.calibrated_at = np.full(len(self.mass), -1, dtype=np.int64)
 
     def _column(self, lifetime: float) -> int:
         """``bins.index`` of one lifetime, without numpy's per-call cost (same side)."""
@@ -129,10 +139,63 @@ class GroupedLifeTables:
 
     def choose(self, rows: GroupRows) -> int:
         """The finest group with enough observations (as of the last refit)."""
+        chosen = rows[-1]
         for row in rows[:-1]:
             if self.observations[row] >= self.min_observations:
-                return row
-        return rows[-1]
+                chosen = row
+                break
+        calibrator = self.calibrator
+        if calibrator is not None:
+            if self.calibrated_at[chosen] != calibrator.map_version:
+                self._calibrate(np.array([chosen]))
+            calibrator.record(rows, self.raw_survival[chosen])
+        return chosen
+
+    def _calibrate(self, rows: np.ndarray) -> None:
+        """Rows' tables from their raw survival through the calibrator's current map."""
+        calibrator = self.calibrator
+        assert calibrator is not None
+        mass = calibrator.calibrated_mass(self.raw_survival[rows])
+        self.mass[rows] = mass
+        self.m0[rows], self.m1[rows] = suffix_sums(mass, self.bins)
+        self.calibrated_at[rows] = calibrator.map_version
+
+    def _learn_calibration(
+        self,
+        previous_refit: float | None,
+        now: float,
+        running_rows: np.ndarray,
+        running_uptimes: FloatArray,
+    ) -> None:
+        """Resolve the running VMs' edges passed since the last refit, and the VMs that left."""
+        calibrator = self.calibrator
+        assert calibrator is not None
+        pending = calibrator.pending
+        calibrator.pending = []
+        calibrator.age(now)
+        uptimes = np.asarray(running_uptimes, dtype=np.float64)
+        since = math.inf if previous_refit is None else now - previous_refit
+        if len(uptimes):
+            rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
+            survival, found = calibrator.creation_survival(rows, now - uptimes)
+            calibrator.learn(
+                survival[found],
+                (uptimes - since)[found],
+                uptimes[found],
+                np.full(int(found.sum()), math.inf),
+            )
+        if pending:
+            left_rows = np.array([p[0] for p in pending], dtype=np.int64).reshape(-1, LEVELS)
+            seen = np.array([p[2] for p in pending])
+            survival, found = calibrator.creation_survival(
+                left_rows, np.array([p[4] for p in pending])
+            )
+            calibrator.learn(
+                survival[found],
+                np.array([p[1] for p in pending])[found],
+                seen[found],
+                np.where([p[3] for p in pending], seen, math.inf)[found],
+            )
 
     def _weight(self, now: float) -> float:
         """What an observation at ``now`` is stored as (1 without forgetting)."""
@@ -165,6 +228,8 @@ class GroupedLifeTables:
         for row in rows:
             self.deaths[row, column] += weight
         self._touched.update(rows)
+        if self.calibrator is not None:
+            self.calibrator.defer(rows, lifetime, now, exited=True)
 
     def observe_censored(self, rows: GroupRows, seen: float, now: float = 0.0) -> None:
         column = self._column(seen)
@@ -172,6 +237,8 @@ class GroupedLifeTables:
         for row in rows:
             self.censored[row, column] += weight
         self._touched.update(rows)
+        if self.calibrator is not None:
+            self.calibrator.defer(rows, seen, now, exited=False)
 
     def _age_observations(self, now: float) -> None:
         """Forgetting: every row's observation count decays since the last refit.
@@ -198,6 +265,7 @@ class GroupedLifeTables:
         every group row they read is among the rows rebuilt. ``now`` matters
         only with ``half_life_s``.
         """
+        previous_refit = self._last_refit
         self._age_observations(now)
         dirty, deaths, censored = self._counts(running_rows, running_uptimes, now)
         if not len(dirty):
@@ -206,6 +274,10 @@ class GroupedLifeTables:
         mass = life_table(deaths, censored, self.tail_hazard)
         m0, m1 = suffix_sums(mass, self.bins)
         self.mass[dirty], self.m0[dirty], self.m1[dirty] = mass, m0, m1
+        if self.calibrator is not None:
+            self.raw_survival[dirty] = m0[:, 1 : self.bins.count]
+            self._learn_calibration(previous_refit, now, running_rows, running_uptimes)
+            self._calibrate(dirty)
 
     def _counts(
         self, running_rows: np.ndarray, running_uptimes: FloatArray, now: float
@@ -262,6 +334,9 @@ class GroupedLifeTables:
         mass = life_table(deaths, censored, self.tail_hazard)
         m0, m1 = suffix_sums(mass, self.bins)
         self.mass[row], self.m0[row], self.m1[row] = mass[0], m0[0], m1[0]
+        if self.calibrator is not None:
+            self.raw_survival[row] = m0[0, 1 : self.bins.count]
+            self._calibrate(np.array([row]))
 
     def _grow(self, rows: int) -> None:
         if rows <= len(self.deaths):
@@ -285,3 +360,8 @@ class GroupedLifeTables:
         self.m0 = grown(self.m0, width + 1)
         self.m1 = grown(self.m1, width + 1)
         self.m0[old:], self.m1[old:] = suffix_sums(self.mass[old:], self.bins)
+        self.raw_survival = grown(self.raw_survival, width - 1)
+        self.raw_survival[old:] = self.m0[old:, 1:width]
+        self.calibrated_at = np.concatenate(
+            [self.calibrated_at, np.full(size - len(self.calibrated_at), -1, dtype=np.int64)]
+        )

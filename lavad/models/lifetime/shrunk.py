@@ -48,8 +48,10 @@ import numpy as np
 
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.survival import suffix_sums
 
 # Combos past this many share the pool-wide combo (hostile input: key tuples
 # are named by the input). 250,000 combos of 41 bins are ~250 MB with their
@@ -129,12 +131,19 @@ class ShrunkLifeTables(GroupedLifeTables):
         max_rows: int = MAX_ROWS,
         max_combos: int = MAX_COMBOS,
         half_life_s: float | None = None,
+        calibrator: SurvivalCalibrator | None = None,
     ) -> None:
         if not prior_strength > 0:
             raise ValueError(f"prior_strength must be > 0, got {prior_strength}")
         if max_combos < 2:
             raise ValueError(f"max_combos must be >= 2, got {max_combos}")
-        super().__init__(bins, min_observations, max_rows=max_rows, half_life_s=half_life_s)
+        super().__init__(
+            bins,
+            min_observations,
+            max_rows=max_rows,
+            half_life_s=half_life_s,
+            calibrator=calibrator,
+        )
         self.prior_strength = float(prior_strength)
         self.max_combos = max_combos
         width = bins.count
@@ -154,6 +163,8 @@ class ShrunkLifeTables(GroupedLifeTables):
         self.mass = np.zeros((16, width))
         self.m0 = np.zeros((16, width + 1))
         self.m1 = np.zeros((16, width + 1))
+        # Per combo, its raw P(T > e) at the inner edges (with a calibrator).
+        self.raw_survival = np.ones((16, width - 1))
         self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
         self._one = np.zeros(1, dtype=np.int64)  # one combo to compute, without an allocation
 
@@ -170,6 +181,8 @@ class ShrunkLifeTables(GroupedLifeTables):
             one = self._one
             one[0] = combo
             self._compute(one)
+        if self.calibrator is not None:
+            self.calibrator.record(rows, self.raw_survival[combo])
         return combo
 
     def _new_combo(self, rows: GroupRows) -> int:
@@ -191,11 +204,13 @@ class ShrunkLifeTables(GroupedLifeTables):
             self.mass = _grown(self.mass, size)
             self.m0 = _grown(self.m0, size)
             self.m1 = _grown(self.m1, size)
+            self.raw_survival = _grown(self.raw_survival, size)
             assert self.mass.shape[1] == width
         self._combo_rows[combo] = rows
         return combo
 
     def _compute(self, combos: np.ndarray) -> None:
+        """The combos' tables as of the last refit (through the calibrator if there is one)."""
         _shrunk_masses(
             self.refit_deaths,
             self.at_risk,
@@ -210,6 +225,12 @@ class ShrunkLifeTables(GroupedLifeTables):
             combos,
         )
         self._combo_epoch[combos] = self._epoch
+        calibrator = self.calibrator
+        if calibrator is not None:
+            self.raw_survival[combos] = self.m0[combos, 1 : self.bins.count]
+            mass = calibrator.calibrated_mass(self.raw_survival[combos])
+            self.mass[combos] = mass
+            self.m0[combos], self.m1[combos] = suffix_sums(mass, self.bins)
 
     def refit(
         self,
@@ -229,6 +250,7 @@ class ShrunkLifeTables(GroupedLifeTables):
         """
         running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
         self._epoch += 1
+        previous_refit = self._last_refit
         if self.decay and self._last_refit is not None:
             # Rows not rebuilt below only decayed since: so do their counts.
             factor = math.exp(-self.decay * (now - self._last_refit))
@@ -251,6 +273,9 @@ class ShrunkLifeTables(GroupedLifeTables):
             )
         else:
             combos = np.unique(np.asarray(running_chosen, dtype=np.int64))
+        if self.calibrator is not None:
+            # From the curves recorded at creation; the combos below get the new map.
+            self._learn_calibration(previous_refit, now, running_rows, running_uptimes)
         if len(combos):
             self._compute(combos)
 

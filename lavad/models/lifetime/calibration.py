@@ -1,0 +1,303 @@
+"""Online recalibration of P(T > e) at every bin edge, learned from resolved predictions.
+
+A lifetime model's survival curve can be off in a systematic way: a workload
+that drifts towards shorter lives makes tables of the whole history say
+P(T > 1 h) = 0.95 where 0.85 of the VMs now outlive the hour. This
+calibrator learns, per bin edge e and per band of the model's own (raw)
+prediction p = P(T > e) (``probability_bins`` equal-width bands), how far
+the outcomes of recent VMs are from what it said, and shifts every curve by
+that much:
+
+    p' = clip(p + (survived - predicted) / (weight + prior_strength), 0, 1)
+
+with ``weight`` the (recency-weighted) number of VMs resolved at that edge
+in that band, ``survived`` how many of them outlived e and ``predicted``
+the sum of their p. It is histogram binning shrunk towards the identity by
+a prior of ``prior_strength`` VMs, as an additive correction so that the
+model's order within a band is kept. The calibrated curve is made
+non-increasing again (a running minimum over the edges).
+
+**What counts as resolved.** A VM resolves edge e once: as a survivor when
+its uptime passes e, as a death when it exits at or before e. A VM evicted
+or still running resolves nothing beyond its uptime (censoring). What is
+calibrated is the prediction the VM got at its creation (the one placement
+used): the model records, per refit interval, the raw curve each key tuple
+was given (``record``), and a VM is found again by its key tuple and
+creation time. (A VM judged instead by the model of its resolution would
+mostly be judged by its own group, which it has joined by then, and not by
+the coarser one a new group is predicted from at creation.) Curves are kept
+``window_s``: edges past it are not recalibrated. Learning happens at the
+model's refits (event times only, so a replay and the live daemon agree):
+survivors are the running VMs whose uptime passed an edge since the last
+refit; exits and evictions since then are queued (``defer``) and resolved
+at the refit too.
+
+**Forgetting.** Every count halves each ``half_life_s`` of event time,
+weighted by when it resolved. Deaths at edge e resolve up to e earlier than
+survivors of the same cohort, so a workload whose lifetimes drift makes
+long edges lag; in a stationary one the flows of deaths and survivors are
+both steady and the rate is unbiased.
+
+**A floor.** The calibrated masses are mixed with the raw ones at
+``RAW_SHARE``, so that no bin the model gave mass to gets none (a bin of
+zero probability would make one VM's log score infinite).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Final
+
+import numpy as np
+
+from lavad.models.arrays import FloatArray
+from lavad.models.lifetime.bins import LifetimeBins
+
+GroupRows = tuple[int, ...]
+
+# The layout of a calibrator's state (``checkpoint``): bump it when fields change.
+CALIBRATION_VERSION: Final = 1
+RAW_SHARE: Final = 0.02
+CALIBRATION_HALF_LIFE_S: Final = 7 * 86_400.0
+# A creation time found again from an exit (its time minus its lifetime)
+# carries rounding; refits are far further apart than this.
+_START_SLACK_S: Final = 1e-6
+
+
+class CalibrationStateError(ValueError):
+    """A checkpoint of another version or shape than this calibrator's."""
+
+
+class SurvivalCalibrator:
+    def __init__(
+        self,
+        bins: LifetimeBins,
+        *,
+        half_life_s: float | None = CALIBRATION_HALF_LIFE_S,
+        prior_strength: float = 20.0,
+        probability_bins: int = 10,
+        window_s: float = 7 * 86_400.0,
+    ) -> None:
+        if half_life_s is not None and not half_life_s > 0:
+            raise ValueError(f"half_life_s must be > 0, got {half_life_s}")
+        if not prior_strength > 0:
+            raise ValueError(f"prior_strength must be > 0, got {prior_strength}")
+        if probability_bins < 1:
+            raise ValueError(f"probability_bins must be >= 1, got {probability_bins}")
+        if not window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {window_s}")
+        self.window_s = window_s
+        self.version = CALIBRATION_VERSION
+        # Survival is calibrated at the inner edges e_1 .. e_last (S(e_0 = 0) = 1).
+        self.edges: FloatArray = np.asarray(bins.edges[1:], dtype=np.float64)
+        self.half_life_s = half_life_s
+        self.prior_strength = float(prior_strength)
+        self.probability_bins = probability_bins
+        shape = (len(self.edges), probability_bins)
+        self.weight: FloatArray = np.zeros(shape)
+        self.survived: FloatArray = np.zeros(shape)
+        self.predicted: FloatArray = np.zeros(shape)
+        # Bumped whenever the map changes: rows calibrated before are stale.
+        self.map_version = 0
+        self.last_learned: float | None = None
+        # Exits and evictions since the last refit: (group rows, uptime at the
+        # last refit, lifetime or uptime seen, exited, creation time).
+        self.pending: list[tuple[GroupRows, float, float, bool, float]] = []
+        # Per refit interval still in the window: its start, and the raw
+        # curve each key tuple (its group rows) was predicted with in it.
+        self.interval_starts: list[float] = []
+        self.at_creation: list[dict[GroupRows, FloatArray]] = []
+
+    def record(self, rows: GroupRows, survival: FloatArray) -> None:
+        """VMs of these group rows created now are predicted ``survival`` (raw, at the edges)."""
+        if not self.at_creation:
+            # Before the first refit: an interval from the beginning of time.
+            self.interval_starts.append(-math.inf)
+            self.at_creation.append({})
+        current = self.at_creation[-1]
+        if rows not in current:
+            current[rows] = np.array(survival, dtype=np.float64)
+
+    def creation_survival(
+        self, rows: np.ndarray, starts: FloatArray
+    ) -> tuple[FloatArray, np.ndarray]:
+        """The raw curves VMs (group rows, creation times) got at creation, and which were kept."""
+        survival = np.zeros((len(rows), len(self.edges)))
+        found = np.zeros(len(rows), dtype=np.bool_)
+        starts_list = self.interval_starts
+        for i, (line, start) in enumerate(zip(rows.tolist(), starts.tolist(), strict=True)):
+            interval = bisect.bisect_right(starts_list, start + _START_SLACK_S) - 1
+            if interval < 0:
+                continue
+            curve = self.at_creation[interval].get(tuple(line))
+            if curve is not None:
+                survival[i] = curve
+                found[i] = True
+        return survival, found
+
+    # ------------------------------------------------------------ learning
+
+    def defer(self, rows: GroupRows, seen: float, now: float, exited: bool) -> None:
+        """A VM left at ``now`` after ``seen``: resolve it at the next refit."""
+        last = self.last_learned
+        uptime_then = -math.inf if last is None else seen - (now - last)
+        self.pending.append((rows, uptime_then, seen, exited, now - seen))
+
+    def age(self, now: float) -> None:
+        """Counts decay since the last refit, and a new refit interval starts (a refit)."""
+        self.interval_starts.append(now)
+        self.at_creation.append({})
+        # Intervals that ended before the window: their VMs resolve no more edges in it.
+        while len(self.interval_starts) > 1 and self.interval_starts[1] < now - self.window_s:
+            del self.interval_starts[0]
+            del self.at_creation[0]
+        last = self.last_learned
+        if self.half_life_s is not None and last is not None and now > last:
+            factor = 0.5 ** ((now - last) / self.half_life_s)
+            self.weight *= factor
+            self.survived *= factor
+            self.predicted *= factor
+            self.map_version += 1
+        self.last_learned = now
+
+    def learn(
+        self,
+        survival: FloatArray,
+        survived_from: FloatArray,
+        survived_to: FloatArray,
+        died_from: FloatArray,
+    ) -> None:
+        """Resolve edges of N predictions: ``survival`` (N, edges) is each one's raw P(T > e).
+
+        Prediction i survived every edge e with survived_from[i] <= e <
+        survived_to[i] and died at every edge e >= died_from[i] (inf: none).
+        """
+        survival = np.asarray(survival, dtype=np.float64).reshape(-1, len(self.edges))
+        if not len(survival):
+            return
+        edges = self.edges
+        low = np.searchsorted(edges, survived_from, side="left")
+        high = np.searchsorted(edges, survived_to, side="left")
+        dead = np.searchsorted(edges, died_from, side="left")
+        # Only the predictions that resolve something (most running VMs pass
+        # no edge in an hour: the edges are log-spaced).
+        some = (high > low) | (dead < len(edges))
+        if not some.any():
+            return
+        survival, low, high, dead = survival[some], low[some], high[some], dead[some]
+        index = np.arange(len(edges))[None, :]
+        lived = (index >= low[:, None]) & (index < high[:, None])
+        died = index >= dead[:, None]
+        resolved = lived | died
+        band = np.minimum(
+            (survival * self.probability_bins).astype(np.int64), self.probability_bins - 1
+        )
+        cell = (index * self.probability_bins + band)[resolved]
+        size = self.weight.size
+        self.weight += np.bincount(cell, minlength=size).reshape(self.weight.shape)
+        self.survived += np.bincount(
+            cell, weights=lived[resolved].astype(np.float64), minlength=size
+        ).reshape(self.weight.shape)
+        self.predicted += np.bincount(cell, weights=survival[resolved], minlength=size).reshape(
+            self.weight.shape
+        )
+        self.map_version += 1
+
+    # ------------------------------------------------------------ applying
+
+    def calibrate(self, survival: FloatArray) -> FloatArray:
+        """Calibrated P(T > e) at every edge, non-increasing, for rows of raw ``survival``."""
+        survival = np.asarray(survival, dtype=np.float64).reshape(-1, len(self.edges))
+        band = np.minimum(
+            (survival * self.probability_bins).astype(np.int64), self.probability_bins - 1
+        )
+        edge = np.arange(len(self.edges))[None, :]
+        shift = (self.survived - self.predicted) / (self.weight + self.prior_strength)
+        calibrated = np.clip(survival + shift[edge, band], 0.0, 1.0)
+        result: FloatArray = np.minimum.accumulate(calibrated, axis=1)
+        return result
+
+    def calibrated_mass(self, survival: FloatArray) -> FloatArray:
+        """Bin masses (one more than edges: the open bin) of the calibrated curves."""
+        raw = np.asarray(survival, dtype=np.float64).reshape(-1, len(self.edges))
+        curve = (1.0 - RAW_SHARE) * self.calibrate(raw) + RAW_SHARE * raw
+        ones = np.ones((len(curve), 1))
+        before = np.concatenate([ones, curve], axis=1)
+        after = np.concatenate([curve, np.zeros((len(curve), 1))], axis=1)
+        mass: FloatArray = np.maximum(before - after, 0.0)
+        return mass
+
+    # ------------------------------------------------------------ checkpoint
+
+    def checkpoint(self) -> dict[str, object]:
+        """The learned state as plain data, with its layout version."""
+        return {
+            "version": self.version,
+            "edges": self.edges.tolist(),
+            "half_life_s": self.half_life_s,
+            "prior_strength": self.prior_strength,
+            "probability_bins": self.probability_bins,
+            "weight": self.weight.tolist(),
+            "survived": self.survived.tolist(),
+            "predicted": self.predicted.tolist(),
+            "map_version": self.map_version,
+            "last_learned": self.last_learned,
+            "pending": [
+                [list(r), low, seen, left, start] for r, low, seen, left, start in self.pending
+            ],
+            "interval_starts": list(self.interval_starts),
+            "at_creation": [
+                [[list(rows), curve.tolist()] for rows, curve in interval.items()]
+                for interval in self.at_creation
+            ],
+        }
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Load a ``checkpoint`` of a calibrator built with the same bins and settings."""
+        if state.get("version") != CALIBRATION_VERSION:
+            raise CalibrationStateError(
+                f"calibration checkpoint version {state.get('version')!r}, this lavad reads "
+                f"{CALIBRATION_VERSION}"
+            )
+        settings = (state.get("edges"), state.get("probability_bins"))
+        if settings != (self.edges.tolist(), self.probability_bins):
+            raise CalibrationStateError("calibration checkpoint of other bins")
+        shape = self.weight.shape
+        arrays = []
+        for name in ("weight", "survived", "predicted"):
+            array = np.asarray(state.get(name), dtype=np.float64)
+            if array.shape != shape or not np.isfinite(array).all():
+                raise CalibrationStateError(f"calibration checkpoint: bad {name!r}")
+            arrays.append(array)
+        self.weight, self.survived, self.predicted = arrays
+        map_version = state.get("map_version")
+        last = state.get("last_learned")
+        pending = state.get("pending")
+        if not isinstance(map_version, int) or not isinstance(pending, list):
+            raise CalibrationStateError("calibration checkpoint: bad map_version or pending")
+        if last is not None and not isinstance(last, float | int):
+            raise CalibrationStateError("calibration checkpoint: bad last_learned")
+        self.map_version = map_version
+        self.last_learned = None if last is None else float(last)
+        starts = state.get("interval_starts")
+        at_creation = state.get("at_creation")
+        if not isinstance(starts, list) or not isinstance(at_creation, list):
+            raise CalibrationStateError("calibration checkpoint: bad intervals")
+        if len(starts) != len(at_creation):
+            raise CalibrationStateError("calibration checkpoint: intervals do not match")
+        self.pending = [
+            (tuple(int(r) for r in rows), float(low), float(seen), bool(exited), float(start))
+            for rows, low, seen, exited, start in pending
+        ]
+        self.interval_starts = [float(start) for start in starts]
+        self.at_creation = [
+            {tuple(int(r) for r in rows): self._curve(curve) for rows, curve in interval}
+            for interval in at_creation
+        ]
+
+    def _curve(self, values: object) -> FloatArray:
+        curve = np.asarray(values, dtype=np.float64)
+        if curve.shape != self.edges.shape or not np.isfinite(curve).all():
+            raise CalibrationStateError("calibration checkpoint: bad curve")
+        return curve
