@@ -66,31 +66,19 @@ async def _one(schedulers: int, logs: Path) -> float:
     try:
         bootstrap = broker.bootstrap_servers
         await _topics(bootstrap)
-        common = [
-            "--bootstrap",
-            bootstrap,
-            "--pools",
-            str(POOLS),
-            "--hosts",
-            str(HOSTS),
-            "--schedulers",
-            str(schedulers),
-            "--tenants",
-            str(TENANTS),
-        ]
+        config = logs / f"federation-{schedulers}.toml"
+        config.write_text(
+            f'[kafka]\nbootstrap_servers = "{bootstrap}"\n'
+            f"[federation]\npools = {POOLS}\nhosts_per_pool = {HOSTS}\n"
+            f"schedulers = {schedulers}\ntenants = {TENANTS}\n"
+            "[federation.owner]\nsnapshot_every = 500\n",
+            encoding="utf-8",
+        )
+        lavad = [sys.executable, "-c", "from lavad.daemon.cli import main; main()", "federation"]
         for name in ("a", "b"):
             processes.append(
                 subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "lavad.federation.live_owner",
-                        *common,
-                        "--instance",
-                        name,
-                        "--snapshot-every",
-                        "500",
-                    ],
+                    [*lavad, "owner", "--instance", name, "--config", str(config)],
                     stdout=(logs / f"owner-{schedulers}-{name}.log").open("wb"),
                     stderr=subprocess.STDOUT,
                 )
@@ -98,14 +86,7 @@ async def _one(schedulers: int, logs: Path) -> float:
         for g in range(schedulers):
             processes.append(
                 subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "lavad.federation.live_scheduler",
-                        *common,
-                        "--gm",
-                        str(g),
-                    ],
+                    [*lavad, "scheduler", "--gm", str(g), "--config", str(config)],
                     stdout=(logs / f"gm-{schedulers}-{g}.log").open("wb"),
                     stderr=subprocess.STDOUT,
                 )

@@ -54,11 +54,29 @@ async def create_topics(bootstrap: str, pools: int = 2, queues: int = 2) -> None
         await admin.close()
 
 
-def start(module: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
+def federation_config(path: Path, bootstrap: str, **federation: Any) -> Path:
+    """A federation TOML file: ``federation`` holds the [federation] keys, with
+    ``owner_*`` and ``scheduler_*`` going to its owner and scheduler tables."""
+    tables: dict[str, list[str]] = {"federation": [], "owner": [], "scheduler": []}
+    for key, value in federation.items():
+        table, _, name = key.partition("_")
+        if table in ("owner", "scheduler"):
+            tables[table].append(f"{name} = {value!r}")
+        else:
+            tables["federation"].append(f"{key} = {value!r}")
+    text = f'[kafka]\nbootstrap_servers = "{bootstrap}"\n'
+    text += "[federation]\n" + "".join(f"{line}\n" for line in tables["federation"])
+    for table in ("owner", "scheduler"):
+        text += f"[federation.{table}]\n" + "".join(f"{line}\n" for line in tables[table])
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def start(log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``lavad federation ARGS`` as a process, its output to ``log``."""
     handle = log.open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *args], stdout=handle, stderr=handle, env=dict(os.environ)
-    )
+    command = [sys.executable, "-c", "from lavad.daemon.cli import main; main()", "federation"]
+    return subprocess.Popen([*command, *args], stdout=handle, stderr=handle, env=dict(os.environ))
 
 
 def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:

@@ -21,6 +21,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from federation_live_support import (
     create_topics,
+    federation_config,
     produce,
     start,
     stop_all,
@@ -58,39 +59,39 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
     bootstrap = broker.bootstrap_servers
     await create_topics(bootstrap)
     logs = {name: tmp_path / f"{name}.log" for name in ("a", "b", "gm0", "gm1")}
+    # a takes no snapshot after its pool's first (1000 launches apart): killed between them
     owner_a = start(
-        "lavad.federation.live_owner",
         logs["a"],
-        "--bootstrap",
-        bootstrap,
+        "owner",
         "--instance",
         "a",
-        "--snapshot-every",
-        "1000",  # a takes no snapshot after its pool's first: killed between snapshots
+        "--config",
+        str(federation_config(tmp_path / "a.toml", bootstrap, owner_snapshot_every=1000)),
     )
     owner_b = start(
-        "lavad.federation.live_owner",
         logs["b"],
-        "--bootstrap",
-        bootstrap,
+        "owner",
         "--instance",
         "b",
-        "--snapshot-every",
-        "7",
+        "--config",
+        str(federation_config(tmp_path / "b.toml", bootstrap, owner_snapshot_every=7)),
     )
     metrics_port = free_port()
     gms = [
         start(
-            "lavad.federation.live_scheduler",
             logs[f"gm{g}"],
-            "--bootstrap",
-            bootstrap,
+            "scheduler",
             "--gm",
             str(g),
-            "--state-lag-s",
-            "86400",
-            "--metrics-port",
-            str(metrics_port if g == 0 else 0),
+            "--config",
+            str(
+                federation_config(
+                    tmp_path / f"gm{g}.toml",
+                    bootstrap,
+                    scheduler_state_lag_s=86400.0,
+                    scheduler_metrics_port=metrics_port if g == 0 else 0,
+                )
+            ),
         )
         for g in range(2)
     ]

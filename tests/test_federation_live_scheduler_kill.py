@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from federation_live_support import (
     create_topics,
+    federation_config,
     launches,
     produce,
     start,
@@ -44,11 +45,13 @@ async def test_kill_9_a_scheduler_then_restart_it(broker: EmbeddedBroker, tmp_pa
     bootstrap = broker.bootstrap_servers
     await create_topics(bootstrap, pools=POOLS, queues=2)
     logs = {name: tmp_path / f"{name}.log" for name in ("owner", "gm0", "gm1", "gm1-again")}
-    common = ["--bootstrap", bootstrap, "--pools", str(POOLS), "--hosts", str(HOSTS)]
-    owner = start("lavad.federation.live_owner", logs["owner"], *common, "--instance", "a")
+    config = str(
+        federation_config(tmp_path / "f.toml", bootstrap, pools=POOLS, hosts_per_pool=HOSTS)
+    )
+    owner = start(logs["owner"], "owner", "--instance", "a", "--config", config)
 
     def scheduler(gm: int, log: str) -> subprocess.Popen[bytes]:
-        return start("lavad.federation.live_scheduler", logs[log], *common, "--gm", str(gm))
+        return start(logs[log], "scheduler", "--gm", str(gm), "--config", config)
 
     gms = {g: scheduler(g, f"gm{g}") for g in (0, 1)}
     processes = [owner, *gms.values()]

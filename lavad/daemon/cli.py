@@ -66,7 +66,9 @@ app.add_typer(shadow_app, name="shadow")
 
 # The offline studies (lavad.evaluation) load for every command but the live
 # ones: `lavad run` and its kin keep an import graph of what runs live.
-LIVE_COMMANDS: Final = frozenset({"run", "produce", "demo", "broker", "tail", "topics"})
+LIVE_COMMANDS: Final = frozenset(
+    {"run", "produce", "demo", "broker", "tail", "topics", "federation"}
+)
 # The daemon's image leaves them out (docker/Dockerfile): there, `evaluate` is absent.
 if sys.argv[1:2] == [] or sys.argv[1] not in LIVE_COMMANDS:
     try:
@@ -78,6 +80,20 @@ if sys.argv[1:2] == [] or sys.argv[1] not in LIVE_COMMANDS:
     else:
         app.add_typer(evaluate_app, name="evaluate")
         app.command("report")(report_command)
+
+
+@app.command(
+    "federation",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def federation_command(ctx: typer.Context) -> None:
+    """The live federation's processes: `lavad federation --help`."""
+    # The import graph is federation -> daemon; this import inside the command is the
+    # accepted exception, so that no other command (lavad run) loads the federation.
+    from lavad.federation.cli import federation_app  # noqa: PLC0415
+
+    federation_app(args=ctx.args, prog_name="lavad federation")
 
 
 @app.command("replay")

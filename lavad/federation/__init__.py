@@ -19,7 +19,12 @@ One concept a module:
 * ``summary_codec``: summaries as versioned data-only JSON;
 * ``state_topic``: the live state topic (owners publish, a scheduler's view reads);
 * ``live_wire``: the live records (requests, launches, verdicts, owner snapshots);
-* ``live_owner``, ``live_scheduler``: the owner and scheduler processes over Kafka.
+* ``request_ledger``: which launch of each request is unanswered, which requests are
+  final, and the offset a scheduler may commit (restart safety);
+* ``launch_backlog``: the launches since the owners' committed offsets (a takeover);
+* ``live_clients``: the Kafka clients the processes share;
+* ``live_owner``, ``live_scheduler``: the owner and scheduler processes over Kafka;
+* ``settings``, ``cli``: the federation's configuration file and `lavad federation`.
 
 The modules up to ``summary_codec`` are a core: no clock, no I/O, seeded randomness
 only, nothing of lavad imported; the live ones bring the Kafka clients (lavad.daemon).

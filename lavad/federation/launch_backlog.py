@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import structlog
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from lavad.federation.live_clients import OWNERS_GROUP
+from lavad.daemon.settings import KafkaSettings
+from lavad.federation.live_clients import OWNERS_GROUP, plain_consumer
 from lavad.federation.live_wire import LAUNCHES, WireError, decode_launch
 
 log = structlog.get_logger()
@@ -31,11 +32,11 @@ class SentLaunch:
 
 
 async def launches_since_owners_commit(
-    bootstrap: str, admin: AIOKafkaAdminClient
+    kafka: KafkaSettings, admin: AIOKafkaAdminClient
 ) -> list[SentLaunch]:
     """Every launch from the owners' committed offset of each launch partition to its
     end now (from the beginning where the owners have committed nothing)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = plain_consumer(kafka)
     await consumer.start()
     found: list[SentLaunch] = []
     try:

@@ -2,29 +2,39 @@
 
 from __future__ import annotations
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
-# A crashed member is noticed within 4 s (aiokafka's default is 10 s): the
-# failover time is this timeout plus a rebalance, so it is kept short.
-SESSION_TIMEOUT_MS = 4000
-HEARTBEAT_INTERVAL_MS = 500
+from lavad.daemon.live.connection import client_options
+from lavad.daemon.settings import KafkaSettings
 
 OWNERS_GROUP = "lavad-federation-owners"
 SCHEDULERS_GROUP = "lavad-federation-schedulers"
 
 
-def group_consumer(bootstrap: str, group_id: str) -> AIOKafkaConsumer:
-    """A member of ``group_id`` that commits by hand and starts a new group from the beginning."""
+def group_consumer(kafka: KafkaSettings, group_id: str) -> AIOKafkaConsumer:
+    """A member of ``group_id`` that commits by hand and starts a new group from the
+    beginning; the session timeout is the failover time's first part (the federation's
+    default is 4 s, settings.py)."""
     return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
         group_id=group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+        session_timeout_ms=kafka.session_timeout_ms,
+        heartbeat_interval_ms=kafka.heartbeat_interval_ms,
         partition_assignment_strategy=(RangePartitionAssignor,),
+        **client_options(kafka),
     )
+
+
+def plain_consumer(kafka: KafkaSettings) -> AIOKafkaConsumer:
+    """A consumer outside any group, for reading topics by hand."""
+    return AIOKafkaConsumer(enable_auto_commit=False, **client_options(kafka))
+
+
+def producer(kafka: KafkaSettings) -> AIOKafkaProducer:
+    """acks=all: a launch, verdict or summary counts once every in-sync replica has it."""
+    return AIOKafkaProducer(acks="all", **client_options(kafka))
 
 
 async def read_partition(

@@ -13,20 +13,19 @@ newest ``DECIDED_IDS_KEPT`` per pool, in its snapshot) and drops a launch whose 
 has already decided: its verdict is on the verdicts topic already. Global schedulers
 never send an id twice on purpose (see request_ledger.py); this is the second line.
 
-``python -m lavad.federation.live_owner --bootstrap HOST:PORT --instance NAME``
+``lavad federation owner --instance NAME --config federation.toml`` (cli.py)
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import signal
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 
-from lavad.federation.live_clients import OWNERS_GROUP, group_consumer
+from lavad.daemon.settings import KafkaSettings
+from lavad.federation.live_clients import OWNERS_GROUP, group_consumer, plain_consumer, producer
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
     LAUNCHES,
@@ -43,7 +42,7 @@ from lavad.federation.owner import PoolOwner
 from lavad.federation.request_ledger import LaunchId
 from lavad.federation.state_topic import pool_key
 from lavad.federation.summary_codec import encode_summary
-from lavad.federation.topology import Topology, uniform_topology
+from lavad.federation.topology import Topology
 from lavad.streams.kafka.deadletter import dead_letter_headers
 
 log = structlog.get_logger()
@@ -58,9 +57,9 @@ def owner_id(pool: int) -> str:
     return f"owner-of-pool-{pool}"
 
 
-async def latest_snapshots(bootstrap: str) -> dict[int, bytes]:
+async def latest_snapshots(kafka: KafkaSettings) -> dict[int, bytes]:
     """The newest owner snapshot per pool."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = plain_consumer(kafka)
     await consumer.start()
     newest: dict[int, bytes] = {}
     try:
@@ -87,9 +86,14 @@ async def latest_snapshots(bootstrap: str) -> dict[int, bytes]:
 
 class Owner:
     def __init__(
-        self, bootstrap: str, instance: str, topology: Topology, tenants: int, snapshot_every: int
+        self,
+        kafka: KafkaSettings,
+        instance: str,
+        topology: Topology,
+        tenants: int,
+        snapshot_every: int,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.instance = instance
         self.topology = topology
         self.tenants = tenants
@@ -99,11 +103,11 @@ class Owner:
         self.since_snapshot: dict[int, int] = {}
         self.decided: dict[int, dict[LaunchId, None]] = {}  # pool -> ids, oldest first
         self.duplicates = 0
-        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        self.consumer = group_consumer(bootstrap, OWNERS_GROUP)
+        self.producer = producer(kafka)
+        self.consumer = group_consumer(kafka, OWNERS_GROUP)
 
     async def take(self, assigned: Any) -> None:
-        snapshots = await latest_snapshots(self.bootstrap)
+        snapshots = await latest_snapshots(self.kafka)
         for tp in assigned:
             if tp.partition >= len(self.topology.pools):
                 log.warning("launch partition without a pool", partition=tp.partition)
@@ -232,31 +236,3 @@ class Owner:
         await self.consumer.commit({tp: self.next_offset[tp.partition]})
         if self.since_snapshot[tp.partition] >= self.snapshot_every:
             await self.snapshot(tp.partition)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lavad.federation.live_owner")
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--instance", required=True)
-    parser.add_argument("--pools", type=int, default=2)
-    parser.add_argument("--hosts", type=int, default=50, help="hosts per pool")
-    parser.add_argument("--schedulers", type=int, default=2)
-    parser.add_argument("--tenants", type=int, default=2)
-    parser.add_argument("--snapshot-every", type=int, default=20)
-    args = parser.parse_args(argv)
-    topology = uniform_topology(args.pools, args.hosts, args.schedulers)
-
-    async def serve() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        await Owner(args.bootstrap, args.instance, topology, args.tenants, args.snapshot_every).run(
-            stop
-        )
-
-    asyncio.run(serve())
-
-
-if __name__ == "__main__":
-    main()

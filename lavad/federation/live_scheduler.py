@@ -6,28 +6,27 @@ the owner's summary, which the view applies before the task is decided again.
 ``--state-lag-s`` reads the state topic only that often: a view stale on purpose
 (the test that shows stale launches refused and retried).
 
-``python -m lavad.federation.live_scheduler --bootstrap HOST:PORT --gm 0``
+``lavad federation scheduler --gm 0 --config federation.toml`` (cli.py)
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import signal
 import time
 from typing import Any
 
 import numpy as np
 import orjson
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import CommitFailedError, IllegalStateError
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Histogram
 
+from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.launch_backlog import launches_since_owners_commit
-from lavad.federation.live_clients import SCHEDULERS_GROUP, group_consumer
+from lavad.federation.live_clients import SCHEDULERS_GROUP, group_consumer, plain_consumer, producer
 from lavad.federation.live_owner import owner_id
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
@@ -44,7 +43,7 @@ from lavad.federation.messages import LaunchRequest, PoolSummary, Task
 from lavad.federation.request_ledger import CommitWatermark, LaunchId, RequestLedger
 from lavad.federation.scheduler import GlobalScheduler, Launch
 from lavad.federation.state_topic import StateTopicReader
-from lavad.federation.topology import Topology, uniform_topology
+from lavad.federation.topology import Topology
 from lavad.federation.view import GlobalView
 from lavad.streams.kafka.deadletter import dead_letter_headers
 
@@ -121,9 +120,9 @@ class Scheduler:
     index ever sent, so a restarted process is not refused as out of order."""
 
     def __init__(
-        self, bootstrap: str, gm: int, topology: Topology, tenants: int, state_lag_s: float
+        self, kafka: KafkaSettings, gm: int, topology: Topology, tenants: int, state_lag_s: float
     ) -> None:
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.gm = gm
         self.topology = topology
         self.state_lag_s = state_lag_s
@@ -137,14 +136,12 @@ class Scheduler:
         self.inflight: dict[LaunchId, Task] = {}  # launches whose verdict this one acts on
         self.replayed = {"already_final": 0, "launch_unanswered": 0, "decided_again": 0}
         self.lock = asyncio.Lock()  # one of: a loop's work, giving queues up, taking them
-        self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        self.requests = group_consumer(bootstrap, SCHEDULERS_GROUP)
-        self.verdicts = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-        )
+        self.producer = producer(kafka)
+        self.requests = group_consumer(kafka, SCHEDULERS_GROUP)
+        self.verdicts = plain_consumer(kafka)
         self.verdict_parts: list[TopicPartition] = []
-        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        self.state = StateTopicReader(KafkaSettings(bootstrap_servers=bootstrap), STATE, self.view)
+        self.admin = AIOKafkaAdminClient(**client_options(kafka))
+        self.state = StateTopicReader(kafka, STATE, self.view)
         self.registry = CollectorRegistry()
         self.clock = AllocationClock(self.registry)
 
@@ -199,7 +196,7 @@ class Scheduler:
         their records (from the committed offsets) are read in the loop."""
         started = time.monotonic()
         taken, self.to_take = sorted(set(self.to_take)), []
-        unanswered = await launches_since_owners_commit(self.bootstrap, self.admin)
+        unanswered = await launches_since_owners_commit(self.kafka, self.admin)
         for launch in unanswered:
             self.ledger.launched(launch.task, launch.attempt, launch.gm, launch.seq, launch.pool)
         await self.read_verdicts(to_end=True)
@@ -381,33 +378,3 @@ class Scheduler:
             )
         if futures:
             await asyncio.gather(*futures)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lavad.federation.live_scheduler")
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--gm", type=int, required=True, help="this scheduler's index")
-    parser.add_argument("--pools", type=int, default=2)
-    parser.add_argument("--hosts", type=int, default=50, help="hosts per pool")
-    parser.add_argument("--schedulers", type=int, default=2)
-    parser.add_argument("--tenants", type=int, default=2)
-    parser.add_argument("--state-lag-s", type=float, default=0.0)
-    parser.add_argument("--metrics-port", type=int, default=0, help="/metrics here (0: off)")
-    args = parser.parse_args(argv)
-    topology = uniform_topology(args.pools, args.hosts, args.schedulers)
-
-    async def serve() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        scheduler = Scheduler(args.bootstrap, args.gm, topology, args.tenants, args.state_lag_s)
-        if args.metrics_port:
-            start_http_server(args.metrics_port, addr="127.0.0.1", registry=scheduler.registry)
-        await scheduler.run(stop)
-
-    asyncio.run(serve())
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,128 @@
+"""`lavad federation ...`: the live federation's processes from the command line.
+
+    lavad federation check --config federation.toml
+    lavad federation owner --instance a --config federation.toml
+    lavad federation scheduler --gm 0 --config federation.toml
+
+The file is checked whole before anything connects (settings.py); a bad key exits 2
+with the key and the reason. The environment is not read: the file is the whole
+configuration. SIGTERM or SIGINT stops a process cleanly (an owner
+snapshots its pools first); kill -9 is what the failover is built for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Protocol
+
+import typer
+from prometheus_client import start_http_server
+
+from lavad.daemon.console import err, out
+from lavad.daemon.settings import ConfigError
+from lavad.federation.live_owner import Owner
+from lavad.federation.live_scheduler import Scheduler
+from lavad.federation.settings import (
+    UNUSED_KAFKA_KEYS,
+    FederationSettings,
+    load_federation_settings,
+)
+from lavad.federation.topology import Topology, uniform_topology
+
+federation_app = typer.Typer(
+    help="The live federation's processes: pool owners and global schedulers.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(help="the federation's TOML file (tables kafka, federation); none: defaults"),
+]
+
+
+def _settings_or_exit(config: Path | None) -> FederationSettings:
+    try:
+        return load_federation_settings(config)
+    except ConfigError as exc:
+        err.print(f"[red]lavad: {exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _topology(settings: FederationSettings) -> Topology:
+    fed = settings.federation
+    return uniform_topology(fed.pools, fed.hosts_per_pool, fed.schedulers)
+
+
+class _Process(Protocol):
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+def _until_signal(make: Callable[[], _Process]) -> None:
+    """Run the process ``make`` builds (inside the event loop: aiokafka's clients need
+    one) until SIGTERM or SIGINT."""
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await make().run(stop)
+
+    asyncio.run(serve())
+
+
+@federation_app.command("check")
+def check_command(
+    config: Annotated[Path, typer.Argument(help="the federation's TOML file")],
+) -> None:
+    """Validate a federation file as the processes would; print the settings (secrets masked)."""
+    unused = set(UNUSED_KAFKA_KEYS)
+    out.print_json(_settings_or_exit(config).model_dump_json(exclude={"kafka": unused}))
+
+
+@federation_app.command("owner")
+def owner_command(
+    instance: Annotated[str, typer.Option(help="this instance's name, in its verdicts and logs")],
+    config: ConfigOption = None,
+) -> None:
+    """A pool owner: validates launches for the pools the owners' group gives it."""
+    settings = _settings_or_exit(config)
+    if not instance.strip():
+        err.print("[red]lavad: --instance: an owner needs a name[/red]")
+        raise typer.Exit(2)
+    fed = settings.federation
+    topology = _topology(settings)
+    _until_signal(
+        lambda: Owner(settings.kafka, instance, topology, fed.tenants, fed.owner.snapshot_every)
+    )
+
+
+@federation_app.command("scheduler")
+def scheduler_command(
+    gm: Annotated[int, typer.Option("--gm", help="this global scheduler's index")],
+    config: ConfigOption = None,
+) -> None:
+    """A global scheduler: decides the tenant queues the schedulers' group gives it."""
+    settings = _settings_or_exit(config)
+    fed = settings.federation
+    if not 0 <= gm < fed.schedulers:
+        err.print(
+            f"[red]lavad: --gm: {gm} is not a scheduler index "
+            f"(federation.schedulers = {fed.schedulers}: 0 to {fed.schedulers - 1})[/red]"
+        )
+        raise typer.Exit(2)
+    topology = _topology(settings)
+
+    def make() -> Scheduler:
+        scheduler = Scheduler(settings.kafka, gm, topology, fed.tenants, fed.scheduler.state_lag_s)
+        if fed.scheduler.metrics_port:
+            start_http_server(
+                fed.scheduler.metrics_port, addr="127.0.0.1", registry=scheduler.registry
+            )
+        return scheduler
+
+    _until_signal(make)
