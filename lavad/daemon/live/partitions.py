@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,23 +76,65 @@ class Partitions:
         # flight, or one a stop left unsent): while above 0 the state is ahead
         # of what was published, so it must not be snapshotted.
         self.pending = 0
-        # The batch being published and committed (the shell's task), if any.
+        # The batch being published (the shell's task), if any.
         self.in_flight: asyncio.Task[None] | None = None
+        # Committing published batches' offsets, behind the publishing; the
+        # offsets waiting for it (a newer batch's replace an older one's).
+        self.committing: asyncio.Task[None] | None = None
+        self._queued_offsets: dict[TopicPartition, int] | None = None
         self.snapshots_loaded = False
         self._fingerprint = engine.fingerprint
 
-    async def settled(self) -> bool:
+    async def published(self) -> bool:
         """Wait for the batch in flight; True when every decided batch is acknowledged.
 
-        Called with ``lock`` held, so no new batch is decided meanwhile. The
-        task is waited for, not awaited: cancelling the caller must not cancel
-        a publish. A publish that failed (a stop cut its retries short, or
-        the shell stopped the daemon over an error) leaves ``pending`` up.
+        The task is waited for, not awaited: cancelling the caller must not
+        cancel a publish. A publish that failed (a stop cut its retries
+        short, or the shell stopped the daemon over an error) leaves
+        ``pending`` up.
         """
         task = self.in_flight
         if task is not None and not task.done():
             await asyncio.wait([task])
         return self.pending == 0
+
+    async def settled(self) -> bool:
+        """``published``, and then every queued offset commit done.
+
+        Called with ``lock`` held, so no new batch is decided meanwhile:
+        whoever snapshots, gives up partitions or shuts down sees the
+        published batches' offsets committed while the partitions are ours.
+        """
+        published = await self.published()
+        task = self.committing
+        if task is not None and not task.done():
+            await asyncio.wait([task])
+        return published
+
+    def commit_later(
+        self,
+        offsets: dict[TopicPartition, int],
+        commit: Callable[[dict[TopicPartition, int]], Awaitable[None]],
+    ) -> None:
+        """Commit a published batch's ``offsets`` once the commits before them are done.
+
+        Commits go out one at a time, in batch order; when several batches'
+        offsets wait, only the newest is committed (they include the older ones).
+        """
+        self._queued_offsets = offsets
+        if self.committing is None or self.committing.done():
+            self.committing = asyncio.create_task(self._commit_queued(commit))
+
+    async def _commit_queued(
+        self, commit: Callable[[dict[TopicPartition, int]], Awaitable[None]]
+    ) -> None:
+        while self._queued_offsets is not None:
+            offsets, self._queued_offsets = self._queued_offsets, None
+            try:
+                await commit(offsets)
+            except Exception as exc:  # noqa: BLE001 - in a task it would go unseen
+                self._fail(exc)
+                return
 
     def offsets(self) -> dict[TopicPartition, int]:
         return {

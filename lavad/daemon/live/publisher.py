@@ -154,6 +154,7 @@ class Publisher:
                     key=item.key, value=item.value, timestamp=None, headers=item.headers
                 )
                 if appended is None:  # full: send it and start the next
+                    batch.close()
                     future = await producer.send_batch(batch, topic, partition=partition)
                     sent.append((members, future))
                     batch, members = producer.create_batch(), []
@@ -161,6 +162,9 @@ class Publisher:
                         key=item.key, value=item.value, timestamp=None, headers=item.headers
                     )
                 members.append(item)
+            # Closed, it goes out at once: an open one lingers (linger_ms), and the
+            # event loop is busy deciding the next batch meanwhile.
+            batch.close()
             future = await producer.send_batch(batch, topic, partition=partition)
             sent.append((members, future))
         return sent

@@ -39,6 +39,7 @@ from lavad.daemon.engine import Engine, EngineConfig
 from lavad.daemon.live.connection import decision_producer, input_consumer
 from lavad.daemon.live.http import HttpHandle, serve_http
 from lavad.daemon.live.intake import Intake
+from lavad.daemon.live.parsed_records import read_parsed_records
 from lavad.daemon.live.partitions import Partitions
 from lavad.daemon.live.publisher import Outgoing, Publisher, Stopping
 from lavad.daemon.live.retry import Backoff, sleep_or_stop
@@ -52,6 +53,9 @@ from lavad.daemon.shadow.live import build_engine, build_telemetry, topic_names
 from lavad.streams.kafka.topics import TopicNames, check_copartitioned
 
 log = structlog.get_logger("lavad.live")
+
+# Turns of the event loop given to the producer after a batch is handed to it.
+SENDER_TURNS = 8
 
 __all__ = ["LiveDaemon", "Outgoing", "PartitionError", "StartupError", "live_engine_config"]
 
@@ -202,6 +206,7 @@ class LiveDaemon:
             try:
                 await producer.start()
                 await consumer.start()
+                read_parsed_records(consumer)
                 topics = await consumer.topics()
                 counts = {topic: _count(consumer.partitions_for_topic(topic)) for topic in topics}
                 partitions = check_copartitioned(counts, self.names)
@@ -234,10 +239,11 @@ class LiveDaemon:
     async def _consume(self, stop: asyncio.Event) -> None:
         """Fetch and decide batch N+1 while batch N is being acknowledged.
 
-        N+1 is sent only once N is acknowledged and its offsets committed:
-        a pool's decisions stay in order on their partition, a re-send of N
-        never overtakes N+1, and commits go out in batch order. Only the
-        waiting overlaps (fetch and decide against acks and the commit); the
+        N+1 is sent only once N is acknowledged: a pool's decisions stay in
+        order on their partition, and a re-send of N never overtakes N+1.
+        Offsets are committed behind the publishing, in batch order (newest
+        first when several wait), and the loop does not wait for them. Only
+        the waiting overlaps (fetch, decide and commit against acks); the
         state is still changed by one batch at a time, under the lock.
         """
         kafka = self.settings.kafka
@@ -261,7 +267,7 @@ class LiveDaemon:
                     continue
                 # Counted before waiting: this batch's decisions are in the state now.
                 partitions.pending += 1
-                await partitions.settled()
+                await partitions.published()
                 if partitions.pending > 1:
                     return  # batch N was not published: a stop cut its retries short
                 if transactional:
@@ -276,11 +282,18 @@ class LiveDaemon:
                 partitions.in_flight = asyncio.create_task(
                     self._deliver(out, partitions.offsets(), stop)
                 )
+                # The next batch is usually fetched already, so the loop would
+                # decide it without ever letting the producer's sender task
+                # write this one to the broker: a few turns of the event loop
+                # (about four: queue, wake the sender, drain, write) put it on
+                # the wire first, and its acks come back while N+1 is decided.
+                for _ in range(SENDER_TURNS):
+                    await asyncio.sleep(0)
 
     async def _deliver(
         self, out: list[Outgoing], offsets: dict[TopicPartition, int], stop: asyncio.Event
     ) -> None:
-        """One batch: publish, then commit ``offsets``, the positions right after deciding it.
+        """One batch: publish, then queue ``offsets`` (the positions right after deciding it).
 
         Not the consumer's current positions, which are ahead once the next
         batch is fetched. Stopping (a stop while the broker does not answer)
@@ -288,21 +301,21 @@ class LiveDaemon:
         """
         try:
             await self.publisher.publish(out, stop)
-            self.partitions.pending -= 1
-            await self._commit(offsets)
         except Stopping:
             return
         except Exception as exc:  # noqa: BLE001 - in a task it would wait unseen for the next batch
             # Unpipelined, it ended the loop and ``run`` raised it: the same here.
             self.fail(exc)
+            return
+        self.partitions.pending -= 1
+        self.partitions.commit_later(offsets, self._commit)
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit a published batch's offsets; a failure is counted, the next batch commits again.
 
         Committed offsets are for lag monitoring and tooling: a restart resumes
         from the snapshot's offsets, so a failed commit loses nothing, and
-        the next batch is its retry (no backoff here: waiting would hold the
-        batch's records back for offsets nothing reads on the way).
+        the next batch's commit is its retry (no backoff here).
         """
         if not offsets:
             return
