@@ -355,6 +355,10 @@ def warm_up_lifetime() -> None:
         np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
         1, 0, one,
     )  # fmt: skip
+    _refresh_host_quantiles(
+        one, one.copy(), 1, np.zeros(1, dtype=np.int64), one, one, np.zeros(1, dtype=np.int64),
+        host_q, np.zeros(1, dtype=np.bool_), host_q.copy(), np.zeros(1, dtype=np.int64),
+    )  # fmt: skip
     for use_thresholds, use_host_q in ((False, False), (True, False), (True, True)):
         _lifetime_scan(
             free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0,
@@ -388,3 +392,71 @@ compiled_lava_preference: Callable[
     [np.ndarray, np.ndarray, np.ndarray, int, int, FloatArray], None
 ] = _lava_preference
 """(phase, host_class, vm_count, n, vm_class, out): the LAVA preference cost per host."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _refresh_host_quantiles(
+    host_exit: FloatArray,
+    quantiles_exit: FloatArray,
+    n: int,
+    holder: IntArray,
+    predicted_at: FloatArray,
+    start: FloatArray,
+    row: IntArray,
+    creation_quantiles: FloatArray,
+    creation_known: BoolArray,
+    host_q: FloatArray,
+    pending: IntArray,
+) -> int:
+    """The cheap part of ``LifetimeTracker.host_exit_quantiles``, in one pass over the hosts.
+
+    A host whose ``host_exit`` differs from the one its quantiles were
+    computed for (``quantiles_exit``; NaN is stale) gets -inf when it has no
+    VM, or its holder's quantiles at creation as times when the holder was
+    never repredicted and its row's are known. Every other such host is left
+    to the caller, ascending, in ``pending[:count]``; count is returned.
+    """
+    count = 0
+    width = host_q.shape[1]
+    known_rows = len(creation_known)
+    for h in range(n):
+        exit_h = host_exit[h]
+        if exit_h == quantiles_exit[h]:
+            continue
+        if exit_h == -np.inf:
+            for j in range(width):
+                host_q[h, j] = -np.inf
+            quantiles_exit[h] = exit_h
+            continue
+        slot = holder[h]
+        if slot >= 0:
+            at = predicted_at[slot]
+            r = row[slot]
+            if at == start[slot] and r < known_rows and creation_known[r]:
+                for j in range(width):
+                    host_q[h, j] = at + creation_quantiles[r, j]
+                quantiles_exit[h] = exit_h
+                continue
+        pending[count] = h
+        count += 1
+    return count
+
+
+compiled_refresh_host_quantiles: Callable[
+    [
+        FloatArray,
+        FloatArray,
+        int,
+        IntArray,
+        FloatArray,
+        FloatArray,
+        IntArray,
+        FloatArray,
+        BoolArray,
+        FloatArray,
+        IntArray,
+    ],
+    int,
+] = _refresh_host_quantiles
+"""(host_exit, quantiles_exit, n, holder, predicted_at, start, row, creation quantiles,
+creation known, host_q, pending) -> how many hosts are left pending."""

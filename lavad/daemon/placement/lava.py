@@ -46,6 +46,7 @@ heavy-tailed distribution inflates; untested.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from enum import IntEnum
 from typing import Final
@@ -62,6 +63,9 @@ HOUR = 3600.0
 # Upper bounds of classes 0..3; class 4 is everything longer.
 CLASS_BOUNDS_S: FloatArray = np.array([1.0, 10.0, 100.0, 1000.0]) * HOUR
 TOP_CLASS = len(CLASS_BOUNDS_S)
+# The bounds as Python floats: ``lifetime_class`` runs on every booking and
+# placement, and numpy's searchsorted on one number costs a microsecond.
+_CLASS_BOUNDS: Final = CLASS_BOUNDS_S.tolist()
 CLASS_NAMES = ("<1h", "1-10h", "10-100h", "100-1000h", ">=1000h")
 NO_CLASS = -1
 
@@ -78,11 +82,14 @@ class HostPhase(IntEnum):
 _EMPTY: Final = int(HostPhase.EMPTY)
 _OPEN: Final = int(HostPhase.OPEN)
 _RECYCLING: Final = int(HostPhase.RECYCLING)
+# A phase's name in notices, by its int (``HostPhase(p).name`` costs an enum lookup).
+_PHASE_NAMES: Final = tuple(phase.name.lower() for phase in HostPhase)
 
 
 def lifetime_class(lifetime_s: float) -> int:
     """0 below 1 h, 1 from 1 h to 10 h, ..., 4 from 1000 h on."""
-    return int(np.searchsorted(CLASS_BOUNDS_S, lifetime_s, side="right"))
+    # searchsorted(side="right") on the bounds; NaN lands past them in both.
+    return bisect.bisect_right(_CLASS_BOUNDS, lifetime_s)
 
 
 def preference_cost(
@@ -121,6 +128,8 @@ class LavaHosts(ClusterListener):
         # (deadline, host, generation): a host's entries go stale when its deadline moves.
         self._deadlines: list[tuple[float, int, int]] = []
         self._generation = np.zeros(0, dtype=np.int64)
+        # ``_first_deadline`` as last computed (None: to recompute).
+        self._first: float | None = None
         self.notices: list[Notice] = []
 
     # ----------------------------------------------------------------- state
@@ -138,12 +147,18 @@ class LavaHosts(ClusterListener):
     def _set_class(self, host: int, new_class: int, now: float) -> None:
         self.host_class[host] = new_class
         self._generation[host] += 1
+        deadlines = self._deadlines
+        if deadlines and deadlines[0][1] == host:
+            self._first = None  # the first entry went stale
         if new_class == NO_CLASS or new_class >= TOP_CLASS:
             self.deadline[host] = np.inf
             return
         deadline = now + self.deadline_factor * float(CLASS_BOUNDS_S[new_class])
         self.deadline[host] = deadline
-        heapq.heappush(self._deadlines, (deadline, host, int(self._generation[host])))
+        heapq.heappush(deadlines, (deadline, host, int(self._generation[host])))
+        first = self._first
+        if first is not None and deadline < first:
+            self._first = deadline
 
     def _report(
         self, cluster: ClusterState, host: int, now: float, reason: str, before: tuple[int, int]
@@ -156,9 +171,9 @@ class LavaHosts(ClusterListener):
                 cluster.host_ids[host],
                 reason,
                 {
-                    "state": HostPhase(phase).name.lower(),
+                    "state": _PHASE_NAMES[phase],
                     "lifetime_class": CLASS_NAMES[klass] if klass != NO_CLASS else None,
-                    "previous_state": HostPhase(before[0]).name.lower(),
+                    "previous_state": _PHASE_NAMES[before[0]],
                     "previous_class": CLASS_NAMES[before[1]] if before[1] != NO_CLASS else None,
                     "deadline": float(self.deadline[host]),
                     "residual_vms": len(self.residual.get(host, ())),
@@ -262,11 +277,15 @@ class LavaHosts(ClusterListener):
     # ---------------------------------------------------------------- timers
 
     def _first_deadline(self) -> float:
+        first = self._first
+        if first is not None:
+            return first
         deadlines = self._deadlines
         generation = self._generation
         while deadlines and deadlines[0][2] != generation[deadlines[0][1]]:
             heapq.heappop(deadlines)
-        return deadlines[0][0] if deadlines else float("inf")
+        first = self._first = deadlines[0][0] if deadlines else float("inf")
+        return first
 
     @property
     def next_deadline(self) -> float:
@@ -282,6 +301,7 @@ class LavaHosts(ClusterListener):
         tracker.advance(cluster, now)
         while self._first_deadline() <= now:
             due, host, _ = heapq.heappop(self._deadlines)
+            self._first = None
             before = (int(self.phase[host]), int(self.host_class[host]))
             self._set_class(host, min(before[1] + 1, TOP_CLASS), due)
             self.residual[host] = set(cluster.host_vms[host])
@@ -302,6 +322,8 @@ class LavaHosts(ClusterListener):
 
     def take_notices(self) -> list[Notice]:
         notices = self.notices
+        if not notices and not self.tracker.notices:
+            return []
         if self.tracker.notices:
             notices.extend(self.tracker.notices)
             self.tracker.notices.clear()

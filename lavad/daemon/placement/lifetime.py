@@ -48,6 +48,7 @@ import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
 from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
+from lavad.daemon.placement.kernels import compiled_refresh_host_quantiles
 from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import (
@@ -232,15 +233,27 @@ class LifetimeTracker(ClusterListener):
         self._host_q: FloatArray = np.full((0, settings.host_quantiles), -np.inf)
         self._host_q_exit: FloatArray = np.full(0, np.nan)
         self._host_levels = midpoint_levels(max(settings.host_quantiles, 1))
-        # Per distribution row, its host quantiles at uptime 0 (until the next
-        # refit): most holders are VMs just booked, never repredicted.
-        self._host_q_at_creation: dict[int, FloatArray] = {}
+        # Per host, the slot holding ``host_exit``: the lowest slot among its
+        # VMs with the latest predicted exit (-1: none, or to be found again
+        # from the host's VMs when next needed). Kept as bookings, releases
+        # and repredictions move ``host_exit``.
+        self._holder = np.full(0, -1, dtype=np.int64)
+        self._pending = np.zeros(0, dtype=np.int64)
+        # Per distribution row, its host quantiles at uptime 0 and whether
+        # they are known (until the next refit): most holders are VMs just
+        # booked, never repredicted.
+        self._creation_q: FloatArray = np.zeros((0, settings.host_quantiles))
+        self._creation_known = np.zeros(0, dtype=np.bool_)
         self._on_host: dict[int, set[int]] = {}
         self._slot: dict[str, int] = {}
         self._free: list[int] = list(range(size - 1, -1, -1))
         self._next_refit = float("inf") if settings.oracle else float("-inf")
         # (predicted exit, slot, generation) of VMs that may outlive it.
         self._exits: list[tuple[float, int, int]] = []
+        # ``next_deadline`` as last computed (None: to recompute). The engine
+        # reads it several times per event; it changes only when the heap, a
+        # generation or the next refit does.
+        self._deadline: float | None = None
         self._cached: tuple[str, float, Prediction] | None = None
         # Per distribution row, the median lifetime at creation (until the next refit).
         self._median_at_creation: dict[int, float] = {}
@@ -360,10 +373,14 @@ class LifetimeTracker(ClusterListener):
 
     @property
     def next_deadline(self) -> float:
-        return min(self._next_refit, self._first_exit())
+        deadline = self._deadline
+        if deadline is None:
+            deadline = self._deadline = min(self._next_refit, self._first_exit())
+        return deadline
 
     def advance(self, cluster: ClusterState, now: float) -> None:
         """Refits and repredictions due by ``now``, in time order (a refit first on a tie)."""
+        self._deadline = None
         while True:
             first_exit = self._first_exit()
             refit = self._next_refit
@@ -394,6 +411,8 @@ class LifetimeTracker(ClusterListener):
         """The notices in time order: a VM repredicted twice in one advance (its
         new exit was also due) is reported after VMs due earlier in the batch."""
         notices = self.notices
+        if not notices:
+            return []
         self.notices = []
         notices.sort(key=lambda notice: notice.time)
         return notices
@@ -404,6 +423,7 @@ class LifetimeTracker(ClusterListener):
         Only those due before the next refit: the refit changes the model.
         Batched, since the VMs do not depend on each other between refits.
         """
+        self._deadline = None
         exits = self._exits
         generation = self.generation
         due_times: list[float] = []
@@ -425,7 +445,9 @@ class LifetimeTracker(ClusterListener):
         previous = self.predicted_exit[index].copy()
         self.predicted_exit[index] = new_exits
         self.predicted_at[index] = at
-        np.maximum.at(self.host_exit, self.host[index], new_exits)
+        hosts = self.host[index]
+        np.maximum.at(self.host_exit, hosts, new_exits)
+        self._holder[hosts] = -1  # found again from the hosts' VMs when needed
         self.repredictions += len(index)
         for i, slot in enumerate(slots):
             exit_time = float(new_exits[i])
@@ -446,13 +468,14 @@ class LifetimeTracker(ClusterListener):
             )
 
     def _refit(self, now: float) -> None:
+        self._deadline = None
         alive = np.flatnonzero(self.alive)
         # Censor only the VMs the model learns from; bring every running VM's
         # distribution row up to date (they are all repredicted below).
         counted = alive[self.learns[alive]]
         self.model.refit(self.levels[counted], now - self.start[counted], self.row[alive], now=now)
         self._median_at_creation.clear()
-        self._host_q_at_creation.clear()
+        self._creation_known.fill(False)
         self._thresholds_at_creation.clear()
         # The model changed: every host's quantiles are recomputed when next read.
         self._host_q_exit.fill(np.nan)
@@ -465,7 +488,14 @@ class LifetimeTracker(ClusterListener):
             self.predicted_at[alive] = now
             self.repredictions += len(alive)
         self.host_exit.fill(-np.inf)
-        np.maximum.at(self.host_exit, self.host[alive], self.predicted_exit[alive])
+        hosts = self.host[alive]
+        exits = self.predicted_exit[alive]
+        np.maximum.at(self.host_exit, hosts, exits)
+        # Each host's holder: by host, latest exit first, lowest slot first.
+        order = np.lexsort((alive, -exits, hosts))
+        first = order[np.r_[True, hosts[order][1:] != hosts[order][:-1]]] if len(order) else order
+        self._holder.fill(-1)
+        self._holder[hosts[first]] = alive[first]
         generation = self.generation
         # The same tuples as one per slot would give, built column-wise.
         self._exits = list(
@@ -504,46 +534,79 @@ class LifetimeTracker(ClusterListener):
         them after a refit), so the cost per placement is one comparison.
         """
         self._grow_hosts(n_hosts)
-        current = self.host_exit[:n_hosts]
-        changed = np.flatnonzero(current != self._host_q_exit[:n_hosts])
-        if len(changed):
-            holders: list[int] = []
-            busy: list[int] = []
-            at_creation = self._host_q_at_creation
-            predicted_exit = self.predicted_exit
-            for h in changed.tolist():
-                exit_h = float(current[h])
-                if exit_h == -np.inf:
-                    self._host_q[h] = -np.inf
-                    continue
+        model = self.model
+        if len(self._creation_known) < len(model.mass):
+            self._grow_creation_quantiles(len(model.mass))
+        pending = self._pending
+        count = compiled_refresh_host_quantiles(
+            self.host_exit,
+            self._host_q_exit,
+            n_hosts,
+            self._holder,
+            self.predicted_at,
+            self.start,
+            self.row,
+            self._creation_q,
+            self._creation_known,
+            self._host_q,
+            pending,
+        )
+        if count:
+            self._quantiles_of_holders(pending[:count].tolist())
+        return self._host_q[:n_hosts]
+
+    def _quantiles_of_holders(self, hosts: list[int]) -> None:
+        """``host_exit_quantiles`` for the hosts the compiled pass left: a holder
+        to find again, or one repredicted since its booking (its T_r | T_u)."""
+        holders: list[int] = []
+        busy: list[int] = []
+        holder = self._holder
+        predicted_exit = self.predicted_exit
+        known = self._creation_known
+        for h in hosts:
+            slot = int(holder[h])
+            if slot < 0:
                 members = sorted(self._on_host[h])  # the lowest slot among equal exits
                 slot = max(members, key=lambda m: float(predicted_exit[m]))
-                at = float(self.predicted_at[slot])
-                cached = at_creation.get(int(self.row[slot]))
-                if at == float(self.start[slot]) and cached is not None:
-                    self._host_q[h] = at + cached
-                else:
-                    holders.append(slot)
-                    busy.append(h)
-            if busy:
-                slots = np.asarray(holders, dtype=np.int64)
-                model = self.model
-                at_all = self.predicted_at[slots]
-                uptimes = at_all - self.start[slots]
-                quantiles = remaining_quantiles(
-                    model.bins,
-                    model.mass,
-                    model.m0,
-                    model.m1,
-                    self.row[slots],
-                    uptimes,
-                    self._host_levels,
-                )
-                self._host_q[np.asarray(busy)] = at_all[:, None] + quantiles
-                for i in np.flatnonzero(uptimes == 0.0).tolist():
-                    at_creation[int(self.row[slots[i]])] = quantiles[i]
-            self._host_q_exit[changed] = current[changed]
-        return self._host_q[:n_hosts]
+                holder[h] = slot
+            at = float(self.predicted_at[slot])
+            row = int(self.row[slot])
+            if at == float(self.start[slot]) and known[row]:
+                self._host_q[h] = at + self._creation_q[row]
+            else:
+                holders.append(slot)
+                busy.append(h)
+        if busy:
+            slots = np.asarray(holders, dtype=np.int64)
+            model = self.model
+            at_all = self.predicted_at[slots]
+            uptimes = at_all - self.start[slots]
+            quantiles = remaining_quantiles(
+                model.bins,
+                model.mass,
+                model.m0,
+                model.m1,
+                self.row[slots],
+                uptimes,
+                self._host_levels,
+            )
+            self._host_q[np.asarray(busy)] = at_all[:, None] + quantiles
+            for i in np.flatnonzero(uptimes == 0.0).tolist():
+                row = int(self.row[slots[i]])
+                self._creation_q[row] = quantiles[i]
+                known[row] = True
+        changed = np.asarray(hosts, dtype=np.int64)
+        self._host_q_exit[changed] = self.host_exit[changed]
+
+    def _grow_creation_quantiles(self, rows: int) -> None:
+        size = max(rows, 2 * len(self._creation_known), 64)
+        grown = size - len(self._creation_known)
+        self._creation_q = np.concatenate(
+            [self._creation_q, np.zeros((grown, self._creation_q.shape[1]))]
+        )
+        self._creation_known = np.concatenate(
+            [self._creation_known, np.zeros(grown, dtype=np.bool_)]
+        )
 
     @property
     def uses_host_quantiles(self) -> bool:
@@ -591,10 +654,13 @@ class LifetimeTracker(ClusterListener):
         learns = self.learns[slot] = event is None or not left_truncated(event.features)
         if learns and self.settings.siblings and not self.settings.oracle:
             self._siblings.setdefault(prediction.rows[0], set()).add(slot)
-        self.host_exit[host] = max(self.host_exit[host], exit_time)
+        self._raise_host_exit(host, slot, exit_time)
         self.host_initial_exit[host] = max(self.host_initial_exit[host], exit_time)
         if self.settings.repredict and not self.settings.oracle:
             heapq.heappush(self._exits, (exit_time, slot, int(self.generation[slot])))
+            deadline = self._deadline
+            if deadline is not None and exit_time < deadline:
+                self._deadline = exit_time  # a new entry only brings the first one earlier
 
     def on_released(
         self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
@@ -619,6 +685,9 @@ class LifetimeTracker(ClusterListener):
         self.alive[slot] = False
         self.host[slot] = -1
         self.generation[slot] += 1
+        heap = self._exits
+        if heap and heap[0][1] == slot:
+            self._deadline = None  # the first entry went stale: a later one is first
         self._free.append(slot)
         self._leave_host(slot, host)
         if self._siblings and self.learns[slot]:
@@ -645,6 +714,7 @@ class LifetimeTracker(ClusterListener):
         Their exits may move earlier, so each host's latest exit is recomputed
         from its VMs, and their old heap entries are made stale.
         """
+        self._deadline = None
         index = np.asarray(slots, dtype=np.int64)
         uptimes = now - self.start[index]
         model = self.model
@@ -653,7 +723,7 @@ class LifetimeTracker(ClusterListener):
         self.row[index] = [model.choose(tuple(levels)) for levels in self.levels[index].tolist()]
         # The model's distributions changed between refits: per-row caches go.
         self._median_at_creation.clear()
-        self._host_q_at_creation.clear()
+        self._creation_known.fill(False)
         self._thresholds_at_creation.clear()
         remaining = np.maximum(
             self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
@@ -686,6 +756,7 @@ class LifetimeTracker(ClusterListener):
             members = np.fromiter(self._on_host[host], dtype=np.int64)
             self.host_exit[host] = self.predicted_exit[members].max()
             self._host_q_exit[host] = np.nan
+            self._holder[host] = -1
 
     def on_moved(
         self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
@@ -703,10 +774,21 @@ class LifetimeTracker(ClusterListener):
         self._leave_host(slot, int(self.host[slot]))
         self.host[slot] = new_host
         self._on_host.setdefault(new_host, set()).add(slot)
-        self.host_exit[new_host] = max(self.host_exit[new_host], self.predicted_exit[slot])
+        self._raise_host_exit(new_host, slot, float(self.predicted_exit[slot]))
         self.host_initial_exit[new_host] = max(
             self.host_initial_exit[new_host], self.initial_exit[slot]
         )
+
+    def _raise_host_exit(self, host: int, slot: int, exit_time: float) -> None:
+        """``slot`` joined ``host`` with this predicted exit: the host's latest exit and holder."""
+        latest = float(self.host_exit[host])
+        if exit_time > latest:
+            self.host_exit[host] = exit_time
+            self._holder[host] = slot
+        elif exit_time == latest:
+            holder = int(self._holder[host])
+            if 0 <= slot < holder:
+                self._holder[host] = slot  # the lowest slot among equal exits holds it
 
     def _leave_host(self, slot: int, host: int) -> None:
         """Take ``slot`` off ``host`` and recompute the host's latest exits from the rest."""
@@ -718,6 +800,7 @@ class LifetimeTracker(ClusterListener):
             and self.initial_exit[slot] < self.host_initial_exit[host]
         ):
             return  # another VM holds both maxima: they stay as they are
+        self._holder[host] = -1  # found again from the remaining VMs when needed
         if others:
             members = np.fromiter(others, dtype=np.int64, count=len(others))
             self.host_exit[host] = self.predicted_exit[members].max()
@@ -733,6 +816,8 @@ class LifetimeTracker(ClusterListener):
             self.host_initial_exit = np.concatenate([self.host_initial_exit, extra])
             grown = len(extra)
             self._host_q_exit = np.concatenate([self._host_q_exit, np.full(grown, np.nan)])
+            self._holder = np.concatenate([self._holder, np.full(grown, -1, dtype=np.int64)])
+            self._pending = np.zeros(size, dtype=np.int64)
             self._host_q = np.concatenate(
                 [self._host_q, np.full((grown, self._host_q.shape[1]), -np.inf)]
             )
