@@ -15,7 +15,7 @@ import pytest
 
 from lavad.daemon.cluster import ClusterState
 from lavad.daemon.placement.framework import Placed, PlacementRequest, PlacementResult
-from lavad.daemon.placement.kernels import compiled_lava_preference
+from lavad.daemon.placement.kernels import _count_exceeds, compiled_lava_preference
 from lavad.daemon.placement.lava import preference_cost
 from lavad.daemon.placement.lifetime_policy import LifetimePolicy
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
@@ -113,3 +113,26 @@ def test_compiled_lava_preference_equals_numpy() -> None:
         got = np.zeros(n)
         compiled_lava_preference(phase, host_class, vm_count, n, vm_class, got)
         np.testing.assert_array_equal(got, expected)
+
+
+def test_one_comparison_bound_equals_the_count() -> None:
+    """The scan skips a host's threshold search when one comparison shows the
+    count exceeds what the best host costs; that test must agree with the count.
+
+    By hand: thresholds [1, 2, 2, 5], remaining 2: searchsorted(left) = 1, so
+    3 thresholds are at or above it. That exceeds a budget of 2 (k = 4 - 2,
+    the 2nd smallest threshold, 2, is >= 2) and not one of 3 (k = 1, the
+    smallest, 1, is below 2).
+    """
+    thresholds = np.array([1.0, 2.0, 2.0, 5.0])
+    assert _count_exceeds(thresholds, 2.0, 2.0)
+    assert not _count_exceeds(thresholds, 2.0, 3.0)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        values = np.sort(rng.integers(-5, 6, size=n).astype(np.float64))
+        choices = [*values.tolist(), -np.inf, np.inf, np.nan, *rng.normal(0, 4, 4).tolist()]
+        remaining = float(rng.choice(choices))
+        budget = float(rng.integers(0, n + 3))
+        count = n - int(np.searchsorted(values, remaining, side="left"))
+        assert _count_exceeds(values, remaining, budget) == (count > budget)

@@ -214,6 +214,19 @@ def _count_below(thresholds: FloatArray, remaining: float) -> int:
     return lo
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _count_exceeds(thresholds: FloatArray, remaining: float, budget: float) -> bool:
+    """Whether len(thresholds) - searchsorted(thresholds, remaining) > budget, in one comparison.
+
+    ``budget`` is a whole number >= 0. The count of thresholds at or above
+    ``remaining`` exceeds it exactly when the (n - budget)-th smallest
+    threshold is at or above ``remaining`` (NaN compares false both ways,
+    as the search's does).
+    """
+    k = len(thresholds) - int(budget)
+    return k >= 1 and thresholds[k - 1] >= remaining
+
+
 @numba.njit(cache=True, nogil=True)
 def _lifetime_scan(
     free: FloatArray,
@@ -274,16 +287,24 @@ def _lifetime_scan(
         if p > best_p:
             continue
         exit_h = max(host_exit[h], now)
+        bounded = p == best_p and best_c < np.inf
         if use_thresholds and use_host_q:
-            # Summed in quantile order from 0.0, as the numpy scorer sums.
+            # Summed in quantile order from 0.0, as the numpy scorer sums (the
+            # terms are whole numbers, so any order gives the same float).
             c = 0.0
             for j in range(host_q.shape[1]):
                 remaining = max(host_q[h, j], now) - now
+                if bounded and _count_exceeds(thresholds, remaining, best_c - c):
+                    c = np.inf  # this host already costs more: no need for the count
+                    break
                 c += float(n_thresholds - _count_below(thresholds, remaining))
                 if p == best_p and c > best_c:
                     break  # the terms are >= 0: this host already costs more
         elif use_thresholds:
-            c = float(n_thresholds - _count_below(thresholds, exit_h - now))
+            remaining = exit_h - now
+            if bounded and _count_exceeds(thresholds, remaining, best_c):
+                continue
+            c = float(n_thresholds - _count_below(thresholds, remaining))
         else:
             delta = start - exit_h
             if np.isnan(delta):
