@@ -188,3 +188,11 @@ def test_bad_settings_fail() -> None:
         SurvivalCalibrator(_bins(), half_life_s=0.0)
     with pytest.raises(ValueError, match="probability_bins"):
         SurvivalCalibrator(_bins(), probability_bins=0)
+
+
+def test_edges_past_the_window_learn_nothing() -> None:
+    calibrator = SurvivalCalibrator(_bins(), probability_bins=2, window_s=1000.0)
+    # A death at 100 s resolves 300 s only: at 3000 s, past the window, no
+    # survivor would ever be found again to weigh against it.
+    calibrator.learn(np.array([[0.8, 0.4]]), np.array([-INF]), np.array([100.0]), np.array([100.0]))
+    assert calibrator.weight.tolist() == [[0.0, 1.0], [0.0, 0.0]]

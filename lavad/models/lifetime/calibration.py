@@ -26,7 +26,8 @@ was given (``record``), and a VM is found again by its key tuple and
 creation time. (A VM judged instead by the model of its resolution would
 mostly be judged by its own group, which it has joined by then, and not by
 the coarser one a new group is predicted from at creation.) Curves are kept
-``window_s``: edges past it are not recalibrated. Learning happens at the
+``window_s``: edges past it are not recalibrated (the curve is the model's
+there, but never above the calibrated value at the window). Learning happens at the
 model's refits (event times only, so a replay and the live daemon agree):
 survivors are the running VMs whose uptime passed an edge since the last
 refit; exits and evictions since then are queued (``defer``) and resolved
@@ -88,6 +89,8 @@ class SurvivalCalibrator:
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
         self.window_s = window_s
+        # The edges learned: those within the window.
+        self._window_edges = int(np.searchsorted(bins.edges[1:], window_s, side="right"))
         self.version = CALIBRATION_VERSION
         # Survival is calibrated at the inner edges e_1 .. e_last (S(e_0 = 0) = 1).
         self.edges: FloatArray = np.asarray(bins.edges[1:], dtype=np.float64)
@@ -148,10 +151,6 @@ class SurvivalCalibrator:
         """Counts decay since the last refit, and a new refit interval starts (a refit)."""
         self.interval_starts.append(now)
         self.at_creation.append({})
-        # Intervals that ended before the window: their VMs resolve no more edges in it.
-        while len(self.interval_starts) > 1 and self.interval_starts[1] < now - self.window_s:
-            del self.interval_starts[0]
-            del self.at_creation[0]
         last = self.last_learned
         if self.half_life_s is not None and last is not None and now > last:
             factor = 0.5 ** ((now - last) / self.half_life_s)
@@ -160,6 +159,15 @@ class SurvivalCalibrator:
             self.predicted *= factor
             self.map_version += 1
         self.last_learned = now
+
+    def prune(self, now: float) -> None:
+        """Drop the curves of intervals that ended before the window (after a refit's learning).
+
+        Their VMs are older than ``window_s`` now, and edges past it are not learned.
+        """
+        while len(self.interval_starts) > 1 and self.interval_starts[1] < now - self.window_s:
+            del self.interval_starts[0]
+            del self.at_creation[0]
 
     def learn(
         self,
@@ -187,8 +195,11 @@ class SurvivalCalibrator:
             return
         survival, low, high, dead = survival[some], low[some], high[some], dead[some]
         index = np.arange(len(edges))[None, :]
-        lived = (index >= low[:, None]) & (index < high[:, None])
-        died = index >= dead[:, None]
+        # Only edges within the window: past it no survivor is found again
+        # (its curve is gone), so its deaths alone would bias the edge.
+        within = index < self._window_edges
+        lived = (index >= low[:, None]) & (index < high[:, None]) & within
+        died = (index >= dead[:, None]) & within
         resolved = lived | died
         band = np.minimum(
             (survival * self.probability_bins).astype(np.int64), self.probability_bins - 1

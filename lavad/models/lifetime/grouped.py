@@ -196,6 +196,7 @@ class GroupedLifeTables:
                 seen[found],
                 np.where([p[3] for p in pending], seen, math.inf)[found],
             )
+        calibrator.prune(now)
 
     def _weight(self, now: float) -> float:
         """What an observation at ``now`` is stored as (1 without forgetting)."""
