@@ -90,3 +90,38 @@ def test_tracker_host_exit_follows_bookings_and_releases() -> None:
     cluster.release("a")
     tracker.on_released(cluster, first, 30.0, exited=True)
     assert tracker.host_exits(1, 30.0, repredict=True)[0] == 30.0  # empty: "now"
+
+
+def test_refits_over_an_idle_gap_stop_at_the_first_predicted_exit() -> None:
+    """Several refits due at once jump to the last one before the earliest exit.
+
+    The heap keeps only exits due before the next refit; the jump must still
+    see a VM whose exit lies beyond it. Refits every hour from 0. Forty VMs
+    lived 9,000 s each, so after the refit at 3,600 a VM booked then is
+    predicted to end at E = 3,600 + 9,000-odd s, past the next refit (7,200).
+    Advanced to 36,000 s in one call, the refits due at 7,200 ... 36,000
+    jump to the last hour mark at or before min(36,000, E): 3,600 +
+    floor((E - 3,600) / 3,600) x 3,600 = 10,800 (E is 12,600-odd).
+    """
+    cluster = ClusterState()
+    cluster.add_host("h0", (64.0, 256.0, 0.0, 0.0))
+    tracker = LifetimeTracker(LifetimeSettings(refit_interval_s=3600.0, min_observations=1))
+    tracker.advance(cluster, 0.0)  # the first refit
+    rows = tracker.predict(None).rows
+    for _ in range(40):
+        tracker.model.observe_exit(rows, 9000.0)
+    tracker.advance(cluster, 3600.0)
+    record = cluster.book("v", 0, (1.0, 1.0, 0.0, 0.0), "", 3600.0)
+    tracker.on_booked(cluster, record, 3600.0, None)
+    predicted = float(tracker.predicted_exit[tracker._slot["v"]])
+    assert 7200.0 < predicted < 14400.0
+    refits: list[float] = []
+    refit = tracker._refit
+
+    def recorded(now: float) -> None:
+        refits.append(now)
+        refit(now)
+
+    tracker._refit = recorded  # type: ignore[method-assign]
+    tracker.advance(cluster, 36000.0)
+    assert refits[0] == 3600.0 + (predicted - 3600.0) // 3600.0 * 3600.0 == 10800.0

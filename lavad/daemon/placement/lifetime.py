@@ -248,7 +248,10 @@ class LifetimeTracker(ClusterListener):
         self._slot: dict[str, int] = {}
         self._free: list[int] = list(range(size - 1, -1, -1))
         self._next_refit = float("inf") if settings.oracle else float("-inf")
-        # (predicted exit, slot, generation) of VMs that may outlive it.
+        # (predicted exit, slot, generation) of VMs that may outlive it before
+        # the next refit. An exit at or after it is not kept: the refit
+        # repredicts every running VM and rebuilds this heap first, so such
+        # an entry would never be due (``_earliest_exit`` stands in for them).
         self._exits: list[tuple[float, int, int]] = []
         # ``next_deadline`` as last computed (None: to recompute). The engine
         # reads it several times per event; it changes only when the heap, a
@@ -388,7 +391,9 @@ class LifetimeTracker(ClusterListener):
                 # A refit rebuilds the tables, so of several refits due with
                 # nothing between them only the last counts: jump to it (an
                 # idle gap of days would otherwise cost one refit per hour).
-                until = min(now, first_exit)
+                # The heap keeps no exit at or after the refit: the earliest
+                # one, whether it holds it or not, is every running VM's.
+                until = min(now, self._earliest_exit())
                 if refit == float("-inf"):  # the first one: on the first event
                     self._refit(until)
                 else:
@@ -398,6 +403,16 @@ class LifetimeTracker(ClusterListener):
                 self._repredict_overdue(now, refit)
             else:
                 return
+
+    def _earliest_exit(self) -> float:
+        """The earliest predicted exit of a running VM (inf: none, or no repredictions).
+
+        What the heap's first entry would be if it held every running VM's
+        exit: each running VM's one current entry is its ``predicted_exit``.
+        """
+        if not self.settings.repredict or self.settings.oracle or not self.alive.any():
+            return float("inf")
+        return float(self.predicted_exit[self.alive].min())
 
     def refresh(self, cluster: ClusterState, now: float) -> None:
         """Catch up when used outside an engine (which fires the timers itself)."""
@@ -451,7 +466,8 @@ class LifetimeTracker(ClusterListener):
         self.repredictions += len(index)
         for i, slot in enumerate(slots):
             exit_time = float(new_exits[i])
-            heapq.heappush(exits, (exit_time, slot, int(generation[slot])))
+            if exit_time < refit:  # else the refit repredicts it first
+                heapq.heappush(exits, (exit_time, slot, int(generation[slot])))
             self.notices.append(
                 Notice(
                     float(at[i]),
@@ -497,12 +513,14 @@ class LifetimeTracker(ClusterListener):
         self._holder.fill(-1)
         self._holder[hosts[first]] = alive[first]
         generation = self.generation
-        # The same tuples as one per slot would give, built column-wise.
+        # The same tuples as one per slot would give, built column-wise, for
+        # the VMs that may outlive their exit before the next refit.
+        due = alive[exits < self._next_refit]
         self._exits = list(
             zip(
-                self.predicted_exit[alive].tolist(),
-                alive.tolist(),
-                generation[alive].tolist(),
+                self.predicted_exit[due].tolist(),
+                due.tolist(),
+                generation[due].tolist(),
                 strict=True,
             )
         )
@@ -656,7 +674,7 @@ class LifetimeTracker(ClusterListener):
             self._siblings.setdefault(prediction.rows[0], set()).add(slot)
         self._raise_host_exit(host, slot, exit_time)
         self.host_initial_exit[host] = max(self.host_initial_exit[host], exit_time)
-        if self.settings.repredict and not self.settings.oracle:
+        if self.settings.repredict and not self.settings.oracle and exit_time < self._next_refit:
             heapq.heappush(self._exits, (exit_time, slot, int(self.generation[slot])))
             deadline = self._deadline
             if deadline is not None and exit_time < deadline:
@@ -735,8 +753,10 @@ class LifetimeTracker(ClusterListener):
         self.generation[index] += 1
         generation = self.generation
         hosts = set()
+        next_refit = self._next_refit
         for i, slot in enumerate(slots):
-            heapq.heappush(self._exits, (float(new_exits[i]), slot, int(generation[slot])))
+            if new_exits[i] < next_refit:
+                heapq.heappush(self._exits, (float(new_exits[i]), slot, int(generation[slot])))
             hosts.add(int(self.host[slot]))
             self.notices.append(
                 Notice(
