@@ -178,3 +178,33 @@ def test_online_protocol_predicts_with_the_model_as_it_stands(protocol: str, ece
 def test_online_protocol_refuses_an_unknown_protocol() -> None:
     with pytest.raises(ValueError, match="protocol"):
         evaluate_lifetime_model([], split_time=1.0, end_time=5.0, protocol="later")  # type: ignore[arg-type]
+
+
+def test_cli_online_protocol_and_a_calibrated_model(tmp_path: Path) -> None:
+    written = tmp_path / "lifetime.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "lifetime",
+            str(AZURE_SLICE),
+            "--protocol",
+            "online",
+            "--no-river",
+            "--models",
+            "tables,tables-calibrated",
+            "--json",
+            str(written),
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "as it stood then" in result.output
+    saved = orjson.loads(written.read_bytes())
+    assert saved["protocol"] == "online"
+    assert [m["name"] for m in saved["models"]] == [
+        "life tables",
+        "life tables, recalibrated online",
+    ]
+    refused = CliRunner().invoke(app, ["evaluate", "lifetime", str(AZURE_SLICE), "--protocol", "x"])
+    assert refused.exit_code != 0 and "--protocol" in refused.output
