@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lavad.daemon.live.state_codec import dumps, loads
+from lavad.daemon.placement.lifetime import LIFETIME_MODELS, LifetimeSettings
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import (
     CALIBRATION_VERSION,
@@ -196,3 +197,15 @@ def test_edges_past_the_window_learn_nothing() -> None:
     # survivor would ever be found again to weigh against it.
     calibrator.learn(np.array([[0.8, 0.4]]), np.array([-INF]), np.array([100.0]), np.array([100.0]))
     assert calibrator.weight.tolist() == [[0.0, 1.0], [0.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("tables-calibrated", GroupedLifeTables), ("shrunk-calibrated", ShrunkLifeTables)],
+)
+def test_the_daemon_can_choose_a_calibrated_model(name: str, kind: type) -> None:
+    model = LIFETIME_MODELS.build(name, None, LifetimeBins.log_spaced(), LifetimeSettings())
+    assert type(model) is kind and model.calibrator is not None
+    # The default models stay uncalibrated.
+    plain = LIFETIME_MODELS.build("tables", None, LifetimeBins.log_spaced(), LifetimeSettings())
+    assert plain.calibrator is None

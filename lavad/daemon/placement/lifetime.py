@@ -51,6 +51,7 @@ from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScore
 from lavad.daemon.placement.kernels import compiled_refresh_host_quantiles
 from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import (
     LEVELS,
     ORACLE_FEATURE,
@@ -173,6 +174,28 @@ LIFETIME_MODELS: Registry[GroupedLifeTables] = Registry(
                 settings.min_observations,
                 prior_strength=settings.prior_strength,
                 half_life_s=settings.half_life_s,
+            ),
+        ),
+        Entry(
+            "tables-calibrated",
+            "model 'tables', its P(T > e) recalibrated online from the outcomes of its "
+            "predictions at creation (calibration.py)",
+            lambda _args, bins, settings: GroupedLifeTables(
+                bins,
+                settings.min_observations,
+                half_life_s=settings.half_life_s,
+                calibrator=SurvivalCalibrator(bins),
+            ),
+        ),
+        Entry(
+            "shrunk-calibrated",
+            "model 'shrunk', recalibrated online as 'tables-calibrated'",
+            lambda _args, bins, settings: ShrunkLifeTables(
+                bins,
+                settings.min_observations,
+                prior_strength=settings.prior_strength,
+                half_life_s=settings.half_life_s,
+                calibrator=SurvivalCalibrator(bins),
             ),
         ),
     ],
