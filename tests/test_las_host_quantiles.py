@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.kernels import compiled_lifetime_scan
+from lavad.daemon.placement.kernels import compiled_lifetime_scan, compiled_remaining_quantiles
 from lavad.daemon.placement.lifetime import (
     LAS_BUCKETS_S,
     LifetimeSettings,
@@ -30,7 +30,8 @@ from lavad.daemon.placement.lifetime import (
     cost_thresholds,
     expected_cost_counts,
 )
-from lavad.models.lifetime.survival import midpoint_levels, remaining_quantiles
+from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.survival import midpoint_levels, remaining_quantiles, suffix_sums
 from lavad.streams.schema import VmRequest
 
 H = 3600.0
@@ -119,3 +120,30 @@ def test_tracker_takes_the_quantiles_of_the_host_longest_lived_vm() -> None:
     )[0]  # fmt: skip
     np.testing.assert_array_equal(tracker.host_exit_quantiles(2)[0], expected_short)
     assert expected_short[1] < expected[1]
+
+
+def test_compiled_remaining_quantiles_are_numpys_numbers() -> None:
+    """The hosts' quantiles come from a compiled copy of ``remaining_quantiles``:
+    bit for bit the same, at uptime 0, inside bins, on edges, past the horizon,
+    and for a row with no mass ahead (the Lindy rule: u at every level)."""
+    bins = LifetimeBins.log_spaced()
+    rng = np.random.default_rng(11)
+    width = bins.count
+    mass = rng.dirichlet(np.full(width, 0.3), size=6)
+    mass[1, 3:] = 0.0  # nothing beyond bin 3: no mass ahead of a later uptime
+    mass[1, :3] /= mass[1, :3].sum()
+    m0, m1 = suffix_sums(mass, bins)
+    levels = midpoint_levels(8)
+    edges = bins.edges
+    uptimes = [0.0, 1.0, 59.0, float(edges[3]), float(edges[5]) * 1.5, float(edges[-1]) * 3.0]
+    uptimes += rng.uniform(0.0, float(edges[-1]), 10).tolist()
+    for row in range(len(mass)):
+        for uptime in uptimes:
+            expected = remaining_quantiles(
+                bins, mass, m0, m1, np.array([row]), np.array([uptime]), levels
+            )
+            got = np.zeros((2, len(levels)))
+            compiled_remaining_quantiles(
+                mass, m0, row, uptime, edges, float(bins.representative[-1]), levels, got, 1
+            )
+            assert got[1].tolist() == expected[0].tolist(), (row, uptime)

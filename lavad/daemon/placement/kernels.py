@@ -376,9 +376,11 @@ def warm_up_lifetime() -> None:
         np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
         1, 0, one,
     )  # fmt: skip
+    edges = np.array([0.0, 1.0])
     _refresh_host_quantiles(
-        one, one.copy(), 1, np.zeros(1, dtype=np.int64), one, one, np.zeros(1, dtype=np.int64),
-        host_q, np.zeros(1, dtype=np.bool_), host_q.copy(), np.zeros(1, dtype=np.int64),
+        one, np.full(1, np.nan), 1, np.zeros(1, dtype=np.int64), one, one,
+        np.zeros(1, dtype=np.int64), host_q, np.zeros(1, dtype=np.bool_), np.ones((1, 2)),
+        np.ones((1, 3)), edges, 2.0, one, host_q.copy(), np.zeros(1, dtype=np.int64),
     )  # fmt: skip
     for use_thresholds, use_host_q in ((False, False), (True, False), (True, True)):
         _lifetime_scan(
@@ -416,6 +418,79 @@ compiled_lava_preference: Callable[
 
 
 @numba.njit(cache=True, nogil=True)
+def _remaining_quantiles(
+    mass: FloatArray,
+    m0: FloatArray,
+    row: int,
+    u: float,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
+    out: FloatArray,
+    h: int,
+) -> None:
+    """``survival.remaining_quantiles`` of one VM (its row and uptime u) into ``out[h]``.
+
+    The same operations in the same order as numpy's (a bin's mass times 1.0
+    or 0.0, a sequential cumulative sum, no fused multiply-add), so the same
+    numbers; a test holds them equal on random tables and uptimes.
+    """
+    width = mass.shape[1]
+    last = len(edges) - 1  # the open bin
+    # searchsorted(edges, u, side="right") - 1, at most the open bin
+    lo_i = 0
+    hi_i = len(edges)
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) // 2
+        if u < edges[mid]:
+            hi_i = mid
+        else:
+            lo_i = mid + 1
+    j = min(lo_i - 1, last)
+    # survival._ahead: the mass ahead of u
+    inner = j < last
+    lo_edge = edges[min(j, last - 1)]
+    hi_edge = edges[min(j + 1, last)]
+    part = min(max((hi_edge - u) / (hi_edge - lo_edge), 0.0), 1.0) if inner else 1.0
+    ahead = mass[row, j] * part + m0[row, j + 1]
+    here = np.empty(width)
+    cumulative = np.empty(width)
+    for c in range(width):
+        here[c] = mass[row, c] * (1.0 if c >= j else 0.0)
+    here[j] = ahead - m0[row, min(j + 1, width)]
+    total = 0.0
+    for c in range(width):
+        total += here[c]
+        cumulative[c] = total
+    for q in range(len(levels)):
+        target = levels[q] * ahead
+        k = 0
+        for c in range(width):
+            if cumulative[c] < target - 1e-15:
+                k += 1
+        k = min(k, last)
+        in_bin = here[k]
+        before = cumulative[k] - in_bin
+        k_inner = min(k, last - 1)
+        lo = u if k == j else edges[k_inner]
+        hi = edges[k_inner + 1]
+        share = min(max((target - before) / in_bin, 0.0), 1.0) if in_bin > 1e-15 else 0.0
+        t = lo + share * (hi - lo)
+        if k >= last:
+            t = max(open_lifetime, 2.0 * u)
+        if not ahead > 1e-12:
+            t = 2.0 * u
+        out[h, q] = max(t - u, 0.0)
+
+
+compiled_remaining_quantiles: Callable[
+    [FloatArray, FloatArray, int, float, FloatArray, float, FloatArray, FloatArray, int], None
+] = _remaining_quantiles
+"""(mass, m0, row, uptime, edges, open-bin lifetime, levels, out, h): one VM's
+``remaining_quantiles`` into ``out[h]``."""
+
+
+@numba.njit(cache=True, nogil=True)
 def _refresh_host_quantiles(
     host_exit: FloatArray,
     quantiles_exit: FloatArray,
@@ -426,20 +501,28 @@ def _refresh_host_quantiles(
     row: IntArray,
     creation_quantiles: FloatArray,
     creation_known: BoolArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
     host_q: FloatArray,
     pending: IntArray,
 ) -> int:
-    """The cheap part of ``LifetimeTracker.host_exit_quantiles``, in one pass over the hosts.
+    """``LifetimeTracker.host_exit_quantiles`` in one pass over the hosts.
 
     A host whose ``host_exit`` differs from the one its quantiles were
     computed for (``quantiles_exit``; NaN is stale) gets -inf when it has no
-    VM, or its holder's quantiles at creation as times when the holder was
-    never repredicted and its row's are known. Every other such host is left
+    VM, else its holder's remaining-life quantiles at the uptime its exit was
+    predicted at, as times: from ``creation_quantiles`` when the holder was
+    never repredicted and its row's are known, else computed (and kept for
+    the row when at uptime 0). A host whose holder is unknown (-1) is left
     to the caller, ascending, in ``pending[:count]``; count is returned.
     """
     count = 0
     width = host_q.shape[1]
     known_rows = len(creation_known)
+    scratch = np.empty((1, width))
     for h in range(n):
         exit_h = host_exit[h]
         if exit_h == quantiles_exit[h]:
@@ -450,16 +533,25 @@ def _refresh_host_quantiles(
             quantiles_exit[h] = exit_h
             continue
         slot = holder[h]
-        if slot >= 0:
-            at = predicted_at[slot]
-            r = row[slot]
-            if at == start[slot] and r < known_rows and creation_known[r]:
+        if slot < 0:
+            pending[count] = h
+            count += 1
+            continue
+        at = predicted_at[slot]
+        r = row[slot]
+        uptime = at - start[slot]
+        if uptime == 0.0 and r < known_rows and creation_known[r]:
+            for j in range(width):
+                host_q[h, j] = at + creation_quantiles[r, j]
+        else:
+            _remaining_quantiles(mass, m0, r, uptime, edges, open_lifetime, levels, scratch, 0)
+            for j in range(width):
+                host_q[h, j] = at + scratch[0, j]
+            if uptime == 0.0 and r < known_rows:
                 for j in range(width):
-                    host_q[h, j] = at + creation_quantiles[r, j]
-                quantiles_exit[h] = exit_h
-                continue
-        pending[count] = h
-        count += 1
+                    creation_quantiles[r, j] = scratch[0, j]
+                creation_known[r] = True
+        quantiles_exit[h] = exit_h
     return count
 
 
@@ -475,9 +567,15 @@ compiled_refresh_host_quantiles: Callable[
         FloatArray,
         BoolArray,
         FloatArray,
+        FloatArray,
+        FloatArray,
+        float,
+        FloatArray,
+        FloatArray,
         IntArray,
     ],
     int,
 ] = _refresh_host_quantiles
 """(host_exit, quantiles_exit, n, holder, predicted_at, start, row, creation quantiles,
-creation known, host_q, pending) -> how many hosts are left pending."""
+creation known, mass, m0, edges, open-bin lifetime, levels, host_q, pending) -> how many
+hosts are left pending (holder unknown)."""

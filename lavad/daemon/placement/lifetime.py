@@ -575,11 +575,24 @@ class LifetimeTracker(ClusterListener):
         them after a refit), so the cost per placement is one comparison.
         """
         self._grow_hosts(n_hosts)
+        if len(self._creation_known) < len(self.model.mass):
+            self._grow_creation_quantiles(len(self.model.mass))
+        count = self._refresh_host_quantiles(n_hosts)
+        if count:
+            # Holders to find again from the hosts' VMs; then their quantiles.
+            holder = self._holder
+            predicted_exit = self.predicted_exit
+            for h in self._pending[:count].tolist():
+                members = sorted(self._on_host[h])  # the lowest slot among equal exits
+                holder[h] = max(members, key=lambda m: float(predicted_exit[m]))
+            self._refresh_host_quantiles(n_hosts)
+        return self._host_q[:n_hosts]
+
+    def _refresh_host_quantiles(self, n_hosts: int) -> int:
+        """The compiled pass of ``host_exit_quantiles``: how many holders are unknown."""
         model = self.model
-        if len(self._creation_known) < len(model.mass):
-            self._grow_creation_quantiles(len(model.mass))
-        pending = self._pending
-        count = compiled_refresh_host_quantiles(
+        bins = model.bins
+        return compiled_refresh_host_quantiles(
             self.host_exit,
             self._host_q_exit,
             n_hosts,
@@ -589,55 +602,14 @@ class LifetimeTracker(ClusterListener):
             self.row,
             self._creation_q,
             self._creation_known,
+            model.mass,
+            model.m0,
+            bins.edges,
+            float(bins.representative[-1]),
+            self._host_levels,
             self._host_q,
-            pending,
+            self._pending,
         )
-        if count:
-            self._quantiles_of_holders(pending[:count].tolist())
-        return self._host_q[:n_hosts]
-
-    def _quantiles_of_holders(self, hosts: list[int]) -> None:
-        """``host_exit_quantiles`` for the hosts the compiled pass left: a holder
-        to find again, or one repredicted since its booking (its T_r | T_u)."""
-        holders: list[int] = []
-        busy: list[int] = []
-        holder = self._holder
-        predicted_exit = self.predicted_exit
-        known = self._creation_known
-        for h in hosts:
-            slot = int(holder[h])
-            if slot < 0:
-                members = sorted(self._on_host[h])  # the lowest slot among equal exits
-                slot = max(members, key=lambda m: float(predicted_exit[m]))
-                holder[h] = slot
-            at = float(self.predicted_at[slot])
-            row = int(self.row[slot])
-            if at == float(self.start[slot]) and known[row]:
-                self._host_q[h] = at + self._creation_q[row]
-            else:
-                holders.append(slot)
-                busy.append(h)
-        if busy:
-            slots = np.asarray(holders, dtype=np.int64)
-            model = self.model
-            at_all = self.predicted_at[slots]
-            uptimes = at_all - self.start[slots]
-            quantiles = remaining_quantiles(
-                model.bins,
-                model.mass,
-                model.m0,
-                model.m1,
-                self.row[slots],
-                uptimes,
-                self._host_levels,
-            )
-            self._host_q[np.asarray(busy)] = at_all[:, None] + quantiles
-            for i in np.flatnonzero(uptimes == 0.0).tolist():
-                row = int(self.row[slots[i]])
-                self._creation_q[row] = quantiles[i]
-                known[row] = True
-        changed = np.asarray(hosts, dtype=np.int64)
-        self._host_q_exit[changed] = self.host_exit[changed]
 
     def _grow_creation_quantiles(self, rows: int) -> None:
         size = max(rows, 2 * len(self._creation_known), 64)
