@@ -17,7 +17,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import OWNERS_GROUP, plain_consumer
-from lavad.federation.live_wire import LAUNCHES, WireError, decode_launch
+from lavad.federation.live_wire import LAUNCHES, WireError, decode_owner_record
+from lavad.federation.messages import TaskEnd
 
 log = structlog.get_logger()
 
@@ -63,9 +64,11 @@ async def launches_since_owners_commit(
                     if record.value is None:
                         continue
                     try:
-                        launch = decode_launch(record.value)
+                        launch = decode_owner_record(record.value)
                     except WireError:
                         continue  # not a launch: the owner dead-letters it
+                    if isinstance(launch, TaskEnd):
+                        continue
                     found.append(
                         SentLaunch(
                             launch.task.task_id, launch.attempt, launch.gm, launch.seq, launch.pool

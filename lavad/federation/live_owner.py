@@ -8,10 +8,13 @@ replayed launch gets the verdict it got before, with the same content. Per batch
 validate, publish the verdicts and the pool's summary, then commit; every
 ``snapshot_every`` launches, snapshot (after the verdicts are out).
 
-A launch is named ``(task, attempt)``; the owner keeps the ids it has decided (the
-newest ``DECIDED_IDS_KEPT`` per pool, in its snapshot) and drops a launch whose id it
-has already decided: its verdict is on the verdicts topic already. Global schedulers
-never send an id twice on purpose (see request_ledger.py); this is the second line.
+Launches, preemptions (owner.preempt validates them: a victim that already ended is
+refused with the reason) and task ends arrive on the pool's partition in the order
+they are applied; each gets a verdict. A launch or preemption is named
+``(task, attempt)``; the owner keeps the ids it has decided (the newest
+``DECIDED_IDS_KEPT`` per pool, in its snapshot) and drops a launch whose id it has
+already decided: its verdict is on the verdicts topic already. Global schedulers never
+send an id twice on purpose (see request_ledger.py); this is the second line.
 
 ``lavad federation owner --instance NAME --config federation.toml`` (cli.py)
 """
@@ -33,11 +36,13 @@ from lavad.federation.live_wire import (
     STATE,
     VERDICTS,
     WireError,
-    decode_launch,
+    decode_owner_record,
+    encode_end_verdict,
     encode_owner,
     encode_verdict,
     restore_owner,
 )
+from lavad.federation.messages import PreemptRequest, TaskEnd
 from lavad.federation.owner import PoolOwner
 from lavad.federation.request_ledger import LaunchId
 from lavad.federation.state_topic import pool_key
@@ -188,6 +193,10 @@ class Owner:
     async def handle(self, tp: TopicPartition, records: list[Any]) -> None:
         owner = self.owned.get(tp.partition)
         futures = []
+        if owner is None and tp.partition < len(self.topology.pools):
+            # assigned, not yet taken (take() is restoring it) or given up since the fetch:
+            # take() seeks to the snapshot's offset, so these records come again
+            return
         if owner is None:
             pools = len(self.topology.pools)
             reason = f"launch on partition {tp.partition}: the federation has {pools} pools"
@@ -197,31 +206,35 @@ class Owner:
             await self.consumer.commit({tp: records[-1].offset + 1})
             return
         for record in records:
+            if record.offset < self.next_offset[tp.partition]:
+                continue  # applied already (fetched before the take's seek)
             now = record.timestamp / 1000.0
+            self.next_offset[tp.partition] = record.offset + 1
             try:
-                request = decode_launch(record.value)
+                request = decode_owner_record(record.value)
             except WireError as exc:
                 futures.append(await self.dead_letter(record, str(exc)))
-                self.next_offset[tp.partition] = record.offset + 1
                 continue
-            launch_id = (request.task.task_id, request.attempt)
-            decided = self.decided[tp.partition]
-            self.next_offset[tp.partition] = record.offset + 1
-            if launch_id in decided:
-                self.duplicates += 1
-                log.info("duplicate launch dropped", instance=self.instance, launch=launch_id)
-                continue
-            decided[launch_id] = None
-            if len(decided) > DECIDED_IDS_KEPT:
-                del decided[next(iter(decided))]
-            verdict = owner.launch(request, now)
-            futures.append(
-                await self.producer.send(
-                    VERDICTS,
-                    encode_verdict(request, verdict, self.instance),
-                    key=str(request.task.task_id).encode(),
-                )
-            )
+            if isinstance(request, TaskEnd):
+                task_id = request.task_id
+                answer = encode_end_verdict(request, owner.end(task_id, now), self.instance)
+            else:
+                task_id = request.task.task_id
+                launch_id = (request.task.task_id, request.attempt)
+                decided = self.decided[tp.partition]
+                if launch_id in decided:
+                    self.duplicates += 1
+                    log.info("duplicate launch dropped", instance=self.instance, launch=launch_id)
+                    continue
+                decided[launch_id] = None
+                if len(decided) > DECIDED_IDS_KEPT:
+                    del decided[next(iter(decided))]
+                if isinstance(request, PreemptRequest):
+                    verdict = owner.preempt(request, now)
+                else:
+                    verdict = owner.launch(request, now)
+                answer = encode_verdict(request, verdict, self.instance)
+            futures.append(await self.producer.send(VERDICTS, answer, key=str(task_id).encode()))
             self.since_snapshot[tp.partition] += 1
         if not records:
             return

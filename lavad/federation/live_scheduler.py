@@ -310,6 +310,8 @@ class Scheduler:
         )
 
     def answer(self, verdict: dict[str, Any]) -> None:
+        if verdict["kind"] == "end":
+            return  # a task ended: its pool's summary on the state topic says so
         task_id, attempt = int(verdict["task"]), int(verdict["attempt"])
         accepted, final = bool(verdict["accepted"]), bool(verdict["final"])
         self.ledger.answered(

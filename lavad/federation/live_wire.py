@@ -1,5 +1,10 @@
 """The live federation's records, as versioned data-only JSON (orjson): requests,
-launches, verdicts and pool owners' snapshots. Decoding refuses what is not one."""
+launches, verdicts and pool owners' snapshots. Decoding refuses what is not one.
+
+A pool's partition of the launches topic carries everything that changes the pool, in
+the order its owner applies it: launches, preemptions (a launch that names the
+running tasks it ends) and task ends, told apart by ``kind``. Verdicts carry the same
+``kind``."""
 
 from __future__ import annotations
 
@@ -8,7 +13,18 @@ from typing import Any
 import numpy as np
 import orjson
 
-from lavad.federation.messages import LaunchRequest, RunningTask, Task, Verdict
+from lavad.federation.messages import (
+    Accepted,
+    Ended,
+    LaunchRequest,
+    PoolSummary,
+    PreemptRequest,
+    Refused,
+    RunningTask,
+    Task,
+    TaskEnd,
+    Verdict,
+)
 from lavad.federation.owner import PoolOwner
 from lavad.federation.request_ledger import LaunchId
 
@@ -18,6 +34,9 @@ VERDICTS = "lavad.federation.verdicts"
 STATE = "lavad.federation.state"
 OWNER_SNAPSHOTS = "lavad.federation.owner-snapshots"
 DEAD_LETTERS = "lavad.federation.dead-letters"
+
+
+MAX_VICTIMS = 64  # a preemption ends a few tasks on one host, not thousands
 
 
 class WireError(ValueError):
@@ -69,22 +88,67 @@ def decode_request(data: bytes) -> Task:
     return task_from(_object(data, "request"))
 
 
-def encode_launch(request: LaunchRequest) -> bytes:
-    return orjson.dumps(
-        {
-            "gm": request.gm,
-            "seq": request.seq,
-            "attempt": request.attempt,
-            "pool": request.pool,
-            "host": request.host,
-            "repartition": request.repartition,
-            "task": task_fields(request.task),
-        }
-    )
+def encode_launch(request: LaunchRequest | PreemptRequest) -> bytes:
+    """A launch, or a preemption: the same fields and the victims."""
+    fields: dict[str, Any] = {
+        "kind": "launch",
+        "gm": request.gm,
+        "seq": request.seq,
+        "attempt": request.attempt,
+        "pool": request.pool,
+        "host": request.host,
+        "task": task_fields(request.task),
+    }
+    if isinstance(request, PreemptRequest):
+        fields["kind"] = "preempt"
+        fields["victims"] = list(request.victims)
+    else:
+        fields["repartition"] = request.repartition
+    return orjson.dumps(fields)
+
+
+def encode_end(end: TaskEnd) -> bytes:
+    return orjson.dumps({"kind": "end", "pool": end.pool, "task": end.task_id})
+
+
+def decode_owner_record(data: bytes) -> LaunchRequest | PreemptRequest | TaskEnd:
+    """A record of a pool's partition of the launches topic, by its kind."""
+    raw = _object(data, "launch")
+    kind = raw.get("kind")
+    try:
+        if kind == "launch":
+            return _launch(raw)
+        if kind == "preempt":
+            victims = raw["victims"]
+            if not isinstance(victims, list) or len(victims) > MAX_VICTIMS:
+                raise WireError(f"preempt: victims must be a list of at most {MAX_VICTIMS}")
+            return PreemptRequest(
+                gm=int(raw["gm"]),
+                seq=int(raw["seq"]),
+                pool=int(raw["pool"]),
+                host=int(raw["host"]),
+                victims=tuple(int(v) for v in victims),
+                task=task_from(raw["task"]),
+                attempt=int(raw["attempt"]),
+            )
+        if kind == "end":
+            return TaskEnd(pool=int(raw["pool"]), task_id=int(raw["task"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, WireError):
+            raise
+        raise WireError(f"{kind}: {exc!r}") from None
+    raise WireError(f"launch: kind {str(kind)[:40]!r} is none of launch, preempt, end")
 
 
 def decode_launch(data: bytes) -> LaunchRequest:
-    raw = _object(data, "launch")
+    """A launch (not a preemption or an end: decode_owner_record reads every kind)."""
+    record = decode_owner_record(data)
+    if not isinstance(record, LaunchRequest):
+        raise WireError(f"launch: a {type(record).__name__}, not a launch")
+    return record
+
+
+def _launch(raw: dict[str, Any]) -> LaunchRequest:
     try:
         return LaunchRequest(
             gm=int(raw["gm"]),
@@ -99,14 +163,15 @@ def decode_launch(data: bytes) -> LaunchRequest:
         raise WireError(f"launch: {exc!r}") from None
 
 
-def encode_verdict(request: LaunchRequest, verdict: Verdict, instance: str) -> bytes:
-    from lavad.federation.messages import Accepted  # noqa: PLC0415 - one import site
-
+def encode_verdict(
+    request: LaunchRequest | PreemptRequest, verdict: Verdict, instance: str
+) -> bytes:
     accepted = isinstance(verdict, Accepted)
-    summary = verdict.summary
     return orjson.dumps(
         {
+            "kind": "preempt" if isinstance(request, PreemptRequest) else "launch",
             "task": request.task.task_id,
+            "tenant": request.task.tenant,
             "gm": request.gm,
             "seq": request.seq,
             "attempt": request.attempt,
@@ -115,22 +180,54 @@ def encode_verdict(request: LaunchRequest, verdict: Verdict, instance: str) -> b
             "accepted": accepted,
             "final": accepted or bool(getattr(verdict, "final", True)),
             "reason": "" if accepted else getattr(verdict, "reason", ""),
+            "preempted": [v.task_id for v in verdict.preempted]
+            if isinstance(verdict, Accepted)
+            else [],
             "instance": instance,
-            "summary": None
-            if summary is None
-            else {
-                "owner": summary.owner,
-                "version": summary.version,
-                "free": summary.free.tolist(),
-                "seen_seq": list(summary.seen_seq),
-                "tenant_usage": summary.tenant_usage.tolist(),
-            },
+            "summary": _summary_fields(verdict.summary),
         }
     )
 
 
+def encode_end_verdict(end: TaskEnd, verdict: Ended | Refused, instance: str) -> bytes:
+    """A task end as its owner took it: ended (its resources back), or refused (not running)."""
+    ended = isinstance(verdict, Ended)
+    return orjson.dumps(
+        {
+            "kind": "end",
+            "task": end.task_id,
+            "pool": end.pool,
+            "accepted": ended,
+            "final": True,
+            "reason": "" if ended else getattr(verdict, "reason", ""),
+            "instance": instance,
+            "summary": _summary_fields(verdict.summary),
+        }
+    )
+
+
+def _summary_fields(summary: PoolSummary | None) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    return {
+        "owner": summary.owner,
+        "version": summary.version,
+        "free": summary.free.tolist(),
+        "seen_seq": list(summary.seen_seq),
+        "tenant_usage": summary.tenant_usage.tolist(),
+    }
+
+
 def decode_verdict(data: bytes) -> dict[str, Any]:
     raw = _object(data, "verdict")
+    kind = raw.get("kind")
+    if kind == "end":
+        for key in ("task", "pool", "accepted"):
+            if key not in raw:
+                raise WireError(f"verdict: no {key!r}")
+        return raw
+    if kind not in ("launch", "preempt"):
+        raise WireError(f"verdict: kind {str(kind)[:40]!r} is none of launch, preempt, end")
     for key in ("task", "gm", "seq", "attempt", "pool", "host", "accepted", "final"):
         if key not in raw:
             raise WireError(f"verdict: no {key!r}")

@@ -50,6 +50,15 @@ class PreemptRequest:
     host: int
     victims: tuple[int, ...]
     task: Task
+    attempt: int = 0  # as LaunchRequest.attempt: a preemption is a launch with victims
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEnd:
+    """``task_id`` finished on ``pool`` (reported to its owner: the live federation)."""
+
+    pool: int
+    task_id: int
 
 
 @dataclass(frozen=True, slots=True)
