@@ -15,8 +15,15 @@ import pytest
 
 from lavad.daemon.cluster import ClusterState
 from lavad.daemon.placement.framework import Placed, PlacementRequest, PlacementResult
-from lavad.daemon.placement.kernels import _count_exceeds, compiled_lava_preference
+from lavad.daemon.placement.kernels import (
+    Direct,
+    _count_exceeds,
+    compiled_lava_preference,
+    compiled_lifetime_scan,
+    warm_up_lifetime,
+)
 from lavad.daemon.placement.lava import preference_cost
+from lavad.daemon.placement.lifetime import LAS_BUCKETS_S
 from lavad.daemon.placement.lifetime_policy import LifetimePolicy
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
 from lavad.models.lifetime.features import ORACLE_FEATURE
@@ -136,3 +143,27 @@ def test_one_comparison_bound_equals_the_count() -> None:
         budget = float(rng.integers(0, n + 3))
         count = n - int(np.searchsorted(values, remaining, side="left"))
         assert _count_exceeds(values, remaining, budget) == (count > budget)
+
+
+def test_direct_entry_points_decide_as_the_dispatchers() -> None:
+    """After the warm-up the policies call the kernels' compiled code without
+    numba's dispatch; scalars are still converted to the signature's types (a
+    whole-number time as an int gives the float's answer)."""
+    warm_up_lifetime()
+    assert Direct.lifetime_scan is not compiled_lifetime_scan
+    assert Direct.lava_preference is not compiled_lava_preference
+    free = np.array([[4.0, 8.0, 2.0], [16.0, 32.0, 8.0], [0.0] * 3, [0.0] * 3])
+    inv_capacity = np.full((4, 3), 1.0 / 32.0)
+    exits = np.array([7200.0, 100.0, -np.inf])
+    ties_direct = np.zeros(3, dtype=np.int64)
+    ties_dispatch = np.zeros(3, dtype=np.int64)
+    common = (
+        free, inv_capacity, np.zeros(3, dtype=np.bool_), 3, 2, 8, 0.0, 0.0, np.ones(4),
+        np.array([True, True, False, False]), 1e-9, np.zeros(3), False, exits,
+    )  # fmt: skip
+    rest = (np.zeros(0), False, LAS_BUCKETS_S, np.zeros((0, 0)), False)
+    direct = Direct.lifetime_scan(*common, 3600, 5400, *rest, ties_direct)
+    dispatched = compiled_lifetime_scan(*common, 3600.0, 5400.0, *rest, ties_dispatch)
+    assert direct == dispatched
+    assert ties_direct.tolist() == ties_dispatch.tolist()
+    assert direct[0] >= 1

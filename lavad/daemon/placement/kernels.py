@@ -17,7 +17,7 @@ them equal on random states.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final, cast
 
 import numba
 import numpy as np
@@ -364,7 +364,7 @@ compiled_lifetime_scan: Callable[
 
 
 def warm_up_lifetime() -> None:
-    """Compile (or load) the lifetime scan in both LAS modes before anything is timed."""
+    """Compile (or load) the lifetime kernels before anything is timed; resolve ``Direct``."""
     free = np.zeros((4, 1))
     ties = np.zeros(1, dtype=np.int64)
     ones = np.ones(4)
@@ -372,21 +372,28 @@ def warm_up_lifetime() -> None:
     unschedulable = np.zeros(1, dtype=np.bool_)
     one = np.zeros(1)
     host_q = np.zeros((1, 1))
-    _lava_preference(
+    preference = (
         np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
         1, 0, one,
     )  # fmt: skip
+    _lava_preference(*preference)
     edges = np.array([0.0, 1.0])
-    _refresh_host_quantiles(
+    refresh = (
         one, np.full(1, np.nan), 1, np.zeros(1, dtype=np.int64), one, one,
         np.zeros(1, dtype=np.int64), host_q, np.zeros(1, dtype=np.bool_), np.ones((1, 2)),
         np.ones((1, 3)), edges, 2.0, one, host_q.copy(), np.zeros(1, dtype=np.int64),
     )  # fmt: skip
+    _refresh_host_quantiles(*refresh)
+    scan: tuple[Any, ...] = ()
     for use_thresholds, use_host_q in ((False, False), (True, False), (True, True)):
-        _lifetime_scan(
+        scan = (
             free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0,
             one, True, one, 0.0, 0.0, one, use_thresholds, one, host_q, use_host_q, ties,
         )  # fmt: skip
+        _lifetime_scan(*scan)
+    Direct.lifetime_scan = entry_point(_lifetime_scan, scan)
+    Direct.lava_preference = entry_point(_lava_preference, preference)
+    Direct.refresh_host_quantiles = entry_point(_refresh_host_quantiles, refresh)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -579,3 +586,35 @@ compiled_refresh_host_quantiles: Callable[
 """(host_exit, quantiles_exit, n, holder, predicted_at, start, row, creation quantiles,
 creation known, mass, m0, edges, open-bin lifetime, levels, host_q, pending) -> how many
 hosts are left pending (holder unknown)."""
+
+
+def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
+    """The compiled code ``kernel`` runs for arguments of these types, callable without dispatch.
+
+    numba's dispatcher works out every argument's type on each call, about
+    80 ns an argument: 1.8 us for the lifetime scan's 22, as much as the
+    scan itself over a few hundred hosts. The entry point skips that: it
+    converts scalars as the signature says (a Python int where a float64 is
+    expected becomes a float) but unboxes arrays without checking their
+    dtype, dimensions or layout, so its callers pass the arrays they always
+    pass (float64, int64, int8, int32 or bool, C-contiguous). Without a
+    compiled signature for exactly these types, the dispatcher itself.
+    """
+    typeof: Callable[[Any], Any] = numba.typeof  # untyped in numba
+    signature = tuple(typeof(arg) for arg in args)
+    overload = kernel.overloads.get(signature)
+    if overload is None:
+        return cast("Callable[..., Any]", kernel)
+    return cast("Callable[..., Any]", overload.entry_point)
+
+
+class Direct:
+    """The lifetime kernels' entry points (``entry_point``), set by ``warm_up_lifetime``.
+
+    Until then, the dispatchers. Each signature is the warm-up's: the
+    arguments' types the policies use, scalars as float64, int64 or bool.
+    """
+
+    lifetime_scan: Callable[..., tuple[int, float, float, float]] = _lifetime_scan
+    lava_preference: Callable[..., None] = _lava_preference
+    refresh_host_quantiles: Callable[..., int] = _refresh_host_quantiles

@@ -55,7 +55,7 @@ import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
 from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
-from lavad.daemon.placement.kernels import compiled_lava_preference
+from lavad.daemon.placement.kernels import Direct
 from lavad.daemon.placement.lifetime import LifetimeTracker
 from lavad.streams.schema import VmPlaced, VmRequest
 
@@ -289,7 +289,14 @@ class LavaHosts(ClusterListener):
 
     @property
     def next_deadline(self) -> float:
-        return min(self.tracker.next_deadline, self._first_deadline())
+        # Read on every event, several times: both parts are cached until their heaps change.
+        first = self._first
+        if first is None:
+            first = self._first_deadline()
+        tracker_deadline = self.tracker._deadline
+        if tracker_deadline is None:
+            tracker_deadline = self.tracker.next_deadline
+        return first if first < tracker_deadline else tracker_deadline
 
     def advance(self, cluster: ClusterState, now: float) -> None:
         """VM repredictions and host deadlines due by ``now``, notices in time order.
@@ -351,4 +358,5 @@ class LavaPreference(NumpyScorer):
         hosts._grow(n)
         vm_class = lifetime_class(hosts.tracker.prediction_for(request).lifetime_s)
         # ``preference_cost`` compiled: the same costs without six numpy passes.
-        compiled_lava_preference(hosts.phase, hosts.host_class, cluster.vm_count, n, vm_class, out)
+        # (``kernels.compiled_lava_preference`` without numba's type dispatch.)
+        Direct.lava_preference(hosts.phase, hosts.host_class, cluster.vm_count, n, vm_class, out)

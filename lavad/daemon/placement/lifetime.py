@@ -48,7 +48,7 @@ import numpy as np
 
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
 from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
-from lavad.daemon.placement.kernels import compiled_refresh_host_quantiles
+from lavad.daemon.placement.kernels import Direct
 from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
@@ -592,7 +592,8 @@ class LifetimeTracker(ClusterListener):
         """The compiled pass of ``host_exit_quantiles``: how many holders are unknown."""
         model = self.model
         bins = model.bins
-        return compiled_refresh_host_quantiles(
+        # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
+        return Direct.refresh_host_quantiles(
             self.host_exit,
             self._host_q_exit,
             n_hosts,

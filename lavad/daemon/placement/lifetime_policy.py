@@ -27,7 +27,7 @@ from lavad.daemon.placement.framework import (
     Policy,
     ScorePlugin,
 )
-from lavad.daemon.placement.kernels import compiled_lifetime_scan, warm_up_lifetime
+from lavad.daemon.placement.kernels import Direct, warm_up_lifetime
 from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
@@ -85,7 +85,9 @@ class LifetimePolicy(Policy):
         use_host_q = thresholds is not None and tracker.uses_host_quantiles
         host_q = tracker.host_exit_quantiles(n) if use_host_q else _NO_HOST_QUANTILES
         d0, d1, d2, d3 = request.demand
-        count, best_p, best_c, best_s = compiled_lifetime_scan(
+        # ``kernels.compiled_lifetime_scan`` without numba's type dispatch: the
+        # arrays are the ones its warm-up typed (float64, bool, int64; C order).
+        count, best_p, best_c, best_s = Direct.lifetime_scan(
             cluster.free,
             cluster.inv_capacity,
             cluster.unschedulable,
