@@ -48,9 +48,9 @@ class Partitions:
 
     ``lock`` serialises deciding a batch and sending it against rebalances
     and snapshots, which must see the state between batches. The shell
-    decides batch N+1 while batch N is being acknowledged (``in_flight``,
-    outside the lock), so whoever holds the lock and needs the state to
-    match what is published waits for ``settled`` first.
+    decides further batches while earlier ones are being acknowledged
+    (``in_flight``, outside the lock), so whoever holds the lock and needs
+    the state to match what is published waits for ``settled`` first.
     """
 
     def __init__(
@@ -76,7 +76,7 @@ class Partitions:
         # flight, or one a stop left unsent): while above 0 the state is ahead
         # of what was published, so it must not be snapshotted.
         self.pending = 0
-        # The batch being published (the shell's task), if any.
+        # The shell's task publishing decided batches, if any.
         self.in_flight: asyncio.Task[None] | None = None
         # Committing published batches' offsets, behind the publishing; the
         # offsets waiting for it (a newer batch's replace an older one's).

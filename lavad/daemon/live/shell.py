@@ -6,8 +6,8 @@ the state goes to the dead-letter topic with the reason); feed the events to
 the engine at their event time; run timers up to the watermark; publish
 every decision with acks=all and wait for the acknowledgements (retrying
 with backoff while the broker does not answer); only then commit the input
-offsets that batch reflects. The next batch is fetched and decided while
-those acknowledgements are pending, and sent once they are all in.
+offsets that batch reflects. Further batches are fetched and decided while
+those acknowledgements are pending, and sent together once they are all in.
 Every ``live.snapshot_interval_s`` the state of each owned partition is
 written with the offsets it reflects, once no decided batch is unpublished.
 
@@ -123,6 +123,11 @@ class LiveDaemon:
         # and swallow what they raise: ``run`` stops and raises it instead.
         self._stop: asyncio.Event | None = None
         self._failure: Exception | None = None
+        # Decided and not yet handed to the publisher: the records, how many
+        # batches they came from, the input positions right after the last one.
+        self._decided: list[Outgoing] = []
+        self._decided_batches = 0
+        self._decided_offsets: dict[TopicPartition, int] = {}
 
     @property
     def records_processed(self) -> int:
@@ -237,14 +242,17 @@ class LiveDaemon:
         return False
 
     async def _consume(self, stop: asyncio.Event) -> None:
-        """Fetch and decide batch N+1 while batch N is being acknowledged.
+        """Fetch and decide while what was decided before is being published.
 
-        N+1 is sent only once N is acknowledged: a pool's decisions stay in
-        order on their partition, and a re-send of N never overtakes N+1.
-        Offsets are committed behind the publishing, in batch order (newest
-        first when several wait), and the loop does not wait for them. Only
-        the waiting overlaps (fetch, decide and commit against acks); the
-        state is still changed by one batch at a time, under the lock.
+        Decided batches queue behind the publish in flight and go out
+        together, in the order they were decided, as soon as it is
+        acknowledged (``_publish_decided``): a pool's decisions stay in order
+        on their partition, a re-send never overtakes what follows, and a
+        record fetched while acks are awaited is decided at once rather than
+        after them. Offsets are committed behind the publishing, in batch
+        order. At most ``max_batch_records`` decisions wait (then the loop
+        waits too). The state is still changed by one batch at a time, under
+        the lock.
         """
         kafka = self.settings.kafka
         backoff = self._backoff()
@@ -265,11 +273,8 @@ class LiveDaemon:
                 out.extend(intake.advance_timers())
                 if not out and not batch:
                     continue
-                # Counted before waiting: this batch's decisions are in the state now.
+                # Counted at once: this batch's decisions are in the state now.
                 partitions.pending += 1
-                await partitions.published()
-                if partitions.pending > 1:
-                    return  # batch N was not published: a stop cut its retries short
                 if transactional:
                     # Unpipelined: the transaction carries the offsets, so it
                     # must see exactly this batch's positions.
@@ -279,36 +284,46 @@ class LiveDaemon:
                         return
                     partitions.pending -= 1
                     continue
-                partitions.in_flight = asyncio.create_task(
-                    self._deliver(out, partitions.offsets(), stop)
-                )
+                self._decided.extend(out)
+                self._decided_batches += 1
+                # The positions right after deciding it (the consumer's own are
+                # ahead once the next batch is fetched).
+                self._decided_offsets = partitions.offsets()
+                publishing = partitions.in_flight
+                if publishing is None or publishing.done():
+                    if partitions.pending > self._decided_batches:
+                        return  # an earlier batch was not published: a stop cut its retries short
+                    partitions.in_flight = asyncio.create_task(self._publish_decided(stop))
+                elif len(self._decided) >= kafka.max_batch_records:
+                    await partitions.published()
+                    continue
                 # The next batch is usually fetched already, so the loop would
                 # decide it without ever letting the producer's sender task
-                # write this one to the broker: a few turns of the event loop
-                # (about four: queue, wake the sender, drain, write) put it on
-                # the wire first, and its acks come back while N+1 is decided.
+                # write this one to the broker (or the publishing task take it,
+                # if its acks are in): a few turns of the event loop (about
+                # four: queue, wake the sender, drain, write) put it on the wire.
                 for _ in range(SENDER_TURNS):
                     await asyncio.sleep(0)
 
-    async def _deliver(
-        self, out: list[Outgoing], offsets: dict[TopicPartition, int], stop: asyncio.Event
-    ) -> None:
-        """One batch: publish, then queue ``offsets`` (the positions right after deciding it).
+    async def _publish_decided(self, stop: asyncio.Event) -> None:
+        """Publish every decided batch, in order, then commit their offsets; until none is left.
 
-        Not the consumer's current positions, which are ahead once the next
-        batch is fetched. Stopping (a stop while the broker does not answer)
-        leaves ``pending`` up, so nothing snapshots past the unpublished batch.
+        Stopping (a stop while the broker does not answer) leaves ``pending``
+        up, so nothing snapshots past the unpublished batches.
         """
-        try:
-            await self.publisher.publish(out, stop)
-        except Stopping:
-            return
-        except Exception as exc:  # noqa: BLE001 - in a task it would wait unseen for the next batch
-            # Unpipelined, it ended the loop and ``run`` raised it: the same here.
-            self.fail(exc)
-            return
-        self.partitions.pending -= 1
-        self.partitions.commit_later(offsets, self._commit)
+        while self._decided_batches:
+            out, batches, offsets = self._decided, self._decided_batches, self._decided_offsets
+            self._decided, self._decided_batches, self._decided_offsets = [], 0, {}
+            try:
+                await self.publisher.publish(out, stop)
+            except Stopping:
+                return
+            except Exception as exc:  # noqa: BLE001 - in a task it would wait unseen
+                # Unpipelined, it ended the loop and ``run`` raised it: the same here.
+                self.fail(exc)
+                return
+            self.partitions.pending -= batches
+            self.partitions.commit_later(offsets, self._commit)
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit a published batch's offsets; a failure is counted, the next batch commits again.
