@@ -6,4 +6,7 @@
 - ``grouped.py``: the online, censoring-aware model: life tables per feature
   group at several levels of detail, backing off to coarser groups.
 - ``features.py``: the grouping keys a VM request yields (nothing from the future).
+- ``shrunk.py``: the same groups, every level's hazards shrunk towards the coarser one.
+- ``calibration.py``: an opt-in online recalibration of P(T > e), learned from
+  the outcomes of the predictions made at creation.
 """
