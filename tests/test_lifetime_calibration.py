@@ -18,6 +18,7 @@ from lavad.models.lifetime.calibration import (
 )
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
+from lavad.models.lifetime.survival import suffix_sums
 
 INF = math.inf
 
@@ -209,3 +210,19 @@ def test_the_daemon_can_choose_a_calibrated_model(name: str, kind: type) -> None
     # The default models stay uncalibrated.
     plain = LIFETIME_MODELS.build("tables", None, LifetimeBins.log_spaced(), LifetimeSettings())
     assert plain.calibrator is None
+
+
+def test_the_compiled_tables_are_the_numpy_ones() -> None:
+    bins = LifetimeBins.log_spaced()
+    calibrator = SurvivalCalibrator(bins)
+    rng = np.random.default_rng(3)
+    # Random non-increasing raw curves, and a map learned from them.
+    curves = np.sort(rng.uniform(0.0, 1.0, (200, bins.count - 1)), axis=1)[:, ::-1]
+    ages = rng.uniform(0.0, 10 * 86_400.0, 200)
+    calibrator.learn(curves, np.full(200, -INF), ages, np.where(ages < 86_400.0, ages, INF))
+    mass, m0, m1 = calibrator.tables(curves, bins.representative)
+    expected = calibrator.calibrated_mass(curves)
+    assert mass == pytest.approx(expected, abs=1e-12)
+    e0, e1 = suffix_sums(expected, bins)
+    assert m0 == pytest.approx(e0, abs=1e-12)
+    assert m1 == pytest.approx(e1, rel=1e-12)

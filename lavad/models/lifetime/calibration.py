@@ -50,6 +50,7 @@ import bisect
 import math
 from typing import Final
 
+import numba
 import numpy as np
 
 from lavad.models.arrays import FloatArray
@@ -64,6 +65,42 @@ CALIBRATION_HALF_LIFE_S: Final = 7 * 86_400.0
 # A creation time found again from an exit (its time minus its lifetime)
 # carries rounding; refits are far further apart than this.
 _START_SLACK_S: Final = 1e-6
+
+
+@numba.njit(cache=True, nogil=True)
+def _calibrated_tables(
+    survival: FloatArray,
+    shift: FloatArray,
+    raw_share: float,
+    representative: FloatArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    m1: FloatArray,
+) -> None:
+    """``SurvivalCalibrator.calibrated_mass`` and its suffix sums, one compiled loop per row."""
+    rows, edges = survival.shape
+    bands = shift.shape[1]
+    for i in range(rows):
+        running = 1.0
+        before = 1.0
+        for j in range(edges):
+            raw = survival[i, j]
+            band = min(int(raw * bands), bands - 1)
+            calibrated = min(max(raw + shift[j, band], 0.0), 1.0)
+            running = min(running, calibrated)
+            curve = (1.0 - raw_share) * running + raw_share * raw
+            mass[i, j] = max(before - curve, 0.0)
+            before = curve
+        mass[i, edges] = before
+        m0[i, edges + 1] = 0.0
+        m1[i, edges + 1] = 0.0
+        total = 0.0
+        moment = 0.0
+        for j in range(edges, -1, -1):
+            total += mass[i, j]
+            moment += mass[i, j] * representative[j]
+            m0[i, j] = total
+            m1[i, j] = moment
 
 
 class CalibrationStateError(ValueError):
@@ -103,6 +140,9 @@ class SurvivalCalibrator:
         self.predicted: FloatArray = np.zeros(shape)
         # Bumped whenever the map changes: rows calibrated before are stale.
         self.map_version = 0
+        # The map's shifts, as of ``shift_version``.
+        self.shift: FloatArray = np.zeros(shape)
+        self.shift_version = -1
         self.last_learned: float | None = None
         # Exits and evictions since the last refit: (group rows, uptime at the
         # last refit, lifetime or uptime seen, exited, creation time).
@@ -229,6 +269,29 @@ class SurvivalCalibrator:
         result: FloatArray = np.minimum.accumulate(calibrated, axis=1)
         return result
 
+    def tables(
+        self, survival: FloatArray, representative: FloatArray
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """``calibrated_mass`` and its suffix sums (``survival.suffix_sums``), compiled."""
+        if self.shift_version != self.map_version:
+            self.shift = (self.survived - self.predicted) / (self.weight + self.prior_strength)
+            self.shift_version = self.map_version
+        survival = np.ascontiguousarray(survival, dtype=np.float64).reshape(-1, len(self.edges))
+        rows, width = len(survival), len(self.edges) + 1
+        mass = np.empty((rows, width))
+        m0 = np.empty((rows, width + 1))
+        m1 = np.empty((rows, width + 1))
+        _calibrated_tables(
+            survival,
+            self.shift,
+            RAW_SHARE,
+            np.ascontiguousarray(representative, dtype=np.float64),
+            mass,
+            m0,
+            m1,
+        )
+        return mass, m0, m1
+
     def calibrated_mass(self, survival: FloatArray) -> FloatArray:
         """Bin masses (one more than edges: the open bin) of the calibrated curves."""
         raw = np.asarray(survival, dtype=np.float64).reshape(-1, len(self.edges))
@@ -290,6 +353,7 @@ class SurvivalCalibrator:
         if last is not None and not isinstance(last, float | int):
             raise CalibrationStateError("calibration checkpoint: bad last_learned")
         self.map_version = map_version
+        self.shift_version = -1
         self.last_learned = None if last is None else float(last)
         starts = state.get("interval_starts")
         at_creation = state.get("at_creation")

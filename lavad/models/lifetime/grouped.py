@@ -155,9 +155,8 @@ class GroupedLifeTables:
         """Rows' tables from their raw survival through the calibrator's current map."""
         calibrator = self.calibrator
         assert calibrator is not None
-        mass = calibrator.calibrated_mass(self.raw_survival[rows])
-        self.mass[rows] = mass
-        self.m0[rows], self.m1[rows] = suffix_sums(mass, self.bins)
+        mass, m0, m1 = calibrator.tables(self.raw_survival[rows], self.bins.representative)
+        self.mass[rows], self.m0[rows], self.m1[rows] = mass, m0, m1
         self.calibrated_at[rows] = calibrator.map_version
 
     def _learn_calibration(

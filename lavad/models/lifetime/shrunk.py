@@ -51,7 +51,6 @@ from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables, GroupRows
-from lavad.models.lifetime.survival import suffix_sums
 
 # Combos past this many share the pool-wide combo (hostile input: key tuples
 # are named by the input). 250,000 combos of 41 bins are ~250 MB with their
@@ -228,9 +227,8 @@ class ShrunkLifeTables(GroupedLifeTables):
         calibrator = self.calibrator
         if calibrator is not None:
             self.raw_survival[combos] = self.m0[combos, 1 : self.bins.count]
-            mass = calibrator.calibrated_mass(self.raw_survival[combos])
-            self.mass[combos] = mass
-            self.m0[combos], self.m1[combos] = suffix_sums(mass, self.bins)
+            mass, m0, m1 = calibrator.tables(self.raw_survival[combos], self._representative)
+            self.mass[combos], self.m0[combos], self.m1[combos] = mass, m0, m1
 
     def refit(
         self,
