@@ -49,6 +49,10 @@ from lavad.streams.kafka.deadletter import dead_letter_headers
 
 log = structlog.get_logger()
 
+# Offsets are committed at most this often: a commit is a round trip to the group's
+# coordinator, and committing less only means more requests read again (and skipped
+# as final) by the queue's next holder.
+COMMIT_EVERY_S = 0.5
 ALLOCATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 COMPONENTS = ("queueing", "processing", "communication", "retries")
 
@@ -168,7 +172,7 @@ class Scheduler:
 
         self.requests.subscribe([REQUESTS], listener=Listener())
         await self.requests.start()
-        next_state = 0.0
+        next_state = next_commit = 0.0
         try:
             while not stop.is_set():
                 batch = await self.requests.getmany(timeout_ms=50, max_records=500)
@@ -182,9 +186,14 @@ class Scheduler:
                         next_state = time.monotonic() + self.state_lag_s
                     await self.read_verdicts(timeout_ms=20)
                     await self.launch_what_fits()
-                    await self.commit()
+                    if time.monotonic() >= next_commit:
+                        await self.commit()
+                        next_commit = time.monotonic() + COMMIT_EVERY_S
         finally:
             log.info("scheduler stopping", gm=self.gm, **self.replayed)
+            if stop.is_set():  # a clean stop: what is final is committed
+                async with self.lock:
+                    await self.commit()
             await self.requests.stop()
             await self.verdicts.stop()
             await self.state.stop()
