@@ -75,14 +75,75 @@ def test_bad_configurations_are_refused() -> None:
         ChoiceConfig(d=0.0)
     with pytest.raises(ValueError, match="d_over must be"):
         ChoiceConfig(d_over=2.0)
+    with pytest.raises(ValueError, match="ladder"):
+        ChoiceConfig(ladder=(0.9, 0.5))
+    with pytest.raises(ValueError, match="ladder"):
+        ChoiceConfig(ladder=(1.0,))
+    with pytest.raises(ValueError, match="step_back"):
+        ChoiceConfig(step_back=-1)
 
 
 def test_default_choice_runs_every_candidate() -> None:
     choice = default_choice("cpu")
-    assert choice.labels[0] == "vpa" and "ml-ensemble" in choice.labels
+    assert choice.labels[0] == "vpa" and "window-p98" in choice.labels
+    assert "vpax0.9" in choice.labels
     for k in range(300):
         choice.observe(_obs(k, 0.3 + 0.2 * (k % 7 == 0)))
     assert choice.limit is not None and choice.chosen in choice.labels
+    # Memory follows the VPA's own rungs only.
+    assert all(label.startswith("vpa") for label in default_choice("memory").labels)
+
+
+def _ladder(**config: float) -> tuple[_Fixed, ChoiceRecommender]:
+    anchor = _Fixed("vpa", 1.0)
+    cfg = ChoiceConfig(
+        d=0.1, probation=0.0, tolerance=0.0, w_switch=0.0, ladder=(0.5, 0.7, 0.9), **config
+    )
+    return anchor, ChoiceRecommender([("vpa", anchor)], cfg)
+
+
+def test_the_ladder_steps_down_where_the_anchor_holds_one_rung_back() -> None:
+    """Usage 0.4 under an anchor at 1.0: the rungs 0.5, 0.7, 0.9 x 1.0 leave slack 0.2, 0.43,
+    0.56 (the anchor 0.6) and none runs over, so the lowest rung, 0.5, is chosen and the
+    one above it published (step_back 1): 0.7. A window at 0.6 runs over rung 0.5 (not
+    published, scored all the same) but not the anchor, so 0.5 is out; the choice is 0.7
+    and the published limit 0.9."""
+    _, choice = _ladder(step_back=1)
+    assert choice.labels == ("vpa", "vpax0.5", "vpax0.7", "vpax0.9")
+    for k in range(20):
+        choice.observe(_obs(k, 0.4))
+    assert choice.chosen == "vpax0.7" and choice.limit == pytest.approx(0.7)
+    choice.observe(_obs(20, 0.6))
+    assert choice.overruns[1] > choice.overruns[0] == 0.0
+    assert choice.chosen == "vpax0.9" and choice.limit == pytest.approx(0.9)
+    assert choice.explain()["scale"] == 0.9
+    # A rung follows the anchor's limit as it moves.
+    anchor, choice = _ladder(step_back=0)
+    choice.observe(_obs(0, 0.1))
+    anchor.limit = 2.0
+    assert choice.candidates[1].limit == pytest.approx(1.0)
+
+
+def test_no_rung_before_min_windows_of_the_anchor() -> None:
+    _, choice = _ladder(min_windows=10)
+    for k in range(9):
+        choice.observe(_obs(k, 0.4))
+        assert choice.limit == 1.0 and choice.chosen == "vpa"
+    choice.observe(_obs(9, 0.4))
+    assert choice.chosen == "vpax0.5" and choice.limit == pytest.approx(0.5)
+
+
+def test_a_weight_on_overruns_never_takes_more_slack_than_the_anchor() -> None:
+    """Usage 0.5 with a spike to 1.05 in window 5: the anchor (1.0) and "tight" (0.9) run over
+    once, "wide" (1.2) never but leaves more slack (0.58 against the anchor's 0.5), so even
+    a large overrun weight keeps to "tight", which dominates the anchor on the job's past."""
+    anchor, tight, wide = _Fixed("vpa", 1.0), _Fixed("tight", 0.9), _Fixed("wide", 1.2)
+    cfg = ChoiceConfig(d=0.1, probation=0.0, tolerance=0.0, w_switch=0.0, overrun_weight=1e6)
+    choice = ChoiceRecommender([("vpa", anchor), ("tight", tight), ("wide", wide)], cfg)
+    for k in range(30):
+        choice.observe(_obs(k, 1.05 if k == 5 else 0.5))
+    assert choice.overruns[0] == choice.overruns[1] > choice.overruns[2] == 0.0
+    assert choice.chosen == "tight" and choice.limit == 0.9
 
 
 def test_changes_stay_within_the_budget_of_the_anchors() -> None:

@@ -168,3 +168,15 @@ def test_autopilot_slack_is_against_the_usage_the_limit_let_through() -> None:
     assert s.relative_slack_mean == pytest.approx(0.0)
     assert s.absolute_slack_mean == pytest.approx(12 * 0.2 / 24)
     assert s.overrun_rate == pytest.approx(0.5)
+
+
+def test_domination_can_require_changes_within_a_ratio() -> None:
+    def sc(slack: float, over: float, changes: float) -> RecommenderScore:
+        return RecommenderScore(
+            "x", "cpu", 1, 1, 1, slack, slack, slack, slack, 0.0, over, 1.0, 0, changes
+        )
+
+    fewer, vpa = sc(0.1, 0.01, 2.0), sc(0.2, 0.01, 1.0)
+    assert dominates(fewer, vpa, change_ratio=2.0)
+    assert not dominates(sc(0.1, 0.01, 2.1), vpa, change_ratio=2.0)
+    assert dominates(sc(0.1, 0.01, 2.1), vpa)

@@ -343,16 +343,26 @@ def training_jobs(
     return [rest[i] for i in picks]
 
 
-def dominates(a: RecommenderScore, b: RecommenderScore, slack_tol: float = 0.0) -> bool:
+def dominates(
+    a: RecommenderScore,
+    b: RecommenderScore,
+    slack_tol: float = 0.0,
+    change_ratio: float | None = None,
+) -> bool:
     """``a`` has lower relative slack at no higher overrun rate, or fewer overruns at equal slack.
 
     Slack is the mean relative slack over job-days; ``slack_tol`` is what counts as equal.
+    With ``change_ratio``, ``a`` must also change limits at most that many times as often
+    per job-day as ``b`` (a limit change restarts or resizes the task).
     """
     lower_slack = a.relative_slack_mean < b.relative_slack_mean - slack_tol
     equal_slack = abs(a.relative_slack_mean - b.relative_slack_mean) <= slack_tol
-    return (lower_slack and a.overrun_rate <= b.overrun_rate) or (
+    better = (lower_slack and a.overrun_rate <= b.overrun_rate) or (
         equal_slack and a.overrun_rate < b.overrun_rate
     )
+    if change_ratio is not None and a.changes_per_job_day > change_ratio * b.changes_per_job_day:
+        return False
+    return better
 
 
 def plot_pareto(evaluations: Sequence[LimitsEvaluation], png: Path) -> None:

@@ -36,6 +36,9 @@ from lavad.models.limits.horizontal import HorizontalConfig
 from lavad.models.limits.ml import MlConfig
 from lavad.streams.adapters import TraceFormatError
 
+# ML's limit changes per job-day may be at most this many times the VPA's.
+CHANGE_RATIO = 2.0
+
 app = typer.Typer(help="Limits: Autopilot moving-window and ML recommenders vs. Kubernetes VPA.")
 
 
@@ -110,8 +113,16 @@ def limits_command(
         for resource in ("cpu", "memory"):
             ml, vpa = ev.get(resource, "ml"), ev.get(resource, "vpa")
             if ml is not None and vpa is not None:
-                verdict = "dominates" if dominates(ml, vpa) else "does NOT dominate"
-                out.print(f"{ev.trace} {resource}: ML {verdict} VPA")
+                # Both axes no worse, one better, and changes within 2x of the VPA's.
+                verdict = (
+                    "dominates"
+                    if dominates(ml, vpa, change_ratio=CHANGE_RATIO)
+                    else "does NOT dominate"
+                )
+                out.print(
+                    f"{ev.trace} {resource}: ML {verdict} VPA (changes/job-day"
+                    f" {ml.changes_per_job_day:.2f} against {vpa.changes_per_job_day:.2f})"
+                )
     if plot is not None:
         plot_pareto(results, plot)
         out.print(f"plot: {plot}")

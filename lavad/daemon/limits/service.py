@@ -54,8 +54,9 @@ RECOMMENDER_REGISTRY: Registry[LimitRecommender] = Registry(
     [
         Entry(
             "ml",
-            "per job, the VPA estimator unless Autopilot's ML ensemble or a moving window has "
-            "left less slack at no more overruns (models/limits/choice.py)",
+            "per job, the VPA estimator unless a lower rung of its own limit or (CPU) one of "
+            "Autopilot's moving windows has left less slack at no more overruns on the job's "
+            "own windows (models/limits/choice.py)",
             lambda _args, resource: default_choice(resource),
         ),
         Entry(

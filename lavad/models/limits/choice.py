@@ -30,6 +30,15 @@ is excluded would add up). It switches only
 for ``w_switch`` less slack, or when the one followed overruns more than the
 anchor.
 
+The VPA's own limit scaled down (a *ladder* of rungs, ``factor`` x the
+anchor's limit) is a candidate family of its own: where a job's history
+shows a lower rung held at no more overruns than the anchor (an overrun
+costs as above), the rung leaves less slack on both counts. What is
+resolved on the past overruns more on the future (the lowest rung that
+held is the one that was closest to running over), so a choice of rung
+``k`` publishes rung ``k + step_back``, nearer the anchor; and no rung is
+taken before the anchor has been scored ``min_windows`` windows.
+
 The limit published moves only when the chosen candidate's limit leaves a
 ``deadband`` around the one in force (relative), or at once upwards after
 an overrun; other moves only while the changes so far stay within
@@ -43,9 +52,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from lavad.models.limits.histogram import Observation
-from lavad.models.limits.ml import MlConfig, MlRecommender
 from lavad.models.limits.vpa import VpaRecommender
 from lavad.models.limits.window import (
     LimitRecommender,
@@ -55,6 +64,8 @@ from lavad.models.limits.window import (
 )
 
 DAY_S = 86_400.0
+# 5-minute windows in a day.
+DAY_WINDOWS: Final = 288
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +86,27 @@ class ChoiceConfig:
     # At most this many limit changes per change of the anchor (plus one).
     change_budget: float = 2.0
     anchor: str = "vpa"
+    # Rungs of the ladder, ascending fractions of the anchor's limit (< 1).
+    ladder: tuple[float, ...] = ()
+    # A chosen rung publishes the rung this many steps nearer the anchor.
+    step_back: int = 0
+    # Anchor windows scored before the choice may leave the anchor.
+    min_windows: int = 0
+    # Among the candidates at most as bad as the anchor on both counts, the
+    # one with least slack + ``overrun_weight`` x its decayed overrun cost per
+    # window (0: least slack).
+    overrun_weight: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("w_day", "w_switch", "deadband", "probation", "tolerance", "change_budget"):
+        for name in (
+            "w_day",
+            "w_switch",
+            "deadband",
+            "probation",
+            "tolerance",
+            "change_budget",
+            "overrun_weight",
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -85,6 +114,36 @@ class ChoiceConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 < value <= 1):
                 raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+        if any(not (math.isfinite(f) and 0 < f < 1) for f in self.ladder):
+            raise ValueError(f"ladder rungs must be in (0, 1), got {self.ladder!r}")
+        if list(self.ladder) != sorted(set(self.ladder)):
+            raise ValueError(f"ladder rungs must be distinct and ascending, got {self.ladder!r}")
+        for name in ("step_back", "min_windows"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+
+
+class AnchorRung:
+    """``factor`` x the anchor's limit: a rung of the ladder (it learns nothing itself)."""
+
+    def __init__(self, anchor: LimitRecommender, factor: float) -> None:
+        self.anchor = anchor
+        self.factor = factor
+        self.name = f"{anchor.name}x{factor:g}"
+
+    def observe(self, obs: Observation) -> None:
+        """The anchor learns from the window; the rung follows its limit."""
+
+    @property
+    def limit(self) -> float | None:
+        limit = self.anchor.limit
+        return None if limit is None else limit * self.factor
+
+    def explain(self) -> dict[str, str | float | None]:
+        return {**self.anchor.explain(), "scale": self.factor}
+
+    def on_overrun(self, time: float, limit: float) -> None:
+        """The anchor hears only of its own overruns (VPA's OOM bump is for its limit)."""
 
 
 class ChoiceRecommender:
@@ -105,9 +164,19 @@ class ChoiceRecommender:
         self.config = config or ChoiceConfig()
         if self.config.anchor not in labels:
             raise ValueError(f"the anchor {self.config.anchor!r} is not a candidate: {labels}")
-        self.labels = tuple(labels)
-        self.candidates = tuple(rec for _, rec in candidates)
         self._anchor = labels.index(self.config.anchor)
+        anchor_rec = candidates[self._anchor][1]
+        rungs = [AnchorRung(anchor_rec, f) for f in self.config.ladder]
+        self.labels = (*labels, *(rung.name for rung in rungs))
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"candidate names clash with the ladder's: {self.labels}")
+        self.candidates: tuple[LimitRecommender, ...] = (
+            *(rec for _, rec in candidates),
+            *rungs,
+        )
+        # Candidate index of each rung, lowest first; then the anchor.
+        self._ladder = (*range(len(labels), len(self.labels)), self._anchor)
+        self.anchor_windows = 0
         count = len(self.candidates)
         self.slack = [0.0] * count
         self.overruns = [
@@ -116,6 +185,9 @@ class ChoiceRecommender:
         self._scored = [False] * count
         self._overran_on: list[int | None] = [None] * count
         self._chosen: int | None = None
+        # The candidate whose limit is published (the chosen one, or a rung
+        # nearer the anchor than the chosen rung).
+        self._followed: int | None = None
         self._limit: float | None = None
         self._overran = False
         self.changes = 0
@@ -127,15 +199,17 @@ class ChoiceRecommender:
 
     @property
     def chosen(self) -> str | None:
-        return None if self._chosen is None else self.labels[self._chosen]
+        return None if self._followed is None else self.labels[self._followed]
 
     def observe(self, obs: Observation) -> None:
         cfg = self.config
         day = math.floor(obs.end / DAY_S)
         keep = 1.0 - cfg.d
         keep_over = 1.0 - cfg.d_over
-        for index, rec in enumerate(self.candidates):
-            limit = rec.limit
+        # Every limit in force is read before any candidate learns from the
+        # window (a rung's limit moves with the anchor's).
+        limits = [rec.limit for rec in self.candidates]
+        for index, (rec, limit) in enumerate(zip(self.candidates, limits, strict=True)):
             if limit is not None and limit > 0:
                 over = obs.peak > limit + 1e-12
                 first = over and self._overran_on[index] != day
@@ -146,7 +220,10 @@ class ChoiceRecommender:
                 self.slack[index] = keep * self.slack[index] + cfg.d * slack
                 self.overruns[index] = keep_over * self.overruns[index] + (over + cfg.w_day * first)
                 self._scored[index] = True
-            before = rec.limit if index == self._anchor else None
+                if index == self._anchor:
+                    self.anchor_windows += 1
+        for index, rec in enumerate(self.candidates):
+            before = limits[index] if index == self._anchor else None
             rec.observe(obs)
             if (
                 before is not None
@@ -163,20 +240,37 @@ class ChoiceRecommender:
         if not ready:
             return
         anchor = self._anchor
-        if self._scored[anchor] and anchor in ready:
+        if self._scored[anchor] and anchor in ready and self.anchor_windows >= cfg.min_windows:
             bar = self.overruns[anchor] + cfg.tolerance + 1e-12
             eligible = [i for i in ready if self._scored[i] and self.overruns[i] <= bar]
-            best = min(eligible, key=lambda i: (self.slack[i], i != anchor, i))
+            per_window = 0.0
+            if cfg.overrun_weight > 0:
+                # Dominance on the job's past: no more slack than the anchor
+                # either; then the cost, overruns per window the decayed
+                # sums cover ((1 - (1 - d_over)^n) / d_over of n windows).
+                most = self.slack[anchor] + 1e-12
+                eligible = [i for i in eligible if self.slack[i] <= most]
+                covered = (1.0 - (1.0 - cfg.d_over) ** self.anchor_windows) / cfg.d_over
+                per_window = cfg.overrun_weight / max(covered, 1.0)
+
+            def cost(i: int) -> float:
+                return self.slack[i] + per_window * self.overruns[i]
+
+            best = min(eligible, key=lambda i: (cost(i), i != anchor, i))
             current = self._chosen
             if (
                 current is not None
                 and current in eligible
-                and self.slack[current] <= self.slack[best] + cfg.w_switch
+                and cost(current) <= cost(best) + cfg.w_switch
             ):
                 best = current
         else:
             best = anchor if anchor in ready else ready[0]
         self._chosen = best
+        if best in self._ladder:
+            rung = min(self._ladder.index(best) + cfg.step_back, len(self._ladder) - 1)
+            best = self._ladder[rung]
+        self._followed = best
         proposed = self.candidates[best].limit
         assert proposed is not None
         held = self._limit
@@ -194,7 +288,7 @@ class ChoiceRecommender:
             self.changes += 1
 
     def explain(self) -> dict[str, str | float | None]:
-        index = self._chosen
+        index = self._followed
         inner = {} if index is None else self.candidates[index].explain()
         return {
             **inner,
@@ -224,19 +318,48 @@ def choice_factory(
     return build
 
 
+# Rungs of the VPA's limit a job may step down to (see the module's docstring).
+DEFAULT_LADDER: Final = (0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+
+
+def default_config(resource: Resource) -> ChoiceConfig:
+    """lavad's "ml" weights, the same on every trace.
+
+    No probation and no tolerance: a candidate is followed only where it has
+    left less slack than the VPA at no more overruns (both resolved on the
+    job's own windows). Memory leaves the anchor only after two days: an OOM
+    kills, and the VPA's memory estimate is a histogram of daily peaks, which
+    a day of history does not yet show.
+    """
+    return ChoiceConfig(
+        w_switch=0.0,
+        probation=0.0,
+        tolerance=0.0,
+        ladder=DEFAULT_LADDER,
+        step_back=1,
+        overrun_weight=20.0,
+        min_windows=0 if resource == "cpu" else 2 * DAY_WINDOWS,
+    )
+
+
 def default_choice(resource: Resource, config: ChoiceConfig | None = None) -> ChoiceRecommender:
-    """lavad's "ml": per job, the VPA estimator unless Autopilot's ML ensemble or one of the
-    paper's moving windows has left less slack at no more overruns."""
+    """lavad's "ml": per job, the VPA unless a lower rung of its own limit or (CPU) one of
+    Autopilot's moving windows has left less slack at no more overruns.
+
+    Memory follows the VPA's rungs only: the moving windows follow memory
+    down faster than it grows back, and each of their first overruns is an
+    OOM.
+    """
     half_life = WindowConfig.for_resource(resource).half_life_s
-    windows: list[tuple[str, LimitRecommender]] = [
-        (f"window-{stat}", MovingWindowRecommender(WindowConfig(stat, half_life)))
-        for stat in ("p90", "p95", "p98", "max")
-    ]
-    return ChoiceRecommender(
+    windows: list[tuple[str, LimitRecommender]] = (
         [
-            ("vpa", VpaRecommender(resource)),
-            ("ml-ensemble", MlRecommender(MlConfig.for_resource(resource))),
-            *windows,
-        ],
-        config,
+            (f"window-{stat}", MovingWindowRecommender(WindowConfig(stat, half_life)))
+            for stat in ("p95", "p98", "max")
+        ]
+        if resource == "cpu"
+        else []
+    )
+    return ChoiceRecommender(
+        [("vpa", VpaRecommender(resource)), *windows],
+        config or default_config(resource),
     )
