@@ -20,6 +20,7 @@ from lavad.federation.live_wire import (
 from lavad.federation.messages import LaunchRequest, Task
 from lavad.federation.owner import PoolOwner
 from lavad.federation.request_ledger import CommitWatermark, RequestLedger
+from lavad.federation.running_tasks import RunningTasks
 from lavad.federation.scheduler import GlobalScheduler
 from lavad.federation.topology import make_pool, uniform_topology
 from lavad.federation.view import GlobalView
@@ -121,3 +122,29 @@ def test_owner_snapshot_carries_the_decided_launch_ids() -> None:
     assert fresh.free.tolist() == [[0], [1]] and 9 in fresh.running
     with pytest.raises(WireError, match="owner snapshot"):
         restore_owner(fresh, data.replace(b'"decided":[[9,1],[8,2]]', b'"decided":[[9]]'))
+
+
+def test_ledger_a_preempted_task_waits_again_until_it_is_placed_again() -> None:
+    ledger = RequestLedger()
+    victim = _task(4, tenant=1)
+    ledger.launched(4, 1, gm=0, seq=1, pool=0)
+    ledger.answered(4, 1, gm=0, seq=1, accepted=True, final=True)
+    ledger.preempted(victim)
+    assert not ledger.is_final(4) and ledger.next_attempt(4) == 2
+    assert ledger.waiting_again({1}) == [victim] and ledger.waiting_again({0}) == []
+    ledger.launched(4, 2, gm=0, seq=2, pool=0)
+    assert ledger.waiting_again({1}) == []  # its launch is unanswered: not queued twice
+    ledger.answered(4, 2, gm=0, seq=2, accepted=True, final=True)
+    assert ledger.is_final(4) and ledger.waiting_again({1}) == []
+
+
+def test_running_tasks_from_verdicts() -> None:
+    running = RunningTasks(pools=2, tenants=2, resources=1)
+    running.started(_task(1, tenant=0), gm=0, pool=1, host=3, at=5.0)
+    running.started(_task(2, tenant=1), gm=0, pool=1, host=4, at=6.0)
+    running.started(_task(2, tenant=1), gm=0, pool=1, host=4, at=6.0)  # a replayed verdict
+    assert running.tenant_usage().tolist() == [[1], [1]]
+    assert [t.task_id for t in running.in_pool(1, leaving={2})] == [1]
+    ended = running.ended(1)
+    assert ended is not None and ended.task_id == 1 and running.ended(1) is None
+    assert running.tenant_usage().tolist() == [[0], [1]]

@@ -50,6 +50,8 @@ def test_defaults_and_a_file_that_sets_some_keys(tmp_path: Path) -> None:
         ('[kafka]\ngroup_id = "x"\n', "kafka.group_id", "not used by the federation"),
         ("[kafka]\nheartbeat_interval_ms = 2000\n", "kafka.heartbeat_interval_ms", "a third"),
         ("[federation\n", "federation.toml", "not valid TOML"),
+        ("[federation]\nshares = [0.5]\n", "federation.shares", "1 shares for 2 tenants"),
+        ("[federation]\nshares = [0.7, 0.5]\n", "federation.shares", "sum to 1.2000 > 1"),
     ],
 )
 def test_a_bad_key_is_refused_with_the_key_and_the_reason(

@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 
 from lavad.daemon.console import err, out
 from lavad.daemon.settings import ConfigError
+from lavad.federation.fairness import Shares
 from lavad.federation.live_owner import Owner
 from lavad.federation.live_scheduler import Scheduler
 from lavad.federation.settings import (
@@ -118,7 +119,10 @@ def scheduler_command(
     topology = _topology(settings)
 
     def make() -> Scheduler:
-        scheduler = Scheduler(settings.kafka, gm, topology, fed.tenants, fed.scheduler.state_lag_s)
+        shares = None if fed.shares is None else Shares(fed.shares)
+        scheduler = Scheduler(
+            settings.kafka, gm, topology, fed.tenants, fed.scheduler.state_lag_s, shares
+        )
         if fed.scheduler.metrics_port:
             start_http_server(
                 fed.scheduler.metrics_port, addr="127.0.0.1", registry=scheduler.registry

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import KafkaSettings
+from lavad.federation.fairness import Shares
 from lavad.federation.launch_backlog import launches_since_owners_commit
 from lavad.federation.live_clients import SCHEDULERS_GROUP, group_consumer, plain_consumer, producer
 from lavad.federation.live_owner import owner_id
@@ -38,10 +39,12 @@ from lavad.federation.live_wire import (
     decode_request,
     decode_verdict,
     encode_launch,
+    task_from,
 )
-from lavad.federation.messages import LaunchRequest, PoolSummary, Task
+from lavad.federation.messages import LaunchRequest, PoolSummary, PreemptRequest, Task
 from lavad.federation.request_ledger import CommitWatermark, LaunchId, RequestLedger
-from lavad.federation.scheduler import GlobalScheduler, Launch
+from lavad.federation.running_tasks import RunningTasks
+from lavad.federation.scheduler import GlobalScheduler, Launch, Preempt
 from lavad.federation.state_topic import StateTopicReader
 from lavad.federation.topology import Topology
 from lavad.federation.view import GlobalView
@@ -124,7 +127,13 @@ class Scheduler:
     index ever sent, so a restarted process is not refused as out of order."""
 
     def __init__(
-        self, kafka: KafkaSettings, gm: int, topology: Topology, tenants: int, state_lag_s: float
+        self,
+        kafka: KafkaSettings,
+        gm: int,
+        topology: Topology,
+        tenants: int,
+        state_lag_s: float,
+        shares: Shares | None = None,
     ) -> None:
         self.kafka = kafka
         self.gm = gm
@@ -132,7 +141,9 @@ class Scheduler:
         self.state_lag_s = state_lag_s
         owners = {p.index: owner_id(p.index) for p in topology.pools}
         self.view = GlobalView(gm, topology, owners, tenants)
-        self.sched = GlobalScheduler(gm, topology, self.view, list(range(tenants)))
+        self.sched = GlobalScheduler(gm, topology, self.view, list(range(tenants)), shares)
+        self.running = RunningTasks(len(topology.pools), tenants, len(topology.resources))
+        self.leaving: dict[LaunchId, tuple[int, ...]] = {}  # our preemptions' victims
         self.ledger = RequestLedger()
         self.owned: dict[int, CommitWatermark] = {}  # requests partition -> its watermark
         self.to_take: list[int] = []  # partitions assigned, not yet taken over
@@ -212,6 +223,8 @@ class Scheduler:
         self.sched.seq = max(self.sched.seq, self.ledger.max_seq.get(self.gm, 0))
         for partition in taken:
             self.owned[partition] = CommitWatermark()
+        for task in self.ledger.waiting_again(set(taken)):
+            self.requeue(task)
         log.info(
             "queues taken",
             gm=self.gm,
@@ -220,6 +233,16 @@ class Scheduler:
             seq=self.sched.seq,
             seconds=round(time.monotonic() - started, 3),
         )
+
+    def requeue(self, task: Task) -> None:
+        """A task a preemption ended goes back to its tenant's queue, if the queue is here
+        (tenant queue t is requests partition t); its holder re-reads it at a takeover."""
+        partition = task.tenant
+        if partition not in self.owned or task.task_id in self.holding:
+            return
+        self.holding[task.task_id] = partition
+        self.clock.arrived(task.task_id, time.time())
+        self.sched.enqueue(task)
 
     async def give(self, revoked: Any) -> None:
         """The queues move: commit what is final, forget the rest (its new holder reads
@@ -280,7 +303,7 @@ class Scheduler:
             for records in answers.values():
                 for record in records:
                     try:
-                        self.answer(decode_verdict(record.value))
+                        self.answer(decode_verdict(record.value), record.timestamp / 1000.0)
                     except (WireError, ValueError, KeyError, TypeError) as exc:
                         await self.dead_letter(record, f"verdict: {exc!r}")
             if not to_end:
@@ -318,14 +341,26 @@ class Scheduler:
             DEAD_LETTERS, record.value, key=record.key, headers=headers
         )
 
-    def answer(self, verdict: dict[str, Any]) -> None:
+    def answer(self, verdict: dict[str, Any], at: float) -> None:
         if verdict["kind"] == "end":
-            return  # a task ended: its pool's summary on the state topic says so
+            if verdict["accepted"]:
+                self.running.ended(int(verdict["task"]))
+            return
         task_id, attempt = int(verdict["task"]), int(verdict["attempt"])
         accepted, final = bool(verdict["accepted"]), bool(verdict["final"])
         self.ledger.answered(
             task_id, attempt, int(verdict["gm"]), int(verdict["seq"]), accepted, final
         )
+        if accepted:
+            placed = task_from(verdict["request"])
+            pool = int(verdict["pool"])
+            self.running.started(placed, int(verdict["gm"]), pool, int(verdict["host"]), at)
+            for victim_id in verdict["preempted"]:
+                victim = self.running.ended(int(victim_id))
+                if victim is not None:
+                    self.ledger.preempted(victim)
+                    self.requeue(victim)
+        self.leaving.pop((task_id, attempt), None)
         task = self.inflight.pop((task_id, attempt), None)
         if task is None:
             return  # another's launch, or a duplicate from an owner that replayed it
@@ -357,28 +392,55 @@ class Scheduler:
         log.info("stale launch refused, retrying", task=task_id, reason=verdict["reason"])
         self.sched.enqueue(task, front=True)
 
+    def fairness_view(self) -> None:
+        """Algorithm 2's inputs from the verdicts: each pool's running tasks (but victims of
+        our preemptions in flight) and every tenant's usage, with our launches in flight."""
+        leaving = {victim for victims in self.leaving.values() for victim in victims}
+        for pool in range(len(self.topology.pools)):
+            self.view.running[pool] = self.running.in_pool(pool, leaving)
+        usage = self.running.tenant_usage()
+        for task in self.inflight.values():
+            usage[task.tenant] += np.asarray(task.demand, dtype=np.int64)
+        for tenant in self.sched.own_usage:
+            self.sched.own_usage[tenant] = usage[tenant]
+
     async def launch_what_fits(self) -> None:
         futures = []
+        if self.sched.shares is not None:
+            self.fairness_view()
         while (task := self.sched.next_task()) is not None:
             started = time.time()
             choice, _ = self.sched.decide(task)
             self.clock.decided(task.task_id, started, time.time())
-            if not isinstance(choice, Launch):
+            if not isinstance(choice, Launch | Preempt):
                 self.sched.park(task)
                 continue
             self.sched.seq += 1
-            request = LaunchRequest(
-                gm=self.gm,
-                seq=self.sched.seq,
-                pool=choice.pool,
-                host=choice.host,
-                task=task,
-                repartition=choice.repartition,
-                attempt=self.ledger.next_attempt(task.task_id),
-            )
+            attempt = self.ledger.next_attempt(task.task_id)
+            request: LaunchRequest | PreemptRequest
+            if isinstance(choice, Preempt):
+                request = PreemptRequest(
+                    self.gm, self.sched.seq, choice.pool, choice.host, choice.victims, task, attempt
+                )
+                self.leaving[(task.task_id, attempt)] = choice.victims
+                log.info("preempting", task=task.task_id, victims=list(choice.victims))
+            else:
+                request = LaunchRequest(
+                    gm=self.gm,
+                    seq=self.sched.seq,
+                    pool=choice.pool,
+                    host=choice.host,
+                    task=task,
+                    repartition=choice.repartition,
+                    attempt=attempt,
+                )
             self.view.reserve(choice.pool, choice.host, np.asarray(task.demand), self.sched.seq)
             self.ledger.launched(task.task_id, request.attempt, self.gm, request.seq, choice.pool)
             self.inflight[(task.task_id, request.attempt)] = task
+            if isinstance(choice, Preempt):
+                self.fairness_view()  # its victims are no longer candidates
+            elif self.sched.shares is not None:
+                self.sched.charge(task.tenant, np.asarray(task.demand, dtype=np.int64), +1)
             futures.append(
                 await self.producer.send(
                     LAUNCHES,

@@ -172,6 +172,7 @@ def encode_verdict(
             "kind": "preempt" if isinstance(request, PreemptRequest) else "launch",
             "task": request.task.task_id,
             "tenant": request.task.tenant,
+            "request": task_fields(request.task),
             "gm": request.gm,
             "seq": request.seq,
             "attempt": request.attempt,

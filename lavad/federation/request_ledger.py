@@ -11,7 +11,8 @@ read at a takeover from the owners' committed offsets on (everything before them
 has its verdict published). A request that is not final and has no launch waiting
 for its verdict is decided again, with the next attempt; one that has a launch
 waiting is not sent again, so at most one launch per request is ever outstanding
-and at most one is accepted.
+and at most one is accepted at a time (a task a preemption ended is decided again,
+by whoever holds its tenant's queue: the preemption's verdict says so).
 
 ``CommitWatermark`` is the other half: a request's offset is committed only once it
 is final, so a scheduler killed at any point leaves its undecided requests to be read
@@ -23,6 +24,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from lavad.federation.messages import Task
 
 LaunchId = tuple[int, int]  # (task, attempt)
 
@@ -44,6 +47,7 @@ class RequestLedger:
         self._outstanding: dict[int, Outstanding] = {}  # task -> its unanswered launch
         self._answered: set[LaunchId] = set()
         self.max_seq: dict[int, int] = {}  # scheduler -> the highest launch seq it sent
+        self._preempted: dict[int, Task] = {}  # tasks ended by a preemption, not placed again
 
     def launched(self, task: int, attempt: int, gm: int, seq: int, pool: int) -> None:
         """A launch sent (by this scheduler, or read from the launches topic)."""
@@ -67,6 +71,22 @@ class RequestLedger:
             del self._outstanding[task]
         if accepted or final:
             self._final.setdefault(task, accepted)
+        if accepted:
+            self._preempted.pop(task, None)
+
+    def preempted(self, task: Task) -> None:
+        """An accepted preemption ended ``task``: it is not final any more, and goes back
+        to its tenant's queue (the verdicts log is where every scheduler learns it)."""
+        self._final.pop(task.task_id, None)
+        self._preempted[task.task_id] = task
+
+    def waiting_again(self, tenants: set[int]) -> list[Task]:
+        """The preempted tasks of ``tenants`` not placed again, with no launch unanswered."""
+        return [
+            task
+            for task_id, task in self._preempted.items()
+            if task.tenant in tenants and task_id not in self._outstanding
+        ]
 
     def is_final(self, task: int) -> bool:
         return task in self._final

@@ -11,6 +11,7 @@ pools = 2                    # launch partition p is pool p
 hosts_per_pool = 50
 schedulers = 2               # global-scheduler indices 0 .. schedulers-1
 tenants = 2                  # tenant queue t is requests partition t
+shares = [0.5, 0.5]          # optional: fair shares per tenant (Algorithm 2's preemptions)
 
 [federation.owner]
 snapshot_every = 20          # launches between snapshots of a pool
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lavad.daemon.config_errors import first_error
 from lavad.daemon.settings import ConfigError, KafkaSettings
+from lavad.federation.fairness import Shares
 
 # Keys of [kafka] that lavad's daemon reads and the federation's processes do not:
 # set in a federation file they would be ignored, so they are refused instead.
@@ -70,6 +72,9 @@ class FederationSection(_Strict):
     hosts_per_pool: int = Field(default=50, ge=1, le=1_000_000)
     schedulers: int = Field(default=2, ge=1, le=1_000)
     tenants: int = Field(default=2, ge=1, le=100_000)
+    shares: tuple[float, ...] | None = Field(
+        default=None, description="one share per tenant: schedulers preempt (Algorithm 2)"
+    )
     owner: OwnerSettings = OwnerSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
 
@@ -108,6 +113,17 @@ def load_federation_settings(path: Path | None) -> FederationSettings:
         if error.kind == "extra_forbidden" or "password" in error.key:
             raise ConfigError(error.key, error.reason) from None  # may be a secret: no value
         raise ConfigError(error.key, f"{error.reason} (got {error.value!r})") from None
+    shares = settings.federation.shares
+    if shares is not None:
+        if len(shares) != settings.federation.tenants:
+            raise ConfigError(
+                "federation.shares",
+                f"{len(shares)} shares for {settings.federation.tenants} tenants: one each",
+            )
+        try:
+            Shares(shares)
+        except ValueError as exc:
+            raise ConfigError("federation.shares", str(exc)) from None
     kafka_settings = settings.kafka
     if kafka_settings.heartbeat_interval_ms * 3 > kafka_settings.session_timeout_ms:
         raise ConfigError(
