@@ -22,7 +22,10 @@ One concept a module:
 * ``request_ledger``: which launch of each request is unanswered, which requests are
   final, and the offset a scheduler may commit (restart safety);
 * ``launch_backlog``: the launches since the owners' committed offsets (a takeover);
+* ``running_tasks``: every pool's running tasks as the verdicts tell them (Algorithm 2
+  live);
 * ``live_clients``: the Kafka clients the processes share;
+* ``live_allocation``: a live scheduler's allocation time as Prometheus histograms;
 * ``live_owner``, ``live_scheduler``: the owner and scheduler processes over Kafka;
 * ``settings``, ``cli``: the federation's configuration file and `lavad federation`.
 
