@@ -65,8 +65,11 @@ def test_la_binary_prefers_its_class_then_other_hosts_then_empty_ones() -> None:
     later = PlacementRequest("new2", (1.0, 1.0, 0.0, 0.0), "", None, 3 * 3600.0)
     score.score(cluster, later, out, np.zeros(3))
     assert out.tolist() == [1.0, 0.0, 2.0]
-    # A VM predicted long (set by hand) prefers host 0 instead.
+    # A VM predicted long (set by hand) prefers host 0 instead. The tracker
+    # reads a row's table once per refit (tables change only then), so the
+    # hand-made table goes in as a refit's would: its per-row answers go.
     tracker.model.m1[:, 0] = tracker.model.m0[:, 0] * 10 * 3600.0
+    tracker._at_creation.clear()
     longer = PlacementRequest("new3", (1.0, 1.0, 0.0, 0.0), "", None, 3 * 3600.0 + 1)
     score.score(cluster, longer, out, np.zeros(3))
     assert out.tolist() == [0.0, 1.0, 2.0]

@@ -281,10 +281,10 @@ class LifetimeTracker(ClusterListener):
         # generation or the next refit does.
         self._deadline: float | None = None
         self._cached: tuple[str, float, Prediction] | None = None
-        # Per distribution row, the median lifetime at creation (until the next refit).
-        self._median_at_creation: dict[int, float] = {}
-        # Per distribution row, the LAS cost thresholds of its quantiles at creation.
-        self._thresholds_at_creation: dict[int, FloatArray] = {}
+        # Per distribution row, its lifetime at creation (the mean or median)
+        # and the LAS cost thresholds of its quantiles at creation (quantile
+        # scoring), until the next refit: a row's table changes only then.
+        self._at_creation: dict[int, tuple[float, FloatArray | None]] = {}
         self._levels = midpoint_levels(settings.quantiles)
         # Owner group row -> its running VMs the model learns from, and how
         # many of its VMs have exited (``siblings``).
@@ -313,26 +313,25 @@ class LifetimeTracker(ClusterListener):
         chosen = self.model.choose(rows)
         if self.settings.oracle:
             return Prediction(rows, chosen, self._true_lifetime(event))
+        at_creation = self._at_creation.get(chosen)
+        if at_creation is None:
+            at_creation = self._at_creation[chosen] = self._creation_prediction(chosen)
+        return Prediction(rows, chosen, at_creation[0], at_creation[1])
+
+    def _creation_prediction(self, chosen: int) -> tuple[float, FloatArray | None]:
+        """A distribution row's lifetime at creation and LAS thresholds (kept until a refit)."""
+        model = self.model
         thresholds = None
         if self.settings.scoring == "quantiles":
-            thresholds = self._thresholds_at_creation.get(chosen)
-            if thresholds is None:
-                model = self.model
-                # remaining_quantiles at uptime 0, compiled (the same numbers).
-                quantiles = creation_quantiles(
-                    model.bins, model.mass, model.m0, chosen, self._levels
-                )
-                thresholds = cost_thresholds(quantiles)
-                self._thresholds_at_creation[chosen] = thresholds
+            # remaining_quantiles at uptime 0, compiled (the same numbers).
+            quantiles = creation_quantiles(model.bins, model.mass, model.m0, chosen, self._levels)
+            thresholds = cost_thresholds(quantiles)
         if self.settings.estimate == "median":
-            at_creation = self._median_at_creation.get(chosen)
-            if at_creation is None:
-                at_creation = float(self.remaining_estimate(np.array([chosen]), np.zeros(1))[0])
-                self._median_at_creation[chosen] = at_creation
-            return Prediction(rows, chosen, at_creation, thresholds)
-        # E[T | T > 0] is the first moment of the whole table.
-        lifetime = float(self.model.m1[chosen, 0] / self.model.m0[chosen, 0])
-        return Prediction(rows, chosen, lifetime, thresholds)
+            lifetime = float(self.remaining_estimate(np.array([chosen]), np.zeros(1))[0])
+        else:
+            # E[T | T > 0] is the first moment of the whole table.
+            lifetime = float(model.m1[chosen, 0] / model.m0[chosen, 0])
+        return lifetime, thresholds
 
     def remaining_quantiles(self, row: int, uptime: float) -> FloatArray:
         """The ``settings.quantiles`` quantiles of one VM's T_r | T_u."""
@@ -513,9 +512,8 @@ class LifetimeTracker(ClusterListener):
         # distribution row up to date (they are all repredicted below).
         counted = alive[self.learns[alive]]
         self.model.refit(self.levels[counted], now - self.start[counted], self.row[alive], now=now)
-        self._median_at_creation.clear()
+        self._at_creation.clear()
         self._creation_known.fill(False)
-        self._thresholds_at_creation.clear()
         # The model changed: every host's quantiles are recomputed when next read.
         self._host_q_exit.fill(np.nan)
         self._next_refit = now + self.settings.refit_interval_s
@@ -736,9 +734,8 @@ class LifetimeTracker(ClusterListener):
         # The group may now be the one chosen (tables), or a combo to recompute.
         self.row[index] = [model.choose(tuple(levels)) for levels in self.levels[index].tolist()]
         # The model's distributions changed between refits: per-row caches go.
-        self._median_at_creation.clear()
+        self._at_creation.clear()
         self._creation_known.fill(False)
-        self._thresholds_at_creation.clear()
         remaining = np.maximum(
             self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
         )
