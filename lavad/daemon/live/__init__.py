@@ -1,7 +1,8 @@
 """The live shell: Kafka in, the engine, decisions out.
 
 - ``shell.py``: ``LiveDaemon``, the consume -> decide -> publish (acks=all)
-  -> commit loop, the broker probe, housekeeping and shutdown; it composes:
+  -> commit loop (deciding goes on while a publish is awaited), the broker
+  probe, housekeeping and shutdown; it composes:
 - ``intake.py``: records to events (decode, route by pool), the engine, dead
   letters after the decisions the timers made, the watermark's timers;
 - ``publisher.py``: acks=all batches per topic and partition, re-sends,
@@ -14,6 +15,8 @@
 - ``watermark.py``: event-time watermark for the engine's timers.
 - ``telemetry.py`` and ``http.py``: Prometheus metrics, /healthz, /readyz.
 - ``connection.py``: aiokafka clients from ``[kafka]`` settings.
+- ``parsed_records.py``: the input consumer hands over aiokafka's parsed
+  records instead of building a ``ConsumerRecord`` per record.
 - ``cli.py`` and ``demo.py``: ``lavad run``, ``lavad produce``, ``lavad demo``.
 
 Why aiokafka directly and not faust-streaming: lavad's state per pool is
