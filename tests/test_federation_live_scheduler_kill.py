@@ -5,8 +5,10 @@ unanswered and their requests not final (not committed). Its tenant queue moves 
 the survivor, which must neither lose those requests nor launch them again; then the
 killed scheduler is restarted under the same index, takes a queue back, and its
 launches must not be refused as out of order. Every request ends with exactly one
-accepted launch, no launch id is sent twice, no host is over capacity. The time from
-the kill to the survivor's first launch for the moved queue is printed."""
+accepted launch, no launch id is sent twice, no host is over capacity. The owner stays
+frozen until the survivor has taken the queue over, so the survivor finds the dead
+scheduler's launches unanswered and waits for their verdicts. The time from the kill
+to the survivor's first launch for the moved queue is printed."""
 
 from __future__ import annotations
 
@@ -92,10 +94,17 @@ async def test_kill_9_a_scheduler_then_restart_it(broker: EmbeddedBroker, tmp_pa
             killed_at = time.time()
             gms[1].send_signal(signal.SIGKILL)
             gms[1].wait()
+            # wave 3: the moved queue's requests wait for the survivor
+            await produce(bootstrap, tasks(queue, 400, WAVE) + tasks(other, 500, WAVE))
+
+            async def survivor_holds_both() -> bool:
+                return taken_partitions(logs["gm0"]) == [0, 1]
+
+            # the owner stays frozen until the survivor has taken the queue over: the
+            # dead scheduler's launches are still unanswered then, and must be waited for
+            await until(survivor_holds_both, 30, "the survivor to take the moved queue")
         finally:
             owner.send_signal(signal.SIGCONT)
-        # wave 3: the moved queue's requests wait for the survivor
-        await produce(bootstrap, tasks(queue, 400, WAVE) + tasks(other, 500, WAVE))
 
         async def wave_3_done() -> bool:
             return await accepted_count() == 6 * WAVE
@@ -138,7 +147,11 @@ async def test_kill_9_a_scheduler_then_restart_it(broker: EmbeddedBroker, tmp_pa
     # the survivor read the moved queue's wave 2 again and launched none of it twice
     stopping = logs["gm0"].read_text().split("scheduler stopping")[-1].splitlines()[0]
     replayed = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", stopping)}
-    assert replayed["already_final"] + replayed["launch_unanswered"] >= WAVE, replayed
+    # the owner was frozen through the takeover: the moved queue's 20 wave-2 requests
+    # (and the survivor's own 20, its queue taken again) had launches unanswered, which
+    # it waited for; none was decided a second time
+    assert replayed["launch_unanswered"] >= WAVE, replayed
+    assert replayed["decided_again"] == 0, replayed
     restarted_seqs = sorted(
         v["seq"] for t, v in sent if v["gm"] == 1 and t > killed_at and v["task"]["task"] >= 600
     )
