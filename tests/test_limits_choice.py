@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.models.limits.choice import ChoiceConfig, ChoiceRecommender, default_choice
 from lavad.models.limits.histogram import Observation
 
@@ -161,3 +162,17 @@ def test_changes_stay_within_the_budget_of_the_anchors() -> None:
     changes = sum(1 for a, b in itertools.pairwise(published) if a != b)
     assert changes == choice.changes <= 2
     assert choice.anchor_changes == 0
+
+
+def test_a_restored_choice_goes_on_as_the_original() -> None:
+    """Snapshots save the rungs with the anchor they scale (one object, not a copy)."""
+    choice = default_choice("cpu")
+    for k in range(400):
+        choice.observe(_obs(k, 0.3 + 0.4 * (k % 11 == 0)))
+    restored = loads(dumps(choice))
+    assert restored.candidates[-1].anchor is restored.candidates[0]
+    for k in range(400, 800):
+        usage = 0.2 + 0.5 * (k % 13 == 0)
+        choice.observe(_obs(k, usage))
+        restored.observe(_obs(k, usage))
+        assert (restored.limit, restored.chosen) == (choice.limit, choice.chosen)
