@@ -227,6 +227,156 @@ def _count_exceeds(thresholds: FloatArray, remaining: float, budget: float) -> b
     return k >= 1 and thresholds[k - 1] >= remaining
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _las_cost(
+    h: int,
+    host_exit: FloatArray,
+    now: float,
+    start: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    buckets: FloatArray,
+    host_q: FloatArray,
+    use_host_q: bool,
+    cap: float,
+) -> float:
+    """Host ``h``'s LAS cost, or inf as soon as it is known to exceed ``cap`` (a whole number).
+
+    The quantile costs are counts, whole numbers, so their sum is the same
+    float in any order and a term can be bounded by one comparison
+    (``_count_exceeds``) before it is searched.
+    """
+    n_thresholds = len(thresholds)
+    exit_h = max(host_exit[h], now)
+    if use_thresholds and use_host_q:
+        c = 0.0
+        for j in range(host_q.shape[1]):
+            remaining = max(host_q[h, j], now) - now
+            if cap < np.inf and _count_exceeds(thresholds, remaining, cap - c):
+                return np.inf
+            c += float(n_thresholds - _count_below(thresholds, remaining))
+            if c > cap:
+                return np.inf  # the terms are >= 0: this host already costs more
+        return c
+    if use_thresholds:
+        remaining = exit_h - now
+        if cap < np.inf and _count_exceeds(thresholds, remaining, cap):
+            return np.inf
+        return float(n_thresholds - _count_below(thresholds, remaining))
+    n_buckets = len(buckets)
+    delta = start - exit_h
+    if np.isnan(delta):
+        # NaN (an infinite lifetime on a host whose exit is infinite):
+        # numpy's maximum keeps it and searchsorted puts it last.
+        index = n_buckets
+    else:
+        # searchsorted(buckets, max(delta, 0), side="right")
+        delta = max(delta, 0.0)
+        index = 0
+        while index < n_buckets and buckets[index] <= delta:
+            index += 1
+    return float(index - 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _probed_lifetime_scan(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    preference: FloatArray,
+    use_preference: bool,
+    host_exit: FloatArray,
+    now: float,
+    lifetime: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    buckets: FloatArray,
+    host_q: FloatArray,
+    use_host_q: bool,
+    ties: IntArray,
+    probe: int,
+) -> tuple[int, float, float, float]:
+    """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
+
+    Lexicographic in (preference, LAS cost, Best Fit score), each computed as
+    the numpy scorers compute it, in the same floating-point order:
+
+    * LAS, point: the bucket of (now + lifetime) - max(host_exit, now),
+      clipped at 0 (``lifetime.temporal_cost``);
+    * LAS, quantiles: the thresholds at or above max(host_exit, now) - now
+      (``lifetime.expected_cost_counts``); with ``use_host_q``, that count
+      summed over the host's quantile exits ``host_q[h]`` instead;
+    * Best Fit: as ``_filter_and_score``.
+
+    ``probe``, a host (or -1), is costed first: the best host costs no more
+    than it does, so any host that costs more in (preference, LAS) is skipped
+    without its LAS cost. Which host is probed changes only the speed (the
+    policy probes its previous choice, often as good for the next VM).
+
+    Returns (count, best preference, best LAS cost, best Best Fit score) and
+    the tied hosts, ascending, in ``ties[:count]``.
+    """
+    w0 = weights[0] if present[0] else 0.0
+    w1 = weights[1] if present[1] else 0.0
+    w2 = weights[2] if present[2] else 0.0
+    w3 = weights[3] if present[3] else 0.0
+    best_p = np.inf
+    best_c = np.inf
+    best_s = np.inf
+    count = 0
+    start = now + lifetime
+    # The probe's (preference, LAS cost): an upper bound on the best's.
+    bound_p = np.inf
+    bound_c = np.inf
+    if (
+        0 <= probe < n
+        and not unschedulable[probe]
+        and _fits(free, probe, d0, d1, d2, d3, tolerance)
+    ):
+        bound_p = preference[probe] if use_preference else 0.0
+        bound_c = _las_cost(
+            probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+            use_host_q, np.inf,
+        )  # fmt: skip
+    for h in range(n):
+        if unschedulable[h]:
+            continue
+        if not _fits(free, h, d0, d1, d2, d3, tolerance):
+            continue
+        p = preference[h] if use_preference else 0.0
+        if p > best_p or p > bound_p:
+            continue
+        cap = np.inf
+        if p == best_p:
+            cap = best_c
+        if p == bound_p and bound_c < cap:
+            cap = bound_c
+        c = _las_cost(
+            h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q, use_host_q, cap
+        )
+        if c > cap:
+            continue
+        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+        if p < best_p or c < best_c or score < best_s:
+            best_p = p
+            best_c = c
+            best_s = score
+            ties[0] = h
+            count = 1
+        elif score == best_s:
+            ties[count] = h
+            count += 1
+    return count, best_p, best_c, best_s
+
+
 @numba.njit(cache=True, nogil=True)
 def _lifetime_scan(
     free: FloatArray,
@@ -252,85 +402,12 @@ def _lifetime_scan(
     use_host_q: bool,
     ties: IntArray,
 ) -> tuple[int, float, float, float]:
-    """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
-
-    Lexicographic in (preference, LAS cost, Best Fit score), each computed as
-    the numpy scorers compute it, in the same floating-point order:
-
-    * LAS, point: the bucket of (now + lifetime) - max(host_exit, now),
-      clipped at 0 (``lifetime.temporal_cost``);
-    * LAS, quantiles: the thresholds at or above max(host_exit, now) - now
-      (``lifetime.expected_cost_counts``); with ``use_host_q``, that count
-      summed over the host's quantile exits ``host_q[h]`` instead;
-    * Best Fit: as ``_filter_and_score``.
-
-    Returns (count, best preference, best LAS cost, best Best Fit score) and
-    the tied hosts, ascending, in ``ties[:count]``.
-    """
-    w0 = weights[0] if present[0] else 0.0
-    w1 = weights[1] if present[1] else 0.0
-    w2 = weights[2] if present[2] else 0.0
-    w3 = weights[3] if present[3] else 0.0
-    best_p = np.inf
-    best_c = np.inf
-    best_s = np.inf
-    count = 0
-    start = now + lifetime
-    n_thresholds = len(thresholds)
-    n_buckets = len(buckets)
-    for h in range(n):
-        if unschedulable[h]:
-            continue
-        if not _fits(free, h, d0, d1, d2, d3, tolerance):
-            continue
-        p = preference[h] if use_preference else 0.0
-        if p > best_p:
-            continue
-        exit_h = max(host_exit[h], now)
-        bounded = p == best_p and best_c < np.inf
-        if use_thresholds and use_host_q:
-            # Summed in quantile order from 0.0, as the numpy scorer sums (the
-            # terms are whole numbers, so any order gives the same float).
-            c = 0.0
-            for j in range(host_q.shape[1]):
-                remaining = max(host_q[h, j], now) - now
-                if bounded and _count_exceeds(thresholds, remaining, best_c - c):
-                    c = np.inf  # this host already costs more: no need for the count
-                    break
-                c += float(n_thresholds - _count_below(thresholds, remaining))
-                if p == best_p and c > best_c:
-                    break  # the terms are >= 0: this host already costs more
-        elif use_thresholds:
-            remaining = exit_h - now
-            if bounded and _count_exceeds(thresholds, remaining, best_c):
-                continue
-            c = float(n_thresholds - _count_below(thresholds, remaining))
-        else:
-            delta = start - exit_h
-            if np.isnan(delta):
-                # NaN (an infinite lifetime on a host whose exit is infinite):
-                # numpy's maximum keeps it and searchsorted puts it last.
-                index = n_buckets
-            else:
-                # searchsorted(buckets, max(delta, 0), side="right")
-                delta = max(delta, 0.0)
-                index = 0
-                while index < n_buckets and buckets[index] <= delta:
-                    index += 1
-            c = float(index - 1)
-        if p == best_p and c > best_c:
-            continue
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        if p < best_p or c < best_c or score < best_s:
-            best_p = p
-            best_c = c
-            best_s = score
-            ties[0] = h
-            count = 1
-        elif score == best_s:
-            ties[count] = h
-            count += 1
-    return count, best_p, best_c, best_s
+    """``_probed_lifetime_scan`` without a probe."""
+    return _probed_lifetime_scan(
+        free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
+        preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
+        buckets, host_q, use_host_q, ties, -1,
+    )  # fmt: skip
 
 
 # Typed as ``compiled_filter_and_score`` is, for the same reason.
@@ -391,7 +468,8 @@ def warm_up_lifetime() -> None:
             one, True, one, 0.0, 0.0, one, use_thresholds, one, host_q, use_host_q, ties,
         )  # fmt: skip
         _lifetime_scan(*scan)
-    Direct.lifetime_scan = entry_point(_lifetime_scan, scan)
+        _probed_lifetime_scan(*scan, 0)
+    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, (*scan, 0))
     Direct.lava_preference = entry_point(_lava_preference, preference)
     Direct.refresh_host_quantiles = entry_point(_refresh_host_quantiles, refresh)
 
@@ -615,6 +693,7 @@ class Direct:
     arguments' types the policies use, scalars as float64, int64 or bool.
     """
 
-    lifetime_scan: Callable[..., tuple[int, float, float, float]] = _lifetime_scan
+    # ``_probed_lifetime_scan``: ``compiled_lifetime_scan``'s arguments and a probe host.
+    lifetime_scan: Callable[..., tuple[int, float, float, float]] = _probed_lifetime_scan
     lava_preference: Callable[..., None] = _lava_preference
     refresh_host_quantiles: Callable[..., int] = _refresh_host_quantiles

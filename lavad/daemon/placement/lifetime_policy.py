@@ -57,6 +57,8 @@ class LifetimePolicy(Policy):
         self.las = las
         self.best_fit = best_fit
         self.scan = compiled
+        # The host the scan costs first (its last choice): only a bound, for speed.
+        self._probe = -1
         if compiled:
             # Compile (or load from numba's cache) before the first placement is timed.
             warm_up_lifetime()
@@ -85,8 +87,9 @@ class LifetimePolicy(Policy):
         use_host_q = thresholds is not None and tracker.uses_host_quantiles
         host_q = tracker.host_exit_quantiles(n) if use_host_q else _NO_HOST_QUANTILES
         d0, d1, d2, d3 = request.demand
-        # ``kernels.compiled_lifetime_scan`` without numba's type dispatch: the
-        # arrays are the ones its warm-up typed (float64, bool, int64; C order).
+        # ``kernels.compiled_lifetime_scan`` without numba's type dispatch (the
+        # arrays are the ones its warm-up typed: float64, bool, int64; C order),
+        # costing the previous choice first to skip hosts that cost more.
         count, best_p, best_c, best_s = Direct.lifetime_scan(
             cluster.free,
             cluster.inv_capacity,
@@ -110,6 +113,7 @@ class LifetimePolicy(Policy):
             host_q,
             use_host_q,
             self._ties,
+            self._probe,
         )
         if count == 0:
             return super().place(cluster, request)  # it explains why nothing fits
@@ -117,6 +121,7 @@ class LifetimePolicy(Policy):
             host = int(self._ties[0])
         else:
             host = int(self._ties[self._draw.index(count)])
+        self._probe = host
         scores: dict[str, float] = {}
         if preference is not None:
             scores[preference.name] = best_p
