@@ -99,3 +99,11 @@ def test_lavad_run_does_not_load_the_federation() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_shipped_example_file_passes_the_check() -> None:
+    # config/federation.toml is what the README tells a new user to start from.
+    path = Path(__file__).resolve().parent.parent / "config" / "federation.toml"
+    settings = load_federation_settings(path)
+    assert settings.federation.shares == (0.10, 0.25, 0.15, 0.50)
+    assert settings.federation.tenants == 4

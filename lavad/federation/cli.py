@@ -1,6 +1,6 @@
 """`lavad federation ...`: the live federation's processes from the command line.
 
-    lavad federation check --config federation.toml
+    lavad federation check federation.toml
     lavad federation owner --instance a --config federation.toml
     lavad federation scheduler --gm 0 --config federation.toml
 
