@@ -176,3 +176,34 @@ def test_a_restored_choice_goes_on_as_the_original() -> None:
         choice.observe(_obs(k, usage))
         restored.observe(_obs(k, usage))
         assert (restored.limit, restored.chosen) == (choice.limit, choice.chosen)
+
+
+class _Scripted(_Fixed):
+    """A candidate whose limit moves when it learns from given windows (by index)."""
+
+    def __init__(self, name: str, limit: float, script: dict[int, float]) -> None:
+        super().__init__(name, limit)
+        self.script = script
+        self.seen = 0
+
+    def observe(self, obs: Observation) -> None:
+        self.limit = self.script.get(self.seen, self.limit)
+        self.seen += 1
+
+
+def test_no_rung_within_calm_windows_of_the_anchor_rising() -> None:
+    """calm_windows 10: the choice leaves the anchor (1.0) only once it has been scored 10
+    windows (k = 9), for the lowest rung (usage 0.4 under 0.5). The anchor rises to 1.2 as
+    it learns window 14 (its 15th): back to it until it has 10 more, at k = 24, then the
+    rung again (0.6). It falls to 1.1 at window 30: a fall does not restart the wait."""
+    anchor = _Scripted("vpa", 1.0, {14: 1.2, 30: 1.1})
+    cfg = ChoiceConfig(
+        d=0.1, probation=0.0, tolerance=0.0, w_switch=0.0, ladder=(0.5,), calm_windows=10
+    )
+    choice = ChoiceRecommender([("vpa", anchor)], cfg)
+    chosen = []
+    for k in range(32):
+        choice.observe(_obs(k, 0.4))
+        chosen.append(choice.chosen)
+    assert chosen == ["vpa"] * 9 + ["vpax0.5"] * 5 + ["vpa"] * 10 + ["vpax0.5"] * 8
+    assert choice.limit == pytest.approx(0.55)

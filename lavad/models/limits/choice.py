@@ -36,8 +36,9 @@ shows a lower rung held at no more overruns than the anchor (an overrun
 costs as above), the rung leaves less slack on both counts. What is
 resolved on the past overruns more on the future (the lowest rung that
 held is the one that was closest to running over), so a choice of rung
-``k`` publishes rung ``k + step_back``, nearer the anchor; and no rung is
-taken before the anchor has been scored ``min_windows`` windows.
+``k`` publishes rung ``k + step_back``, nearer the anchor; and the anchor
+is not left before it has been scored ``min_windows`` windows, nor within
+``calm_windows`` of its limit rising.
 
 The limit published moves only when the chosen candidate's limit leaves a
 ``deadband`` around the one in force (relative), or at once upwards after
@@ -92,6 +93,9 @@ class ChoiceConfig:
     step_back: int = 0
     # Anchor windows scored before the choice may leave the anchor.
     min_windows: int = 0
+    # Windows since the anchor's limit last rose before the choice may leave
+    # it (a rising VPA is a job still growing).
+    calm_windows: int = 0
     # Among the candidates at most as bad as the anchor on both counts, the
     # one with least slack + ``overrun_weight`` x its decayed overrun cost per
     # window (0: least slack).
@@ -118,7 +122,7 @@ class ChoiceConfig:
             raise ValueError(f"ladder rungs must be in (0, 1), got {self.ladder!r}")
         if list(self.ladder) != sorted(set(self.ladder)):
             raise ValueError(f"ladder rungs must be distinct and ascending, got {self.ladder!r}")
-        for name in ("step_back", "min_windows"):
+        for name in ("step_back", "min_windows", "calm_windows"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -177,6 +181,7 @@ class ChoiceRecommender:
         # Candidate index of each rung, lowest first; then the anchor.
         self._ladder = (*range(len(labels), len(self.labels)), self._anchor)
         self.anchor_windows = 0
+        self._anchor_rose_at = 0
         count = len(self.candidates)
         self.slack = [0.0] * count
         self.overruns = [
@@ -231,6 +236,8 @@ class ChoiceRecommender:
                 and not math.isclose(before, rec.limit, rel_tol=1e-9)
             ):
                 self.anchor_changes += 1
+                if rec.limit > before:
+                    self._anchor_rose_at = self.anchor_windows
         self._overran = self._limit is not None and obs.peak > self._limit + 1e-12
         self._choose()
 
@@ -240,7 +247,13 @@ class ChoiceRecommender:
         if not ready:
             return
         anchor = self._anchor
-        if self._scored[anchor] and anchor in ready and self.anchor_windows >= cfg.min_windows:
+        calm = self.anchor_windows - self._anchor_rose_at >= cfg.calm_windows
+        if (
+            self._scored[anchor]
+            and anchor in ready
+            and self.anchor_windows >= cfg.min_windows
+            and calm
+        ):
             bar = self.overruns[anchor] + cfg.tolerance + 1e-12
             eligible = [i for i in ready if self._scored[i] and self.overruns[i] <= bar]
             per_window = 0.0
@@ -339,6 +352,7 @@ def default_config(resource: Resource) -> ChoiceConfig:
         step_back=1,
         overrun_weight=20.0,
         min_windows=0 if resource == "cpu" else 2 * DAY_WINDOWS,
+        calm_windows=0 if resource == "cpu" else DAY_WINDOWS,
     )
 
 
