@@ -30,6 +30,8 @@ class SentLaunch:
     gm: int
     seq: int
     pool: int
+    queue: int  # the request's tenant queue, and its offset there
+    request_offset: int
 
 
 async def launches_since_owners_commit(
@@ -71,7 +73,13 @@ async def launches_since_owners_commit(
                         continue
                     found.append(
                         SentLaunch(
-                            launch.task.task_id, launch.attempt, launch.gm, launch.seq, launch.pool
+                            launch.task.task_id,
+                            launch.attempt,
+                            launch.gm,
+                            launch.seq,
+                            launch.pool,
+                            launch.task.tenant,
+                            launch.request_offset,
                         )
                     )
     finally:

@@ -20,7 +20,7 @@ import orjson
 import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import CommitFailedError, IllegalStateError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from prometheus_client import CollectorRegistry
 
 from lavad.daemon.live.connection import client_options
@@ -57,6 +57,9 @@ log = structlog.get_logger()
 # coordinator, and committing less only means more requests read again (and skipped
 # as final) by the queue's next holder.
 COMMIT_EVERY_S = 0.5
+# The ledger forgets the requests below the queues' committed offsets this often (a
+# round trip to the group's coordinator for every queue's offset).
+RETIRE_EVERY_S = 5.0
 
 
 class Scheduler:
@@ -93,6 +96,7 @@ class Scheduler:
         self.holding: dict[int, int] = {}  # task queued or in flight here -> its partition
         self.inflight: dict[LaunchId, Task] = {}  # launches whose verdict this one acts on
         self.replayed = {"already_final": 0, "launch_unanswered": 0, "decided_again": 0}
+        self.retired = 0  # requests the ledger forgot, below their queue's commit
         self.lock = asyncio.Lock()  # one of: a loop's work, giving queues up, taking them
         self.producer = producer(kafka)
         self.requests = group_consumer(kafka, SCHEDULERS_GROUP)
@@ -127,6 +131,7 @@ class Scheduler:
         self.requests.subscribe([REQUESTS], listener=Listener())
         await self.requests.start()
         next_state = next_commit = 0.0
+        next_retire = time.monotonic() + RETIRE_EVERY_S
         try:
             while not stop.is_set():
                 batch = await self.requests.getmany(timeout_ms=50, max_records=500)
@@ -143,8 +148,17 @@ class Scheduler:
                     if time.monotonic() >= next_commit:
                         await self.commit()
                         next_commit = time.monotonic() + COMMIT_EVERY_S
+                    if time.monotonic() >= next_retire:
+                        await self.retire()
+                        next_retire = time.monotonic() + RETIRE_EVERY_S
         finally:
-            log.info("scheduler stopping", gm=self.gm, **self.replayed)
+            log.info(
+                "scheduler stopping",
+                gm=self.gm,
+                ledger_entries=self.ledger.entries(),
+                retired=self.retired,
+                **self.replayed,
+            )
             if stop.is_set():  # a clean stop: what is final is committed
                 async with self.lock:
                     await self.commit()
@@ -161,6 +175,7 @@ class Scheduler:
         taken, self.to_take = sorted(set(self.to_take)), []
         unanswered = await launches_since_owners_commit(self.kafka, self.admin)
         for launch in unanswered:
+            self.ledger.located(launch.task, launch.queue, launch.request_offset)
             self.ledger.launched(launch.task, launch.attempt, launch.gm, launch.seq, launch.pool)
         await self.read_verdicts(to_end=True)
         self.sched.seq = max(self.sched.seq, self.ledger.max_seq.get(self.gm, 0))
@@ -220,9 +235,10 @@ class Scheduler:
                 mark.read(record.offset, None)
                 continue
             mark.read(record.offset, task.task_id)
-            self.admit(task, partition, record.timestamp / 1000.0)
+            self.admit(task, partition, record.offset, record.timestamp / 1000.0)
 
-    def admit(self, task: Task, partition: int, arrival: float) -> None:
+    def admit(self, task: Task, partition: int, offset: int, arrival: float) -> None:
+        self.ledger.located(task.task_id, partition, offset)
         if self.ledger.is_final(task.task_id):
             self.replayed["already_final"] += 1
             return
@@ -274,6 +290,22 @@ class Scheduler:
             # the last commit again, and the ledger makes that harmless
             log.warning("commit refused", gm=self.gm, reason=repr(exc))
 
+    async def retire(self) -> None:
+        """Let the ledger forget the requests below every queue's committed offset: final,
+        never read again by any holder (the ledger keeps those still waiting on something)."""
+        tps = [TopicPartition(REQUESTS, queue) for queue in sorted(self.sched.queues)]
+        try:
+            marks = await self.admin.list_consumer_group_offsets(SCHEDULERS_GROUP, partitions=tps)
+        except KafkaError as exc:
+            log.warning("committed offsets not read", gm=self.gm, reason=repr(exc))
+            return  # the ledger keeps everything until the next try
+        committed = {
+            tp.partition: mark.offset
+            for tp, mark in marks.items()
+            if mark is not None and mark.offset >= 0
+        }
+        self.retired += self.ledger.retire_below(committed, self.running.__contains__)
+
     async def dead_letter(self, record: Any, reason: str) -> None:
         """The record as it came, its reason and origin in headers: never dropped silently."""
         log.warning("request dead-lettered", offset=record.offset, reason=reason)
@@ -291,6 +323,7 @@ class Scheduler:
             return
         task_id, attempt = int(verdict["task"]), int(verdict["attempt"])
         accepted, final = bool(verdict["accepted"]), bool(verdict["final"])
+        self.ledger.located(task_id, int(verdict["tenant"]), int(verdict["request_offset"]))
         self.ledger.answered(
             task_id, attempt, int(verdict["gm"]), int(verdict["seq"]), accepted, final
         )
@@ -360,10 +393,19 @@ class Scheduler:
                 continue
             self.sched.seq += 1
             attempt = self.ledger.next_attempt(task.task_id)
+            position = self.ledger.position(task.task_id)
+            request_offset = -1 if position is None else position[1]
             request: LaunchRequest | PreemptRequest
             if isinstance(choice, Preempt):
                 request = PreemptRequest(
-                    self.gm, self.sched.seq, choice.pool, choice.host, choice.victims, task, attempt
+                    self.gm,
+                    self.sched.seq,
+                    choice.pool,
+                    choice.host,
+                    choice.victims,
+                    task,
+                    attempt,
+                    request_offset,
                 )
                 self.leaving[(task.task_id, attempt)] = choice.victims
                 log.info("preempting", task=task.task_id, victims=list(choice.victims))
@@ -376,6 +418,7 @@ class Scheduler:
                     task=task,
                     repartition=choice.repartition,
                     attempt=attempt,
+                    request_offset=request_offset,
                 )
             self.view.reserve(choice.pool, choice.host, np.asarray(task.demand), self.sched.seq)
             self.ledger.launched(task.task_id, request.attempt, self.gm, request.seq, choice.pool)

@@ -95,6 +95,7 @@ def encode_launch(request: LaunchRequest | PreemptRequest) -> bytes:
         "gm": request.gm,
         "seq": request.seq,
         "attempt": request.attempt,
+        "request_offset": request.request_offset,
         "pool": request.pool,
         "host": request.host,
         "task": task_fields(request.task),
@@ -130,6 +131,7 @@ def decode_owner_record(data: bytes) -> LaunchRequest | PreemptRequest | TaskEnd
                 victims=tuple(int(v) for v in victims),
                 task=task_from(raw["task"]),
                 attempt=int(raw["attempt"]),
+                request_offset=int(raw["request_offset"]),
             )
         if kind == "end":
             return TaskEnd(pool=int(raw["pool"]), task_id=int(raw["task"]))
@@ -158,6 +160,7 @@ def _launch(raw: dict[str, Any]) -> LaunchRequest:
             task=task_from(raw["task"]),
             repartition=bool(raw["repartition"]),
             attempt=int(raw["attempt"]),
+            request_offset=int(raw["request_offset"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"launch: {exc!r}") from None
@@ -176,6 +179,7 @@ def encode_verdict(
             "gm": request.gm,
             "seq": request.seq,
             "attempt": request.attempt,
+            "request_offset": request.request_offset,
             "pool": request.pool,
             "host": request.host,
             "accepted": accepted,
@@ -229,10 +233,11 @@ def decode_verdict(data: bytes) -> dict[str, Any]:
         return raw
     if kind not in ("launch", "preempt"):
         raise WireError(f"verdict: kind {str(kind)[:40]!r} is none of launch, preempt, end")
-    for key in ("task", "gm", "seq", "attempt", "pool", "host", "accepted", "final"):
+    ints = ("task", "tenant", "gm", "seq", "attempt", "request_offset", "pool", "host")
+    for key in (*ints, "accepted", "final"):
         if key not in raw:
             raise WireError(f"verdict: no {key!r}")
-    for key in ("task", "gm", "seq", "attempt", "pool", "host"):
+    for key in ints:
         if not isinstance(raw[key], int) or isinstance(raw[key], bool):
             raise WireError(f"verdict: {key!r} is not an integer")
     return raw

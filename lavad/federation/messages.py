@@ -38,6 +38,10 @@ class LaunchRequest:
     # federation names a launch (task, attempt) so that an owner drops a duplicate;
     # the event-time replay never restarts a scheduler and leaves it 0
     attempt: int = 0
+    # the live federation's: the request's offset in its tenant queue, so that every
+    # scheduler can forget it once the queue's commit has passed it (request_ledger.py);
+    # the replay has no queue topic and leaves it -1
+    request_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ class PreemptRequest:
     victims: tuple[int, ...]
     task: Task
     attempt: int = 0  # as LaunchRequest.attempt: a preemption is a launch with victims
+    request_offset: int = -1  # as LaunchRequest.request_offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,9 @@ class RunningTasks:
         self.usage[task.tenant] -= np.asarray(task.demand, dtype=np.int64)
         return task
 
+    def __contains__(self, task_id: int) -> bool:
+        return task_id in self._where
+
     def in_pool(self, pool: int, leaving: set[int]) -> tuple[RunningTask, ...]:
         """Pool ``pool``'s tasks but those in ``leaving`` (a preemption of them in flight)."""
         return tuple(t for t in self._by_pool[pool].values() if t.task_id not in leaving)
