@@ -10,6 +10,7 @@ from support import PROJECT_ROOT
 from lavad.daemon.engine import Engine
 from lavad.daemon.limits.service import LimitsConfig
 from lavad.daemon.live.state_codec import dumps, loads
+from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.metrics.limits import EvictionMetrics
 from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.settings import load_settings
@@ -107,3 +108,15 @@ def test_a_pool_restored_from_an_older_snapshot_never_lowers_a_counter() -> None
     assert _value(registry, "usage_histories") == 3.0
     metrics.forget_pool("p")
     assert _value(registry, "usage_histories") is None
+
+
+def test_the_live_telemetry_exports_the_evictions_and_forgets_a_moved_pool() -> None:
+    engine = _engine()
+    telemetry = Telemetry()
+    for vm in ("x", "y", "z"):
+        engine.handle(_sample(100.0, vm), 100.0)
+    # At most 1 unplaced history: y evicts x, z evicts y.
+    telemetry.refresh_pool(engine.pools["p"])
+    assert _value(telemetry.registry, "usage_histories") == 2.0
+    telemetry.forget_pool("p")
+    assert _value(telemetry.registry, "usage_histories") is None

@@ -318,3 +318,13 @@ def test_scaler_settings_reach_the_scaler_and_default_to_the_papers(tmp_path: Pa
         decision = ReplicaTracker(config).observe(300.0, "web", 3.0, 4)
         assert decision is not None
         assert (decision.stabilized, decision.replicas) == (expected, expected)
+
+
+def test_the_engine_builds_each_pools_scaler_from_limits_scaler(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text("[limits]\nhorizontal = true\n[limits.scaler]\ntarget_utilization = 0.5\n")
+    limits = load_settings(good).limits
+    engine, _ = _run(limits, _small_deployment()[:1])
+    replicas = engine.pools["p"].replicas
+    assert replicas is not None
+    assert replicas.tracker.config == replace(HorizontalConfig(), target_utilization=0.5)

@@ -547,7 +547,9 @@ class Engine:
             migrations=_migration_planner(name, config, policy),
             limits=None if config.limits.recommender == "off" else PoolLimits(config.limits),
             replicas=(
-                PoolReplicas(config.limits.max_deployments) if config.limits.horizontal else None
+                PoolReplicas(config.limits.max_deployments, config.limits.scaler.horizontal())
+                if config.limits.horizontal
+                else None
             ),
             admission=None if config.admission is None else PoolAdmission(config.admission),
             requests={} if config.on_host_down == "replace" else None,

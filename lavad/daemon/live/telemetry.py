@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from lavad.daemon.engine import PoolRuntime
 from lavad.daemon.live.batch_histogram import BatchHistogram
+from lavad.daemon.metrics.limits import EvictionMetrics
 from lavad.daemon.metrics.pool import CORES, MEMORY
 from lavad.daemon.placement.gpa import UsageHooks
 
@@ -137,6 +138,7 @@ class Telemetry:
             ["pool"],
             registry=registry,
         )
+        self.evictions = EvictionMetrics(registry)
 
     def refresh_pool(self, pool: PoolRuntime) -> None:
         cluster = pool.cluster
@@ -156,6 +158,7 @@ class Telemetry:
             latest = pool.metrics.stranding[-1]
             self.stranded.labels(name, "cpu").set(latest.cpu_pct / 100.0)
             self.stranded.labels(name, "memory").set(latest.memory_pct / 100.0)
+        self.evictions.refresh(pool)
 
     def refresh(
         self, pools: Iterable[PoolRuntime], consumer: Any, positions: Mapping[int, _Positions]
@@ -186,6 +189,7 @@ class Telemetry:
         for gauge in (self.utilisation, self.stranded):
             for resource in ("cpu", "memory"):
                 _remove(gauge, name, resource)
+        self.evictions.forget_pool(name)
 
 
 def _remove(gauge: Gauge, *labels: str) -> None:
