@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.fairness import Shares
+from lavad.federation.inflight import LaunchesInFlight
 from lavad.federation.launch_backlog import launches_since_owners_commit
 from lavad.federation.live_allocation import AllocationClock
 from lavad.federation.live_clients import SCHEDULERS_GROUP, group_consumer, plain_consumer, producer
@@ -43,7 +44,7 @@ from lavad.federation.live_wire import (
     task_from,
 )
 from lavad.federation.messages import LaunchRequest, PoolSummary, PreemptRequest, Task
-from lavad.federation.request_ledger import CommitWatermark, LaunchId, RequestLedger
+from lavad.federation.request_ledger import CommitWatermark, RequestLedger
 from lavad.federation.running_tasks import RunningTasks
 from lavad.federation.scheduler import GlobalScheduler, Launch, Preempt
 from lavad.federation.state_topic import StateTopicReader
@@ -89,12 +90,12 @@ class Scheduler:
         self.view = GlobalView(gm, topology, owners, tenants)
         self.sched = GlobalScheduler(gm, topology, self.view, list(range(tenants)), shares)
         self.running = RunningTasks(len(topology.pools), tenants, len(topology.resources))
-        self.leaving: dict[LaunchId, tuple[int, ...]] = {}  # our preemptions' victims
         self.ledger = RequestLedger()
         self.owned: dict[int, CommitWatermark] = {}  # requests partition -> its watermark
         self.to_take: list[int] = []  # partitions assigned, not yet taken over
         self.holding: dict[int, int] = {}  # task queued or in flight here -> its partition
-        self.inflight: dict[LaunchId, Task] = {}  # launches whose verdict this one acts on
+        # launches whose verdict this one acts on
+        self.inflight = LaunchesInFlight(tenants, len(topology.resources))
         self.replayed = {"already_final": 0, "launch_unanswered": 0, "decided_again": 0}
         self.retired = 0  # requests the ledger forgot, below their queue's commit
         self.lock = asyncio.Lock()  # one of: a loop's work, giving queues up, taking them
@@ -214,8 +215,8 @@ class Scheduler:
                 self.owned.pop(partition, None)
             gone = {task for task, partition in self.holding.items() if partition in parts}
             self.sched.drop(gone)
-            for launch_id in [i for i in self.inflight if i[0] in gone]:
-                del self.inflight[launch_id]
+            for launch_id in [i for i in self.inflight.ids() if i[0] in gone]:
+                self.inflight.pop(launch_id)
             for task in gone:
                 del self.holding[task]
                 self.clock.forget(task)
@@ -249,7 +250,7 @@ class Scheduler:
         waiting = self.ledger.outstanding(task.task_id)
         if waiting is not None:
             self.replayed["launch_unanswered"] += 1
-            self.inflight[(task.task_id, waiting.attempt)] = task
+            self.inflight.add((task.task_id, waiting.attempt), task)
             return
         if self.ledger.next_attempt(task.task_id) > 1:
             self.replayed["decided_again"] += 1
@@ -336,8 +337,8 @@ class Scheduler:
                 if victim is not None:
                     self.ledger.preempted(victim)
                     self.requeue(victim)
-        self.leaving.pop((task_id, attempt), None)
-        task = self.inflight.pop((task_id, attempt), None)
+        self.running.answered((task_id, attempt))
+        task = self.inflight.pop((task_id, attempt))
         if task is None:
             return  # another's launch, or a duplicate from an owner that replayed it
         summary = verdict.get("summary")
@@ -371,12 +372,9 @@ class Scheduler:
     def fairness_view(self) -> None:
         """Algorithm 2's inputs from the verdicts: each pool's running tasks (but victims of
         our preemptions in flight) and every tenant's usage, with our launches in flight."""
-        leaving = {victim for victims in self.leaving.values() for victim in victims}
-        for pool in range(len(self.topology.pools)):
-            self.view.running[pool] = self.running.in_pool(pool, leaving)
-        usage = self.running.tenant_usage()
-        for task in self.inflight.values():
-            usage[task.tenant] += np.asarray(task.demand, dtype=np.int64)
+        for pool, tasks in enumerate(self.running.pools):
+            self.view.running[pool] = tasks  # read through: kept as tasks start and end
+        usage = self.running.usage + self.inflight.usage
         for tenant in self.sched.own_usage:
             self.sched.own_usage[tenant] = usage[tenant]
 
@@ -407,7 +405,7 @@ class Scheduler:
                     attempt,
                     request_offset,
                 )
-                self.leaving[(task.task_id, attempt)] = choice.victims
+                self.running.leaving((task.task_id, attempt), choice.victims)
                 log.info("preempting", task=task.task_id, victims=list(choice.victims))
             else:
                 request = LaunchRequest(
@@ -422,7 +420,7 @@ class Scheduler:
                 )
             self.view.reserve(choice.pool, choice.host, np.asarray(task.demand), self.sched.seq)
             self.ledger.launched(task.task_id, request.attempt, self.gm, request.seq, choice.pool)
-            self.inflight[(task.task_id, request.attempt)] = task
+            self.inflight.add((task.task_id, request.attempt), task)
             if isinstance(choice, Preempt):
                 self.fairness_view()  # its victims are no longer candidates
             elif self.sched.shares is not None:

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from lavad.federation.fairness import Shares, may_preempt, victims_on_host, violators
 from lavad.federation.messages import RunningTask, Task
+from lavad.federation.running_tasks import of_tenant
 from lavad.federation.topology import Topology
 from lavad.federation.view import GlobalView
 
@@ -168,9 +169,8 @@ class GlobalScheduler:
     ) -> Preempt | None:
         for pool in self.topology.pools:
             by_host: dict[int, list[RunningTask]] = {}
-            for running in self.view.running[pool.index]:
-                if running.tenant == tenant:
-                    by_host.setdefault(running.host, []).append(running)
+            for running in of_tenant(self.view.running[pool.index], tenant):
+                by_host.setdefault(running.host, []).append(running)
             for host in sorted(by_host):
                 label = int(pool.labels[host])
                 if label & constraints != constraints:

@@ -8,6 +8,8 @@ launch never looks free. A summary from anyone else is refused with the reason.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -25,7 +27,9 @@ class GlobalView:
         self._own: list[bool] = [True] * len(topology.pools)  # free[p] is ours to write
         self.version = [0] * len(topology.pools)
         self.usage = np.zeros((len(topology.pools), tenants, len(topology.resources)), np.int64)
-        self.running: list[tuple[RunningTask, ...]] = [() for _ in topology.pools]
+        # per pool, the tasks Algorithm 2 may pick victims from: a summary's, or the live
+        # scheduler's read-through view of the verdicts (running_tasks.py)
+        self.running: list[Iterable[RunningTask]] = [() for _ in topology.pools]
         # pool -> seq -> (host, demand): launches sent, not yet reflected by a summary
         self.pending: list[dict[int, tuple[int, npt.NDArray[np.int64]]]] = [
             {} for _ in topology.pools
