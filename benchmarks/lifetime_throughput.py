@@ -1,13 +1,20 @@
 """Replay throughput of the lifetime policies (LAS, LAVA) next to Best Fit's, as a ratio.
 
-The issue's goal is LAS and LAVA within 2x of Best Fit's events/s on the
-full Azure V1 dev split; every policy here replays the same trace with the
-configuration's pool and writes its decisions, as ``replay_throughput`` does.
+The goal is LAS and LAVA within 2x of Best Fit's time on the full Azure V1
+dev split; every policy here replays the same trace with the configuration's
+pool and writes its decisions, as ``replay_throughput`` does.
+
+The machines are shared, and a neighbour's burst during one policy's replay
+moves that policy's rate alone. So the policies replay in ``ROUNDS``
+interleaved rounds (Best Fit, LAS, LAVA, Best Fit, ...), and each policy's
+best round counts. The CPU time of the process is printed beside the wall
+time: it moves less with the neighbours' load.
 """
 
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 from lavad.daemon.replay import replay
@@ -16,21 +23,33 @@ from lavad.streams.adapters import open_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ("bestfit", "las", "lava")
+ROUNDS = 2
 
 
-def lifetime_throughput(path: Path) -> None:
+def lifetime_throughput(path: Path, rounds: int = ROUNDS) -> None:
     settings = load_settings(ROOT / "config" / "lavad.toml")
-    rates: dict[str, float] = {}
+    wall: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    events = 0
+    for _ in range(rounds):
+        for name in POLICIES:
+            trace = open_trace(path, seed=0)
+            began = time.process_time()
+            result = replay(
+                trace.events(),
+                settings.engine_config(name, trace_has_hosts=trace.has_hosts),
+                end_time=trace.end_time,
+                decisions_out=io.BytesIO(),
+            )
+            used = time.process_time() - began
+            events = result.events
+            wall[name] = min(wall.get(name, float("inf")), result.wall_seconds)
+            cpu[name] = min(cpu.get(name, float("inf")), used)
+    print(f"lifetime policies' replay throughput on {path.name} (best of {rounds} rounds)")
     for name in POLICIES:
-        trace = open_trace(path, seed=0)
-        result = replay(
-            trace.events(),
-            settings.engine_config(name, trace_has_hosts=trace.has_hosts),
-            end_time=trace.end_time,
-            decisions_out=io.BytesIO(),
+        rate = events / wall[name] if wall[name] else float("inf")
+        ratio = wall[name] / wall["bestfit"]
+        print(
+            f"  {name:<30}{rate:>12,.0f} events/s   Best Fit / it {ratio:>6.2f}x"
+            f"   CPU {cpu[name]:>6.2f} s, {cpu[name] / cpu['bestfit']:.2f}x"
         )
-        rates[name] = result.events_per_second
-    print(f"lifetime policies' replay throughput on {path.name}")
-    for name, rate in rates.items():
-        ratio = rates["bestfit"] / rate
-        print(f"  {name:<30}{rate:>12,.0f} events/s   Best Fit / it {ratio:>6.2f}x")
