@@ -33,8 +33,11 @@ from lavad.daemon.engine import PoolRuntime
 from lavad.daemon.live.state_codec import StateCodecError, dumps, loads
 
 SNAPSHOT_FORMAT = "lavad.partition-snapshot"
-# 2: pools carry limit recommenders; 3: and migration planners; 4: state_codec, no pickle
-SNAPSHOT_VERSION = 4
+# 2: pools carry limit recommenders; 3: and migration planners; 4: state_codec, no
+# pickle; 5: the lifetime tracker keeps each host's exit holder and cached deadlines,
+# LAVA its creation quantiles per model row, the ml limit choice its anchor rungs
+# (a v4 pool would load partly and fail at its first placement, so it is refused)
+SNAPSHOT_VERSION = 5
 
 
 class SnapshotError(Exception):
