@@ -97,12 +97,21 @@ async def test_kill_9_a_scheduler_then_restart_it(broker: EmbeddedBroker, tmp_pa
             # wave 3: the moved queue's requests wait for the survivor
             await produce(bootstrap, tasks(queue, 400, WAVE) + tasks(other, 500, WAVE))
 
-            async def survivor_holds_both() -> bool:
-                return taken_partitions(logs["gm0"]) == [0, 1]
+            async def survivor_waits_for_the_moved_wave() -> bool:
+                if taken_partitions(logs["gm0"]) != [0, 1]:
+                    return False
+                waiting = re.findall(
+                    r"request waits for its launch's verdict.*?task=(\d+)",
+                    logs["gm0"].read_text(),
+                )
+                return len({int(t) for t in waiting} & moved_wave_2) == WAVE
 
-            # the owner stays frozen until the survivor has taken the queue over: the
-            # dead scheduler's launches are still unanswered then, and must be waited for
-            await until(survivor_holds_both, 30, "the survivor to take the moved queue")
+            # the owner stays frozen until the survivor has taken the queue over and read
+            # the dead scheduler's wave-2 requests again: their launches are unanswered
+            # then, and must be waited for (resumed as soon as the takeover was logged, the
+            # owner's verdicts could come before the survivor read the queue)
+            moved_wave_2 = {t.task_id for t in tasks(queue, 200, WAVE)}
+            await until(survivor_waits_for_the_moved_wave, 30, "the survivor to take the queue")
         finally:
             owner.send_signal(signal.SIGCONT)
 

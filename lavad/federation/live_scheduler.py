@@ -59,8 +59,11 @@ log = structlog.get_logger()
 # as final) by the queue's next holder.
 COMMIT_EVERY_S = 0.5
 # The ledger forgets the requests below the queues' committed offsets this often (a
-# round trip to the group's coordinator for every queue's offset).
+# round trip to the group's coordinator for every queue's offset), and after every so
+# many verdicts read (with the offsets it has: a start reads the whole verdicts log, and
+# the ledger must not hold all of it first).
 RETIRE_EVERY_S = 5.0
+RETIRE_EVERY_VERDICTS = 10_000
 
 
 class Scheduler:
@@ -98,6 +101,8 @@ class Scheduler:
         self.inflight = LaunchesInFlight(tenants, len(topology.resources))
         self.replayed = {"already_final": 0, "launch_unanswered": 0, "decided_again": 0}
         self.retired = 0  # requests the ledger forgot, below their queue's commit
+        self.committed: dict[int, int] = {}  # requests partition -> the group's commit, last read
+        self.verdicts_since_retire = 0
         self.lock = asyncio.Lock()  # one of: a loop's work, giving queues up, taking them
         self.producer = producer(kafka)
         self.requests = group_consumer(kafka, SCHEDULERS_GROUP)
@@ -150,7 +155,8 @@ class Scheduler:
                         await self.commit()
                         next_commit = time.monotonic() + COMMIT_EVERY_S
                     if time.monotonic() >= next_retire:
-                        await self.retire()
+                        await self.read_commits()
+                        self.retire()
                         next_retire = time.monotonic() + RETIRE_EVERY_S
         finally:
             log.info(
@@ -174,6 +180,7 @@ class Scheduler:
         their records (from the committed offsets) are read in the loop."""
         started = time.monotonic()
         taken, self.to_take = sorted(set(self.to_take)), []
+        await self.read_commits()
         unanswered = await launches_since_owners_commit(self.kafka, self.admin)
         for launch in unanswered:
             self.ledger.located(launch.task, launch.queue, launch.request_offset)
@@ -250,6 +257,12 @@ class Scheduler:
         waiting = self.ledger.outstanding(task.task_id)
         if waiting is not None:
             self.replayed["launch_unanswered"] += 1
+            log.info(
+                "request waits for its launch's verdict",
+                task=task.task_id,
+                attempt=waiting.attempt,
+                gm_of_launch=waiting.gm,
+            )
             self.inflight.add((task.task_id, waiting.attempt), task)
             return
         if self.ledger.next_attempt(task.task_id) > 1:
@@ -266,6 +279,9 @@ class Scheduler:
                         self.answer(decode_verdict(record.value), record.timestamp / 1000.0)
                     except (WireError, ValueError, KeyError, TypeError) as exc:
                         await self.dead_letter(record, f"verdict: {exc!r}")
+                self.verdicts_since_retire += len(records)
+            if self.verdicts_since_retire >= RETIRE_EVERY_VERDICTS:
+                self.retire()
             if not to_end:
                 return
             behind = [
@@ -291,21 +307,24 @@ class Scheduler:
             # the last commit again, and the ledger makes that harmless
             log.warning("commit refused", gm=self.gm, reason=repr(exc))
 
-    async def retire(self) -> None:
-        """Let the ledger forget the requests below every queue's committed offset: final,
-        never read again by any holder (the ledger keeps those still waiting on something)."""
+    async def read_commits(self) -> None:
+        """Every queue's committed offset in the schedulers' group. A commit only moves
+        forward, so offsets read earlier stay safe to forget below."""
         tps = [TopicPartition(REQUESTS, queue) for queue in sorted(self.sched.queues)]
         try:
             marks = await self.admin.list_consumer_group_offsets(SCHEDULERS_GROUP, partitions=tps)
         except KafkaError as exc:
             log.warning("committed offsets not read", gm=self.gm, reason=repr(exc))
-            return  # the ledger keeps everything until the next try
-        committed = {
-            tp.partition: mark.offset
-            for tp, mark in marks.items()
-            if mark is not None and mark.offset >= 0
-        }
-        self.retired += self.ledger.retire_below(committed, self.running.__contains__)
+            return  # the ledger forgets by the offsets it had until the next try
+        for tp, mark in marks.items():
+            if mark is not None and mark.offset > self.committed.get(tp.partition, -1):
+                self.committed[tp.partition] = mark.offset
+
+    def retire(self) -> None:
+        """Let the ledger forget the requests below every queue's committed offset: final,
+        never read again by any holder (the ledger keeps those still waiting on something)."""
+        self.retired += self.ledger.retire_below(self.committed, self.running.__contains__)
+        self.verdicts_since_retire = 0
 
     async def dead_letter(self, record: Any, reason: str) -> None:
         """The record as it came, its reason and origin in headers: never dropped silently."""

@@ -80,16 +80,17 @@ class RequestLedger:
         if current is not None and current[1] >= offset:
             return  # a request read twice: the later offset is the one that counts
         self._position[task] = (queue, offset)
+        self._held.discard(task)  # its new offset's entry decides
         heapq.heappush(self._by_offset.setdefault(queue, []), (offset, task))
 
     def retire_below(self, committed: Mapping[int, int], running: Callable[[int], bool]) -> int:
         """Forget the requests below their queue's ``committed`` offset that wait on
-        nothing (``running``: a task a preemption may still end); the number retired."""
+        nothing (``running``: a task a preemption may still end); the number retired.
+        A queue's committed offset only moves forward: one found below it stays below."""
         retired = 0
         for task in list(self._held):
-            where = self._position.get(task)
-            if where is None or where[1] >= committed.get(where[0], 0):
-                self._held.discard(task)  # read again above the commit: its heap entry decides
+            if task not in self._position:
+                self._held.discard(task)
             elif self._retire(task, running):
                 self._held.discard(task)
                 retired += 1
