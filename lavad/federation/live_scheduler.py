@@ -323,8 +323,17 @@ class Scheduler:
     def retire(self) -> None:
         """Let the ledger forget the requests below every queue's committed offset: final,
         never read again by any holder (the ledger keeps those still waiting on something)."""
-        self.retired += self.ledger.retire_below(self.committed, self.running.__contains__)
+        retired = self.ledger.retire_below(self.committed, self.running.__contains__)
         self.verdicts_since_retire = 0
+        if retired:
+            self.retired += retired
+            log.info(
+                "requests forgotten",
+                gm=self.gm,
+                retired=retired,
+                total=self.retired,
+                ledger_entries=self.ledger.entries(),
+            )
 
     async def dead_letter(self, record: Any, reason: str) -> None:
         """The record as it came, its reason and origin in headers: never dropped silently."""
