@@ -18,18 +18,16 @@ import time
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 from lavad.federation.live_clients import read_partition
 from lavad.federation.live_wire import (
-    LAUNCHES,
-    OWNER_SNAPSHOTS,
     REQUESTS,
-    STATE,
     VERDICTS,
     encode_request,
 )
 from lavad.federation.messages import Task
+from lavad.federation.topics import create_federation_topics, federation_topics
 from lavad.streams.kafka.embedded import EmbeddedBroker
 
 REQUEST_COUNT = 2000
@@ -42,15 +40,7 @@ async def _topics(bootstrap: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics(
-            [
-                NewTopic(REQUESTS, TENANTS, 1),
-                NewTopic(LAUNCHES, POOLS, 1),
-                NewTopic(VERDICTS, 1, 1),
-                NewTopic(STATE, POOLS, 1, topic_configs={"cleanup.policy": "compact"}),
-                NewTopic(OWNER_SNAPSHOTS, 1, 1, topic_configs={"cleanup.policy": "compact"}),
-            ]
-        )
+        await create_federation_topics(admin, federation_topics(POOLS, TENANTS), 1)
     finally:
         await admin.close()
 

@@ -15,19 +15,17 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 from lavad.federation.live_clients import read_partition
 from lavad.federation.live_wire import (
-    DEAD_LETTERS,
     LAUNCHES,
-    OWNER_SNAPSHOTS,
     REQUESTS,
-    STATE,
     VERDICTS,
     encode_request,
 )
 from lavad.federation.messages import Task
+from lavad.federation.topics import create_federation_topics, federation_topics
 
 
 def taken_partitions(log: Path) -> list[int]:
@@ -37,19 +35,11 @@ def taken_partitions(log: Path) -> list[int]:
 
 
 async def create_topics(bootstrap: str, pools: int = 2, queues: int = 2) -> None:
+    """The federation's topics, as `lavad federation topics` creates them."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics(
-            [
-                NewTopic(REQUESTS, queues, 1),
-                NewTopic(LAUNCHES, pools, 1),
-                NewTopic(VERDICTS, 1, 1),
-                NewTopic(DEAD_LETTERS, 1, 1),
-                NewTopic(STATE, pools, 1, topic_configs={"cleanup.policy": "compact"}),
-                NewTopic(OWNER_SNAPSHOTS, 1, 1, topic_configs={"cleanup.policy": "compact"}),
-            ]
-        )
+        await create_federation_topics(admin, federation_topics(pools, queues), 1)
     finally:
         await admin.close()
 

@@ -1,6 +1,7 @@
 """`lavad federation ...`: the live federation's processes from the command line.
 
     lavad federation check federation.toml
+    lavad federation topics federation.toml
     lavad federation owner --instance a --config federation.toml
     lavad federation scheduler --gm 0 --config federation.toml
 
@@ -19,9 +20,12 @@ from pathlib import Path
 from typing import Annotated, Protocol
 
 import typer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 from prometheus_client import start_http_server
 
 from lavad.daemon.console import err, out
+from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import ConfigError
 from lavad.federation.fairness import Shares
 from lavad.federation.live_owner import Owner
@@ -31,7 +35,9 @@ from lavad.federation.settings import (
     FederationSettings,
     load_federation_settings,
 )
+from lavad.federation.topics import create_federation_topics, federation_topics
 from lavad.federation.topology import Topology, uniform_topology
+from lavad.streams.kafka.topics import TopicError
 
 federation_app = typer.Typer(
     help="The live federation's processes: pool owners and global schedulers.",
@@ -83,6 +89,43 @@ def check_command(
     """Validate a federation file as the processes would; print the settings (secrets masked)."""
     unused = set(UNUSED_KAFKA_KEYS)
     out.print_json(_settings_or_exit(config).model_dump_json(exclude={"kafka": unused}))
+
+
+@federation_app.command("topics")
+def topics_command(
+    config: Annotated[Path, typer.Argument(help="the federation's TOML file")],
+    replication_factor: Annotated[
+        int, typer.Option(min=1, help="replicas of each topic on the cluster")
+    ] = 1,
+) -> None:
+    """Create the federation's topics (partitions from federation.pools and .tenants).
+
+    Topics that exist with the right partition counts are left as they are, so
+    running it again is harmless; one with another count is an error (exit 1).
+    """
+    settings = _settings_or_exit(config)
+    fed = settings.federation
+    topics = federation_topics(fed.pools, fed.tenants)
+
+    async def main() -> tuple[str, ...]:
+        admin = AIOKafkaAdminClient(**client_options(settings.kafka))
+        try:
+            await admin.start()
+            return await create_federation_topics(admin, topics, replication_factor)
+        finally:
+            await admin.close()
+
+    try:
+        created = asyncio.run(main())
+    except TopicError as exc:
+        err.print(f"[red]lavad: {exc}[/red]")
+        raise typer.Exit(1) from None
+    except KafkaError as exc:
+        err.print(f"[red]lavad: broker at {settings.kafka.bootstrap_servers}: {exc!r}[/red]")
+        raise typer.Exit(1) from None
+    for topic in topics:
+        state = "created" if topic.name in created else "exists"
+        out.print(f"{topic.name}: {state} ({topic.partitions} partitions)")
 
 
 @federation_app.command("owner")
