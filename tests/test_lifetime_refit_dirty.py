@@ -50,3 +50,26 @@ def test_refit_of_changed_rows_equals_a_full_rebuild() -> None:
         m0, m1 = suffix_sums(expected, model.bins)
         np.testing.assert_array_equal(model.m0[:n], m0)
         np.testing.assert_array_equal(model.m1[:n], m1)
+
+
+def test_a_refit_rebuilds_a_row_recounted_since_even_with_the_same_counts() -> None:
+    # A refit keeps the table of a row whose counts come out as at the last
+    # refit; a row recounted in between (a sibling's exit) holds a table from
+    # other counts, so the refit must rebuild it, not keep it.
+    model = GroupedLifeTables(LifetimeBins.log_spaced(), min_observations=1)
+    rows = model.rows_for(("t", "s", "b", "c", ()))
+    for lifetime in (600.0, 1200.0, 7200.0):
+        model.observe_exit(rows, lifetime)
+    running = np.array([rows], dtype=np.int64)
+    uptimes = np.array([3000.0])
+    model.refit(running, uptimes)
+    fitted = model.mass[: model.groups].copy()
+    # The owner row recounted with its running VM far older: its table moves.
+    model.observe_running(rows[0], np.array([500_000.0]))
+    assert not np.array_equal(model.mass[rows[0]], fitted[rows[0]])
+    # Same running VM, same uptime, nothing observed: the counts are those of
+    # the last refit, so every row's table is the one fitted then.
+    model.refit(running, uptimes)
+    n = model.groups
+    np.testing.assert_array_equal(model.mass[:n], fitted)
+    np.testing.assert_array_equal(model.mass[:n], _full_rebuild(model, running, uptimes))

@@ -248,6 +248,9 @@ class LifetimeTracker(ClusterListener):
         # A slot's generation: heap entries of a former occupant are stale.
         self.generation = np.zeros(size, dtype=np.int64)
         self.vm_ids: list[str] = [""] * size
+        # Each slot's group rows as the tuple the model takes (``levels`` as
+        # Python ints): a release hands them to the model without a numpy read.
+        self.slot_rows: list[GroupRows] = [()] * size
         self.host_exit: FloatArray = np.full(0, -np.inf)
         self.host_initial_exit: FloatArray = np.full(0, -np.inf)
         # Per host, the absolute exit times at ``host_quantiles`` levels of the
@@ -360,7 +363,7 @@ class LifetimeTracker(ClusterListener):
             # place it by its repredicted remaining lifetime, not its lifetime
             # at creation.
             remaining = max(float(self.predicted_exit[slot]) - request.now, self.MIN_REMAINING_S)
-            rows = tuple(self.levels[slot].tolist())
+            rows = self.slot_rows[slot]
             row = int(self.row[slot])
             thresholds = None
             if self.settings.scoring == "quantiles" and not self.settings.oracle:
@@ -659,7 +662,7 @@ class LifetimeTracker(ClusterListener):
         self.host[slot] = host
         self.start[slot] = record.placed_at
         self.row[slot] = prediction.row
-        self.levels[slot] = prediction.rows
+        self.levels[slot] = self.slot_rows[slot] = prediction.rows
         self.initial_exit[slot] = self.predicted_exit[slot] = exit_time
         self.predicted_at[slot] = record.placed_at
         self.alive[slot] = True
@@ -680,7 +683,7 @@ class LifetimeTracker(ClusterListener):
         slot = self._slot.pop(record.vm_id, None)
         if slot is None:
             return
-        rows = tuple(self.levels[slot].tolist())
+        rows = self.slot_rows[slot]
         lived = max(now - self.start[slot], 0.0)
         if not self.learns[slot]:
             pass  # left-truncated: its age is unknown, so is its lifetime
@@ -816,8 +819,9 @@ class LifetimeTracker(ClusterListener):
         self._holder[host] = -1  # found again from the remaining VMs when needed
         if others:
             members = np.fromiter(others, dtype=np.int64, count=len(others))
-            self.host_exit[host] = self.predicted_exit[members].max()
-            self.host_initial_exit[host] = self.initial_exit[members].max()
+            # The ufunc's reduce: ``.max()`` without its Python wrapper.
+            self.host_exit[host] = np.maximum.reduce(self.predicted_exit[members])
+            self.host_initial_exit[host] = np.maximum.reduce(self.initial_exit[members])
         else:
             self.host_exit[host] = self.host_initial_exit[host] = -np.inf
 
@@ -849,6 +853,7 @@ class LifetimeTracker(ClusterListener):
             self.learns = np.concatenate([self.learns, np.zeros(size, dtype=np.bool_)])
             self.generation = np.concatenate([self.generation, np.zeros(size, dtype=np.int64)])
             self.vm_ids.extend([""] * size)
+            self.slot_rows.extend([()] * size)
             self._free = list(range(2 * size - 1, size - 1, -1))
         return self._free.pop()
 

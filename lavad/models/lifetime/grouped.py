@@ -78,6 +78,15 @@ class GroupedLifeTables:
         # Most rows are groups of tenants long gone: this makes a refit
         # O(live groups), not O(all groups ever seen).
         self._touched: set[int] = set()
+        # The rows the last refit fitted (sorted) and the censorings each was
+        # fitted with, running VMs included. Without forgetting or
+        # recalibration, a row neither touched nor recounted since
+        # (``observe_running``) whose censorings come out the same again
+        # (no running VM crossed a bin edge) keeps its table: the same
+        # counts give the same table, so rebuilding it would change nothing.
+        self._fitted_rows = np.zeros(0, dtype=np.int64)
+        self._fitted_censored: FloatArray = np.zeros((0, bins.count))
+        self._recounted: set[int] = set()
         self._edges: list[float] = bins.edges.tolist()
         # Forgetting (``half_life_s``): a VM created at time s counts 2^-(T -
         # s) / half_life at a refit at T, in its exit or censoring alike, so
@@ -225,8 +234,9 @@ class GroupedLifeTables:
         """A death; ``now`` (the exit's time) matters only with ``half_life_s``."""
         column = self._column(lifetime)
         weight = self._weight(now - lifetime)
+        deaths = self.deaths
         for row in rows:
-            self.deaths[row, column] += weight
+            deaths[row, column] += weight
         self._touched.update(rows)
         if self.calibrator is not None:
             self.calibrator.defer(rows, lifetime, now, exited=True)
@@ -267,9 +277,19 @@ class GroupedLifeTables:
         """
         previous_refit = self._last_refit
         self._age_observations(now)
+        changed = self._touched | self._recounted
+        self._recounted = set()
         dirty, deaths, censored = self._counts(running_rows, running_uptimes, now)
         if not len(dirty):
             return
+        if not self.decay and self.calibrator is None:
+            unchanged = self._unchanged(dirty, censored, changed)
+            self._fitted_rows, self._fitted_censored = dirty, censored
+            if unchanged.any():
+                kept = ~unchanged
+                dirty, deaths, censored = dirty[kept], deaths[kept], censored[kept]
+                if not len(dirty):
+                    return
         self.observations[dirty] = deaths.sum(axis=1) + censored.sum(axis=1)
         mass = life_table(deaths, censored, self.tail_hazard)
         m0, m1 = suffix_sums(mass, self.bins)
@@ -278,6 +298,18 @@ class GroupedLifeTables:
             self.raw_survival[dirty] = m0[:, 1 : self.bins.count]
             self._learn_calibration(previous_refit, now, running_rows, running_uptimes)
             self._calibrate(dirty)
+
+    def _unchanged(self, dirty: np.ndarray, censored: FloatArray, changed: set[int]) -> np.ndarray:
+        """Which of ``dirty`` the last refit fitted from these same counts."""
+        fitted = self._fitted_rows
+        if not len(fitted):
+            return np.zeros(len(dirty), dtype=np.bool_)
+        at = np.minimum(np.searchsorted(fitted, dirty), len(fitted) - 1)
+        same_counts = (censored == self._fitted_censored[at]).all(axis=1)
+        same: np.ndarray = (fitted[at] == dirty) & same_counts
+        if changed:
+            same &= ~np.isin(dirty, np.fromiter(changed, dtype=np.int64, count=len(changed)))
+        return same
 
     def _counts(
         self, running_rows: np.ndarray, running_uptimes: FloatArray, now: float
@@ -330,6 +362,7 @@ class GroupedLifeTables:
         have enough observations to be chosen: the tracker chooses again.
         """
         deaths, censored = self._row_counts(row, uptimes, now)
+        self._recounted.add(row)  # its table no longer follows from the last refit's counts
         self.observations[row] = deaths.sum() + censored.sum()
         mass = life_table(deaths, censored, self.tail_hazard)
         m0, m1 = suffix_sums(mass, self.bins)
