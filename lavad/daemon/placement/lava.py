@@ -232,13 +232,15 @@ class LavaHosts(ClusterListener):
     def _vm_arrived(self, cluster: ClusterState, host: int, klass: int, now: float) -> None:
         """An empty host opens with the VM's class; an open host over the threshold recycles."""
         self._grow(host + 1)
-        before = (int(self.phase[host]), int(self.host_class[host]))
-        if self.phase[host] == _EMPTY:
-            self.phase[host] = _OPEN
+        # The state before is read only when there is a change to report.
+        phase = int(self.phase[host])
+        if phase == _EMPTY:
+            before = (phase, int(self.host_class[host]))
+            phase = self.phase[host] = _OPEN
             self._set_class(host, klass, now)
             self._report(cluster, host, now, "opened with the class of its first VM", before)
-            before = (int(self.phase[host]), int(self.host_class[host]))
-        if self.phase[host] == _OPEN and self._over_threshold(cluster, host):
+        if phase == _OPEN and self._over_threshold(cluster, host):
+            before = (phase, int(self.host_class[host]))
             self.phase[host] = _RECYCLING
             self.residual[host] = set(cluster.host_vms[host])
             self._report(
@@ -253,17 +255,18 @@ class LavaHosts(ClusterListener):
         """The host empties, or its class goes down when its last residual VM has gone."""
         if host >= len(self.phase):
             return
-        before = (int(self.phase[host]), int(self.host_class[host]))
         residual = self.residual.get(host)
         was_residual = residual is not None and vm_id in residual
         if residual is not None:
             residual.discard(vm_id)
         if not cluster.host_vms[host]:
+            before = (int(self.phase[host]), int(self.host_class[host]))
             self.phase[host] = _EMPTY
             self.residual.pop(host, None)
             self._set_class(host, NO_CLASS, now)
             self._report(cluster, host, now, "empty", before)
-        elif self.phase[host] == _RECYCLING and was_residual and not residual:
+        elif was_residual and not residual and self.phase[host] == _RECYCLING:
+            before = (_RECYCLING, int(self.host_class[host]))
             self._set_class(host, max(int(self.host_class[host]) - 1, 0), now)
             self.residual[host] = set(cluster.host_vms[host])
             self._report(

@@ -654,7 +654,8 @@ class LifetimeTracker(ClusterListener):
             prediction = self.predict(event)
         slot = self._take_slot()
         host = record.host
-        self._grow_hosts(host + 1)
+        if host >= len(self.host_exit):
+            self._grow_hosts(host + 1)
         self._slot[record.vm_id] = slot
         self.vm_ids[slot] = record.vm_id
         self._on_host.setdefault(host, set()).add(slot)
