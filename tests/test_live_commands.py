@@ -149,32 +149,47 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
+def _both_kinds_logged(text: str) -> bool:
+    """An aiokafka line and the daemon's own retry line among the complete lines so far."""
+    records = [orjson.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+    aiokafka = any(r.get("logger", "").startswith("aiokafka") for r in records)
+    return aiokafka and any(r.get("event") == "broker unreachable at start" for r in records)
+
+
 def test_run_logs_only_json_lines_while_the_broker_is_missing(tmp_path: Path) -> None:
     # Nothing listens on this port: aiokafka logs its connection errors, the
     # daemon logs its retries; every stderr line must be JSON all the same.
-    process = subprocess.Popen(
-        [*LAVAD, "run", "--config", CONFIG],
-        env={
-            **os.environ,
-            "LAVAD_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
-            "LAVAD_HTTP__PORT": str(free_port()),
-            "LAVAD_LIVE__SNAPSHOT_DIR": str(tmp_path / "snapshots"),
-        },
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        time.sleep(5)
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    lines = stderr.decode().splitlines()
-    assert process.returncode == 0, stderr.decode()
-    records = [orjson.loads(line) for line in lines]  # raises on any other line
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr_file:
+        process = subprocess.Popen(
+            [*LAVAD, "run", "--config", CONFIG],
+            env={
+                **os.environ,
+                "LAVAD_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+                "LAVAD_HTTP__PORT": str(free_port()),
+                "LAVAD_LIVE__SNAPSHOT_DIR": str(tmp_path / "snapshots"),
+            },
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr_file,
+        )
+        try:
+            # Stop once both kinds of line are out (on a loaded machine the start
+            # alone can take seconds), not after a fixed wait.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and process.poll() is None:
+                if _both_kinds_logged(log.read_text(encoding="utf-8", errors="replace")):
+                    break
+                time.sleep(0.2)
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    stderr = log.read_text(encoding="utf-8")
+    assert process.returncode == 0, stderr
+    records = [orjson.loads(line) for line in stderr.splitlines()]  # raises on any other line
     assert any(record.get("logger", "").startswith("aiokafka") for record in records)
     assert any(record["event"] == "broker unreachable at start" for record in records)
     assert records[-1]["event"] == "stopped"
@@ -240,7 +255,8 @@ async def test_produce_on_a_stalled_broker_says_how_far_it_got_and_resumes(
         text=True,
     )
     try:
-        time.sleep(6)
+        # Stall once it is under way (its start alone can take seconds under load).
+        await read_topic(bootstrap, NAMES.vm_events, at_least=100, timeout_s=60)
         broker.pause()
         _, stderr = process.communicate(timeout=60)
     finally:
@@ -281,7 +297,7 @@ async def test_produce_interrupted_then_resumed_publishes_every_record_exactly_o
         text=True,
     )
     try:
-        time.sleep(5)
+        await read_topic(bootstrap, NAMES.vm_events, at_least=100, timeout_s=60)
         process.send_signal(signal.SIGINT)  # Ctrl-C, mid-batch
         _, stderr = process.communicate(timeout=60)
     finally:
