@@ -658,7 +658,10 @@ class LifetimeTracker(ClusterListener):
             self._grow_hosts(host + 1)
         self._slot[record.vm_id] = slot
         self.vm_ids[slot] = record.vm_id
-        self._on_host.setdefault(host, set()).add(slot)
+        members = self._on_host.get(host)
+        if members is None:
+            members = self._on_host[host] = set()  # setdefault would build a set each time
+        members.add(slot)
         exit_time = record.placed_at + prediction.lifetime_s
         self.host[slot] = host
         self.start[slot] = record.placed_at
