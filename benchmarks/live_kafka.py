@@ -205,11 +205,17 @@ def sustained_ingest(per_pool: int) -> None:
 
     # Baselines in this process: the engine alone (events already decoded), and decoding alone,
     # under the collector's schedule the daemon sets for itself (and `lavad replay` too).
+    # The fastest of 3 replays: one timed replay moved from 63k to 106k events/s
+    # between runs on this VM, and a slow baseline made the ratio look met.
     heap.tune_collector()
-    heap.settle()
-    cpu0 = time.process_time()
-    result = replay(events, live_engine_config(settings), decisions_out=io.BytesIO())
-    replay_cpu_us = (time.process_time() - cpu0) / len(events) * 1e6
+    runs = []
+    for _ in range(3):
+        heap.settle()
+        cpu0 = time.process_time()
+        run = replay(events, live_engine_config(settings), decisions_out=io.BytesIO())
+        runs.append((time.process_time() - cpu0, run))
+    replay_cpu_s, result = min(runs, key=lambda timed: timed[0])
+    replay_cpu_us = replay_cpu_s / len(events) * 1e6
     encoded = [encode(event) for event in events]
     began = time.perf_counter()
     for raw in encoded:
@@ -232,7 +238,7 @@ def sustained_ingest(per_pool: int) -> None:
         f"  Kafka shell, sustained           {ingest.rate:>10,.0f} records/s "
         f"({ingest.timed_records:,} records in {wall:.2f} s)"
     )
-    print(f"  in-process replay (baseline)     {result.events_per_second:>10,.0f} events/s")
+    print(f"  in-process replay (best of 3)    {result.events_per_second:>10,.0f} events/s")
     print(f"  decode_event alone               {decode_rate:>10,.0f} records/s")
     print(f"  Kafka shell / in-process replay  {ingest.rate / result.events_per_second:>10.2f}x")
     print(
