@@ -88,20 +88,30 @@ def decode_request(data: bytes) -> Task:
     return task_from(_object(data, "request"))
 
 
-def encode_launch(request: LaunchRequest | PreemptRequest) -> bytes:
-    """A launch, or a preemption: the same fields and the victims."""
-    fields: dict[str, Any] = {
-        "kind": "launch",
+def _kind(request: LaunchRequest | PreemptRequest) -> str:
+    return "preempt" if isinstance(request, PreemptRequest) else "launch"
+
+
+def _launch_ids(request: LaunchRequest | PreemptRequest) -> dict[str, Any]:
+    """Who sent a launch and where it goes: the fields its verdict repeats."""
+    return {
         "gm": request.gm,
         "seq": request.seq,
         "attempt": request.attempt,
         "request_offset": request.request_offset,
         "pool": request.pool,
         "host": request.host,
+    }
+
+
+def encode_launch(request: LaunchRequest | PreemptRequest) -> bytes:
+    """A launch, or a preemption: the same fields and the victims."""
+    fields: dict[str, Any] = {
+        "kind": _kind(request),
+        **_launch_ids(request),
         "task": task_fields(request.task),
     }
     if isinstance(request, PreemptRequest):
-        fields["kind"] = "preempt"
         fields["victims"] = list(request.victims)
     else:
         fields["repartition"] = request.repartition
@@ -172,16 +182,11 @@ def encode_verdict(
     accepted = isinstance(verdict, Accepted)
     return orjson.dumps(
         {
-            "kind": "preempt" if isinstance(request, PreemptRequest) else "launch",
+            "kind": _kind(request),
             "task": request.task.task_id,
             "tenant": request.task.tenant,
             "request": task_fields(request.task),
-            "gm": request.gm,
-            "seq": request.seq,
-            "attempt": request.attempt,
-            "request_offset": request.request_offset,
-            "pool": request.pool,
-            "host": request.host,
+            **_launch_ids(request),
             "accepted": accepted,
             "final": accepted or bool(getattr(verdict, "final", True)),
             "reason": "" if accepted else getattr(verdict, "reason", ""),
