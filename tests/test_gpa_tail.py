@@ -20,10 +20,12 @@ from lavad.models.usage.hosts import HostUsage, UsagePrior
 from lavad.models.usage.margin import HostWindow, MarginSettings, OverflowMargin, TailCalibration
 from lavad.models.usage.moments import CPU, UsageMoments
 from lavad.models.usage.tail import (
+    CANTELLI,
     CORNISH_FISHER,
     NORMAL,
     cantelli_factor,
     cornish_fisher_factor,
+    effective_variance,
     tail_factor,
 )
 
@@ -167,6 +169,57 @@ def test_margin_settles_at_the_quantile_the_overflows_ask_for() -> None:
     assert margin.value == pytest.approx(calm, rel=0.1)
 
 
+def test_the_conformal_margin_by_hand_below_at_and_above_the_finite_sample_condition() -> None:
+    """rho = 0.1: a conformal (1 - rho) bound needs n >= (1 - rho) / rho = 9 scores.
+
+    n = 8: ceil((8 + 1) 0.9) = 9 > 8, the bound is infinite; the margin is cap and no bound.
+    n = 9: ceil(10 x 0.9) = 9, the 9th smallest of 9, the largest score (1.9 here).
+    n = 19: ceil(20 x 0.9) = 18, the 18th smallest of 1.1, 1.2, ..., 2.9, which is 2.8
+    (one score, 2.9, may sit above: rho (n + 1) - 1 = 1). The margin is the histogram
+    bin's upper edge at or above it, at most 3% wider. One window each, so no decay.
+    """
+    below = OverflowMargin(0.1, cap=20.0)
+    below.observe([1.1 + 0.1 * i for i in range(8)])
+    assert below.evidence == 8.0 and not below.conformal and below.value == below.cap
+    at = OverflowMargin(0.1, cap=20.0)
+    at.observe([1.1 + 0.1 * i for i in range(9)])
+    assert at.conformal and 1.9 <= at.value <= 1.9 * 1.03
+    above = OverflowMargin(0.1, cap=20.0)
+    above.observe([1.1 + 0.1 * i for i in range(19)])
+    assert above.conformal and 2.8 <= above.value <= 2.8 * 1.03
+    # 2.9 stays above the margin: the one score the rho share of n + 1 allows.
+    assert above.value < 2.9
+
+
+def test_a_pool_without_enough_scores_reads_its_hosts_through_cantelli() -> None:
+    """rho = 0.05 needs 19 scores. A host with mean sum 10 and sigma 2: Cantelli's bound is
+    10 + sqrt(0.95 / 0.05) x 2 = 10 + 4.3589 x 2 = 18.7178, where plain GPA's is
+    10 + 1.6449 x 2 = 13.2897. 18 hosts scored: still Cantelli; 36: the learned normal."""
+    rho = 0.05
+    z = quantile_factor(rho)
+    calibration = TailCalibration(rho, MarginSettings(min_windows=50))
+    window = [HostWindow(10.0, 10.0, (2.0 * z, 2.0 * z), 32.0) for _ in range(18)]
+    calibration.observe(window)
+    assert calibration.method == CANTELLI and calibration.margin == 1.0
+    variance = effective_variance(
+        calibration.method,
+        z,
+        rho,
+        calibration.margin,
+        np.array([4.0]),
+        np.array([0.0]),
+        np.array([0.0]),
+    )
+    assert 10.0 + z * math.sqrt(float(variance[0])) == pytest.approx(18.7178, abs=1e-4)
+    calibration.observe(window)
+    # 36 (decayed) scores, every ratio 0 (realised = mean): normal, its margin at the floor.
+    assert calibration.margins[NORMAL].conformal
+    assert calibration.method == NORMAL and calibration.margin == 1.0
+    explained = calibration.explain()
+    assert explained["scores_needed"] == pytest.approx(19.0)
+    assert explained["methods"][NORMAL]["evidence"] == pytest.approx(36.0, abs=0.1)
+
+
 def test_calibration_chooses_the_method_needing_least_headroom_and_explains() -> None:
     """Skewed host sums (three Exp VMs per host): Cornish-Fisher predicts the excess the normal
     misses, so its margin stays near 1 while the normal's widens, and it reserves less."""
@@ -178,7 +231,8 @@ def test_calibration_chooses_the_method_needing_least_headroom_and_explains() ->
         z * math.sqrt(3.0),
         float(cornish_fisher_factor(z, rho, 3.0, 6.0, 18.0)) * math.sqrt(3.0),
     )
-    assert calibration.method == NORMAL and calibration.margin == 1.0
+    # A new pool has no score: no learned margin is a bound yet, so Cantelli's, unscaled.
+    assert calibration.method == CANTELLI and calibration.margin == 1.0
     for _ in range(400):
         sums = rng.exponential(size=(20, 3)).sum(axis=1)
         calibration.observe([HostWindow(float(s), 3.0, excess, 10.0) for s in sums])
@@ -220,7 +274,10 @@ def _drifting_pair(margin: bool) -> tuple[Policy, ClusterState, UsageHooks, floa
         for vm in ("a", "b"):
             hooks.observe(cluster, cpu_sample(vm, time, 0.2 if k % 2 else 0.3))
     if hooks.tail is not None:
-        assert hooks.tail.margin == 1.0  # the promise held
+        # 16 host windows scored (the first 4 are on the prior), fewer than the 19 a conformal
+        # bound at rho 0.05 needs: the pool still reads its host through Cantelli's bound.
+        assert hooks.tail.method == CANTELLI and hooks.tail.margin == 1.0
+        assert not hooks.tail.explain()["methods"][NORMAL]["conformal"]
     for _ in range(30):
         time += 300.0
         for vm in ("a", "b"):

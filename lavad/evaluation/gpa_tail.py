@@ -43,7 +43,7 @@ from lavad.models.usage.margin import (
     OverflowMargin,
     TailCalibration,
 )
-from lavad.models.usage.tail import TAIL_METHODS, tail_factor
+from lavad.models.usage.tail import PERCENTILE_METHODS, tail_factor
 
 # The promise is judged over as long a stretch as it was estimated on.
 ONLINE_SPLIT = 1 / 2
@@ -74,7 +74,7 @@ class TailFitTest:
         method: str,
         margin: float = 1.0,
     ) -> None:
-        if method not in TAIL_METHODS:
+        if method not in PERCENTILE_METHODS:
             raise ValueError(f"unknown tail method {method!r}")
         if not (np.isfinite(margin) and margin > 0):
             raise ValueError(f"margin must be > 0, got {margin}")

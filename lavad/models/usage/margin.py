@@ -18,7 +18,18 @@ packing: a host that is not full still tells what a full one would have
 done. Each window's weight halves every ``half_life`` windows (a week of
 5-minute windows by default), so the margin follows a workload that
 changes; an overflow (a ratio above m) can only widen it, a window without
-can only narrow it, and it stays within [floor, cap]; 1 before any window.
+can only narrow it, and it stays within [floor, cap].
+
+Split conformal prediction bounds the next score at level 1 - rho with n
+calibration scores only when ceil((n + 1)(1 - rho)) <= n, i.e. when
+n >= (1 - rho) / rho (9, 19 and 99 scores at rho = 0.1, 0.05, 0.01); with
+fewer, the honest bound is infinite. With decayed weights the same holds
+for the weighted quantile (Barber, Candes, Ramdas and Tibshirani 2023,
+nonexchangeable conformal prediction): the scores carry their weights, the
+next one weight 1 at +infinity, and the margin is the smallest m with at
+most rho of the total weight W + 1 above it, finite iff W >= (1 - rho) / rho.
+Until then the margin is ``cap`` and ``conformal`` is false: the pool's
+learned margins are no bound yet.
 
 The ratios are kept in a fixed histogram (``BINS`` bins, log-spaced from
 ``floor / 4`` to ``cap``, plus one below and one above): O(1) state and
@@ -27,10 +38,15 @@ and the margin is a bin's upper edge (at most 3% wide at the defaults), so
 it never rounds down.
 
 ``TailCalibration`` runs one margin per percentile method (normal,
-Cornish-Fisher) on the same windows and picks, per pool, the method that
-holds rho with the least headroom: the smallest margin x mean predicted
-excess (relative to capacity), after ``min_windows`` windows; normal
-(plain GPA with its margin) before. ``explain`` says which and why.
+Cornish-Fisher) on the same windows and picks, per pool, among the methods
+whose margin is a conformal bound, the one that holds rho with the least
+headroom: the smallest margin x mean predicted excess (relative to
+capacity), after ``min_windows`` windows; normal (plain GPA with its
+margin) before. While no margin is a bound (a new pool, or one whose hosts
+score too few windows for rho), the pool reads its hosts through Cantelli's
+one-sided bound, mu + sqrt((1 - rho) / rho) sigma, which holds for every
+distribution with that mean and variance and needs no score at all.
+``explain`` says which method, which margin, and the evidence behind them.
 """
 
 from __future__ import annotations
@@ -43,9 +59,20 @@ from typing import Any, Final
 import numpy as np
 
 from lavad.models.arrays import FloatArray
-from lavad.models.usage.tail import NORMAL, TAIL_METHODS
+from lavad.models.usage.tail import CANTELLI, NORMAL, TAIL_METHODS
 
 BINS: Final = 256
+
+
+def scores_needed(rho: float) -> float:
+    """(1 - rho) / rho: the fewest scores (total weight) whose conformal (1 - rho) bound is finite.
+
+    The weighted conformal quantile puts the next score's weight 1 at
+    +infinity; it is finite iff rho (W + 1) >= 1, i.e. W >= (1 - rho) / rho.
+    """
+    if not 0.0 < rho < 1.0:
+        raise ValueError(f"rho must be in (0, 1), got {rho!r}")
+    return (1.0 - rho) / rho
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +122,8 @@ class OverflowMargin:
         if not self.edges.size:
             self.edges = np.geomspace(self.floor / 4.0, self.cap, BINS)
             self.weights = np.zeros(BINS + 1)
-        self.value = min(self.cap, max(self.floor, self.value))
+        # Too few scores for a finite conformal bound: the margin is its clip, cap.
+        self.value = min(self.cap, max(self.floor, self.value)) if self.conformal else self.cap
 
     def observe(self, ratios: Sequence[float]) -> int:
         """One closed window: each scored host's realised excess / predicted; returns overflows.
@@ -117,18 +145,37 @@ class OverflowMargin:
         return overflows
 
     def _quantile(self) -> float:
-        """The smallest bin edge with at most rho of the weight above it, within [floor, cap]."""
+        """The weighted conformal quantile: the smallest bin edge with at most rho of the
+        weight above it, the next score's weight 1 counted above every edge; within
+        [floor, cap], and cap while that bound is infinite (too little weight)."""
+        if not self.conformal:
+            return self.cap
         total = float(self.weights.sum())
+        # Rounding must not turn an exact tie (W = 19 at rho 0.1: one score may sit above) away.
+        allowed = self.rho * (total + 1.0) - 1.0 + 1e-9 * (total + 1.0)
         # Weight strictly above each inner edge: everything in later bins.
         above = total - np.cumsum(self.weights[:-1])
-        index = int(np.argmax(above <= self.rho * total)) if total else 0
-        if total and above[index] > self.rho * total:
+        index = int(np.argmax(above <= allowed))
+        if above[index] > allowed:
             return self.cap  # not even cap holds rho
-        return float(min(self.cap, max(self.floor, self.edges[index]))) if total else 1.0
+        return float(min(self.cap, max(self.floor, self.edges[index])))
+
+    @property
+    def evidence(self) -> float:
+        """The scores' total (decayed) weight: the n of the conformal condition."""
+        return float(self.weights.sum())
+
+    @property
+    def conformal(self) -> bool:
+        """Whether the scores are enough for a finite conformal bound: W >= (1 - rho) / rho."""
+        return self.rho * (self.evidence + 1.0) >= 1.0 - 1e-9
 
     @property
     def frequency(self) -> float:
-        """Host windows that passed the margin in force / host windows (0 before any)."""
+        """Host windows that passed the margin in force / host windows (0 before any).
+
+        Before the conformal condition holds, the margin in force is ``cap``.
+        """
         return self.overflows / self.windows if self.windows else 0.0
 
 
@@ -195,15 +242,20 @@ class TailCalibration:
 
     @property
     def method(self) -> str:
-        """The method in force: the least headroom once ``min_windows`` are in, else normal."""
-        methods = self.settings.methods
+        """The method in force, among those whose margin is a conformal bound: the least
+        headroom once ``min_windows`` are in, else normal; Cantelli's bound while none is."""
+        bounded = [m for m in self.settings.methods if self.margins[m].conformal]
+        if not bounded:
+            return CANTELLI
         if self.windows < self.settings.min_windows:
-            return NORMAL if NORMAL in methods else methods[0]
-        return min(methods, key=lambda m: (self.headroom(m), methods.index(m)))
+            return NORMAL if NORMAL in bounded else bounded[0]
+        return min(bounded, key=lambda m: (self.headroom(m), bounded.index(m)))
 
     @property
     def margin(self) -> float:
-        return self.margins[self.method].value
+        """The margin on the method in force; 1 on Cantelli's bound, which no score scales."""
+        method = self.method
+        return 1.0 if method == CANTELLI else self.margins[method].value
 
     def explain(self) -> dict[str, Any]:
         """Which method, which margin, and the measurements that chose them."""
@@ -212,11 +264,14 @@ class TailCalibration:
             "margin": self.margin,
             "windows": self.windows,
             "min_windows": self.settings.min_windows,
+            "scores_needed": scores_needed(self.rho),
             "methods": {
                 name: {
                     "margin": margin.value,
                     "headroom": self.headroom(name),
                     "overflow_frequency": margin.frequency,
+                    "evidence": margin.evidence,
+                    "conformal": margin.conformal,
                 }
                 for name, margin in self.margins.items()
             },

@@ -22,9 +22,12 @@ variance, so no correction goes past what any tail could need. What the
 expansion still gets wrong (drift, covariance) is the online margin's job
 (``margin.py``).
 
-A percentile method is a name; ``TAIL_METHODS`` lists them. Each gives a
-host's predicted excess over its mean sum, ``excess = z_method * sigma``,
-which the margin scales.
+A percentile method is a name; ``TAIL_METHODS`` lists those a pool's
+margin is learned on and chosen among. Each gives a host's predicted excess
+over its mean sum, ``excess = z_method * sigma``, which the margin scales.
+``CANTELLI`` (``z = sqrt((1 - rho) / rho)``) is the fallback a pool uses
+while its scores are too few for any learned margin to be a finite-sample
+bound (``margin.py``): it needs no scores, only the mean and variance.
 """
 
 from __future__ import annotations
@@ -38,7 +41,10 @@ from lavad.models.arrays import FloatArray
 
 NORMAL: Final = "normal"
 CORNISH_FISHER: Final = "cornish-fisher"
+CANTELLI: Final = "cantelli"
 TAIL_METHODS: Final = (NORMAL, CORNISH_FISHER)
+# Every method a host's percentile can be read through: the learned ones and the fallback.
+PERCENTILE_METHODS: Final = (*TAIL_METHODS, CANTELLI)
 
 
 def cantelli_factor(rho: float) -> float:
@@ -69,9 +75,7 @@ def cornish_fisher_factor(
     kurtosis = np.where(spread, k4 / (safe * safe), 0.0)
     first = z + (z * z - 1.0) * skew / 6.0
     corrected = (
-        first
-        + (z**3 - 3.0 * z) * kurtosis / 24.0
-        - (2.0 * z**3 - 5.0 * z) * skew * skew / 36.0
+        first + (z**3 - 3.0 * z) * kurtosis / 24.0 - (2.0 * z**3 - 5.0 * z) * skew * skew / 36.0
     )
     # The expansion is a quantile function only where it rises with z; past
     # that (a skewness whose square term wins) the skewness term alone.
@@ -99,7 +103,10 @@ def tail_factor(
         return np.full(np.shape(second), z, dtype=np.float64)
     if method == CORNISH_FISHER:
         return cornish_fisher_factor(z, rho, second, third, fourth)
-    raise ValueError(f"unknown tail method {method!r}; known: {', '.join(TAIL_METHODS)}")
+    if method == CANTELLI:
+        return np.full(np.shape(second), cantelli_factor(rho), dtype=np.float64)
+    known = ", ".join(PERCENTILE_METHODS)
+    raise ValueError(f"unknown tail method {method!r}; known: {known}")
 
 
 def effective_variance(
