@@ -89,7 +89,7 @@ async def test_preemptions_and_ends_validated_live(broker: EmbeddedBroker, tmp_p
             _preempt(3, _task(3, tenant=0), host=0, victims=(1,)),
             _preempt(4, _task(4, tenant=0), host=1, victims=(2,)),  # 2 has ended
             _preempt(5, _task(5, tenant=0), host=0, victims=(3,)),  # 3 is tenant 0's own
-            b'{"kind": "preempt", "victims": "all"}',
+            b'{"kind": "preempt", "victims": "all", "v": 1}',
             encode_end(TaskEnd(pool=0, task_id=99)),
         ]
         await _send(bootstrap, records)

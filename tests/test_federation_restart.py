@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lavad.federation.live_wire import (
+    LaunchVerdict,
     WireError,
     decode_launch,
     decode_verdict,
@@ -104,8 +105,9 @@ def test_launch_and_verdict_carry_the_attempt_and_a_verdict_without_it_is_refuse
     request = LaunchRequest(0, 5, 0, 1, _task(9), False, attempt=3)
     assert decode_launch(encode_launch(request)) == request
     data = encode_verdict(request, owner.launch(request, 0.0), "a")
-    raw = decode_verdict(data)
-    assert (raw["task"], raw["attempt"], raw["accepted"]) == (9, 3, True)
+    verdict = decode_verdict(data)
+    assert isinstance(verdict, LaunchVerdict)
+    assert (verdict.request.task_id, verdict.ids.attempt, verdict.accepted) == (9, 3, True)
     with pytest.raises(WireError, match="attempt"):
         decode_verdict(data.replace(b'"attempt":3,', b""))
     with pytest.raises(WireError, match="'seq' is not an integer"):

@@ -37,11 +37,12 @@ from lavad.federation.live_wire import (
     REQUESTS,
     STATE,
     VERDICTS,
+    EndVerdict,
+    LaunchVerdict,
     WireError,
     decode_request,
     decode_verdict,
     encode_launch,
-    task_from,
 )
 from lavad.federation.messages import LaunchRequest, PoolSummary, PreemptRequest, Task
 from lavad.federation.request_ledger import CommitWatermark, RequestLedger
@@ -236,9 +237,10 @@ class Scheduler:
         for record in records:
             try:
                 task = decode_request(record.value)
-                if task.tenant not in self.sched.queues:
-                    raise ValueError(f"tenant {task.tenant} is not one of the federation's")
-            except (WireError, ValueError) as exc:
+                unfit = self.unfit_task(task)
+                if unfit is not None:
+                    raise WireError(f"request: {unfit}")
+            except WireError as exc:
                 await self.dead_letter(record, str(exc))
                 mark.read(record.offset, None)
                 continue
@@ -277,8 +279,8 @@ class Scheduler:
                 for record in records:
                     try:
                         self.answer(decode_verdict(record.value), record.timestamp / 1000.0)
-                    except (WireError, ValueError, KeyError, TypeError) as exc:
-                        await self.dead_letter(record, f"verdict: {exc!r}")
+                    except WireError as exc:
+                        await self.dead_letter(record, str(exc))
                 self.verdicts_since_retire += len(records)
             if self.verdicts_since_retire >= RETIRE_EVERY_VERDICTS:
                 self.retire()
@@ -345,23 +347,56 @@ class Scheduler:
             DEAD_LETTERS, record.value, key=record.key, headers=headers
         )
 
-    def answer(self, verdict: dict[str, Any], at: float) -> None:
-        if verdict["kind"] == "end":
-            if verdict["accepted"]:
-                self.running.ended(int(verdict["task"]))
+    def unfit_task(self, task: Task) -> str | None:
+        """Why ``task`` cannot be one of this federation's (its tenant, its demand), or None."""
+        if task.tenant not in self.sched.queues:
+            return f"tenant {task.tenant} is not one of the federation's"
+        resources = len(self.topology.resources)
+        if len(task.demand) != resources:
+            return f"demand names {len(task.demand)} resources, the federation has {resources}"
+        return None
+
+    def unfit_verdict(self, verdict: LaunchVerdict | EndVerdict) -> str | None:
+        """Why ``verdict`` does not fit this federation (a pool, host, tenant or shape it does
+        not have), or None. Checked before any of it is applied, so none is half-applied."""
+        pools = len(self.view.free)
+        pool = verdict.pool if isinstance(verdict, EndVerdict) else verdict.ids.pool
+        if pool >= pools:
+            return f"pool {pool}: the federation has {pools}"
+        if isinstance(verdict, EndVerdict):
+            return None
+        free = self.view.free[pool]
+        if verdict.ids.host >= free.shape[0]:
+            return f"host {verdict.ids.host}: pool {pool} has {free.shape[0]}"
+        unfit = self.unfit_task(verdict.request)
+        if unfit is not None:
+            return unfit
+        summary = verdict.summary
+        if summary is not None and (
+            summary.free.shape != free.shape
+            or summary.tenant_usage.shape != self.view.usage[pool].shape
+        ):
+            return f"summary of shapes {summary.free.shape} and {summary.tenant_usage.shape}"
+        return None
+
+    def answer(self, verdict: LaunchVerdict | EndVerdict, at: float) -> None:
+        unfit = self.unfit_verdict(verdict)
+        if unfit is not None:
+            raise WireError(f"verdict: {unfit}")
+        if isinstance(verdict, EndVerdict):
+            if verdict.accepted:
+                self.running.ended(verdict.task_id)
             return
-        task_id, attempt = int(verdict["task"]), int(verdict["attempt"])
-        accepted, final = bool(verdict["accepted"]), bool(verdict["final"])
-        self.ledger.located(task_id, int(verdict["tenant"]), int(verdict["request_offset"]))
-        self.ledger.answered(
-            task_id, attempt, int(verdict["gm"]), int(verdict["seq"]), accepted, final
-        )
+        ids = verdict.ids
+        request = verdict.request
+        task_id, attempt = request.task_id, ids.attempt
+        accepted, final = verdict.accepted, verdict.final
+        self.ledger.located(task_id, request.tenant, ids.request_offset)
+        self.ledger.answered(task_id, attempt, ids.gm, ids.seq, accepted, final)
         if accepted:
-            placed = task_from(verdict["request"])
-            pool = int(verdict["pool"])
-            self.running.started(placed, int(verdict["gm"]), pool, int(verdict["host"]), at)
-            for victim_id in verdict["preempted"]:
-                victim = self.running.ended(int(victim_id))
+            self.running.started(request, ids.gm, ids.pool, ids.host, at)
+            for victim_id in verdict.preempted:
+                victim = self.running.ended(victim_id)
                 if victim is not None:
                     self.ledger.preempted(victim)
                     self.requeue(victim)
@@ -369,17 +404,17 @@ class Scheduler:
         task = self.inflight.pop((task_id, attempt))
         if task is None:
             return  # another's launch, or a duplicate from an owner that replayed it
-        summary = verdict.get("summary")
-        if isinstance(summary, dict):
+        summary = verdict.summary
+        if summary is not None:
             self.view.apply(
                 PoolSummary(
-                    pool=int(verdict["pool"]),
-                    owner=str(summary["owner"]),
-                    version=int(summary["version"]),
+                    pool=ids.pool,
+                    owner=summary.owner,
+                    version=summary.version,
                     sent_at=0.0,
-                    free=np.asarray(summary["free"], dtype=np.int64),
-                    seen_seq=tuple(int(s) for s in summary["seen_seq"]),
-                    tenant_usage=np.asarray(summary["tenant_usage"], dtype=np.int64),
+                    free=summary.free,
+                    seen_seq=summary.seen_seq,
+                    tenant_usage=summary.tenant_usage,
                     queue_length=0,
                 )
             )
@@ -389,12 +424,12 @@ class Scheduler:
                 self.clock.accepted(task_id, time.time())
             else:
                 self.clock.forget(task_id)
-                log.warning("launch refused, final", task=task_id, reason=verdict["reason"])
+                log.warning("launch refused, final", task=task_id, reason=verdict.reason)
             return
         self.clock.refused(task_id, time.time())
-        if int(verdict["gm"]) == self.gm:
-            self.view.forget(int(verdict["pool"]), int(verdict["seq"]))
-        log.info("stale launch refused, retrying", task=task_id, reason=verdict["reason"])
+        if ids.gm == self.gm:
+            self.view.forget(ids.pool, ids.seq)
+        log.info("stale launch refused, retrying", task=task_id, reason=verdict.reason)
         self.sched.enqueue(task, front=True)
 
     def fairness_view(self) -> None:

@@ -8,6 +8,8 @@ running tasks it ends) and task ends, told apart by ``kind``. Verdicts carry the
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,14 @@ DEAD_LETTERS = "lavad.federation.dead-letters"
 
 
 MAX_VICTIMS = 64  # a preemption ends a few tasks on one host, not thousands
+# Every record carries it as "v"; a record of another version is refused with the
+# reason, never read with this build's guess of its fields. Version 1 is the first
+# to carry it (launches and verdicts name their request's offset and attempt).
+WIRE_VERSION = 1
+# A task's demand names one count per resource: a handful, never thousands.
+MAX_RESOURCES = 64
+# The longest text a verdict's reason or instance keeps (the rest is cut).
+MAX_TEXT = 1_000
 
 
 class WireError(ValueError):
@@ -50,7 +60,57 @@ def _object(data: bytes, what: str) -> dict[str, Any]:
         raise WireError(f"{what}: not JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise WireError(f"{what}: not an object")
+    version = raw.get("v")
+    # type(): True == 1 in Python, and a boolean is no version number.
+    if type(version) is not int or version != WIRE_VERSION:
+        shown = repr(version)[:40]
+        raise WireError(
+            f"{what}: federation wire version {shown}, this lavad reads v{WIRE_VERSION}"
+        )
     return raw
+
+
+def _int(raw: dict[str, Any], key: str, what: str, *, least: int | None = None) -> int:
+    """``raw[key]`` as a JSON integer (not a boolean, a float or a string), at least ``least``."""
+    value = raw.get(key)
+    if type(value) is not int:
+        raise WireError(f"{what}: {key!r} is not an integer")
+    if least is not None and value < least:
+        raise WireError(f"{what}: {key!r} is {value}, below {least}")
+    return value
+
+
+def _number(raw: dict[str, Any], key: str, what: str) -> float:
+    """``raw[key]`` as a finite JSON number of at least 0 (a time or a duration)."""
+    value: Any = raw.get(key)
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise WireError(f"{what}: {key!r} is not a finite number >= 0")
+    return float(value)
+
+
+def _flag(raw: dict[str, Any], key: str, what: str) -> bool:
+    value = raw.get(key)
+    if type(value) is not bool:
+        raise WireError(f"{what}: {key!r} is not true or false")
+    return value
+
+
+def _text(raw: dict[str, Any], key: str, what: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str):
+        raise WireError(f"{what}: {key!r} is not a string")
+    return value[:MAX_TEXT]
+
+
+def _ints(value: Any, key: str, what: str, *, most: int) -> tuple[int, ...]:
+    """A JSON list of at most ``most`` integers >= 0."""
+    if (
+        not isinstance(value, list)
+        or len(value) > most
+        or not all(type(x) is int and x >= 0 for x in value)
+    ):
+        raise WireError(f"{what}: {key!r} must be a list of at most {most} integers >= 0")
+    return tuple(value)
 
 
 def task_fields(task: Task) -> dict[str, Any]:
@@ -66,22 +126,22 @@ def task_fields(task: Task) -> dict[str, Any]:
 
 
 def task_from(raw: Any) -> Task:
-    try:
-        return Task(
-            task_id=int(raw["task"]),
-            job=int(raw["job"]),
-            tenant=int(raw["tenant"]),
-            demand=tuple(int(x) for x in raw["demand"]),
-            constraints=int(raw["constraints"]),
-            duration=float(raw["duration"]),
-            arrival=float(raw["arrival"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise WireError(f"task: {exc!r}") from None
+    """A task's fields, each of its type and range, or WireError naming the first that is not."""
+    if not isinstance(raw, dict):
+        raise WireError("task: not an object")
+    return Task(
+        task_id=_int(raw, "task", "task", least=0),
+        job=_int(raw, "job", "task", least=0),
+        tenant=_int(raw, "tenant", "task", least=0),
+        demand=_ints(raw.get("demand"), "demand", "task", most=MAX_RESOURCES),
+        constraints=_int(raw, "constraints", "task", least=0),
+        duration=_number(raw, "duration", "task"),
+        arrival=_number(raw, "arrival", "task"),
+    )
 
 
 def encode_request(task: Task) -> bytes:
-    return orjson.dumps(task_fields(task))
+    return orjson.dumps({**task_fields(task), "v": WIRE_VERSION})
 
 
 def decode_request(data: bytes) -> Task:
@@ -104,6 +164,29 @@ def _launch_ids(request: LaunchRequest | PreemptRequest) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class LaunchIds:
+    """The fields a launch and its verdict share, read and checked once."""
+
+    gm: int
+    seq: int
+    attempt: int
+    request_offset: int  # -1: not read from the requests topic
+    pool: int
+    host: int
+
+
+def _launch_ids_from(raw: dict[str, Any], what: str) -> LaunchIds:
+    return LaunchIds(
+        gm=_int(raw, "gm", what, least=0),
+        seq=_int(raw, "seq", what, least=0),
+        attempt=_int(raw, "attempt", what, least=0),
+        request_offset=_int(raw, "request_offset", what, least=-1),
+        pool=_int(raw, "pool", what, least=0),
+        host=_int(raw, "host", what, least=0),
+    )
+
+
 def encode_launch(request: LaunchRequest | PreemptRequest) -> bytes:
     """A launch, or a preemption: the same fields and the victims."""
     fields: dict[str, Any] = {
@@ -115,41 +198,49 @@ def encode_launch(request: LaunchRequest | PreemptRequest) -> bytes:
         fields["victims"] = list(request.victims)
     else:
         fields["repartition"] = request.repartition
+    fields["v"] = WIRE_VERSION
     return orjson.dumps(fields)
 
 
 def encode_end(end: TaskEnd) -> bytes:
-    return orjson.dumps({"kind": "end", "pool": end.pool, "task": end.task_id})
+    return orjson.dumps({"kind": "end", "pool": end.pool, "task": end.task_id, "v": WIRE_VERSION})
 
 
 def decode_owner_record(data: bytes) -> LaunchRequest | PreemptRequest | TaskEnd:
     """A record of a pool's partition of the launches topic, by its kind."""
     raw = _object(data, "launch")
     kind = raw.get("kind")
-    try:
-        if kind == "launch":
-            return _launch(raw)
-        if kind == "preempt":
-            victims = raw["victims"]
-            if not isinstance(victims, list) or len(victims) > MAX_VICTIMS:
-                raise WireError(f"preempt: victims must be a list of at most {MAX_VICTIMS}")
-            return PreemptRequest(
-                gm=int(raw["gm"]),
-                seq=int(raw["seq"]),
-                pool=int(raw["pool"]),
-                host=int(raw["host"]),
-                victims=tuple(int(v) for v in victims),
-                task=task_from(raw["task"]),
-                attempt=int(raw["attempt"]),
-                request_offset=int(raw["request_offset"]),
-            )
-        if kind == "end":
-            return TaskEnd(pool=int(raw["pool"]), task_id=int(raw["task"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, WireError):
-            raise
-        raise WireError(f"{kind}: {exc!r}") from None
-    raise WireError(f"launch: kind {str(kind)[:40]!r} is none of launch, preempt, end")
+    if kind == "end":
+        return TaskEnd(pool=_int(raw, "pool", "end", least=0), task_id=_int(raw, "task", "end"))
+    if kind not in ("launch", "preempt"):
+        raise WireError(f"launch: kind {str(kind)[:40]!r} is none of launch, preempt, end")
+    if kind == "preempt":
+        victims = raw.get("victims")
+        if not isinstance(victims, list) or len(victims) > MAX_VICTIMS:
+            raise WireError(f"preempt: victims must be a list of at most {MAX_VICTIMS}")
+    ids = _launch_ids_from(raw, kind)
+    task = task_from(raw.get("task"))
+    if kind == "preempt":
+        return PreemptRequest(
+            gm=ids.gm,
+            seq=ids.seq,
+            pool=ids.pool,
+            host=ids.host,
+            victims=_ints(victims, "victims", "preempt", most=MAX_VICTIMS),
+            task=task,
+            attempt=ids.attempt,
+            request_offset=ids.request_offset,
+        )
+    return LaunchRequest(
+        gm=ids.gm,
+        seq=ids.seq,
+        pool=ids.pool,
+        host=ids.host,
+        task=task,
+        repartition=_flag(raw, "repartition", "launch"),
+        attempt=ids.attempt,
+        request_offset=ids.request_offset,
+    )
 
 
 def decode_launch(data: bytes) -> LaunchRequest:
@@ -158,22 +249,6 @@ def decode_launch(data: bytes) -> LaunchRequest:
     if not isinstance(record, LaunchRequest):
         raise WireError(f"launch: a {type(record).__name__}, not a launch")
     return record
-
-
-def _launch(raw: dict[str, Any]) -> LaunchRequest:
-    try:
-        return LaunchRequest(
-            gm=int(raw["gm"]),
-            seq=int(raw["seq"]),
-            pool=int(raw["pool"]),
-            host=int(raw["host"]),
-            task=task_from(raw["task"]),
-            repartition=bool(raw["repartition"]),
-            attempt=int(raw["attempt"]),
-            request_offset=int(raw["request_offset"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise WireError(f"launch: {exc!r}") from None
 
 
 def encode_verdict(
@@ -195,6 +270,7 @@ def encode_verdict(
             else [],
             "instance": instance,
             "summary": _summary_fields(verdict.summary),
+            "v": WIRE_VERSION,
         }
     )
 
@@ -212,6 +288,7 @@ def encode_end_verdict(end: TaskEnd, verdict: Ended | Refused, instance: str) ->
             "reason": "" if ended else getattr(verdict, "reason", ""),
             "instance": instance,
             "summary": _summary_fields(verdict.summary),
+            "v": WIRE_VERSION,
         }
     )
 
@@ -228,24 +305,104 @@ def _summary_fields(summary: PoolSummary | None) -> dict[str, Any] | None:
     }
 
 
-def decode_verdict(data: bytes) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class VerdictSummary:
+    """The pool's state a verdict carries. Its arrays' shapes are the reader's to check
+    against the pool it knows (``decode_verdict`` does not know the pool's size)."""
+
+    owner: str
+    version: int
+    free: np.ndarray
+    seen_seq: tuple[int, ...]
+    tenant_usage: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchVerdict:
+    """An owner's answer to a launch or a preemption, every field checked."""
+
+    kind: str  # "launch" or "preempt"
+    request: Task
+    ids: LaunchIds
+    accepted: bool
+    final: bool
+    reason: str
+    preempted: tuple[int, ...]
+    instance: str
+    summary: VerdictSummary | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndVerdict:
+    """An owner's answer to a task end: ended, or refused (the task was not running)."""
+
+    task_id: int
+    pool: int
+    accepted: bool
+
+
+def _counts(value: Any, key: str) -> np.ndarray:
+    """A JSON matrix of counts >= 0 (hosts or tenants x resources)."""
+    try:
+        array = np.asarray(value, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise WireError(f"verdict: summary {key!r} is not a matrix of integers") from None
+    if array.ndim != 2 or array.shape[1] > MAX_RESOURCES or (array < 0).any():
+        raise WireError(f"verdict: summary {key!r} is not a matrix of counts >= 0")
+    if not all(type(x) is int for row in value for x in row):
+        raise WireError(f"verdict: summary {key!r} holds a value that is not an integer")
+    return array
+
+
+def _verdict_summary(raw: Any, *, most_schedulers: int) -> VerdictSummary | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise WireError("verdict: summary is not an object")
+    return VerdictSummary(
+        owner=_text(raw, "owner", "verdict summary"),
+        version=_int(raw, "version", "verdict summary", least=0),
+        free=_counts(raw.get("free"), "free"),
+        seen_seq=_ints(raw.get("seen_seq"), "seen_seq", "verdict summary", most=most_schedulers),
+        tenant_usage=_counts(raw.get("tenant_usage"), "tenant_usage"),
+    )
+
+
+# seen_seq has one count per global scheduler; federation.schedulers is far below this.
+MAX_SCHEDULERS = 10_000
+
+
+def decode_verdict(data: bytes) -> LaunchVerdict | EndVerdict:
+    """A verdict, every field of its type and range, or WireError naming the first that is not.
+
+    The reader can then apply it whole: nothing in it fails half-way through."""
     raw = _object(data, "verdict")
     kind = raw.get("kind")
     if kind == "end":
-        for key in ("task", "pool", "accepted"):
-            if key not in raw:
-                raise WireError(f"verdict: no {key!r}")
-        return raw
+        return EndVerdict(
+            task_id=_int(raw, "task", "verdict", least=0),
+            pool=_int(raw, "pool", "verdict", least=0),
+            accepted=_flag(raw, "accepted", "verdict"),
+        )
     if kind not in ("launch", "preempt"):
         raise WireError(f"verdict: kind {str(kind)[:40]!r} is none of launch, preempt, end")
-    ints = ("task", "tenant", "gm", "seq", "attempt", "request_offset", "pool", "host")
-    for key in (*ints, "accepted", "final"):
-        if key not in raw:
-            raise WireError(f"verdict: no {key!r}")
-    for key in ints:
-        if not isinstance(raw[key], int) or isinstance(raw[key], bool):
-            raise WireError(f"verdict: {key!r} is not an integer")
-    return raw
+    ids = _launch_ids_from(raw, "verdict")
+    request = task_from(raw.get("request"))
+    if _int(raw, "task", "verdict") != request.task_id:
+        raise WireError("verdict: 'task' is not its request's task")
+    if _int(raw, "tenant", "verdict") != request.tenant:
+        raise WireError("verdict: 'tenant' is not its request's tenant")
+    return LaunchVerdict(
+        kind=kind,
+        request=request,
+        ids=ids,
+        accepted=_flag(raw, "accepted", "verdict"),
+        final=_flag(raw, "final", "verdict"),
+        reason=_text(raw, "reason", "verdict"),
+        preempted=_ints(raw.get("preempted"), "preempted", "verdict", most=MAX_VICTIMS),
+        instance=_text(raw, "instance", "verdict"),
+        summary=_verdict_summary(raw.get("summary"), most_schedulers=MAX_SCHEDULERS),
+    )
 
 
 def encode_owner(owner: PoolOwner, offset: int, decided: list[LaunchId]) -> bytes:
@@ -263,6 +420,7 @@ def encode_owner(owner: PoolOwner, offset: int, decided: list[LaunchId]) -> byte
                 [r.task_id, r.tenant, r.gm, r.host, list(r.demand), r.start]
                 for r in owner.running.values()
             ],
+            "v": WIRE_VERSION,
         }
     )
 
