@@ -268,8 +268,12 @@ class UsageHooks(ClusterListener):
     reported scores the realised sum against it. The calibration learns the
     pool's margin and percentile method from these (``models/usage/
     margin.py``), and the filter, the score and the risk notices read the
-    host's variance through them. The margin replaces the variance factor's
-    job (both widen the excess), so a pool learns one or the other.
+    host's variance through them. Until the pool has scored enough host
+    windows for a learned margin to be a conformal bound ((1 - rho) / rho:
+    19 at rho 0.05, 99 at 0.01), they read it through Cantelli's
+    distribution-free bound instead of plain GPA's normal percentile. The
+    margin replaces the variance factor's job (both widen the excess), so a
+    pool learns one or the other.
     """
 
     MIN_CALIBRATION = 30
@@ -332,7 +336,7 @@ class UsageHooks(ClusterListener):
                 "host_windows": self.host_windows,
                 "overflowed": self.host_overflows,
                 "frequency": self.realised_overflow,
-            }
+            },
         }
         if self.tail is not None:
             summary["cpu_tail"] = self.tail.explain()
