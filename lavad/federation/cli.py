@@ -141,7 +141,14 @@ def owner_command(
     fed = settings.federation
     topology = _topology(settings)
     _until_signal(
-        lambda: Owner(settings.kafka, instance, topology, fed.tenants, fed.owner.snapshot_every)
+        lambda: Owner(
+            settings.kafka,
+            instance,
+            topology,
+            fed.tenants,
+            fed.owner.snapshot_every,
+            fed.owner.snapshot_chunk_bytes,
+        )
     )
 
 

@@ -44,6 +44,13 @@ from lavad.federation.live_wire import (
 )
 from lavad.federation.messages import PreemptRequest, TaskEnd
 from lavad.federation.owner import PoolOwner
+from lavad.federation.owner_snapshots import (
+    CHUNK_BYTES,
+    Manifest,
+    SnapshotReader,
+    chunk_key,
+    snapshot_records,
+)
 from lavad.federation.request_ledger import LaunchId
 from lavad.federation.state_topic import pool_key
 from lavad.federation.summary_codec import encode_summary
@@ -62,11 +69,11 @@ def owner_id(pool: int) -> str:
     return f"owner-of-pool-{pool}"
 
 
-async def latest_snapshots(kafka: KafkaSettings) -> dict[int, bytes]:
-    """The newest owner snapshot per pool."""
+async def latest_snapshots(kafka: KafkaSettings) -> SnapshotReader:
+    """The owner-snapshots topic read to its end: each pool's newest manifest and chunks."""
     consumer = plain_consumer(kafka)
     await consumer.start()
-    newest: dict[int, bytes] = {}
+    reader = SnapshotReader()
     try:
         parts = consumer.partitions_for_topic(OWNER_SNAPSHOTS)
         if not parts:
@@ -74,7 +81,7 @@ async def latest_snapshots(kafka: KafkaSettings) -> dict[int, bytes]:
             parts = consumer.partitions_for_topic(OWNER_SNAPSHOTS) or set()
         tps = [TopicPartition(OWNER_SNAPSHOTS, p) for p in sorted(parts)]
         if not tps:
-            return newest
+            return reader
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
@@ -82,11 +89,10 @@ async def latest_snapshots(kafka: KafkaSettings) -> dict[int, bytes]:
             batch = await consumer.getmany(*tps, timeout_ms=500)
             for records in batch.values():
                 for record in records:
-                    if record.key and record.value is not None:
-                        newest[int(record.key.decode().split("-")[1])] = record.value
+                    reader.add(record.key, record.value)
     finally:
         await consumer.stop()
-    return newest
+    return reader
 
 
 class Owner:
@@ -97,6 +103,7 @@ class Owner:
         topology: Topology,
         tenants: int,
         snapshot_every: int,
+        chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self.kafka = kafka
         self.instance = instance
@@ -107,12 +114,17 @@ class Owner:
         self.next_offset: dict[int, int] = {}
         self.since_snapshot: dict[int, int] = {}
         self.decided: dict[int, dict[LaunchId, None]] = {}  # pool -> ids, oldest first
+        self.manifests: dict[int, Manifest] = {}  # pool -> its newest snapshot's manifest
+        self.chunk_bytes = chunk_bytes
         self.duplicates = 0
         self.producer = producer(kafka)
         self.consumer = group_consumer(kafka, OWNERS_GROUP)
 
     async def take(self, assigned: Any) -> None:
-        snapshots = await latest_snapshots(self.kafka)
+        reader = await latest_snapshots(self.kafka)
+        snapshots = reader.snapshots()
+        for reason in reader.refused:
+            log.warning("owner snapshot record refused", instance=self.instance, reason=reason)
         for tp in assigned:
             if tp.partition >= len(self.topology.pools):
                 log.warning("launch partition without a pool", partition=tp.partition)
@@ -137,6 +149,8 @@ class Owner:
                     offset = 0
                     decided = []
             self.owned[pool.index] = owner
+            if pool.index in reader.manifests:  # its chunks go once a newer one is written
+                self.manifests[pool.index] = reader.manifests[pool.index]
             self.decided[pool.index] = dict.fromkeys(decided)
             self.next_offset[pool.index] = offset
             self.since_snapshot[pool.index] = 0
@@ -158,12 +172,23 @@ class Owner:
         return await self.producer.send(DEAD_LETTERS, record.value, key=record.key, headers=headers)
 
     async def snapshot(self, pool: int) -> None:
+        """The pool's chunks, then its manifest, then the previous snapshot's chunks gone."""
         owner = self.owned[pool]
-        await self.producer.send_and_wait(
-            OWNER_SNAPSHOTS,
-            encode_owner(owner, self.next_offset[pool], list(self.decided[pool])),
-            key=pool_key(pool),
-        )
+        body = encode_owner(owner, self.next_offset[pool], list(self.decided[pool]))
+        manifest, chunks, (key, value) = snapshot_records(pool, body, self.chunk_bytes)
+        sent = [await self.producer.send(OWNER_SNAPSHOTS, v, key=k) for k, v in chunks]
+        await asyncio.gather(*sent)
+        await self.producer.send_and_wait(OWNER_SNAPSHOTS, value, key=key)
+        previous = self.manifests.get(pool)
+        self.manifests[pool] = manifest
+        if previous is not None and previous.snapshot_id != manifest.snapshot_id:
+            gone = [
+                await self.producer.send(
+                    OWNER_SNAPSHOTS, None, key=chunk_key(pool, previous.snapshot_id, i)
+                )
+                for i in range(previous.chunks)
+            ]
+            await asyncio.gather(*gone)
         self.since_snapshot[pool] = 0
 
     async def run(self, stop: asyncio.Event) -> None:

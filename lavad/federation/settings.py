@@ -15,6 +15,7 @@ shares = [0.5, 0.5]          # optional: fair shares per tenant (Algorithm 2's p
 
 [federation.owner]
 snapshot_every = 20          # launches between snapshots of a pool
+snapshot_chunk_bytes = 524288  # a snapshot goes out in records of at most this size
 
 [federation.scheduler]
 state_lag_s = 0.0            # read the state topic at most this often
@@ -60,6 +61,10 @@ class _Strict(BaseModel):
 
 class OwnerSettings(_Strict):
     snapshot_every: int = Field(default=20, ge=1, description="launches between pool snapshots")
+    # Below the broker's message.max.bytes (1 MB by default), with room for the record's own.
+    snapshot_chunk_bytes: int = Field(
+        default=512 * 1024, ge=1024, le=64 * 1024 * 1024, description="largest snapshot record"
+    )
 
 
 class SchedulerSettings(_Strict):
