@@ -222,8 +222,13 @@ def sustained_ingest(per_pool: int) -> None:
         decode_event(raw)
     decode_rate = len(encoded) / (time.perf_counter() - began)
 
-    with EmbeddedBroker.start() as broker, tempfile.TemporaryDirectory() as snapshots:
-        ingest = asyncio.run(_ingest(broker, events, Path(snapshots)))
+    # The fastest of 3 live runs too (each on a fresh broker), so that both sides of
+    # the ratio get the same treatment; every run's rate is printed.
+    ingests = []
+    for _ in range(3):
+        with EmbeddedBroker.start() as broker, tempfile.TemporaryDirectory() as snapshots:
+            ingests.append(asyncio.run(_ingest(broker, events, Path(snapshots))))
+    ingest = max(ingests, key=lambda run: run.rate)
 
     wall = ingest.timed_seconds
     print(
@@ -235,8 +240,9 @@ def sustained_ingest(per_pool: int) -> None:
     print(f"  publishing to the broker         {publish_rate:>10,.0f} records/s")
     print(f"  daemon start to first record     {ingest.join_seconds:>10.2f} s (group join)")
     print(
-        f"  Kafka shell, sustained           {ingest.rate:>10,.0f} records/s "
-        f"({ingest.timed_records:,} records in {wall:.2f} s)"
+        f"  Kafka shell, sustained (best of 3) {ingest.rate:>8,.0f} records/s "
+        f"({ingest.timed_records:,} records in {wall:.2f} s; the 3 runs: "
+        f"{', '.join(f'{run.rate:,.0f}' for run in ingests)})"
     )
     print(f"  in-process replay (best of 3)    {result.events_per_second:>10,.0f} events/s")
     print(f"  decode_event alone               {decode_rate:>10,.0f} records/s")
@@ -261,8 +267,15 @@ def sustained_ingest(per_pool: int) -> None:
         f"of the {path_live_us - path_replay_us:.1f} us more, decoding {1e6 / decode_rate:.1f} us"
     )
     ratio = ingest.rate / result.events_per_second
-    verdict = "met" if ingest.rate >= 40_000 and ratio >= 0.8 else "NOT met"
-    print(f"  goal >= 40,000 records/s per instance and >= 0.8x the replay: {verdict}")
+    # Wall rates measured seconds apart on a shared VM swing either way (a loaded
+    # replay once made the live shell look 1.38x as fast), so the ratio counts as met
+    # only if the work per record says so too: replay's CPU per record against live's.
+    cpu_ratio = replay_cpu_us / live_cpu_us
+    met = ingest.rate >= 40_000 and ratio >= 0.8 and cpu_ratio >= 0.8
+    print(
+        f"  goal >= 40,000 records/s per instance and >= 0.8x the replay (wall {ratio:.2f}x, "
+        f"CPU {cpu_ratio:.2f}x): {'met' if met else 'NOT met'}"
+    )
 
 
 # ----------------------------------------------------------------- latency
