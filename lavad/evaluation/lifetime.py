@@ -52,6 +52,7 @@ from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import CALIBRATION_HALF_LIFE_S, SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS, left_truncated, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
+from lavad.models.lifetime.mixture import MixtureLifeTables
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
     expected_remaining,
@@ -230,6 +231,7 @@ MODEL_TITLES = {
     "shrunk": "shrunk life tables",
     "tables-calibrated": "life tables, recalibrated online",
     "shrunk-calibrated": "shrunk life tables, recalibrated online",
+    "mixture": "life tables at four memories, mixed by their log score",
 }
 
 
@@ -258,6 +260,8 @@ def _online_model(
             half_life_s=half_life_s,
             calibrator=calibrator,
         )
+    if name == "mixture":
+        return MixtureLifeTables(bins, min_observations)
     raise ValueError(f"unknown lifetime model {name!r}; known: {', '.join(MODEL_TITLES)}")
 
 

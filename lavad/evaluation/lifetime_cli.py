@@ -69,7 +69,7 @@ def lifetime_command(
         str,
         typer.Option(
             help="comma-separated online lifetime models: tables, shrunk, tables-calibrated, "
-            "shrunk-calibrated"
+            "shrunk-calibrated, mixture"
         ),
     ] = "tables,shrunk",
     prior_strength: Annotated[

@@ -59,6 +59,7 @@ from lavad.models.lifetime.features import (
     lifetime_keys,
 )
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
+from lavad.models.lifetime.mixture import MixtureLifeTables
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
     creation_quantiles,
@@ -197,6 +198,12 @@ LIFETIME_MODELS: Registry[GroupedLifeTables] = Registry(
                 half_life_s=settings.half_life_s,
                 calibrator=SurvivalCalibrator(bins),
             ),
+        ),
+        Entry(
+            "mixture",
+            "life tables with no forgetting and with half-lives of 7 d, 72 h and 24 h, mixed "
+            "per uptime band by each one's recent log score on resolved VMs (mixture.py)",
+            lambda _args, bins, settings: MixtureLifeTables(bins, settings.min_observations),
         ),
     ],
 )

@@ -110,6 +110,15 @@ def _ahead(
     return here + m0[rows, j + 1], here * middle + m1[rows, j + 1]
 
 
+def ahead_of(
+    bins: LifetimeBins, mass: FloatArray, m0: FloatArray, rows: np.ndarray, uptime: FloatArray
+) -> FloatArray:
+    """The mass ahead of each VM's uptime (P(T > u) of its row, as ``_ahead`` counts it)."""
+    u = np.asarray(uptime, dtype=np.float64)
+    ahead, _ = _ahead(bins, mass, m0, m0, rows, u)
+    return ahead
+
+
 def expected_remaining(
     bins: LifetimeBins,
     mass: FloatArray,

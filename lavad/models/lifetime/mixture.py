@@ -1,0 +1,513 @@
+"""Life tables at several memories, mixed by how well each predicted what has since happened.
+
+A workload that drifts wants a short memory, a stationary one a long one,
+and a fixed half-life (``GroupedLifeTables(half_life_s=...)``) is right for
+one kind only. Here a fixed grid of members, the same life tables with no
+forgetting and with half-lives of 7 days, 72 hours and 24 hours, learn side
+by side, and the model chooses among them online, in event time, by their
+prequential log score (Bayesian model averaging with fixed share, Herbster
+and Warmuth's tracking of the best expert).
+
+**What is scored.** At each refit, every VM the model learns from that was
+alive at the previous refit (or created since) is one binary outcome for
+the interval between the two refits: with u0 its uptime at the previous
+refit (0 if created since) and u1 its uptime now (or what it would be),
+member k said P_k(T > u1 | T > u0) from its tables as they stood at the
+previous refit, before any of it was seen. The VM exited in the interval
+(log of 1 minus that), was evicted at uptime s (survived to s: log
+P_k(T > s | T > u0)), or is still running (log of that). Summed over a
+VM's intervals this is the log-likelihood of its lifetime under the tables
+of each moment, censoring counted, so a member earns weight by predicting
+every VM's next hour from what it knew an hour before. Everything is
+resolved at refits only, from the VMs the refit is given and the exits and
+evictions since the last one: replay and live score the same outcomes.
+
+**Weights per uptime band.** A short memory may know the hazard of young VMs
+after a swing while knowing nothing of month-old ones (its old cohorts are
+forgotten). So the weights are kept per band of uptime, LAVA's decade
+classes (under 1 h, 1-10 h, 10-100 h, longer); an interval is scored in
+the band of its u0. The prediction mixes the members' conditional survival
+through each lifetime bin with the weights of the bin's band:
+
+    r_k[j] = S_k(e_{j+1}) / S_k(e_j)      (member k's chosen group row)
+    r[j]   = sum_k w[band(j), k] r_k[j],   S(e_{j+1}) = S(e_j) r[j]
+
+which is a survival curve whatever the weights (each r[j] is in [0, 1]),
+and member k's own curve when one band weight is 1 in every band.
+
+**The update**, per band b at each refit, with l[b, k] the sum of member
+k's log probabilities of the band's outcomes (Bayes' rule), then a fixed
+share ``FIXED_SHARE`` of the weight spread evenly, so that a member that
+lost every earlier interval can take over within a few refits of a swing:
+
+    w[b, k] <- w[b, k] exp(l[b, k]) / sum_k' w[b, k'] exp(l[b, k'])
+    w[b, k] <- (1 - alpha) w[b, k] + alpha / K
+
+Nothing is tuned to a trace: the grid of half-lives, the bands and alpha
+are fixed. On a stationary stream the members agree where data are dense
+and the no-forgetting one scores best on the rest; on a drifting one the
+short memories take over the young bands after a swing.
+
+Memory and work per event are those of the K members (K = 4); a refit scores
+every running VM once per member. A VM's distribution is one row per key
+tuple (a "combo", as in ``shrunk.py``), computed on its first use after a
+refit by one compiled loop over the bins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from typing import Final
+
+import numba
+import numpy as np
+
+from lavad.models.arrays import FloatArray
+from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.features import LEVELS
+from lavad.models.lifetime.grouped import (
+    MAX_CACHED_KEYS,
+    MAX_ROWS,
+    GroupedLifeTables,
+    GroupRows,
+)
+from lavad.models.lifetime.survival import ahead_of
+
+HOUR: Final = 3600.0
+# The members' memories: none, a week, three days, a day. A fixed grid.
+MEMBER_HALF_LIVES_S: Final[tuple[float | None, ...]] = (
+    None,
+    7 * 24 * HOUR,
+    72 * HOUR,
+    24 * HOUR,
+)
+# Upper edges of the uptime bands that keep their own weights (LAVA's classes).
+BAND_EDGES_S: Final[tuple[float, ...]] = (HOUR, 10 * HOUR, 100 * HOUR)
+# The share of weight spread evenly after each refit's update.
+FIXED_SHARE: Final = 0.01
+# Probabilities below this count as this in the log score: a member sure of
+# the wrong answer loses ~28 nats for it, not an infinite amount.
+MIN_PROBABILITY: Final = 1e-12
+MIXTURE_VERSION: Final = 1
+# As in ``shrunk.py``: combos past this many share the pool-wide combo.
+MAX_COMBOS: Final = 250_000
+
+
+class MixtureStateError(ValueError):
+    """A checkpoint of another version or shape than this mixture's."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _mixed_table(
+    member_m0: FloatArray,
+    bin_weight: FloatArray,
+    representative: FloatArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    m1: FloatArray,
+    out: int,
+) -> None:
+    """Row ``out`` of ``mass`` and its suffix sums, from the members' ``m0`` rows (K, width + 1)."""
+    members = member_m0.shape[0]
+    width = mass.shape[1]
+    survival = 1.0
+    for j in range(width - 1):
+        ratio = 0.0
+        for k in range(members):
+            total = member_m0[k, 0]
+            here = member_m0[k, j] / total if total > 0.0 else 0.0
+            after = member_m0[k, j + 1] / total if total > 0.0 else 0.0
+            through = min(max(after / here, 0.0), 1.0) if here > 1e-300 else 0.0
+            ratio += bin_weight[k, j] * through
+        ratio = min(max(ratio, 0.0), 1.0)
+        later = survival * ratio
+        mass[out, j] = survival - later
+        survival = later
+    mass[out, width - 1] = survival
+    s0 = 0.0
+    s1 = 0.0
+    m0[out, width] = 0.0
+    m1[out, width] = 0.0
+    for j in range(width - 1, -1, -1):
+        s0 += mass[out, j]
+        s1 += mass[out, j] * representative[j]
+        m0[out, j] = s0
+        m1[out, j] = s1
+
+
+def fixed_share_update(log_weight: FloatArray, scores: FloatArray, share: float) -> FloatArray:
+    """One refit's update of per-band log weights (bands, K) by summed log scores (bands, K)."""
+    posterior = log_weight + scores
+    posterior = posterior - posterior.max(axis=1, keepdims=True)
+    weight = np.exp(posterior)
+    weight /= weight.sum(axis=1, keepdims=True)
+    members = weight.shape[1]
+    weight = (1.0 - share) * weight + share / members
+    result: FloatArray = np.log(weight)
+    return result
+
+
+class MixtureLifeTables(GroupedLifeTables):
+    """Life tables at ``half_lives_s`` forgetting rates, mixed by their recent log score.
+
+    ``choose(rows)`` returns a combo (the row of ``mass`` holding the mixed
+    distribution of these group rows), as ``ShrunkLifeTables`` does.
+    """
+
+    def __init__(
+        self,
+        bins: LifetimeBins,
+        min_observations: int = 30,
+        *,
+        half_lives_s: tuple[float | None, ...] = MEMBER_HALF_LIVES_S,
+        band_edges_s: tuple[float, ...] = BAND_EDGES_S,
+        fixed_share: float = FIXED_SHARE,
+        max_rows: int = MAX_ROWS,
+        max_combos: int = MAX_COMBOS,
+        per_owner: bool = True,
+    ) -> None:
+        if not half_lives_s:
+            raise ValueError("a mixture needs at least one member")
+        if not 0.0 <= fixed_share < 1.0:
+            raise ValueError(f"fixed_share must be in [0, 1), got {fixed_share}")
+        if list(band_edges_s) != sorted(band_edges_s) or any(e <= 0 for e in band_edges_s):
+            raise ValueError(f"band_edges_s must be positive and increasing, got {band_edges_s}")
+        if max_combos < 2:
+            raise ValueError(f"max_combos must be >= 2, got {max_combos}")
+        # The members first: the base class's arrays are read through them.
+        self.members = [
+            GroupedLifeTables(bins, min_observations, max_rows=max_rows, half_life_s=half_life)
+            for half_life in half_lives_s
+        ]
+        super().__init__(bins, min_observations, max_rows=max_rows)
+        self.version = MIXTURE_VERSION
+        self.half_lives_s = tuple(half_lives_s)
+        self.band_edges_s = tuple(float(e) for e in band_edges_s)
+        self.fixed_share = float(fixed_share)
+        self.max_combos = max_combos
+        self.per_owner = per_owner
+        members = len(self.members)
+        bands = len(self.band_edges_s) + 1
+        # Per band, each member's log weight (uniform to start).
+        self.log_weight: FloatArray = np.full((bands, members), -math.log(members))
+        # The band of each lifetime bin (by its lower edge).
+        self._bin_band = np.searchsorted(
+            np.asarray(self.band_edges_s, dtype=np.float64), bins.edges, side="right"
+        ).astype(np.int64)
+        self._bin_weight: FloatArray = self._weights_by_bin()
+        # Exits and evictions since the last refit: (group rows, start, uptime seen, exited).
+        self.pending: list[tuple[GroupRows, float, float, bool]] = []
+        self.last_scored: float | None = None
+        # A mixed row per tuple of the members' chosen group rows (a "combo"):
+        # key tuples that back off to the same groups share it. Its rows and
+        # the epoch it was computed in (bumped by every refit).
+        self._combos: dict[tuple[int, ...], int] = {}
+        self._combo_rows = np.zeros((16, members), dtype=np.int64)
+        self._combo_epoch = np.full(16, -1, dtype=np.int64)
+        self._epoch = 0
+        # Key tuple (group rows) -> its combo, as of this epoch.
+        self._current: dict[GroupRows, int] = {}
+        width = bins.count
+        self.mass = np.zeros((16, width))
+        self.m0 = np.zeros((16, width + 1))
+        self.m1 = np.zeros((16, width + 1))
+        self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
+        self._member_m0 = np.zeros((members, width + 1))
+
+    # The counts are the no-forgetting member's: what a plain ``tables`` model holds.
+    @property
+    def deaths(self) -> FloatArray:
+        return self.members[0].deaths
+
+    @deaths.setter
+    def deaths(self, value: FloatArray) -> None:
+        # The base class's constructor sets empty counts; the members hold the real ones.
+        del value
+
+    @property
+    def censored(self) -> FloatArray:
+        return self.members[0].censored
+
+    @censored.setter
+    def censored(self, value: FloatArray) -> None:
+        del value
+
+    @property
+    def observations(self) -> FloatArray:
+        return self.members[0].observations
+
+    @observations.setter
+    def observations(self, value: FloatArray) -> None:
+        del value
+
+    @property
+    def groups(self) -> int:
+        return self.members[0].groups
+
+    @property
+    def combos(self) -> int:
+        return len(self._combos)
+
+    def weights(self) -> FloatArray:
+        """Each band's member weights (bands, members), summing to 1 per band."""
+        weight: FloatArray = np.exp(self.log_weight)
+        return weight
+
+    def _weights_by_bin(self) -> FloatArray:
+        weight = self.weights()
+        by_bin: FloatArray = np.ascontiguousarray(weight[self._bin_band[:-1]].T)
+        return by_bin
+
+    # ------------------------------------------------------------ predicting
+
+    def rows_for(self, keys: tuple[Hashable, ...]) -> GroupRows:
+        """The group rows of ``keys``, numbered by the first member for all of them.
+
+        The members learn from the same VMs in the same groups, so they share
+        one numbering: the others only grow their arrays to its size.
+        """
+        first = self.members[0]
+        rows = first.rows_for(keys)
+        size = len(first.deaths)
+        for member in self.members[1:]:
+            if len(member.deaths) < size:
+                member._grow(size)
+        return rows
+
+    def choose(self, rows: GroupRows) -> int:
+        """The combo of these group rows, its mixed distribution brought up to the last refit."""
+        combo = self._current.get(rows)
+        if combo is not None:
+            return combo
+        chosen = tuple([member.choose(rows) for member in self.members])
+        combo = self._combos.get(chosen)
+        if combo is None:
+            combo = self._new_combo(chosen, rows[-1])
+        if self._combo_epoch[combo] != self._epoch:
+            self._compute(combo)
+        if len(self._current) >= MAX_CACHED_KEYS:
+            self._current.clear()
+        self._current[rows] = combo
+        return combo
+
+    def _new_combo(self, chosen: tuple[int, ...], pool_row: int) -> int:
+        if len(self._combos) >= self.max_combos - 1:
+            # The pool-wide combo: every member's pool table.
+            chosen = (pool_row,) * len(chosen)
+            known = self._combos.get(chosen)
+            if known is not None:
+                return known
+        combo = self._combos[chosen] = len(self._combos)
+        if combo >= len(self._combo_rows):
+            size = 2 * len(self._combo_rows)
+            self._combo_rows = _grown(self._combo_rows, size)
+            self._combo_epoch = np.concatenate(
+                [self._combo_epoch, np.full(size - len(self._combo_epoch), -1, dtype=np.int64)]
+            )
+            self.mass = _grown(self.mass, size)
+            self.m0 = _grown(self.m0, size)
+            self.m1 = _grown(self.m1, size)
+        self._combo_rows[combo] = chosen
+        return combo
+
+    def _compute(self, combo: int) -> None:
+        member_m0 = self._member_m0
+        for k, row in enumerate(self._combo_rows[combo].tolist()):
+            member_m0[k] = self.members[k].m0[row]
+        _mixed_table(
+            member_m0,
+            self._bin_weight,
+            self._representative,
+            self.mass,
+            self.m0,
+            self.m1,
+            combo,
+        )
+        self._combo_epoch[combo] = self._epoch
+
+    # ------------------------------------------------------------ learning
+
+    def observe_exit(self, rows: GroupRows, lifetime: float, now: float = 0.0) -> None:
+        for member in self.members:
+            member.observe_exit(rows, lifetime, now)
+        self.pending.append((rows, now - lifetime, lifetime, True))
+
+    def observe_censored(self, rows: GroupRows, seen: float, now: float = 0.0) -> None:
+        for member in self.members:
+            member.observe_censored(rows, seen, now)
+        self.pending.append((rows, now - seen, seen, False))
+
+    def observe_running(self, row: int, uptimes: FloatArray, now: float = 0.0) -> None:
+        for member in self.members:
+            member.observe_running(row, uptimes, now)
+        self._new_epoch()
+
+    def refit(
+        self,
+        running_rows: np.ndarray,
+        running_uptimes: FloatArray,
+        running_chosen: np.ndarray | None = None,
+        *,
+        now: float = 0.0,
+    ) -> None:
+        """Score the members on the interval since the last refit, then refit them.
+
+        ``running_chosen`` are the combos to bring up to date (the tracker
+        repredicts them from ``mass`` right after): each keeps its members'
+        group rows, as the plain tables keep a running VM's row. Every other
+        combo is recomputed on its next ``choose``.
+        """
+        running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
+        uptimes = np.asarray(running_uptimes, dtype=np.float64)
+        self._score(running_rows, uptimes, now)
+        for member in self.members:
+            member.refit(running_rows, uptimes, None, now=now)
+        self._new_epoch()
+        if running_chosen is not None:
+            for combo in np.unique(np.asarray(running_chosen, dtype=np.int64)).tolist():
+                self._compute(combo)
+
+    def _new_epoch(self) -> None:
+        """The members or the weights changed: every combo is recomputed when next used."""
+        self._bin_weight = self._weights_by_bin()
+        self._epoch += 1
+        self._current.clear()
+
+    def _score(self, running_rows: np.ndarray, uptimes: FloatArray, now: float) -> None:
+        """Each member's log score of the outcomes since the last refit, into the weights."""
+        pending = self.pending
+        self.pending = []
+        previous = self.last_scored
+        self.last_scored = now
+        if previous is None or now <= previous:
+            return
+        since = now - previous
+        # Running VMs: alive from u0 to their uptime now.
+        rows = [running_rows]
+        start_uptime = [np.maximum(uptimes - since, 0.0)]
+        end_uptime = [uptimes]
+        died = [np.zeros(len(uptimes), dtype=np.bool_)]
+        if pending:
+            left_rows = np.array([p[0] for p in pending], dtype=np.int64).reshape(-1, LEVELS)
+            starts = np.array([p[1] for p in pending])
+            seen = np.array([p[2] for p in pending])
+            exited = np.array([p[3] for p in pending], dtype=np.bool_)
+            rows.append(left_rows)
+            start_uptime.append(np.maximum(previous - starts, 0.0))
+            # An exit is scored on the whole interval (it died in it); an
+            # eviction only as far as it was seen alive.
+            end_uptime.append(np.where(exited, now - starts, seen))
+            died.append(exited)
+        all_rows = np.concatenate(rows)
+        if not len(all_rows):
+            return
+        u0 = np.concatenate(start_uptime)
+        u1 = np.concatenate(end_uptime)
+        dead = np.concatenate(died)
+        scores = self.interval_scores(all_rows, u0, u1, dead)
+        if self.per_owner:
+            # One owner's VMs (a batch, an app's instances) share their fate:
+            # each owner's outcomes in an interval count as one, their mean.
+            _, inverse, counts = np.unique(all_rows[:, 0], return_inverse=True, return_counts=True)
+            scores = scores / counts[inverse][:, None]
+        band = np.searchsorted(np.asarray(self.band_edges_s), u0, side="right")
+        bands = len(self.log_weight)
+        summed: FloatArray = np.zeros((bands, scores.shape[1]))
+        summed[:] = np.stack(
+            [
+                np.bincount(band, weights=scores[:, k], minlength=bands)
+                for k in range(scores.shape[1])
+            ],
+            axis=1,
+        )
+        self.log_weight = fixed_share_update(self.log_weight, summed, self.fixed_share)
+
+    def interval_scores(
+        self, rows: np.ndarray, u0: FloatArray, u1: FloatArray, died: np.ndarray
+    ) -> FloatArray:
+        """ln P_k(outcome) per VM and member (VMs, K), by each member's tables as they stand.
+
+        A VM that ``died`` ended in (u0, u1]; any other lived past u1.
+        """
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1, LEVELS)
+        scores = np.empty((len(rows), len(self.members)))
+        for k, member in enumerate(self.members):
+            chosen = chosen_rows(member.observations, rows, self.min_observations)
+            start = ahead_of(self.bins, member.mass, member.m0, chosen, u0)
+            end = ahead_of(self.bins, member.mass, member.m0, chosen, np.maximum(u1, u0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lives = np.where(start > 1e-12, np.clip(end / start, 0.0, 1.0), 1.0)
+            p = np.where(died, 1.0 - lives, lives)
+            scores[:, k] = np.log(np.maximum(p, MIN_PROBABILITY))
+        return scores
+
+    # ------------------------------------------------------------ checkpoint
+
+    def checkpoint(self) -> dict[str, object]:
+        """The mixture's own learned state as plain data, with its layout version.
+
+        The members are life tables; a snapshot carries them as the data they are.
+        """
+        return {
+            "version": self.version,
+            "half_lives_s": list(self.half_lives_s),
+            "band_edges_s": list(self.band_edges_s),
+            "log_weight": self.log_weight.tolist(),
+            "last_scored": self.last_scored,
+            "pending": [
+                [list(rows), start, seen, exited] for rows, start, seen, exited in self.pending
+            ],
+        }
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Load a ``checkpoint`` of a mixture with the same members and bands."""
+        if state.get("version") != MIXTURE_VERSION:
+            raise MixtureStateError(
+                f"mixture checkpoint version {state.get('version')!r}, this lavad reads "
+                f"{MIXTURE_VERSION}"
+            )
+        if state.get("half_lives_s") != list(self.half_lives_s) or state.get(
+            "band_edges_s"
+        ) != list(self.band_edges_s):
+            raise MixtureStateError("mixture checkpoint of other members or bands")
+        log_weight = np.asarray(state.get("log_weight"), dtype=np.float64)
+        if log_weight.shape != self.log_weight.shape or not np.isfinite(log_weight).all():
+            raise MixtureStateError("mixture checkpoint: bad 'log_weight'")
+        last = state.get("last_scored")
+        if last is not None and not isinstance(last, float | int):
+            raise MixtureStateError("mixture checkpoint: bad 'last_scored'")
+        pending = state.get("pending")
+        if not isinstance(pending, list):
+            raise MixtureStateError("mixture checkpoint: bad 'pending'")
+        try:
+            restored = [
+                (tuple(int(r) for r in rows), float(start), float(seen), bool(exited))
+                for rows, start, seen, exited in pending
+            ]
+        except (TypeError, ValueError):
+            raise MixtureStateError("mixture checkpoint: bad 'pending'") from None
+        if any(len(rows) != LEVELS for rows, _, _, _ in restored):
+            raise MixtureStateError("mixture checkpoint: bad 'pending'")
+        self.log_weight = log_weight
+        self.last_scored = None if last is None else float(last)
+        self.pending = restored
+        self._new_epoch()
+
+
+def chosen_rows(observations: FloatArray, rows: np.ndarray, min_observations: int) -> np.ndarray:
+    """``GroupedLifeTables.choose`` for many VMs: the finest group with enough observations."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1, LEVELS)
+    if not len(rows):
+        return np.zeros(0, dtype=np.int64)
+    enough = observations[rows[:, :-1]] >= min_observations
+    first = np.argmax(enough, axis=1)
+    level = np.where(enough.any(axis=1), first, LEVELS - 1)
+    chosen: np.ndarray = rows[np.arange(len(rows)), level]
+    return chosen
+
+
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    bigger = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
+    bigger[: len(array)] = array
+    return bigger
