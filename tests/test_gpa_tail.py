@@ -151,6 +151,27 @@ def test_margin_widens_after_overflows_and_narrows_when_none_come(
     assert calm.value == calm.floor
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    windows=st.lists(ratio_lists, max_size=40),
+    rho=st.sampled_from([0.1, 0.05, 0.01]),
+)
+def test_the_margin_is_a_conformal_bound_or_cap(windows: list[list[float]], rho: float) -> None:
+    """With n scores (no decay to speak of): below (1 - rho) / rho the margin is cap and no
+    bound; at or above it, at most rho (n + 1) - 1 scores exceed a margin under cap."""
+    margin = OverflowMargin(rho, half_life=1e12)
+    for window in windows:
+        margin.observe(window)
+    scores = [ratio for window in windows for ratio in window]
+    n = len(scores)
+    assert margin.evidence == pytest.approx(n, abs=1e-6)
+    assert margin.conformal == (n >= round((1.0 - rho) / rho))
+    if not margin.conformal:
+        assert margin.value == margin.cap
+    elif margin.value < margin.cap:
+        assert sum(ratio > margin.value for ratio in scores) <= rho * (n + 1) - 1 + 1e-6
+
+
 def test_margin_settles_at_the_quantile_the_overflows_ask_for() -> None:
     """Ratios ~ Exp(1): the margin holding rho = 0.05 is their 95th percentile, ln 20 = 3.0;
     after a burst of overflows at 10 it is wider, and it comes back when they stop."""
