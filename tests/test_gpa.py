@@ -227,13 +227,17 @@ def test_gpa_policy_overcommits_once_usage_is_known() -> None:
     assert place_and_book(policy, cluster, "v4", 4.0) is None
     # Each VM uses 0.2 or 0.3 of its request in turn (mean 0.25, sd 0.053): the
     # host's mean is 4 cores, its sd 4 * sqrt(4 * 0.053^2) = 0.43, and with a fifth
-    # VM on the prior (4 cores, no variance): 8 + 2.33 * 0.43 = 9 <= 16, so it fits.
+    # VM on the prior (4 cores, no variance): 8 + 2.33 * 0.43 = 9 <= 16 for plain GPA.
+    # The pool has scored fewer than the 99 windows a conformal margin at rho 0.01
+    # needs, so it reads the host through Cantelli's bound: 8 + 9.95 * 0.43 = 12.3 <= 16,
+    # and it still fits.
     t = 300.0
     for k in range(8):
         for i in range(4):
             hooks.observe(cluster, cpu_sample(f"v{i}", t, 0.2 if (i + k) % 2 else 0.3))
         t += 300.0
     assert float(hooks.usage.variance_sum[0, 0]) == pytest.approx(16 * 4 * 0.0025 * 8 / 7)
+    assert hooks.tail is not None and hooks.tail.method == "cantelli"
     assert place_and_book(policy, cluster, "v4", t) == 0
     assert hooks.take_notices() == []
     # Usage climbs to the full request: P(overflow) > rho, one notice per crossing.
