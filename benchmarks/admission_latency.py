@@ -24,7 +24,8 @@ import numpy as np
 
 from lavad.daemon.admission import ClusterModel, build_admission_policy
 from lavad.evaluation.admission import fit_samples, load_vm_events
-from lavad.models.deployments import DeploymentState, fit_priors
+from lavad.models.deployments import DeploymentState
+from lavad.models.deployments.fit import fit_priors
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DLRM = ROOT.parent / "shared" / "data" / "alibaba-dlrm"

@@ -17,7 +17,7 @@ from lavad.evaluation.admission import (
     offered_load,
 )
 from lavad.evaluation.admission_replay import REQUEST, replay
-from lavad.models.deployments import fit_priors
+from lavad.models.deployments.fit import fit_priors
 
 
 @pytest.mark.shared_data

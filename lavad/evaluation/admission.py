@@ -42,7 +42,8 @@ from lavad.evaluation.admission_replay import (
     sort_events,
     tune_threshold,
 )
-from lavad.models.deployments import DeploymentPriors, DeploymentState, FitSample, fit_priors
+from lavad.models.deployments import DeploymentPriors, DeploymentState
+from lavad.models.deployments.fit import FitSample, fit_priors
 from lavad.streams.adapters.azure_vms import AzureV1Vms
 from lavad.streams.adapters.dlrm import AlibabaDlrm
 from lavad.streams.schema import VmExit, VmRequest
