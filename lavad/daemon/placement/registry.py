@@ -213,7 +213,10 @@ class GpaArgs(PolicyArgs):
     )
     margin_cap: float = Field(default=20.0, ge=1, description="nor widens above this")
     margin_min_windows: int = Field(
-        default=48, ge=1, description="usage windows scored before a method other than normal"
+        default=48,
+        ge=1,
+        description="usage windows scored before a method other than normal (Cantelli's "
+        "distribution-free bound while no learned margin is a bound yet)",
     )
     tie_break: Literal["random", "first"] = Field(
         default="random", description="among equal scores: a seeded random host, or the first"
