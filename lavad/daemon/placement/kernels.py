@@ -23,6 +23,7 @@ import numba
 import numpy as np
 
 from lavad.daemon.cluster import BoolArray, FloatArray, IntArray
+from lavad.models.lifetime.features import LEVELS
 
 BESTFIT: Final = 0
 FIRSTFIT: Final = 1
@@ -458,7 +459,7 @@ def warm_up_lifetime() -> None:
     refresh = (
         one, np.full(1, np.nan), 1, np.zeros(1, dtype=np.int64), one, one,
         np.zeros(1, dtype=np.int64), host_q, np.zeros(1, dtype=np.bool_), np.ones((1, 2)),
-        np.ones((1, 3)), edges, 2.0, one, host_q.copy(), np.zeros(1, dtype=np.int64),
+        np.ones((1, 3)), edges, 2.0, one, host_q.copy(), one, np.full(1, -1), np.full(1, -1),
     )  # fmt: skip
     _refresh_host_quantiles(*refresh)
     scan: tuple[Any, ...] = ()
@@ -470,7 +471,11 @@ def warm_up_lifetime() -> None:
         _lifetime_scan(*scan)
         _probed_lifetime_scan(*scan, 0)
     Direct.lifetime_scan = entry_point(_probed_lifetime_scan, (*scan, 0))
+    Direct.book_slot, Direct.release_slot = _warm_up_hooks()
     Direct.lava_preference = entry_point(_lava_preference, preference)
+    threshold = (free, free, 0, 0.9)
+    _over_threshold(*threshold)
+    Direct.over_threshold = entry_point(_over_threshold, threshold)
     Direct.refresh_host_quantiles = entry_point(_refresh_host_quantiles, refresh)
 
 
@@ -494,6 +499,16 @@ def _lava_preference(
             out[h] = float(klass - vm_class - 1)
         else:
             out[h] = 5.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _over_threshold(capacity: FloatArray, free: FloatArray, host: int, above: float) -> bool:
+    """``LavaHosts._over_threshold``: CPU or memory booked above ``above`` of the capacity."""
+    for r in range(2):
+        total = capacity[r, host]
+        if total > 0 and total - free[r, host] > above * total:
+            return True
+    return False
 
 
 compiled_lava_preference: Callable[
@@ -592,7 +607,9 @@ def _refresh_host_quantiles(
     open_lifetime: float,
     levels: FloatArray,
     host_q: FloatArray,
-    pending: IntArray,
+    predicted_exit: FloatArray,
+    head: IntArray,
+    next_on_host: IntArray,
 ) -> int:
     """``LifetimeTracker.host_exit_quantiles`` in one pass over the hosts.
 
@@ -601,8 +618,10 @@ def _refresh_host_quantiles(
     VM, else its holder's remaining-life quantiles at the uptime its exit was
     predicted at, as times: from ``creation_quantiles`` when the holder was
     never repredicted and its row's are known, else computed (and kept for
-    the row when at uptime 0). A host whose holder is unknown (-1) is left
-    to the caller, ascending, in ``pending[:count]``; count is returned.
+    the row when at uptime 0). A host whose holder is unknown (-1) gets it
+    found again from its list of VMs (``head``, ``next_on_host``): the
+    lowest slot among those with the latest ``predicted_exit``. Returns how
+    many holders were found again.
     """
     count = 0
     width = host_q.shape[1]
@@ -619,9 +638,16 @@ def _refresh_host_quantiles(
             continue
         slot = holder[h]
         if slot < 0:
-            pending[count] = h
+            member = head[h]
+            latest = -np.inf
+            while member >= 0:
+                exit_m = predicted_exit[member]
+                if exit_m > latest or (exit_m == latest and member < slot):
+                    latest = exit_m
+                    slot = member
+                member = next_on_host[member]
+            holder[h] = slot
             count += 1
-            continue
         at = predicted_at[slot]
         r = row[slot]
         uptime = at - start[slot]
@@ -657,13 +683,201 @@ compiled_refresh_host_quantiles: Callable[
         float,
         FloatArray,
         FloatArray,
+        FloatArray,
+        IntArray,
         IntArray,
     ],
     int,
 ] = _refresh_host_quantiles
 """(host_exit, quantiles_exit, n, holder, predicted_at, start, row, creation quantiles,
-creation known, mass, m0, edges, open-bin lifetime, levels, host_q, pending) -> how many
-hosts are left pending (holder unknown)."""
+creation known, mass, m0, edges, open-bin lifetime, levels, host_q, predicted_exit, head,
+next_on_host) -> how many holders were found again."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _join_host(
+    slot: int,
+    host: int,
+    exit_time: float,
+    initial_exit_time: float,
+    slot_host: IntArray,
+    host_exit: FloatArray,
+    host_initial_exit: FloatArray,
+    holder: IntArray,
+    head: IntArray,
+    next_on_host: IntArray,
+    prev_on_host: IntArray,
+) -> None:
+    """``slot`` joins ``host``'s list with these exits: the host's latest exits and holder.
+
+    The holder is the lowest slot among the VMs with the latest exit.
+    """
+    first = head[host]
+    next_on_host[slot] = first
+    prev_on_host[slot] = -1
+    if first >= 0:
+        prev_on_host[first] = slot
+    head[host] = slot
+    slot_host[slot] = host
+    latest = host_exit[host]
+    if exit_time > latest:
+        host_exit[host] = exit_time
+        holder[host] = slot
+    elif exit_time == latest and 0 <= slot < holder[host]:
+        holder[host] = slot
+    host_initial_exit[host] = max(host_initial_exit[host], initial_exit_time)
+
+
+@numba.njit(cache=True, nogil=True)
+def _leave_host(
+    slot: int,
+    host: int,
+    predicted_exit: FloatArray,
+    initial_exit: FloatArray,
+    host_exit: FloatArray,
+    host_initial_exit: FloatArray,
+    holder: IntArray,
+    head: IntArray,
+    next_on_host: IntArray,
+    prev_on_host: IntArray,
+) -> None:
+    """Take ``slot`` off ``host``'s list; the host's latest exits from the VMs left.
+
+    Unless another VM holds both maxima (``slot``'s exits are below them),
+    they are the maxima over the VMs left (-inf with none), and the holder
+    is unknown (-1: found again when next needed).
+    """
+    before = prev_on_host[slot]
+    after = next_on_host[slot]
+    if before >= 0:
+        next_on_host[before] = after
+    else:
+        head[host] = after
+    if after >= 0:
+        prev_on_host[after] = before
+    next_on_host[slot] = -1
+    prev_on_host[slot] = -1
+    member = head[host]
+    if (
+        member >= 0
+        and predicted_exit[slot] < host_exit[host]
+        and initial_exit[slot] < host_initial_exit[host]
+    ):
+        return
+    holder[host] = -1
+    if member < 0:
+        host_exit[host] = -np.inf
+        host_initial_exit[host] = -np.inf
+        return
+    latest = predicted_exit[member]
+    latest_initial = initial_exit[member]
+    member = next_on_host[member]
+    while member >= 0:
+        # np.maximum's order (no NaN among exits): the larger, the first on a tie.
+        latest = max(latest, predicted_exit[member])
+        latest_initial = max(latest_initial, initial_exit[member])
+        member = next_on_host[member]
+    host_exit[host] = latest
+    host_initial_exit[host] = latest_initial
+
+
+@numba.njit(cache=True, nogil=True)
+def _book_slot(
+    slot: int,
+    host: int,
+    placed_at: float,
+    chosen_row: int,
+    rows: Any,
+    exit_time: float,
+    learns: bool,
+    slot_host: IntArray,
+    start: FloatArray,
+    row: IntArray,
+    levels: IntArray,
+    initial_exit: FloatArray,
+    predicted_exit: FloatArray,
+    predicted_at: FloatArray,
+    alive: BoolArray,
+    learns_at: BoolArray,
+    host_exit: FloatArray,
+    host_initial_exit: FloatArray,
+    holder: IntArray,
+    head: IntArray,
+    next_on_host: IntArray,
+    prev_on_host: IntArray,
+) -> None:
+    """``LifetimeTracker.on_booked``'s writes to the slot and host arrays, in one call."""
+    start[slot] = placed_at
+    row[slot] = chosen_row
+    for k in range(len(rows)):
+        levels[slot, k] = rows[k]
+    initial_exit[slot] = exit_time
+    predicted_exit[slot] = exit_time
+    predicted_at[slot] = placed_at
+    alive[slot] = True
+    learns_at[slot] = learns
+    _join_host(
+        slot, host, exit_time, exit_time, slot_host, host_exit, host_initial_exit, holder, head,
+        next_on_host, prev_on_host,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def _release_slot(
+    slot: int,
+    now: float,
+    exited: bool,
+    count: bool,
+    deaths: FloatArray,
+    censored: FloatArray,
+    edges: FloatArray,
+    start: FloatArray,
+    learns: BoolArray,
+    levels: IntArray,
+    alive: BoolArray,
+    slot_host: IntArray,
+    generation: IntArray,
+    predicted_exit: FloatArray,
+    initial_exit: FloatArray,
+    host_exit: FloatArray,
+    host_initial_exit: FloatArray,
+    holder: IntArray,
+    head: IntArray,
+    next_on_host: IntArray,
+    prev_on_host: IntArray,
+) -> tuple[int, bool]:
+    """``LifetimeTracker.on_released``'s writes, in one call: (the VM's host, whether it learns).
+
+    With ``count`` (the model ``counts_plainly``), a VM the model learns
+    from adds 1.0 to its rows' deaths (``exited``) or censorings at the
+    column of its lifetime, max(now - start, 0), as ``observe_exit`` adds.
+    """
+    learned = learns[slot]
+    if learned and count:
+        lived = now - start[slot]
+        lived = max(lived, 0.0)
+        # bisect.bisect_right(edges, lived) - 1, as ``GroupedLifeTables._column``.
+        lo = 0
+        hi = len(edges)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if lived < edges[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        column = lo - 1
+        counts = deaths if exited else censored
+        for k in range(levels.shape[1]):
+            counts[levels[slot, k], column] += 1.0
+    host = slot_host[slot]
+    alive[slot] = False
+    slot_host[slot] = -1
+    generation[slot] += 1
+    _leave_host(
+        slot, host, predicted_exit, initial_exit, host_exit, host_initial_exit, holder, head,
+        next_on_host, prev_on_host,
+    )  # fmt: skip
+    return host, learned
 
 
 def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
@@ -686,6 +900,29 @@ def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
     return cast("Callable[..., Any]", overload.entry_point)
 
 
+def _warm_up_hooks() -> tuple[Callable[..., None], Callable[..., tuple[int, bool]]]:
+    """Compile (or load) the tracker's booking and release kernels; their entry points."""
+    ints = np.zeros(2, dtype=np.int64)
+    floats = np.zeros(2)
+    flags = np.zeros(2, dtype=np.bool_)
+    table = np.zeros((2, 2))
+    levels = np.zeros((2, LEVELS), dtype=np.int64)
+    book = (
+        0, 0, 0.0, 0, (0,) * LEVELS, 1.0, True, ints.copy(), floats.copy(), ints.copy(),
+        levels, floats.copy(), floats.copy(), floats.copy(), flags.copy(), flags.copy(),
+        np.full(1, -np.inf), np.full(1, -np.inf), np.full(1, -1), np.full(1, -1),
+        np.full(2, -1), np.full(2, -1),
+    )  # fmt: skip
+    _book_slot(*book)
+    release = (
+        0, 1.0, True, True, table, table.copy(), np.array([0.0, 1.0]), book[8], book[15],
+        levels, book[14], book[7], np.zeros(2, dtype=np.int64), book[12], book[11], book[16],
+        book[17], book[18], book[19], book[20], book[21],
+    )  # fmt: skip
+    _release_slot(*release)
+    return entry_point(_book_slot, book), entry_point(_release_slot, release)
+
+
 class Direct:
     """The lifetime kernels' entry points (``entry_point``), set by ``warm_up_lifetime``.
 
@@ -696,4 +933,7 @@ class Direct:
     # ``_probed_lifetime_scan``: ``compiled_lifetime_scan``'s arguments and a probe host.
     lifetime_scan: Callable[..., tuple[int, float, float, float]] = _probed_lifetime_scan
     lava_preference: Callable[..., None] = _lava_preference
+    over_threshold: Callable[..., bool] = _over_threshold
     refresh_host_quantiles: Callable[..., int] = _refresh_host_quantiles
+    book_slot: Callable[..., None] = _book_slot
+    release_slot: Callable[..., tuple[int, bool]] = _release_slot

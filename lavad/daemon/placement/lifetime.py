@@ -49,6 +49,8 @@ import numpy as np
 from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
 from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
 from lavad.daemon.placement.kernels import Direct
+from lavad.daemon.placement.kernels import _join_host as join_host
+from lavad.daemon.placement.kernels import _leave_host as leave_host
 from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
@@ -58,7 +60,7 @@ from lavad.models.lifetime.features import (
     left_truncated,
     lifetime_keys,
 )
-from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
+from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
 from lavad.models.lifetime.mixture import MixtureLifeTables
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
@@ -271,13 +273,20 @@ class LifetimeTracker(ClusterListener):
         # from the host's VMs when next needed). Kept as bookings, releases
         # and repredictions move ``host_exit``.
         self._holder = np.full(0, -1, dtype=np.int64)
-        self._pending = np.zeros(0, dtype=np.int64)
         # Per distribution row, its host quantiles at uptime 0 and whether
         # they are known (until the next refit): most holders are VMs just
         # booked, never repredicted.
         self._creation_q: FloatArray = np.zeros((0, settings.host_quantiles))
         self._creation_known = np.zeros(0, dtype=np.bool_)
-        self._on_host: dict[int, set[int]] = {}
+        # Each host's VMs as a doubly linked list of slots (-1 ends it), so
+        # the compiled booking and release (``kernels._book_slot``,
+        # ``_release_slot``) find a host's latest exits without Python sets.
+        self._host_head = np.full(0, -1, dtype=np.int64)
+        self._next_on_host = np.full(size, -1, dtype=np.int64)
+        self._prev_on_host = np.full(size, -1, dtype=np.int64)
+        # Whether a release may add the VM's exit or censoring to the model's
+        # counts itself (``GroupedLifeTables.counts_plainly``), in the same call.
+        self._counts_plainly = self.model.counts_plainly()
         self._slot: dict[str, int] = {}
         self._free: list[int] = list(range(size - 1, -1, -1))
         self._next_refit = float("inf") if settings.oracle else float("-inf")
@@ -296,11 +305,23 @@ class LifetimeTracker(ClusterListener):
         # scoring), until the next refit: a row's table changes only then.
         self._at_creation: dict[int, tuple[float, FloatArray | None]] = {}
         self._levels = midpoint_levels(settings.quantiles)
+        # The prediction at creation of each keys tuple, until the model's
+        # distributions or choices change (a refit, a sibling's recount):
+        # ``rows_for`` and ``choose`` give the same rows and row until then.
+        # Only for models whose ``choose`` records nothing (no recalibration);
+        # never with the oracle (its lifetime is the request's own).
+        model_type = type(self.model)
+        plain_choice = model_type.choose in (GroupedLifeTables.choose, ShrunkLifeTables.choose)
+        self._by_keys: (
+            dict[tuple[object, ...], tuple[Prediction, tuple[float, FloatArray | None]]] | None
+        ) = {} if plain_choice and self.model.calibrator is None and not settings.oracle else None
         # Owner group row -> its running VMs the model learns from, and how
         # many of its VMs have exited (``siblings``).
         self._siblings: dict[int, set[int]] = {}
         self._sibling_exits: dict[int, int] = {}
         self.repredictions = 0
+        # The initial lifetime of the VM booked last (``initial_lifetime``).
+        self.booked_lifetime = 0.0
         self.notices: list[Notice] = []
 
     # ------------------------------------------------------------ predicting
@@ -319,6 +340,12 @@ class LifetimeTracker(ClusterListener):
                 deployment=event.deployment,
                 categorical=self.settings.categorical,
             )
+        memo = self._by_keys
+        if memo is not None:
+            known = memo.get(keys)
+            # Valid while its row's answers at creation are those it was made with.
+            if known is not None and self._at_creation.get(known[0].row) is known[1]:
+                return known[0]
         rows = self.model.rows_for(keys)
         chosen = self.model.choose(rows)
         if self.settings.oracle:
@@ -326,7 +353,18 @@ class LifetimeTracker(ClusterListener):
         at_creation = self._at_creation.get(chosen)
         if at_creation is None:
             at_creation = self._at_creation[chosen] = self._creation_prediction(chosen)
-        return Prediction(rows, chosen, at_creation[0], at_creation[1])
+        prediction = Prediction(rows, chosen, at_creation[0], at_creation[1])
+        if memo is not None:
+            if len(memo) >= MAX_CACHED_KEYS:
+                memo.clear()
+            memo[keys] = (prediction, at_creation)
+        return prediction
+
+    def _forget_predictions(self) -> None:
+        """The model's distributions or choices changed: per-row and per-keys caches go."""
+        self._at_creation.clear()
+        if self._by_keys is not None:
+            self._by_keys.clear()
 
     def _creation_prediction(self, chosen: int) -> tuple[float, FloatArray | None]:
         """A distribution row's lifetime at creation and LAS thresholds (kept until a refit)."""
@@ -522,7 +560,7 @@ class LifetimeTracker(ClusterListener):
         # distribution row up to date (they are all repredicted below).
         counted = alive[self.learns[alive]]
         self.model.refit(self.levels[counted], now - self.start[counted], self.row[alive], now=now)
-        self._at_creation.clear()
+        self._forget_predictions()
         self._creation_known.fill(False)
         # The model changed: every host's quantiles are recomputed when next read.
         self._host_q_exit.fill(np.nan)
@@ -585,19 +623,11 @@ class LifetimeTracker(ClusterListener):
         self._grow_hosts(n_hosts)
         if len(self._creation_known) < len(self.model.mass):
             self._grow_creation_quantiles(len(self.model.mass))
-        count = self._refresh_host_quantiles(n_hosts)
-        if count:
-            # Holders to find again from the hosts' VMs; then their quantiles.
-            holder = self._holder
-            predicted_exit = self.predicted_exit
-            for h in self._pending[:count].tolist():
-                members = sorted(self._on_host[h])  # the lowest slot among equal exits
-                holder[h] = max(members, key=lambda m: float(predicted_exit[m]))
-            self._refresh_host_quantiles(n_hosts)
+        self._refresh_host_quantiles(n_hosts)
         return self._host_q[:n_hosts]
 
     def _refresh_host_quantiles(self, n_hosts: int) -> int:
-        """The compiled pass of ``host_exit_quantiles``: how many holders are unknown."""
+        """The compiled pass of ``host_exit_quantiles``: how many holders it found again."""
         model = self.model
         bins = model.bins
         # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
@@ -617,7 +647,9 @@ class LifetimeTracker(ClusterListener):
             float(bins.representative[-1]),
             self._host_levels,
             self._host_q,
-            self._pending,
+            self.predicted_exit,
+            self._host_head,
+            self._next_on_host,
         )
 
     def _grow_creation_quantiles(self, rows: int) -> None:
@@ -663,25 +695,24 @@ class LifetimeTracker(ClusterListener):
         host = record.host
         if host >= len(self.host_exit):
             self._grow_hosts(host + 1)
-        self._slot[record.vm_id] = slot
-        self.vm_ids[slot] = record.vm_id
-        members = self._on_host.get(host)
-        if members is None:
-            members = self._on_host[host] = set()  # setdefault would build a set each time
-        members.add(slot)
-        exit_time = record.placed_at + prediction.lifetime_s
-        self.host[slot] = host
-        self.start[slot] = record.placed_at
-        self.row[slot] = prediction.row
-        self.levels[slot] = self.slot_rows[slot] = prediction.rows
-        self.initial_exit[slot] = self.predicted_exit[slot] = exit_time
-        self.predicted_at[slot] = record.placed_at
-        self.alive[slot] = True
-        learns = self.learns[slot] = event is None or not left_truncated(event.features)
+        vm_id = record.vm_id
+        self._slot[vm_id] = slot
+        self.vm_ids[slot] = vm_id
+        rows = self.slot_rows[slot] = prediction.rows
+        placed_at = record.placed_at
+        exit_time = placed_at + prediction.lifetime_s
+        # ``initial_lifetime`` of this VM, for LAVA's class without a lookup.
+        self.booked_lifetime = exit_time - placed_at
+        learns = event is None or not left_truncated(event.features)
+        # The slot's and host's arrays, the host's list, latest exits and holder.
+        Direct.book_slot(
+            slot, host, placed_at, prediction.row, rows, exit_time, learns, self.host,
+            self.start, self.row, self.levels, self.initial_exit, self.predicted_exit,
+            self.predicted_at, self.alive, self.learns, self.host_exit, self.host_initial_exit,
+            self._holder, self._host_head, self._next_on_host, self._prev_on_host,
+        )  # fmt: skip
         if learns and self.settings.siblings and not self.settings.oracle:
-            self._siblings.setdefault(prediction.rows[0], set()).add(slot)
-        self._raise_host_exit(host, slot, exit_time)
-        self.host_initial_exit[host] = max(self.host_initial_exit[host], exit_time)
+            self._siblings.setdefault(rows[0], set()).add(slot)
         if self.settings.repredict and not self.settings.oracle and exit_time < self._next_refit:
             heapq.heappush(self._exits, (exit_time, slot, int(self.generation[slot])))
             deadline = self._deadline
@@ -695,28 +726,35 @@ class LifetimeTracker(ClusterListener):
         if slot is None:
             return
         rows = self.slot_rows[slot]
-        lived = max(now - self.start[slot], 0.0)
-        if not self.learns[slot]:
-            pass  # left-truncated: its age is unknown, so is its lifetime
-        elif exited:
-            self.model.observe_exit(rows, lived, now)
-        else:
-            # Evicted (host down): it lived at least this long; not an exit.
-            self.model.observe_censored(rows, lived, now)
+        model = self.model
+        count = self._counts_plainly
+        if not count and self.learns[slot]:
+            # (Not when left-truncated: its age is unknown, so is its lifetime.)
+            lived = max(now - self.start[slot], 0.0)
+            if exited:
+                model.observe_exit(rows, lived, now)
+            else:
+                # Evicted (host down): it lived at least this long; not an exit.
+                model.observe_censored(rows, lived, now)
+        # The exit or censoring counted (``count``), the slot freed, the host's
+        # latest exits from the VMs left on it: one compiled call.
+        _, learns = Direct.release_slot(
+            slot, now, exited, count, model.deaths, model.censored, model.bins.edges,
+            self.start, self.learns, self.levels, self.alive, self.host, self.generation,
+            self.predicted_exit, self.initial_exit, self.host_exit, self.host_initial_exit,
+            self._holder, self._host_head, self._next_on_host, self._prev_on_host,
+        )  # fmt: skip
+        if count and learns:
+            model.touch(rows)
         cached = self._cached
         if cached is not None and cached[0] == record.vm_id:
             # A running VM's cached prediction must not serve a new VM reusing its id.
             self._cached = None
-        host = int(self.host[slot])
-        self.alive[slot] = False
-        self.host[slot] = -1
-        self.generation[slot] += 1
         heap = self._exits
         if heap and heap[0][1] == slot:
             self._deadline = None  # the first entry went stale: a later one is first
         self._free.append(slot)
-        self._leave_host(slot, host)
-        if self._siblings and self.learns[slot]:
+        if self._siblings and learns:
             owner = rows[0]
             siblings = self._siblings.get(owner)
             if siblings is not None:
@@ -748,7 +786,7 @@ class LifetimeTracker(ClusterListener):
         # The group may now be the one chosen (tables), or a combo to recompute.
         self.row[index] = [model.choose(tuple(levels)) for levels in self.levels[index].tolist()]
         # The model's distributions changed between refits: per-row caches go.
-        self._at_creation.clear()
+        self._forget_predictions()
         self._creation_known.fill(False)
         remaining = np.maximum(
             self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
@@ -780,7 +818,7 @@ class LifetimeTracker(ClusterListener):
                 )
             )
         for host in sorted(hosts):
-            members = np.fromiter(self._on_host[host], dtype=np.int64)
+            members = np.asarray(self._members(host), dtype=np.int64)
             self.host_exit[host] = self.predicted_exit[members].max()
             self._host_q_exit[host] = np.nan
             self._holder[host] = -1
@@ -798,43 +836,33 @@ class LifetimeTracker(ClusterListener):
             return
         new_host = after.host
         self._grow_hosts(new_host + 1)
-        self._leave_host(slot, int(self.host[slot]))
-        self.host[slot] = new_host
-        self._on_host.setdefault(new_host, set()).add(slot)
-        self._raise_host_exit(new_host, slot, float(self.predicted_exit[slot]))
-        self.host_initial_exit[new_host] = max(
-            self.host_initial_exit[new_host], self.initial_exit[slot]
-        )
+        # Rare: the compiled helpers through numba's dispatch.
+        leave_host(
+            slot, int(self.host[slot]), self.predicted_exit, self.initial_exit, self.host_exit,
+            self.host_initial_exit, self._holder, self._host_head, self._next_on_host,
+            self._prev_on_host,
+        )  # fmt: skip
+        join_host(
+            slot, new_host, float(self.predicted_exit[slot]), float(self.initial_exit[slot]),
+            self.host, self.host_exit, self.host_initial_exit, self._holder, self._host_head,
+            self._next_on_host, self._prev_on_host,
+        )  # fmt: skip
 
-    def _raise_host_exit(self, host: int, slot: int, exit_time: float) -> None:
-        """``slot`` joined ``host`` with this predicted exit: the host's latest exit and holder."""
-        latest = float(self.host_exit[host])
-        if exit_time > latest:
-            self.host_exit[host] = exit_time
-            self._holder[host] = slot
-        elif exit_time == latest:
-            holder = int(self._holder[host])
-            if 0 <= slot < holder:
-                self._holder[host] = slot  # the lowest slot among equal exits holds it
+    def _members(self, host: int) -> list[int]:
+        """The slots of ``host``'s VMs, in its list's order."""
+        members = []
+        following = self._next_on_host
+        slot = int(self._host_head[host]) if host < len(self._host_head) else -1
+        while slot >= 0:
+            members.append(slot)
+            slot = int(following[slot])
+        return members
 
-    def _leave_host(self, slot: int, host: int) -> None:
-        """Take ``slot`` off ``host`` and recompute the host's latest exits from the rest."""
-        others = self._on_host[host]
-        others.discard(slot)
-        if (
-            others
-            and self.predicted_exit[slot] < self.host_exit[host]
-            and self.initial_exit[slot] < self.host_initial_exit[host]
-        ):
-            return  # another VM holds both maxima: they stay as they are
-        self._holder[host] = -1  # found again from the remaining VMs when needed
-        if others:
-            members = np.fromiter(others, dtype=np.int64, count=len(others))
-            # The ufunc's reduce: ``.max()`` without its Python wrapper.
-            self.host_exit[host] = np.maximum.reduce(self.predicted_exit[members])
-            self.host_initial_exit[host] = np.maximum.reduce(self.initial_exit[members])
-        else:
-            self.host_exit[host] = self.host_initial_exit[host] = -np.inf
+    @property
+    def _on_host(self) -> dict[int, set[int]]:
+        """Each host with VMs and its VMs' slots (for inspection; the lists are the state)."""
+        hosts = np.flatnonzero(self._host_head >= 0).tolist()
+        return {host: set(self._members(host)) for host in hosts}
 
     def _grow_hosts(self, n_hosts: int) -> None:
         if n_hosts > len(self.host_exit):
@@ -845,7 +873,7 @@ class LifetimeTracker(ClusterListener):
             grown = len(extra)
             self._host_q_exit = np.concatenate([self._host_q_exit, np.full(grown, np.nan)])
             self._holder = np.concatenate([self._holder, np.full(grown, -1, dtype=np.int64)])
-            self._pending = np.zeros(size, dtype=np.int64)
+            self._host_head = np.concatenate([self._host_head, np.full(grown, -1, dtype=np.int64)])
             self._host_q = np.concatenate(
                 [self._host_q, np.full((grown, self._host_q.shape[1]), -np.inf)]
             )
@@ -863,6 +891,9 @@ class LifetimeTracker(ClusterListener):
             self.alive = np.concatenate([self.alive, np.zeros(size, dtype=np.bool_)])
             self.learns = np.concatenate([self.learns, np.zeros(size, dtype=np.bool_)])
             self.generation = np.concatenate([self.generation, np.zeros(size, dtype=np.int64)])
+            unlinked = np.full(size, -1, dtype=np.int64)
+            self._next_on_host = np.concatenate([self._next_on_host, unlinked])
+            self._prev_on_host = np.concatenate([self._prev_on_host, unlinked])
             self.vm_ids.extend([""] * size)
             self.slot_rows.extend([()] * size)
             self._free = list(range(2 * size - 1, size - 1, -1))

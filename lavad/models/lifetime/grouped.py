@@ -241,6 +241,26 @@ class GroupedLifeTables:
         if self.calibrator is not None:
             self.calibrator.defer(rows, lifetime, now, exited=True)
 
+    def counts_plainly(self) -> bool:
+        """Whether an exit or a censoring only adds 1.0 to its rows' counts at its column.
+
+        So without forgetting or recalibration, and with these two methods
+        as defined here: a compiled caller may then add to ``deaths`` or
+        ``censored`` itself (column ``bins.index`` of the lifetime) and
+        ``touch`` the rows, which is what ``observe_exit`` would do.
+        """
+        cls = type(self)
+        return (
+            not self.decay
+            and self.calibrator is None
+            and cls.observe_exit is GroupedLifeTables.observe_exit
+            and cls.observe_censored is GroupedLifeTables.observe_censored
+        )
+
+    def touch(self, rows: GroupRows) -> None:
+        """Rows whose counts a caller changed (``counts_plainly``): the next refit rebuilds them."""
+        self._touched.update(rows)
+
     def observe_censored(self, rows: GroupRows, seen: float, now: float = 0.0) -> None:
         column = self._column(seen)
         weight = self._weight(now - seen)

@@ -1,0 +1,161 @@
+"""The tracker's compiled booking and release against what they stand for.
+
+``kernels._book_slot`` and ``_release_slot`` keep each host's VMs as a
+linked list of slots and its latest exits, and count a VM's exit or
+censoring in the model; ``host_exit_quantiles`` finds a host's holder from
+that list. Each is checked here against the definition, computed from
+scratch, over random bookings and releases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lavad.daemon.cluster import ClusterState, VmRecord
+from lavad.daemon.placement.framework import PlacementRequest
+from lavad.daemon.placement.kernels import warm_up_lifetime
+from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker
+from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibration import SurvivalCalibrator
+from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.streams.schema import VmRequest
+
+HOSTS = 6
+DEMAND = (1.0, 1.0, 0.0, 0.0)
+
+
+def _request(vm_id: str, now: float, tenant: str, hour: int) -> VmRequest:
+    return VmRequest(
+        time=now,
+        pool="p",
+        vm_id=vm_id,
+        cores=1.0,
+        memory_gib=1.0,
+        tenant=tenant,
+        features={"hour_of_day": hour, "batch_size": 1},
+    )
+
+
+def _churn(
+    tracker: LifetimeTracker, seed: int, steps: int = 400
+) -> tuple[ClusterState, dict[str, VmRecord]]:
+    """Random bookings and exits (some evictions) on a few hosts, refits every 600 s."""
+    rng = np.random.default_rng(seed)
+    cluster = ClusterState()
+    for h in range(HOSTS):
+        cluster.add_host(f"h{h}", (64.0, 256.0, 0.0, 0.0))
+    running: dict[str, VmRecord] = {}
+    now = 0.0
+    for step in range(steps):
+        now += float(rng.integers(1, 120))
+        if now >= tracker.next_deadline:
+            tracker.advance(cluster, now)
+        if running and rng.random() < 0.45:
+            vm_id = sorted(running)[int(rng.integers(len(running)))]
+            record = running.pop(vm_id)
+            cluster.release(vm_id)
+            tracker.on_released(cluster, record, now, exited=bool(rng.random() < 0.9))
+        else:
+            vm_id = f"v{step}"
+            host = int(rng.integers(HOSTS))
+            event = _request(vm_id, now, f"t{rng.integers(3)}", int(rng.integers(24)))
+            record = cluster.book(vm_id, host, DEMAND, "", now)
+            tracker.on_booked(cluster, record, now, event)
+            running[vm_id] = record
+        _check_hosts(tracker, cluster, running)
+    return cluster, running
+
+
+def _check_hosts(
+    tracker: LifetimeTracker, cluster: ClusterState, running: dict[str, VmRecord]
+) -> None:
+    """Each host's list, latest exits and (when known) holder, from scratch."""
+    for h in range(HOSTS):
+        slots = sorted(tracker._slot[vm_id] for vm_id, r in running.items() if r.host == h)
+        assert sorted(tracker._members(h)) == slots
+        if not slots:
+            assert tracker.host_exit[h] == tracker.host_initial_exit[h] == -np.inf
+            continue
+        exits = tracker.predicted_exit[slots]
+        assert tracker.host_exit[h] == exits.max()
+        assert tracker.host_initial_exit[h] == tracker.initial_exit[slots].max()
+        holder = int(tracker._holder[h])
+        if holder >= 0:
+            # The lowest slot among those with the latest exit.
+            assert holder == slots[int(np.argmax(exits))]
+
+
+def test_host_lists_and_latest_exits_follow_bookings_and_releases() -> None:
+    warm_up_lifetime()  # through the entry points, as the policies call them
+    settings = LifetimeSettings(refit_interval_s=600.0, min_observations=2)
+    tracker = LifetimeTracker(settings)
+    _, running = _churn(tracker, seed=3)
+    assert running  # some VMs still running at the end
+    # The holders found again by the compiled pass are the definition's.
+    tracker._holder.fill(-1)
+    tracker._host_q_exit.fill(np.nan)
+    tracker.host_exit_quantiles(HOSTS)
+    for h in range(HOSTS):
+        slots = sorted(tracker._members(h))
+        if slots:
+            exits = tracker.predicted_exit[slots]
+            assert int(tracker._holder[h]) == slots[int(np.argmax(exits))]
+
+
+def test_compiled_counting_is_observe_exit_and_observe_censored() -> None:
+    """Counted by the release kernel or by the model's own methods: the same tables."""
+    settings = LifetimeSettings(refit_interval_s=600.0, min_observations=2)
+    compiled = LifetimeTracker(settings)
+    assert compiled._counts_plainly
+    by_model = LifetimeTracker(settings)
+    by_model._counts_plainly = False  # the model's observe_exit / observe_censored
+    _churn(compiled, seed=5)
+    _churn(by_model, seed=5)
+    assert compiled.model.deaths.sum() > 0 and compiled.model.censored.sum() > 0
+    np.testing.assert_array_equal(compiled.model.deaths, by_model.model.deaths)
+    np.testing.assert_array_equal(compiled.model.censored, by_model.model.censored)
+    np.testing.assert_array_equal(compiled.model.mass, by_model.model.mass)
+    assert compiled.model._touched == by_model.model._touched
+    np.testing.assert_array_equal(compiled.predicted_exit, by_model.predicted_exit)
+
+
+def test_models_that_weigh_or_recalibrate_count_for_themselves() -> None:
+    bins = LifetimeBins.log_spaced()
+    assert GroupedLifeTables(bins).counts_plainly()
+    assert not GroupedLifeTables(bins, half_life_s=86_400.0).counts_plainly()
+    assert not GroupedLifeTables(bins, calibrator=SurvivalCalibrator(bins)).counts_plainly()
+
+    class Weighed(GroupedLifeTables):
+        def observe_exit(self, rows: tuple[int, ...], lifetime: float, now: float = 0.0) -> None:
+            super().observe_exit(rows, 2 * lifetime, now)
+
+    assert not Weighed(bins).counts_plainly()
+
+
+def test_a_prediction_at_creation_is_kept_until_the_model_changes() -> None:
+    cluster = ClusterState()
+    cluster.add_host("h0", (64.0, 256.0, 0.0, 0.0))
+    tracker = LifetimeTracker(LifetimeSettings(refit_interval_s=3600.0, min_observations=1))
+    tracker.advance(cluster, 0.0)
+    event = _request("a", 10.0, "t", 5)
+    first = tracker.predict(event)
+    assert tracker.predict(_request("b", 20.0, "t", 5)) is first  # same keys, same model
+    assert tracker.predict(_request("c", 20.0, "u", 5)) is not first
+    # After a refit with exits of 9,000 s in these groups, a new prediction.
+    for _ in range(40):
+        tracker.model.observe_exit(first.rows, 9000.0)
+    tracker.advance(cluster, 3600.0)
+    again = tracker.predict(_request("d", 3600.0, "t", 5))
+    assert again is not first
+    assert again.lifetime_s != first.lifetime_s
+    # A placement's prediction is the one predict gives.
+    request = PlacementRequest("e", DEMAND, "", None, 3600.0, _request("e", 3600.0, "t", 5))
+    assert tracker.prediction_for(request) is again
+
+
+def test_recalibrated_models_are_asked_each_time() -> None:
+    """A recalibrating model records each prediction it is asked for: no keys cache."""
+    settings = LifetimeSettings(model="tables-calibrated")
+    assert LifetimeTracker(settings)._by_keys is None
+    assert LifetimeTracker(LifetimeSettings(oracle=True))._by_keys is None
+    assert LifetimeTracker(LifetimeSettings())._by_keys is not None
