@@ -9,4 +9,6 @@
 - ``shrunk.py``: the same groups, every level's hazards shrunk towards the coarser one.
 - ``calibration.py``: an opt-in online recalibration of P(T > e), learned from
   the outcomes of the predictions made at creation.
+- ``mixture.py``: life tables at several forgetting rates, mixed online by each
+  one's recent log score on the VMs' outcomes (opt in: ``model = "mixture"``).
 """
