@@ -162,6 +162,7 @@ def test_after_a_swing_the_short_memories_take_the_young_band() -> None:
     ("name", "args"),
     [
         ("las", {"model": "mixture"}),
+        ("las", {"model": "mixture", "siblings": True}),
         ("lava", {"model": "mixture", "categorical": list(DECLARED_CATEGORICAL)}),
     ],
 )
