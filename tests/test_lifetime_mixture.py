@@ -94,6 +94,46 @@ def test_a_mixture_weight_update_by_hand() -> None:
         assert model.m0[combo, j + 1] == pytest.approx(survival)
 
 
+def test_owner_weights_by_hand() -> None:
+    model = MixtureLifeTables(
+        _small_bins(),
+        min_observations=1,
+        half_lives_s=(None, 1000.0),
+        band_edges_s=(),
+        fixed_share=0.0,
+        per_owner=False,
+    )
+    rows_a = model.rows_for(KEYS)
+    rows_b = model.rows_for((("u", "1c"), *KEYS[1:]))
+    rows_c = model.rows_for((("w", "1c"), *KEYS[1:]))
+    # As in the hand-worked update above: tables fitted at 2000 from owner
+    # a's VMs 1 and 2, then at 3000 owner a has a VM running at uptime 500
+    # and so has owner b. Owner b has no data of its own and backs off to
+    # the shape group, which holds the same two VMs: the same P(T > 500),
+    # 5/18 for member 0 and 10/27 for member 1.
+    model.observe_exit(rows_a, 50.0, now=50.0)
+    model.observe_exit(rows_a, 500.0, now=1500.0)
+    model.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0), now=2000.0)
+    model.refit(np.array([rows_a, rows_b]), np.array([500.0, 500.0]), now=3000.0)
+    # The pool scores both VMs: (5/18)^2 : (10/27)^2 = 9 : 16.
+    assert model.weights().tolist() == [[pytest.approx(9 / 25), pytest.approx(16 / 25)]]
+    # Each owner starts from the pool's weights before the update (1/2 each)
+    # and scores its own VM: 5/18 : 10/27 = 3 : 4.
+    for owner in (rows_a[0], rows_b[0]):
+        owner_weight = np.exp(model.owner_log_weight[owner]).tolist()
+        assert owner_weight == [[pytest.approx(3 / 7), pytest.approx(4 / 7)]]
+    # Owner c had no outcome: its VMs are predicted with the pool's weights.
+    assert not model.owner_scored[rows_c[0]]
+    a, c = model.choose(rows_a), model.choose(rows_c)
+    member_0 = model.members[0].m0[model.members[0].choose(rows_a)]
+    member_1 = model.members[1].m0[model.members[1].choose(rows_a)]
+    # P(T > 100) mixed: w0 S_0(100) + w1 S_1(100), after the first bin.
+    assert model.m0[a, 1] == pytest.approx(3 / 7 * member_0[1] + 4 / 7 * member_1[1])
+    member_0 = model.members[0].m0[model.members[0].choose(rows_c)]
+    member_1 = model.members[1].m0[model.members[1].choose(rows_c)]
+    assert model.m0[c, 1] == pytest.approx(9 / 25 * member_0[1] + 16 / 25 * member_1[1])
+
+
 def test_one_member_with_all_the_weight_predicts_as_that_member() -> None:
     model = MixtureLifeTables(_small_bins(), min_observations=1, half_lives_s=(None, 500.0))
     rows = model.rows_for(KEYS)
@@ -225,6 +265,7 @@ def test_checkpoint_round_trips_and_refuses_another_version() -> None:
     other = MixtureLifeTables(_small_bins(), min_observations=1)
     other.restore(state)
     np.testing.assert_array_equal(other.log_weight, model.log_weight)
+    np.testing.assert_array_equal(other.owner_log_weight, model.owner_log_weight)
     assert other.pending == model.pending and other.last_scored == model.last_scored
     with pytest.raises(MixtureStateError, match="version"):
         other.restore({**state, "version": MIXTURE_VERSION + 1})
@@ -232,6 +273,8 @@ def test_checkpoint_round_trips_and_refuses_another_version() -> None:
         other.restore({**state, "log_weight": [[float("nan")] * 4] * 4})
     with pytest.raises(MixtureStateError, match="members"):
         MixtureLifeTables(_small_bins(), half_lives_s=(None,)).restore(state)
+    with pytest.raises(MixtureStateError, match="owner weights"):
+        other.restore({**state, "owner_scored": [1.0] * len(model.owner_scored)})
     with pytest.raises(MixtureStateError, match="pending"):
         other.restore({**state, "pending": [[[1, 2], 0.0, 1.0, True]]})
 

@@ -43,6 +43,16 @@ lost every earlier interval can take over within a few refits of a swing:
     w[b, k] <- w[b, k] exp(l[b, k]) / sum_k' w[b, k'] exp(l[b, k'])
     w[b, k] <- (1 - alpha) w[b, k] + alpha / K
 
+**Counting outcomes, and each owner's own weights.** One owner's VMs (a
+tenant's batch, an app's instances) share their fate, so in one interval
+they count as one outcome: the mean of their log scores. And an owner whose
+VMs behave unlike the pool's (an app scaling in) may need another memory
+than the pool: from its first scored outcome an owner group (level 0) keeps
+its own weights, started from the pool's and updated by its own outcomes
+alone, with the fixed share going to the pool's weights instead of the
+uniform ones. Its VMs are predicted with them; every other VM with the
+pool's.
+
 Nothing is tuned to a trace: the grid of half-lives, the bands and alpha
 are fixed. On a stationary stream the members agree where data are dense
 and the no-forgetting one scores best on the rest; on a drifting one the
@@ -166,6 +176,7 @@ class MixtureLifeTables(GroupedLifeTables):
         max_rows: int = MAX_ROWS,
         max_combos: int = MAX_COMBOS,
         per_owner: bool = True,
+        owner_weights: bool = True,
     ) -> None:
         if not half_lives_s:
             raise ValueError("a mixture needs at least one member")
@@ -187,6 +198,7 @@ class MixtureLifeTables(GroupedLifeTables):
         self.fixed_share = float(fixed_share)
         self.max_combos = max_combos
         self.per_owner = per_owner
+        self.owner_weights = owner_weights
         members = len(self.members)
         bands = len(self.band_edges_s) + 1
         # Per band, each member's log weight (uniform to start).
@@ -196,14 +208,22 @@ class MixtureLifeTables(GroupedLifeTables):
             np.asarray(self.band_edges_s, dtype=np.float64), bins.edges, side="right"
         ).astype(np.int64)
         self._bin_weight: FloatArray = self._weights_by_bin()
+        # Per owner group (level 0's row), its own weights once it has had an
+        # outcome (``owner_scored``): the pool's as they stood then, updated by
+        # its own outcomes, with the fixed share going to the pool's weights.
+        self.owner_log_weight: FloatArray = np.zeros((16, bands, members))
+        self.owner_scored = np.zeros(16, dtype=np.bool_)
         # Exits and evictions since the last refit: (group rows, start, uptime seen, exited).
         self.pending: list[tuple[GroupRows, float, float, bool]] = []
         self.last_scored: float | None = None
         # A mixed row per tuple of the members' chosen group rows (a "combo"):
         # key tuples that back off to the same groups share it. Its rows and
         # the epoch it was computed in (bumped by every refit).
+        # With owner weights, the combo of an owner that has its own is keyed
+        # by the owner's row as well (last in the key), else by -1.
         self._combos: dict[tuple[int, ...], int] = {}
         self._combo_rows = np.zeros((16, members), dtype=np.int64)
+        self._combo_owner = np.full(16, -1, dtype=np.int64)
         self._combo_epoch = np.full(16, -1, dtype=np.int64)
         self._epoch = 0
         # Key tuple (group rows) -> its combo, as of this epoch.
@@ -254,8 +274,9 @@ class MixtureLifeTables(GroupedLifeTables):
         weight: FloatArray = np.exp(self.log_weight)
         return weight
 
-    def _weights_by_bin(self) -> FloatArray:
-        weight = self.weights()
+    def _weights_by_bin(self, log_weight: FloatArray | None = None) -> FloatArray:
+        """Each member's weight for each lifetime bin (K, bins - 1): its band's."""
+        weight = np.exp(self.log_weight if log_weight is None else log_weight)
         by_bin: FloatArray = np.ascontiguousarray(weight[self._bin_band[:-1]].T)
         return by_bin
 
@@ -273,14 +294,21 @@ class MixtureLifeTables(GroupedLifeTables):
         for member in self.members[1:]:
             if len(member.deaths) < size:
                 member._grow(size)
+        if len(self.owner_scored) < size:
+            self._grow_owners(size)
         return rows
+
+    def _grow_owners(self, size: int) -> None:
+        self.owner_log_weight = _grown(self.owner_log_weight, size)
+        self.owner_scored = _grown(self.owner_scored, size)
 
     def choose(self, rows: GroupRows) -> int:
         """The combo of these group rows, its mixed distribution brought up to the last refit."""
         combo = self._current.get(rows)
         if combo is not None:
             return combo
-        chosen = tuple([member.choose(rows) for member in self.members])
+        owner = rows[0] if self.owner_weights and self.owner_scored[rows[0]] else -1
+        chosen = (*[member.choose(rows) for member in self.members], owner)
         combo = self._combos.get(chosen)
         if combo is None:
             combo = self._new_combo(chosen, rows[-1])
@@ -292,9 +320,10 @@ class MixtureLifeTables(GroupedLifeTables):
         return combo
 
     def _new_combo(self, chosen: tuple[int, ...], pool_row: int) -> int:
+        """A combo for ``chosen``: the members' group rows, then the owner's row or -1."""
         if len(self._combos) >= self.max_combos - 1:
-            # The pool-wide combo: every member's pool table.
-            chosen = (pool_row,) * len(chosen)
+            # The pool-wide combo: every member's pool table, the pool's weights.
+            chosen = (*(pool_row,) * len(self.members), -1)
             known = self._combos.get(chosen)
             if known is not None:
                 return known
@@ -302,22 +331,28 @@ class MixtureLifeTables(GroupedLifeTables):
         if combo >= len(self._combo_rows):
             size = 2 * len(self._combo_rows)
             self._combo_rows = _grown(self._combo_rows, size)
+            self._combo_owner = _grown(self._combo_owner, size)
             self._combo_epoch = np.concatenate(
                 [self._combo_epoch, np.full(size - len(self._combo_epoch), -1, dtype=np.int64)]
             )
             self.mass = _grown(self.mass, size)
             self.m0 = _grown(self.m0, size)
             self.m1 = _grown(self.m1, size)
-        self._combo_rows[combo] = chosen
+        self._combo_rows[combo] = chosen[:-1]
+        self._combo_owner[combo] = chosen[-1]
         return combo
 
     def _compute(self, combo: int) -> None:
         member_m0 = self._member_m0
         for k, row in enumerate(self._combo_rows[combo].tolist()):
             member_m0[k] = self.members[k].m0[row]
+        owner = int(self._combo_owner[combo])
+        weight = (
+            self._bin_weight if owner < 0 else self._weights_by_bin(self.owner_log_weight[owner])
+        )
         _mixed_table(
             member_m0,
-            self._bin_weight,
+            weight,
             self._representative,
             self.mass,
             self.m0,
@@ -406,12 +441,14 @@ class MixtureLifeTables(GroupedLifeTables):
         u1 = np.concatenate(end_uptime)
         dead = np.concatenate(died)
         scores = self.interval_scores(all_rows, u0, u1, dead)
+        owners, inverse, counts = np.unique(all_rows[:, 0], return_inverse=True, return_counts=True)
         if self.per_owner:
             # One owner's VMs (a batch, an app's instances) share their fate:
             # each owner's outcomes in an interval count as one, their mean.
-            _, inverse, counts = np.unique(all_rows[:, 0], return_inverse=True, return_counts=True)
             scores = scores / counts[inverse][:, None]
         band = np.searchsorted(np.asarray(self.band_edges_s), u0, side="right")
+        if self.owner_weights:
+            self._update_owners(owners, inverse, band, scores)
         bands = len(self.log_weight)
         summed: FloatArray = np.zeros((bands, scores.shape[1]))
         summed[:] = np.stack(
@@ -422,6 +459,30 @@ class MixtureLifeTables(GroupedLifeTables):
             axis=1,
         )
         self.log_weight = fixed_share_update(self.log_weight, summed, self.fixed_share)
+
+    def _update_owners(
+        self, owners: np.ndarray, inverse: np.ndarray, band: np.ndarray, scores: FloatArray
+    ) -> None:
+        """Each owner's weights, by its own outcomes (before the pool's update)."""
+        if len(self.owner_scored) < len(self.members[0].deaths):
+            self._grow_owners(len(self.members[0].deaths))
+        bands, members = self.log_weight.shape
+        own = np.zeros((len(owners), bands, members))
+        for k in range(members):
+            np.add.at(own[:, :, k], (inverse, band), scores[:, k])
+        # An owner's first outcomes start from the pool's weights as they stand.
+        first = ~self.owner_scored[owners]
+        self.owner_log_weight[owners[first]] = self.log_weight
+        self.owner_scored[owners] = True
+        posterior = self.owner_log_weight[owners] + own
+        posterior -= posterior.max(axis=2, keepdims=True)
+        weight = np.exp(posterior)
+        weight /= weight.sum(axis=2, keepdims=True)
+        # The fixed share goes to the pool's weights: an owner that lost a
+        # member's way comes back towards what the pool has since learned.
+        pool = np.exp(self.log_weight)[None, :, :]
+        share = self.fixed_share
+        self.owner_log_weight[owners] = np.log((1.0 - share) * weight + share * pool)
 
     def interval_scores(
         self, rows: np.ndarray, u0: FloatArray, u1: FloatArray, died: np.ndarray
@@ -454,6 +515,8 @@ class MixtureLifeTables(GroupedLifeTables):
             "half_lives_s": list(self.half_lives_s),
             "band_edges_s": list(self.band_edges_s),
             "log_weight": self.log_weight.tolist(),
+            "owner_log_weight": self.owner_log_weight.tolist(),
+            "owner_scored": self.owner_scored.tolist(),
             "last_scored": self.last_scored,
             "pending": [
                 [list(rows), start, seen, exited] for rows, start, seen, exited in self.pending
@@ -474,6 +537,16 @@ class MixtureLifeTables(GroupedLifeTables):
         log_weight = np.asarray(state.get("log_weight"), dtype=np.float64)
         if log_weight.shape != self.log_weight.shape or not np.isfinite(log_weight).all():
             raise MixtureStateError("mixture checkpoint: bad 'log_weight'")
+        owner_log_weight = np.asarray(state.get("owner_log_weight"), dtype=np.float64)
+        owner_scored = np.asarray(state.get("owner_scored"))
+        if (
+            owner_log_weight.ndim != 3
+            or owner_log_weight.shape[1:] != self.log_weight.shape
+            or not np.isfinite(owner_log_weight).all()
+            or owner_scored.dtype != np.bool_
+            or owner_scored.shape != owner_log_weight.shape[:1]
+        ):
+            raise MixtureStateError("mixture checkpoint: bad owner weights")
         last = state.get("last_scored")
         if last is not None and not isinstance(last, float | int):
             raise MixtureStateError("mixture checkpoint: bad 'last_scored'")
@@ -490,6 +563,7 @@ class MixtureLifeTables(GroupedLifeTables):
         if any(len(rows) != LEVELS for rows, _, _, _ in restored):
             raise MixtureStateError("mixture checkpoint: bad 'pending'")
         self.log_weight = log_weight
+        self.owner_log_weight, self.owner_scored = owner_log_weight, owner_scored
         self.last_scored = None if last is None else float(last)
         self.pending = restored
         self._new_epoch()
