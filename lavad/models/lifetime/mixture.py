@@ -111,25 +111,32 @@ class MixtureStateError(ValueError):
 @numba.njit(cache=True, nogil=True)
 def _mixed_table(
     member_m0: FloatArray,
-    bin_weight: FloatArray,
+    log_weight: FloatArray,
+    bin_band: np.ndarray,
     representative: FloatArray,
     mass: FloatArray,
     m0: FloatArray,
     m1: FloatArray,
     out: int,
 ) -> None:
-    """Row ``out`` of ``mass`` and its suffix sums, from the members' ``m0`` rows (K, width + 1)."""
+    """Row ``out`` of ``mass`` and its suffix sums, from the members' ``m0`` rows (K, width + 1).
+
+    ``log_weight`` (bands, K) weighs the members in each band; ``bin_band``
+    is the band of each lifetime bin.
+    """
     members = member_m0.shape[0]
     width = mass.shape[1]
+    weight = np.exp(log_weight)
     survival = 1.0
     for j in range(width - 1):
+        band = bin_band[j]
         ratio = 0.0
         for k in range(members):
             total = member_m0[k, 0]
             here = member_m0[k, j] / total if total > 0.0 else 0.0
             after = member_m0[k, j + 1] / total if total > 0.0 else 0.0
             through = min(max(after / here, 0.0), 1.0) if here > 1e-300 else 0.0
-            ratio += bin_weight[k, j] * through
+            ratio += weight[band, k] * through
         ratio = min(max(ratio, 0.0), 1.0)
         later = survival * ratio
         mass[out, j] = survival - later
@@ -207,7 +214,6 @@ class MixtureLifeTables(GroupedLifeTables):
         self._bin_band = np.searchsorted(
             np.asarray(self.band_edges_s, dtype=np.float64), bins.edges, side="right"
         ).astype(np.int64)
-        self._bin_weight: FloatArray = self._weights_by_bin()
         # Per owner group (level 0's row), its own weights once it has had an
         # outcome (``owner_scored``): the pool's as they stood then, updated by
         # its own outcomes, with the fixed share going to the pool's weights.
@@ -273,12 +279,6 @@ class MixtureLifeTables(GroupedLifeTables):
         """Each band's member weights (bands, members), summing to 1 per band."""
         weight: FloatArray = np.exp(self.log_weight)
         return weight
-
-    def _weights_by_bin(self, log_weight: FloatArray | None = None) -> FloatArray:
-        """Each member's weight for each lifetime bin (K, bins - 1): its band's."""
-        weight = np.exp(self.log_weight if log_weight is None else log_weight)
-        by_bin: FloatArray = np.ascontiguousarray(weight[self._bin_band[:-1]].T)
-        return by_bin
 
     # ------------------------------------------------------------ predicting
 
@@ -347,12 +347,10 @@ class MixtureLifeTables(GroupedLifeTables):
         for k, row in enumerate(self._combo_rows[combo].tolist()):
             member_m0[k] = self.members[k].m0[row]
         owner = int(self._combo_owner[combo])
-        weight = (
-            self._bin_weight if owner < 0 else self._weights_by_bin(self.owner_log_weight[owner])
-        )
         _mixed_table(
             member_m0,
-            weight,
+            self.log_weight if owner < 0 else self.owner_log_weight[owner],
+            self._bin_band,
             self._representative,
             self.mass,
             self.m0,
@@ -405,7 +403,6 @@ class MixtureLifeTables(GroupedLifeTables):
 
     def _new_epoch(self) -> None:
         """The members or the weights changed: every combo is recomputed when next used."""
-        self._bin_weight = self._weights_by_bin()
         self._epoch += 1
         self._current.clear()
 
