@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.models.limits.choice import ChoiceConfig, ChoiceRecommender, default_choice
@@ -82,6 +84,10 @@ def test_bad_configurations_are_refused() -> None:
         ChoiceConfig(ladder=(1.0,))
     with pytest.raises(ValueError, match="step_back"):
         ChoiceConfig(step_back=-1)
+    with pytest.raises(ValueError, match="price_rate"):
+        ChoiceConfig(price_rate=-0.1)
+    with pytest.raises(ValueError, match="price_max"):
+        ChoiceConfig(deadband=0.1, price_max=0.05)
 
 
 def test_default_choice_runs_every_candidate() -> None:
@@ -207,3 +213,90 @@ def test_no_rung_within_calm_windows_of_the_anchor_rising() -> None:
         chosen.append(choice.chosen)
     assert chosen == ["vpa"] * 9 + ["vpax0.5"] * 5 + ["vpa"] * 10 + ["vpax0.5"] * 8
     assert choice.limit == pytest.approx(0.55)
+
+
+def test_a_price_per_change_holds_the_small_moves_past_the_budget() -> None:
+    """change_budget 1 and an anchor that never moves: 1 x (0 + 1) = 1 change allowed. "swing"
+    leaves less slack at no overrun and alternates 0.5 / 0.8 (a move of 0.3: 60% of 0.5,
+    37.5% of 0.8). The price starts at the deadband, 0.05, and doubles (price_rate 1) per
+    window while the changes run above 1, up to 0.5:
+
+        k  changes before  price  move / limit in force  published
+        0  -               0.05   (first limit)           0.5
+        1  0 < 1           0.05   0.3 / 0.5 = 0.6  > 0.05 0.8
+        2  1 = 1           0.05   0.3 / 0.8 = 0.375 > 0.05 0.5
+        3  2 > 1           0.1    0.6 > 0.1               0.8
+        4  3 > 1           0.2    0.375 > 0.2             0.5
+        5  4 > 1           0.4    0.6 > 0.4               0.8
+        6  5 > 1           0.5    0.375 < 0.5             0.8 (held, as from now on)
+
+    Then the anchor moves 5 times (windows 10-14): from window 14 one change more is allowed
+    (1 x (5 + 1) = 6 > 5), the price halves to 0.25 and the move to 0.5 (0.375) passes;
+    at 6 = 6 the price holds and the move back (0.6) passes; at 7 > 6 it doubles to 0.5 again.
+    """
+    anchor = _Scripted("vpa", 1.0, {10: 1.1, 11: 1.0, 12: 1.1, 13: 1.0, 14: 1.1})
+    swing = _Fixed("swing", 0.5)
+    cfg = ChoiceConfig(d=0.1, probation=0.0, change_budget=1.0, price_rate=1.0, price_max=0.5)
+    choice = ChoiceRecommender([("vpa", anchor), ("swing", swing)], cfg)
+    published, prices = [], []
+    for k in range(17):
+        swing.limit = 0.8 if k % 2 else 0.5
+        choice.observe(_obs(k, 0.2))
+        published.append(choice.limit)
+        prices.append(choice.price)
+    assert published == [0.5, 0.8, 0.5, 0.8, 0.5] + [0.8] * 9 + [0.5, 0.8, 0.8]
+    assert prices == pytest.approx(
+        [0.05, 0.05, 0.05, 0.1, 0.2, 0.4] + [0.5] * 8 + [0.25] * 2 + [0.5]
+    )
+    assert choice.changes == 7 and choice.anchor_changes == 5
+
+
+def test_a_raise_after_an_overrun_is_not_held_by_the_price_and_counts() -> None:
+    """The price is at its top (0.5) when usage runs over "swing"'s 0.8: the anchor's 1.0 is
+    published at once (a raise of 25% < 50%), and the count of changes goes up."""
+    anchor, swing = _Fixed("vpa", 1.0), _Fixed("swing", 0.8)
+    cfg = ChoiceConfig(d=0.1, probation=0.0, change_budget=1.0, price_rate=1.0, price_max=0.5)
+    choice = ChoiceRecommender([("vpa", anchor), ("swing", swing)], cfg)
+    for k in range(10):
+        swing.limit = 0.8 if k % 2 else 0.5
+        choice.observe(_obs(k, 0.2))
+    assert choice.price == 0.5 and choice.limit == 0.8 and choice.changes == 5
+    swing.limit = 0.8
+    choice.observe(_obs(10, 0.9))
+    assert choice.limit == 1.0 and choice.chosen == "vpa" and choice.changes == 6
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    usage=st.lists(st.floats(0.05, 0.75), min_size=50, max_size=400),
+    swings=st.lists(st.floats(0.8, 0.95), min_size=50, max_size=400),
+    anchor_moves=st.lists(st.integers(0, 399), max_size=6),
+)
+def test_the_price_steps_with_the_budget_and_bounds_the_changes(
+    usage: list[float], swings: list[float], anchor_moves: list[int]
+) -> None:
+    """Each window the price rises by 1 + price_rate while the changes run above the budget,
+    falls while below, and stays within [deadband, price_max]. With no overrun and every
+    move smaller than price_max, a job's changes pass its budget by at most the windows the
+    price takes to climb from the deadband past the moves: 1 + log(0.5 / 0.05) / log(2),
+    i.e. 5, here."""
+    script = {k: 1.0 + 0.1 * (i % 2 == 0) for i, k in enumerate(sorted(set(anchor_moves)))}
+    anchor = _Scripted("vpa", 1.0, script)
+    swing = _Fixed("swing", 0.9)
+    cfg = ChoiceConfig(d=0.1, probation=0.0, change_budget=1.0, price_rate=1.0, price_max=0.5)
+    choice = ChoiceRecommender([("vpa", anchor), ("swing", swing)], cfg)
+    for k, (use, limit) in enumerate(zip(usage, swings, strict=False)):
+        swing.limit = limit
+        changes, price = choice.changes, choice.price
+        choice.observe(_obs(k, use))
+        assert cfg.deadband <= choice.price <= cfg.price_max
+        if k == 0:
+            continue
+        allowed = cfg.change_budget * (choice.anchor_changes + 1)
+        if changes > allowed:
+            assert choice.price == min(2 * price, cfg.price_max)
+        elif changes < allowed:
+            assert choice.price == max(price / 2, cfg.deadband)
+        else:
+            assert choice.price == price
+        assert choice.changes <= allowed + 5

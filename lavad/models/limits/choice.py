@@ -42,10 +42,26 @@ is not left before it has been scored ``min_windows`` windows, nor within
 
 The limit published moves only when the chosen candidate's limit leaves a
 ``deadband`` around the one in force (relative), or at once upwards after
-an overrun; other moves only while the changes so far stay within
-``change_budget`` x (the anchor's changes + 1): Autopilot holds limits for
-an hour and the VPA within bounds for the same reason, every change
-restarts or resizes the task.
+an overrun. Every change restarts or resizes the task (Autopilot holds
+limits for an hour and the VPA within bounds for the same reason), so the
+changes are held to ``change_budget`` x (the anchor's changes + 1), in one
+of two ways:
+
+- a hard budget (``price_rate`` 0): past it, only raises after an overrun;
+  first come, first served, so a raise can hold a limit up for the rest of
+  the job's life;
+- a price per change (``price_rate`` > 0), a dual variable per job. A move
+  from the limit in force ``H`` to ``P`` saves about ``|H - P| / H`` of the
+  limit per window (slack on a lowering, the room that was short on a
+  raise) over the windows it holds; taking that hold as the same for every
+  move of the job, a move is worth a change when ``|H - P| / H`` exceeds
+  the price (the price per change over the hold). The price starts at the
+  deadband; each window it is multiplied by ``1 + price_rate`` while the
+  changes run above the budget and divided by it while below, within
+  ``[deadband, price_max]``. The budget is then spent on the largest moves
+  rather than the first ones, and a lowering after a raise passes if it is
+  worth the price. Raises after an overrun still go through at once (safety
+  first) and count against the budget, raising the price for the others.
 """
 
 from __future__ import annotations
@@ -86,6 +102,12 @@ class ChoiceConfig:
     deadband: float = 0.05
     # At most this many limit changes per change of the anchor (plus one).
     change_budget: float = 2.0
+    # 0: the budget is hard (past it, a move waits). > 0: the budget has a
+    # price per job, the least relative move worth a change, multiplied by
+    # 1 + price_rate per window while the changes run above the budget and
+    # divided by it while below, within [deadband, price_max].
+    price_rate: float = 0.0
+    price_max: float = 1.0
     anchor: str = "vpa"
     # Rungs of the ladder, ascending fractions of the anchor's limit (< 1).
     ladder: tuple[float, ...] = ()
@@ -110,6 +132,7 @@ class ChoiceConfig:
             "tolerance",
             "change_budget",
             "overrun_weight",
+            "price_rate",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -118,6 +141,8 @@ class ChoiceConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and 0 < value <= 1):
                 raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+        if not (math.isfinite(self.price_max) and self.price_max >= self.deadband):
+            raise ValueError(f"price_max must be finite and >= deadband, got {self.price_max!r}")
         if any(not (math.isfinite(f) and 0 < f < 1) for f in self.ladder):
             raise ValueError(f"ladder rungs must be in (0, 1), got {self.ladder!r}")
         if list(self.ladder) != sorted(set(self.ladder)):
@@ -197,6 +222,8 @@ class ChoiceRecommender:
         self._overran = False
         self.changes = 0
         self.anchor_changes = 0
+        # The least relative move worth a change (the price per change).
+        self.price = self.config.deadband
 
     @property
     def limit(self) -> float | None:
@@ -293,12 +320,26 @@ class ChoiceRecommender:
         # Every change restarts or resizes the task: no more of them than the
         # budget allows against the anchor's own changes, except a raise after
         # an overrun (safety comes first).
-        raise_now = self._overran and proposed > held
-        moves = abs(proposed - held) > cfg.deadband * held
-        budget = self.changes < cfg.change_budget * (self.anchor_changes + 1)
-        if raise_now or (moves and budget):
+        worth = self._worth_a_change(abs(proposed - held), held)
+        if worth or (self._overran and proposed > held):
             self._limit = proposed
             self.changes += 1
+
+    def _worth_a_change(self, move: float, held: float) -> bool:
+        """Whether moving the limit in force ``held`` by ``move`` is worth one of the job's changes.
+
+        With a price, the price first takes this window's step (the caller
+        asks once per window).
+        """
+        cfg = self.config
+        allowed = cfg.change_budget * (self.anchor_changes + 1)
+        if cfg.price_rate == 0:
+            return move > cfg.deadband * held and self.changes < allowed
+        if self.changes > allowed:
+            self.price = min(self.price * (1.0 + cfg.price_rate), cfg.price_max)
+        elif self.changes < allowed:
+            self.price = max(self.price / (1.0 + cfg.price_rate), cfg.deadband)
+        return move > self.price * held
 
     def explain(self) -> dict[str, str | float | None]:
         index = self._followed
@@ -343,6 +384,13 @@ def default_config(resource: Resource) -> ChoiceConfig:
     job's own windows). Memory leaves the anchor only after two days: an OOM
     kills, and the VPA's memory estimate is a histogram of daily peaks, which
     a day of history does not yet show.
+
+    Changes have a price (see the module's docstring), with the budget at
+    the anchor's changes + 1, half the bound of 2 x the VPA's: the price lets
+    the count run past its budget (raises after an overrun are never held,
+    and a move larger than the price passes). The price starts at the 5%
+    deadband and moves by 1% a window (a factor of about 18 a day), up to
+    25%: past its budget a job moves only by a quarter of its limit or more.
     """
     return ChoiceConfig(
         w_switch=0.0,
@@ -351,6 +399,9 @@ def default_config(resource: Resource) -> ChoiceConfig:
         ladder=DEFAULT_LADDER,
         step_back=1,
         overrun_weight=20.0,
+        change_budget=1.0,
+        price_rate=0.01,
+        price_max=0.25,
         min_windows=0 if resource == "cpu" else 2 * DAY_WINDOWS,
         calm_windows=0 if resource == "cpu" else DAY_WINDOWS,
     )
