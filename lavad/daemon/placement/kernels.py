@@ -241,7 +241,8 @@ def _las_cost(
     use_host_q: bool,
     cap: float,
 ) -> float:
-    """Host ``h``'s LAS cost, or inf as soon as it is known to exceed ``cap`` (a whole number).
+    """Host ``h``'s LAS cost, or as soon as it is known to exceed ``cap`` (a whole number),
+    a number above ``cap``: with host quantiles a lower bound of the cost, else inf.
 
     The quantile costs are counts, whole numbers, so their sum is the same
     float in any order and a term can be bounded by one comparison
@@ -254,10 +255,10 @@ def _las_cost(
         for j in range(host_q.shape[1]):
             remaining = max(host_q[h, j], now) - now
             if cap < np.inf and _count_exceeds(thresholds, remaining, cap - c):
-                return np.inf
+                return cap + 1.0  # this term alone is over the budget left, by 1 or more
             c += float(n_thresholds - _count_below(thresholds, remaining))
             if c > cap:
-                return np.inf  # the terms are >= 0: this host already costs more
+                return c  # the terms are >= 0: this host already costs more
         return c
     if use_thresholds:
         remaining = exit_h - now
@@ -277,6 +278,143 @@ def _las_cost(
         while index < n_buckets and buckets[index] <= delta:
             index += 1
     return float(index - 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _floored_lifetime_scan(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    preference: FloatArray,
+    use_preference: bool,
+    host_exit: FloatArray,
+    now: float,
+    lifetime: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    buckets: FloatArray,
+    host_q: FloatArray,
+    use_host_q: bool,
+    ties: IntArray,
+    probe: int,
+    floor: FloatArray,
+    floor_epoch: IntArray,
+    floor_stamp: IntArray,
+    stamp: IntArray,
+    epoch: int,
+    use_floor: bool,
+) -> tuple[int, float, float, float]:
+    """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
+
+    Lexicographic in (preference, LAS cost, Best Fit score), each computed as
+    the numpy scorers compute it, in the same floating-point order:
+
+    * LAS, point: the bucket of (now + lifetime) - max(host_exit, now),
+      clipped at 0 (``lifetime.temporal_cost``);
+    * LAS, quantiles: the thresholds at or above max(host_exit, now) - now
+      (``lifetime.expected_cost_counts``); with ``use_host_q``, that count
+      summed over the host's quantile exits ``host_q[h]`` instead;
+    * Best Fit: as ``_filter_and_score``.
+
+    ``probe``, a host (or -1), is costed first: the best host costs no more
+    than it does, so any host that costs more in (preference, LAS) is skipped
+    without its LAS cost. Which host is probed changes only the speed (the
+    policy probes its previous choice, often as good for the next VM).
+
+    ``use_floor`` (host quantiles only): ``floor[h]`` is a lower bound of
+    host ``h``'s LAS cost, kept from earlier scans, valid while
+    ``floor_epoch[h]`` is ``epoch`` and ``floor_stamp[h]`` is ``stamp[h]``
+    (the version of ``host_q[h]``). The caller starts a new epoch unless
+    the thresholds are the same array as in the last scan and ``now`` has
+    not gone back: then a host's cost can only have grown since (each
+    remaining life max(q, now) - now shrinks or stays as now grows, in
+    floating point too, so each count of thresholds above it grows or
+    stays). A host whose floor is above the best cost so far is skipped
+    without a search; every cost or bound computed becomes its floor (the
+    first time in an epoch a bound above the cap, after that the exact cost).
+
+    Returns (count, best preference, best LAS cost, best Best Fit score) and
+    the tied hosts, ascending, in ``ties[:count]``.
+    """
+    w0 = weights[0] if present[0] else 0.0
+    w1 = weights[1] if present[1] else 0.0
+    w2 = weights[2] if present[2] else 0.0
+    w3 = weights[3] if present[3] else 0.0
+    best_p = np.inf
+    best_c = np.inf
+    best_s = np.inf
+    count = 0
+    start = now + lifetime
+    # The probe's (preference, LAS cost): an upper bound on the best's.
+    bound_p = np.inf
+    bound_c = np.inf
+    if (
+        0 <= probe < n
+        and not unschedulable[probe]
+        and _fits(free, probe, d0, d1, d2, d3, tolerance)
+    ):
+        bound_p = preference[probe] if use_preference else 0.0
+        bound_c = _las_cost(
+            probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+            use_host_q, np.inf,
+        )  # fmt: skip
+        if use_floor:
+            floor[probe] = bound_c
+            floor_epoch[probe] = epoch
+            floor_stamp[probe] = stamp[probe]
+    for h in range(n):
+        if unschedulable[h]:
+            continue
+        if not _fits(free, h, d0, d1, d2, d3, tolerance):
+            continue
+        p = preference[h] if use_preference else 0.0
+        if p > best_p or p > bound_p:
+            continue
+        cap = np.inf
+        if p == best_p:
+            cap = best_c
+        if p == bound_p and bound_c < cap:
+            cap = bound_c
+        if use_floor:
+            kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
+            if kept and floor[h] > cap:
+                continue
+            # A host costed before in this epoch and still in the running is
+            # costed in full: its exact cost is the floor that lets the next
+            # scans of the epoch skip it.
+            c = _las_cost(
+                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                use_host_q, np.inf if kept else cap,
+            )  # fmt: skip
+            floor[h] = c
+            floor_epoch[h] = epoch
+            floor_stamp[h] = stamp[h]
+        else:
+            c = _las_cost(
+                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                use_host_q, cap,
+            )  # fmt: skip
+        if c > cap:
+            continue
+        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+        if p < best_p or c < best_c or score < best_s:
+            best_p = p
+            best_c = c
+            best_s = score
+            ties[0] = h
+            count = 1
+        elif score == best_s:
+            ties[count] = h
+            count += 1
+    return count, best_p, best_c, best_s
 
 
 @numba.njit(cache=True, nogil=True)
@@ -305,77 +443,15 @@ def _probed_lifetime_scan(
     ties: IntArray,
     probe: int,
 ) -> tuple[int, float, float, float]:
-    """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
-
-    Lexicographic in (preference, LAS cost, Best Fit score), each computed as
-    the numpy scorers compute it, in the same floating-point order:
-
-    * LAS, point: the bucket of (now + lifetime) - max(host_exit, now),
-      clipped at 0 (``lifetime.temporal_cost``);
-    * LAS, quantiles: the thresholds at or above max(host_exit, now) - now
-      (``lifetime.expected_cost_counts``); with ``use_host_q``, that count
-      summed over the host's quantile exits ``host_q[h]`` instead;
-    * Best Fit: as ``_filter_and_score``.
-
-    ``probe``, a host (or -1), is costed first: the best host costs no more
-    than it does, so any host that costs more in (preference, LAS) is skipped
-    without its LAS cost. Which host is probed changes only the speed (the
-    policy probes its previous choice, often as good for the next VM).
-
-    Returns (count, best preference, best LAS cost, best Best Fit score) and
-    the tied hosts, ascending, in ``ties[:count]``.
-    """
-    w0 = weights[0] if present[0] else 0.0
-    w1 = weights[1] if present[1] else 0.0
-    w2 = weights[2] if present[2] else 0.0
-    w3 = weights[3] if present[3] else 0.0
-    best_p = np.inf
-    best_c = np.inf
-    best_s = np.inf
-    count = 0
-    start = now + lifetime
-    # The probe's (preference, LAS cost): an upper bound on the best's.
-    bound_p = np.inf
-    bound_c = np.inf
-    if (
-        0 <= probe < n
-        and not unschedulable[probe]
-        and _fits(free, probe, d0, d1, d2, d3, tolerance)
-    ):
-        bound_p = preference[probe] if use_preference else 0.0
-        bound_c = _las_cost(
-            probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-            use_host_q, np.inf,
-        )  # fmt: skip
-    for h in range(n):
-        if unschedulable[h]:
-            continue
-        if not _fits(free, h, d0, d1, d2, d3, tolerance):
-            continue
-        p = preference[h] if use_preference else 0.0
-        if p > best_p or p > bound_p:
-            continue
-        cap = np.inf
-        if p == best_p:
-            cap = best_c
-        if p == bound_p and bound_c < cap:
-            cap = bound_c
-        c = _las_cost(
-            h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q, use_host_q, cap
-        )
-        if c > cap:
-            continue
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        if p < best_p or c < best_c or score < best_s:
-            best_p = p
-            best_c = c
-            best_s = score
-            ties[0] = h
-            count = 1
-        elif score == best_s:
-            ties[count] = h
-            count += 1
-    return count, best_p, best_c, best_s
+    """``_floored_lifetime_scan`` without floors."""
+    no_floor = np.empty(0)
+    no_epoch = np.empty(0, dtype=np.int64)
+    return _floored_lifetime_scan(
+        free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
+        preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
+        buckets, host_q, use_host_q, ties, probe, no_floor, no_epoch, no_epoch, no_epoch, -1,
+        False,
+    )  # fmt: skip
 
 
 @numba.njit(cache=True, nogil=True)
@@ -460,6 +536,7 @@ def warm_up_lifetime() -> None:
         one, np.full(1, np.nan), 1, np.zeros(1, dtype=np.int64), one, one,
         np.zeros(1, dtype=np.int64), host_q, np.zeros(1, dtype=np.bool_), np.ones((1, 2)),
         np.ones((1, 3)), edges, 2.0, one, host_q.copy(), one, np.full(1, -1), np.full(1, -1),
+        np.zeros(1, dtype=np.int64),
     )  # fmt: skip
     _refresh_host_quantiles(*refresh)
     scan: tuple[Any, ...] = ()
@@ -471,6 +548,10 @@ def warm_up_lifetime() -> None:
         _lifetime_scan(*scan)
         _probed_lifetime_scan(*scan, 0)
     Direct.lifetime_scan = entry_point(_probed_lifetime_scan, (*scan, 0))
+    floors = (np.zeros(1), np.full(1, -1), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    floored = (*scan, 0, *floors, 0, True)
+    _floored_lifetime_scan(*floored)
+    Direct.floored_lifetime_scan = entry_point(_floored_lifetime_scan, floored)
     Direct.book_slot, Direct.release_slot = _warm_up_hooks()
     Direct.lava_preference = entry_point(_lava_preference, preference)
     threshold = (free, free, 0, 0.9)
@@ -610,6 +691,7 @@ def _refresh_host_quantiles(
     predicted_exit: FloatArray,
     head: IntArray,
     next_on_host: IntArray,
+    stamp: IntArray,
 ) -> int:
     """``LifetimeTracker.host_exit_quantiles`` in one pass over the hosts.
 
@@ -620,7 +702,9 @@ def _refresh_host_quantiles(
     never repredicted and its row's are known, else computed (and kept for
     the row when at uptime 0). A host whose holder is unknown (-1) gets it
     found again from its list of VMs (``head``, ``next_on_host``): the
-    lowest slot among those with the latest ``predicted_exit``. Returns how
+    lowest slot among those with the latest ``predicted_exit``. Each host
+    whose quantiles are rewritten has its ``stamp`` moved on (so the LAS
+    floors of ``_floored_lifetime_scan`` kept for it lapse). Returns how
     many holders were found again.
     """
     count = 0
@@ -631,6 +715,7 @@ def _refresh_host_quantiles(
         exit_h = host_exit[h]
         if exit_h == quantiles_exit[h]:
             continue
+        stamp[h] += 1
         if exit_h == -np.inf:
             for j in range(width):
                 host_q[h, j] = -np.inf
@@ -686,12 +771,13 @@ compiled_refresh_host_quantiles: Callable[
         FloatArray,
         IntArray,
         IntArray,
+        IntArray,
     ],
     int,
 ] = _refresh_host_quantiles
 """(host_exit, quantiles_exit, n, holder, predicted_at, start, row, creation quantiles,
 creation known, mass, m0, edges, open-bin lifetime, levels, host_q, predicted_exit, head,
-next_on_host) -> how many holders were found again."""
+next_on_host, stamp) -> how many holders were found again."""
 
 
 @numba.njit(cache=True, nogil=True)
@@ -932,6 +1018,8 @@ class Direct:
 
     # ``_probed_lifetime_scan``: ``compiled_lifetime_scan``'s arguments and a probe host.
     lifetime_scan: Callable[..., tuple[int, float, float, float]] = _probed_lifetime_scan
+    # ``_floored_lifetime_scan``: the probed scan's arguments and the floors'.
+    floored_lifetime_scan: Callable[..., tuple[int, float, float, float]] = _floored_lifetime_scan
     lava_preference: Callable[..., None] = _lava_preference
     over_threshold: Callable[..., bool] = _over_threshold
     refresh_host_quantiles: Callable[..., int] = _refresh_host_quantiles

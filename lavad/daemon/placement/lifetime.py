@@ -267,6 +267,9 @@ class LifetimeTracker(ClusterListener):
         # (NaN: stale), brought up to date lazily before a placement.
         self._host_q: FloatArray = np.full((0, settings.host_quantiles), -np.inf)
         self._host_q_exit: FloatArray = np.full(0, np.nan)
+        # Per host, how many times its quantiles were rewritten (the version
+        # of its row of ``_host_q``: a policy's kept LAS floors name it).
+        self.host_q_stamp = np.zeros(0, dtype=np.int64)
         self._host_levels = midpoint_levels(max(settings.host_quantiles, 1))
         # Per host, the slot holding ``host_exit``: the lowest slot among its
         # VMs with the latest predicted exit (-1: none, or to be found again
@@ -650,6 +653,7 @@ class LifetimeTracker(ClusterListener):
             self.predicted_exit,
             self._host_head,
             self._next_on_host,
+            self.host_q_stamp,
         )
 
     def _grow_creation_quantiles(self, rows: int) -> None:
@@ -872,6 +876,7 @@ class LifetimeTracker(ClusterListener):
             self.host_initial_exit = np.concatenate([self.host_initial_exit, extra])
             grown = len(extra)
             self._host_q_exit = np.concatenate([self._host_q_exit, np.full(grown, np.nan)])
+            self.host_q_stamp = np.concatenate([self.host_q_stamp, np.zeros(grown, dtype=np.int64)])
             self._holder = np.concatenate([self._holder, np.full(grown, -1, dtype=np.int64)])
             self._host_head = np.concatenate([self._host_head, np.full(grown, -1, dtype=np.int64)])
             self._host_q = np.concatenate(

@@ -59,6 +59,19 @@ class LifetimePolicy(Policy):
         self.scan = compiled
         # The host the scan costs first (its last choice): only a bound, for speed.
         self._probe = -1
+        # Per host, a lower bound of its LAS cost from earlier scans (host
+        # quantiles only), valid in the epoch it names while the host's
+        # quantiles keep the stamp it names (``kernels._floored_lifetime_scan``).
+        # An epoch lasts while the VMs placed score with the same thresholds
+        # array (a batch of one group, or one group between refits) and time
+        # does not go back; then a host's cost can only have grown, so a host
+        # whose floor is above the best so far needs no search.
+        self._floor: FloatArray = np.zeros(0)
+        self._floor_epoch = np.zeros(0, dtype=np.int64)
+        self._floor_stamp = np.zeros(0, dtype=np.int64)
+        self._epoch = 0
+        self._epoch_thresholds: FloatArray | None = None
+        self._epoch_now = float("-inf")
         if compiled:
             # Compile (or load from numba's cache) before the first placement is timed.
             warm_up_lifetime()
@@ -90,7 +103,7 @@ class LifetimePolicy(Policy):
         # ``kernels.compiled_lifetime_scan`` without numba's type dispatch (the
         # arrays are the ones its warm-up typed: float64, bool, int64; C order),
         # costing the previous choice first to skip hosts that cost more.
-        count, best_p, best_c, best_s = Direct.lifetime_scan(
+        arguments = (
             cluster.free,
             cluster.inv_capacity,
             cluster.unschedulable,
@@ -115,6 +128,24 @@ class LifetimePolicy(Policy):
             self._ties,
             self._probe,
         )
+        if use_host_q:
+            if thresholds is not self._epoch_thresholds or now < self._epoch_now:
+                self._epoch += 1
+                self._epoch_thresholds = thresholds
+            self._epoch_now = now
+            if len(self._floor) < n:
+                self._grow_floors(n)
+            count, best_p, best_c, best_s = Direct.floored_lifetime_scan(
+                *arguments,
+                self._floor,
+                self._floor_epoch,
+                self._floor_stamp,
+                tracker.host_q_stamp,
+                self._epoch,
+                True,
+            )
+        else:
+            count, best_p, best_c, best_s = Direct.lifetime_scan(*arguments)
         if count == 0:
             return super().place(cluster, request)  # it explains why nothing fits
         if count == 1 or not self.random_ties:
@@ -128,3 +159,11 @@ class LifetimePolicy(Policy):
         scores[self.las.name] = best_c
         scores[self.best_fit.name] = best_s
         return Placed(host=host, ties=count, scores=scores)
+
+    def _grow_floors(self, n_hosts: int) -> None:
+        size = max(n_hosts, 2 * len(self._floor), 64)
+        grown = size - len(self._floor)
+        self._floor = np.concatenate([self._floor, np.zeros(grown)])
+        # Epoch -1 is never current: a new host has no floor yet.
+        self._floor_epoch = np.concatenate([self._floor_epoch, np.full(grown, -1, dtype=np.int64)])
+        self._floor_stamp = np.concatenate([self._floor_stamp, np.zeros(grown, dtype=np.int64)])
