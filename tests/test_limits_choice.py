@@ -84,6 +84,8 @@ def test_bad_configurations_are_refused() -> None:
         ChoiceConfig(ladder=(1.0,))
     with pytest.raises(ValueError, match="step_back"):
         ChoiceConfig(step_back=-1)
+    with pytest.raises(ValueError, match="overrun_calm_windows"):
+        ChoiceConfig(overrun_calm_windows=-2)
     with pytest.raises(ValueError, match="price_rate"):
         ChoiceConfig(price_rate=-0.1)
     with pytest.raises(ValueError, match="price_max"):
@@ -168,6 +170,21 @@ def test_changes_stay_within_the_budget_of_the_anchors() -> None:
     changes = sum(1 for a, b in itertools.pairwise(published) if a != b)
     assert changes == choice.changes <= 2
     assert choice.anchor_changes == 0
+
+
+def test_no_rung_within_overrun_calm_windows_of_the_anchor_running_over() -> None:
+    """Usage 0.4 under an anchor at 1.0: the lowest rung, 0.5, from the first window. Window 5
+    (usage 1.05) runs over the anchor and every rung alike (so the rungs stay eligible), when
+    the anchor had been scored 5 windows: the choice keeps to the anchor until it has been
+    scored 5 + 10 = 15 windows (k = 14), then goes back to the rung."""
+    _, choice = _ladder(overrun_calm_windows=10)
+    chosen = []
+    for k in range(20):
+        choice.observe(_obs(k, 1.05 if k == 5 else 0.4))
+        chosen.append(choice.chosen)
+    assert chosen == ["vpax0.5"] * 5 + ["vpa"] * 9 + ["vpax0.5"] * 6
+    assert choice.overruns[1] == choice.overruns[0] > 0.0
+    assert choice.limit == pytest.approx(0.5)
 
 
 def test_a_restored_choice_goes_on_as_the_original() -> None:

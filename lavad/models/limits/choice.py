@@ -38,7 +38,8 @@ resolved on the past overruns more on the future (the lowest rung that
 held is the one that was closest to running over), so a choice of rung
 ``k`` publishes rung ``k + step_back``, nearer the anchor; and the anchor
 is not left before it has been scored ``min_windows`` windows, nor within
-``calm_windows`` of its limit rising.
+``calm_windows`` of its limit rising, nor within ``overrun_calm_windows`` of
+its own limit running over.
 
 The limit published moves only when the chosen candidate's limit leaves a
 ``deadband`` around the one in force (relative), or at once upwards after
@@ -81,8 +82,9 @@ from lavad.models.limits.window import (
 )
 
 DAY_S = 86_400.0
-# 5-minute windows in a day.
+# 5-minute windows in a day and in a week.
 DAY_WINDOWS: Final = 288
+WEEK_WINDOWS: Final = 7 * DAY_WINDOWS
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,9 @@ class ChoiceConfig:
     # Windows since the anchor's limit last rose before the choice may leave
     # it (a rising VPA is a job still growing).
     calm_windows: int = 0
+    # Windows since the anchor's own limit last ran over before the choice may
+    # leave it (-1: no wait).
+    overrun_calm_windows: int = -1
     # Among the candidates at most as bad as the anchor on both counts, the
     # one with least slack + ``overrun_weight`` x its decayed overrun cost per
     # window (0: least slack).
@@ -150,6 +155,9 @@ class ChoiceConfig:
         for name in ("step_back", "min_windows", "calm_windows"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.overrun_calm_windows < -1:
+            got = self.overrun_calm_windows
+            raise ValueError(f"overrun_calm_windows must be >= 0 or -1 (no wait), got {got!r}")
 
 
 class AnchorRung:
@@ -207,6 +215,7 @@ class ChoiceRecommender:
         self._ladder = (*range(len(labels), len(self.labels)), self._anchor)
         self.anchor_windows = 0
         self._anchor_rose_at = 0
+        self._anchor_overran_at: int | None = None
         count = len(self.candidates)
         self.slack = [0.0] * count
         self.overruns = [
@@ -248,6 +257,8 @@ class ChoiceRecommender:
                 if over:
                     self._overran_on[index] = day
                     rec.on_overrun(obs.end, limit)
+                    if index == self._anchor:
+                        self._anchor_overran_at = self.anchor_windows
                 slack = (limit - min(obs.usage, limit)) / limit
                 self.slack[index] = keep * self.slack[index] + cfg.d * slack
                 self.overruns[index] = keep_over * self.overruns[index] + (over + cfg.w_day * first)
@@ -274,7 +285,11 @@ class ChoiceRecommender:
         if not ready:
             return
         anchor = self._anchor
-        calm = self.anchor_windows - self._anchor_rose_at >= cfg.calm_windows
+        calm = self.anchor_windows - self._anchor_rose_at >= cfg.calm_windows and (
+            cfg.overrun_calm_windows < 0
+            or self._anchor_overran_at is None
+            or self.anchor_windows - self._anchor_overran_at >= cfg.overrun_calm_windows
+        )
         if (
             self._scored[anchor]
             and anchor in ready
@@ -383,7 +398,10 @@ def default_config(resource: Resource) -> ChoiceConfig:
     left less slack than the VPA at no more overruns (both resolved on the
     job's own windows). Memory leaves the anchor only after two days: an OOM
     kills, and the VPA's memory estimate is a histogram of daily peaks, which
-    a day of history does not yet show.
+    a day of history does not yet show. Nor for a week after the VPA's own
+    memory limit ran over: a job that has outgrown the VPA's estimate once
+    has shown it has no headroom to give, and a peak of a weekly cycle comes
+    back a week later.
 
     Changes have a price (see the module's docstring), with the budget at
     the anchor's changes + 1, half the bound of 2 x the VPA's: the price lets
@@ -404,6 +422,7 @@ def default_config(resource: Resource) -> ChoiceConfig:
         price_max=0.25,
         min_windows=0 if resource == "cpu" else 2 * DAY_WINDOWS,
         calm_windows=0 if resource == "cpu" else DAY_WINDOWS,
+        overrun_calm_windows=-1 if resource == "cpu" else WEEK_WINDOWS,
     )
 
 
