@@ -54,14 +54,16 @@ uniform ones. Its VMs are predicted with them; every other VM with the
 pool's.
 
 Nothing is tuned to a trace: the grid of half-lives, the bands and alpha
-are fixed. On a stationary stream the members agree where data are dense
-and the no-forgetting one scores best on the rest; on a drifting one the
-short memories take over the young bands after a swing.
+are fixed. On a stationary stream the members predict alike, so which one
+holds the weight matters little; on a drifting one the short memories take
+over the young bands after a swing.
 
-Memory and work per event are those of the K members (K = 4); a refit scores
-every running VM once per member. A VM's distribution is one row per key
-tuple (a "combo", as in ``shrunk.py``), computed on its first use after a
-refit by one compiled loop over the bins.
+Memory and work per event are those of the K members (K = 4), plus K weights
+per band for each owner group; a refit scores every running VM once per
+member. A VM's distribution is one row per tuple of the members' chosen
+group rows and its owner, if the owner has weights of its own (a "combo",
+as in ``shrunk.py``), computed on its first use after a refit by one
+compiled loop over the bins.
 """
 
 from __future__ import annotations
