@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -271,6 +271,8 @@ class LifetimeTracker(ClusterListener):
         # of its row of ``_host_q``: a policy's kept LAS floors name it).
         self.host_q_stamp = np.zeros(0, dtype=np.int64)
         self._host_levels = midpoint_levels(max(settings.host_quantiles, 1))
+        # The open bin's lifetime, as the quantile kernels take it.
+        self._open_lifetime = float(self.model.bins.representative[-1])
         # Per host, the slot holding ``host_exit``: the lowest slot among its
         # VMs with the latest predicted exit (-1: none, or to be found again
         # from the host's VMs when next needed). Kept as bookings, releases
@@ -629,6 +631,35 @@ class LifetimeTracker(ClusterListener):
         self._refresh_host_quantiles(n_hosts)
         return self._host_q[:n_hosts]
 
+    def quantile_refresh(self, n_hosts: int) -> tuple[FloatArray, tuple[Any, ...]]:
+        """The host quantiles (all hosts, not yet refreshed) and the arguments of
+        ``kernels._refreshed_lifetime_scan`` that refresh them.
+
+        For a scan that brings ``host_exit_quantiles`` up to date itself, in
+        the same call: the hosts grown to ``n_hosts`` first, as it would.
+        """
+        self._grow_hosts(n_hosts)
+        model = self.model
+        if len(self._creation_known) < len(model.mass):
+            self._grow_creation_quantiles(len(model.mass))
+        return self._host_q, (
+            self._host_q_exit,
+            self._holder,
+            self.predicted_at,
+            self.start,
+            self.row,
+            self._creation_q,
+            self._creation_known,
+            model.mass,
+            model.m0,
+            model.bins.edges,
+            self._open_lifetime,
+            self._host_levels,
+            self.predicted_exit,
+            self._host_head,
+            self._next_on_host,
+        )
+
     def _refresh_host_quantiles(self, n_hosts: int) -> int:
         """The compiled pass of ``host_exit_quantiles``: how many holders it found again."""
         model = self.model
@@ -647,7 +678,7 @@ class LifetimeTracker(ClusterListener):
             model.mass,
             model.m0,
             bins.edges,
-            float(bins.representative[-1]),
+            self._open_lifetime,
             self._host_levels,
             self._host_q,
             self.predicted_exit,

@@ -98,7 +98,11 @@ class LifetimePolicy(Policy):
         host_exit = tracker.latest_exits(n)
         thresholds = prediction.thresholds
         use_host_q = thresholds is not None and tracker.uses_host_quantiles
-        host_q = tracker.host_exit_quantiles(n) if use_host_q else _NO_HOST_QUANTILES
+        if use_host_q:
+            # Refreshed by the scan itself (``kernels._refreshed_lifetime_scan``).
+            host_q, refresh = tracker.quantile_refresh(n)
+        else:
+            host_q = _NO_HOST_QUANTILES
         d0, d1, d2, d3 = request.demand
         # ``kernels.compiled_lifetime_scan`` without numba's type dispatch (the
         # arrays are the ones its warm-up typed: float64, bool, int64; C order),
@@ -135,7 +139,7 @@ class LifetimePolicy(Policy):
             self._epoch_now = now
             if len(self._floor) < n:
                 self._grow_floors(n)
-            count, best_p, best_c, best_s = Direct.floored_lifetime_scan(
+            count, best_p, best_c, best_s = Direct.refreshed_lifetime_scan(
                 *arguments,
                 self._floor,
                 self._floor_epoch,
@@ -143,6 +147,7 @@ class LifetimePolicy(Policy):
                 tracker.host_q_stamp,
                 self._epoch,
                 True,
+                *refresh,
             )
         else:
             count, best_p, best_c, best_s = Direct.lifetime_scan(*arguments)
