@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.models.limits.choice import ChoiceConfig, ChoiceRecommender, default_choice
 from lavad.models.limits.histogram import Observation
+from lavad.models.limits.window import Resource
 
 
 class _Fixed:
@@ -187,9 +188,11 @@ def test_no_rung_within_overrun_calm_windows_of_the_anchor_running_over() -> Non
     assert choice.limit == pytest.approx(0.5)
 
 
-def test_a_restored_choice_goes_on_as_the_original() -> None:
-    """Snapshots save the rungs with the anchor they scale (one object, not a copy)."""
-    choice = default_choice("cpu")
+@pytest.mark.parametrize("resource", ["cpu", "memory"])
+def test_a_restored_choice_goes_on_as_the_original(resource: Resource) -> None:
+    """Snapshots save the rungs with the anchor they scale (one object, not a copy), the price
+    per change and the window of the anchor's last overrun."""
+    choice = default_choice(resource)
     for k in range(400):
         choice.observe(_obs(k, 0.3 + 0.4 * (k % 11 == 0)))
     restored = loads(dumps(choice))
@@ -199,6 +202,7 @@ def test_a_restored_choice_goes_on_as_the_original() -> None:
         choice.observe(_obs(k, usage))
         restored.observe(_obs(k, usage))
         assert (restored.limit, restored.chosen) == (choice.limit, choice.chosen)
+        assert restored.price == choice.price
 
 
 class _Scripted(_Fixed):
