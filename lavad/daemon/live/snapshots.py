@@ -36,8 +36,11 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # 2: pools carry limit recommenders; 3: and migration planners; 4: state_codec, no
 # pickle; 5: the lifetime tracker keeps each host's exit holder and cached deadlines,
 # LAVA its creation quantiles per model row, the ml limit choice its anchor rungs
-# (a v4 pool would load partly and fail at its first placement, so it is refused)
-SNAPSHOT_VERSION = 5
+# (a v4 pool would load partly and fail at its first placement, so it is refused);
+# 6: the lifetime tracker keeps each host's VMs as a linked list of slots (not a set)
+# and its predictions per keys tuple, the ml limit choice its price per change and
+# the time of the VPA's last memory overrun (a v5 pool would fail at its first event)
+SNAPSHOT_VERSION = 6
 
 
 class SnapshotError(Exception):
