@@ -12,14 +12,12 @@ from lavad.models.deployments import (
     DeploymentParams,
     DeploymentPriors,
     DeploymentState,
-    FitSample,
     GammaBelief,
     core_count_moments,
-    fit_gamma,
-    fit_priors,
     sample_params,
     simulate_core_counts,
 )
+from lavad.models.deployments.fit import FitSample, fit_gamma, fit_priors
 from lavad.models.deployments.moments import _int_laplace, _int_r_laplace
 
 PRIORS = DeploymentPriors(
