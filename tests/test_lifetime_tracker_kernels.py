@@ -13,6 +13,7 @@ import numpy as np
 
 from lavad.daemon.cluster import ClusterState, VmRecord
 from lavad.daemon.placement.framework import PlacementRequest
+from lavad.daemon.placement.kernels import _leave_host as leave_host
 from lavad.daemon.placement.kernels import warm_up_lifetime
 from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker
 from lavad.models.lifetime.bins import LifetimeBins
@@ -159,3 +160,24 @@ def test_recalibrated_models_are_asked_each_time() -> None:
     assert LifetimeTracker(settings)._by_keys is None
     assert LifetimeTracker(LifetimeSettings(oracle=True))._by_keys is None
     assert LifetimeTracker(LifetimeSettings())._by_keys is not None
+
+
+def test_a_circular_host_list_ends_the_walks() -> None:
+    """A damaged list (a cycle, as a hand-edited snapshot could hold) costs at
+    most one step per slot; it does not hang the daemon."""
+    # Host 0: slot 2 at its head, then 0 -> 1 -> 0 -> ... (a cycle).
+    head = np.array([2])
+    following = np.array([1, 0, 0])
+    before = np.array([1, 0, -1])
+    exits = np.array([5.0, 7.0, 9.0])
+    host_exit = np.array([9.0])
+    host_initial_exit = np.array([9.0])
+    holder = np.array([2])
+    # Slot 2 holds both maxima, so the walk over the others runs: it stops.
+    leave_host(2, 0, exits, exits, host_exit, host_initial_exit, holder, head, following, before)
+    assert host_exit[0] == host_initial_exit[0] == 7.0
+    assert holder[0] == -1
+    tracker = LifetimeTracker(LifetimeSettings())
+    tracker._host_head = np.array([0])
+    tracker._next_on_host = np.array([1, 0])
+    assert tracker._members(0) == [0, 1]

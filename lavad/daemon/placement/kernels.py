@@ -731,12 +731,16 @@ def _refresh_host_quantiles(
         if slot < 0:
             member = head[h]
             latest = -np.inf
-            while member >= 0:
+            # At most one step per slot: a list is never longer (bounded by
+            # work even if a damaged snapshot made one circular).
+            steps = len(next_on_host)
+            while member >= 0 and steps > 0:
                 exit_m = predicted_exit[member]
                 if exit_m > latest or (exit_m == latest and member < slot):
                     latest = exit_m
                     slot = member
                 member = next_on_host[member]
+                steps -= 1
             holder[h] = slot
             count += 1
         at = predicted_at[slot]
@@ -864,11 +868,13 @@ def _leave_host(
     latest = predicted_exit[member]
     latest_initial = initial_exit[member]
     member = next_on_host[member]
-    while member >= 0:
+    steps = len(next_on_host)  # at most one step per slot, as in the refresh
+    while member >= 0 and steps > 0:
         # np.maximum's order (no NaN among exits): the larger, the first on a tie.
         latest = max(latest, predicted_exit[member])
         latest_initial = max(latest_initial, initial_exit[member])
         member = next_on_host[member]
+        steps -= 1
     host_exit[host] = latest
     host_initial_exit[host] = latest_initial
 

@@ -885,10 +885,10 @@ class LifetimeTracker(ClusterListener):
 
     def _members(self, host: int) -> list[int]:
         """The slots of ``host``'s VMs, in its list's order."""
-        members = []
+        members: list[int] = []
         following = self._next_on_host
         slot = int(self._host_head[host]) if host < len(self._host_head) else -1
-        while slot >= 0:
+        while slot >= 0 and len(members) < len(following):  # a list holds each slot once
             members.append(slot)
             slot = int(following[slot])
         return members
