@@ -13,6 +13,7 @@ from lavad.models.lifetime.features import LEVELS, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.survival import (
     expected_remaining,
+    fill_suffix_sums,
     life_table,
     median_remaining,
     suffix_sums,
@@ -55,6 +56,17 @@ def test_expected_remaining_matches_a_direct_computation() -> None:
     direct = float((beyond * BINS.representative[edge:]).sum() / beyond.sum()) - u
     got = expected_remaining(BINS, mass, m0, m1, np.array([0]), np.array([u]))[0]
     assert got == pytest.approx(direct)
+
+
+def test_the_compiled_suffix_sums_of_a_row_are_the_numpy_ones() -> None:
+    # Row 1 of a two-row table; row 0 and its sums must be left as they were.
+    rng = np.random.default_rng(7)
+    mass = rng.dirichlet(np.ones(BINS.count), size=2)
+    m0, m1 = suffix_sums(mass, BINS)
+    got0, got1 = np.full_like(m0, -1.0), np.full_like(m1, -1.0)
+    fill_suffix_sums(mass, BINS.representative, got0, got1, 1)
+    assert np.allclose(got0[1], m0[1], rtol=1e-12) and np.allclose(got1[1], m1[1], rtol=1e-12)
+    assert got0[1, -1] == 0.0 and (got0[0] == -1.0).all() and (got1[0] == -1.0).all()
 
 
 def _azure_lifetimes() -> tuple[np.ndarray, np.ndarray]:

@@ -84,7 +84,7 @@ from lavad.models.lifetime.grouped import (
     GroupedLifeTables,
     GroupRows,
 )
-from lavad.models.lifetime.survival import ahead_of
+from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
 # The members' memories: none, a week, three days, a day. A fixed grid.
@@ -144,15 +144,7 @@ def _mixed_table(
         mass[out, j] = survival - later
         survival = later
     mass[out, width - 1] = survival
-    s0 = 0.0
-    s1 = 0.0
-    m0[out, width] = 0.0
-    m1[out, width] = 0.0
-    for j in range(width - 1, -1, -1):
-        s0 += mass[out, j]
-        s1 += mass[out, j] * representative[j]
-        m0[out, j] = s0
-        m1[out, j] = s1
+    fill_suffix_sums(mass, representative, m0, m1, out)
 
 
 def fixed_share_update(log_weight: FloatArray, scores: FloatArray, share: float) -> FloatArray:

@@ -51,6 +51,7 @@ from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.survival import fill_suffix_sums
 
 # Combos past this many share the pool-wide combo (hostile input: key tuples
 # are named by the input). 250,000 combos of 41 bins are ~250 MB with their
@@ -103,15 +104,7 @@ def _shrunk_masses(
             survival = after
         # The open bin beyond the horizon takes what survives the rest.
         mass[out, width - 1] = survival
-        s0 = 0.0
-        s1 = 0.0
-        m0[out, width] = 0.0
-        m1[out, width] = 0.0
-        for j in range(width - 1, -1, -1):
-            s0 += mass[out, j]
-            s1 += mass[out, j] * representative[j]
-            m0[out, j] = s0
-            m1[out, j] = s1
+        fill_suffix_sums(mass, representative, m0, m1, out)
 
 
 class ShrunkLifeTables(GroupedLifeTables):

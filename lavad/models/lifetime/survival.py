@@ -85,6 +85,24 @@ def suffix_sums(mass: FloatArray, bins: LifetimeBins) -> tuple[FloatArray, Float
     return m0, m1
 
 
+@numba.njit(cache=True, nogil=True)
+def fill_suffix_sums(
+    mass: FloatArray, representative: FloatArray, m0: FloatArray, m1: FloatArray, out: int
+) -> None:
+    """Row ``out`` of ``m0`` and ``m1`` from row ``out`` of ``mass``, in a compiled loop:
+    what ``suffix_sums`` gives for one row (summed from the last bin, as it does)."""
+    width = mass.shape[1]
+    s0 = 0.0
+    s1 = 0.0
+    m0[out, width] = 0.0
+    m1[out, width] = 0.0
+    for j in range(width - 1, -1, -1):
+        s0 += mass[out, j]
+        s1 += mass[out, j] * representative[j]
+        m0[out, j] = s0
+        m1[out, j] = s1
+
+
 def _ahead(
     bins: LifetimeBins,
     mass: FloatArray,
