@@ -18,7 +18,12 @@ from lavad.daemon.placement.kernels import warm_up_lifetime
 from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
-from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.grouped import (
+    GroupedLifeTables,
+    add_running_censorings,
+    scatter_suffix_sums,
+)
+from lavad.models.lifetime.survival import suffix_sums
 from lavad.streams.schema import VmRequest
 
 HOSTS = 6
@@ -181,3 +186,33 @@ def test_a_circular_host_list_ends_the_walks() -> None:
     tracker._host_head = np.array([0])
     tracker._next_on_host = np.array([1, 0])
     assert tracker._members(0) == [0, 1]
+
+
+def test_the_refits_compiled_counting_and_suffix_sums_are_numpys_to_the_bit() -> None:
+    # ``add_running_censorings`` stands for ``np.add.at`` over each level in
+    # turn, and ``scatter_suffix_sums`` for ``suffix_sums`` scattered into the
+    # rows: the same additions in the same order, so equal arrays (not close).
+    rng = np.random.default_rng(7)
+    bins = LifetimeBins.log_spaced()
+    width = bins.count
+    rows, vms = 40, 300
+    running = rng.integers(0, rows, size=(vms, 3)).astype(np.int64)
+    dirty = np.unique(running.ravel())
+    columns = bins.index(rng.exponential(3600.0, size=vms))
+    start = rng.random((len(dirty), width)) * 5.0
+    for weights in (rng.random(vms), np.zeros(0)):
+        expected = start.copy()
+        for level in range(3):
+            local = np.searchsorted(dirty, running[:, level])
+            np.add.at(expected, (local, columns), weights if len(weights) else 1.0)
+        got = start.copy()
+        add_running_censorings(got, dirty, running, columns, weights)
+        assert np.array_equal(got, expected)
+    mass = rng.dirichlet(np.ones(width), size=len(dirty))
+    m0, m1 = np.full((rows, width + 1), -1.0), np.full((rows, width + 1), -1.0)
+    scatter_suffix_sums(mass, bins.representative, dirty, m0, m1)
+    expected0, expected1 = suffix_sums(mass, bins)
+    assert np.array_equal(m0[dirty], expected0)
+    assert np.array_equal(m1[dirty], expected1)
+    untouched = np.setdiff1d(np.arange(rows), dirty)
+    assert (m0[untouched] == -1.0).all()

@@ -17,6 +17,7 @@ import math
 from collections.abc import Hashable
 from typing import Final
 
+import numba
 import numpy as np
 
 from lavad.models.arrays import FloatArray
@@ -312,10 +313,11 @@ class GroupedLifeTables:
                     return
         self.observations[dirty] = deaths.sum(axis=1) + censored.sum(axis=1)
         mass = life_table(deaths, censored, self.tail_hazard)
-        m0, m1 = suffix_sums(mass, self.bins)
-        self.mass[dirty], self.m0[dirty], self.m1[dirty] = mass, m0, m1
+        self.mass[dirty] = mass
+        # ``suffix_sums`` written straight into the rows, in one compiled pass.
+        scatter_suffix_sums(mass, self.bins.representative, dirty, self.m0, self.m1)
         if self.calibrator is not None:
-            self.raw_survival[dirty] = m0[:, 1 : self.bins.count]
+            self.raw_survival[dirty] = self.m0[dirty, 1 : self.bins.count]
             self._learn_calibration(previous_refit, now, running_rows, running_uptimes)
             self._calibrate(dirty)
 
@@ -343,7 +345,11 @@ class GroupedLifeTables:
         running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
         touched = np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))
         self._touched = set()
-        dirty = np.unique(np.concatenate([touched, running_rows.ravel()]))
+        # The sorted distinct rows (``np.unique``'s answer) by marking, not sorting.
+        marked = np.zeros(len(self.deaths), dtype=np.bool_)
+        marked[touched] = True
+        marked[running_rows.ravel()] = True
+        dirty = np.flatnonzero(marked)
         width = self.bins.count
         if not len(dirty):
             return dirty, np.zeros((0, width)), np.zeros((0, width))
@@ -356,10 +362,10 @@ class GroupedLifeTables:
         if len(running_uptimes):
             uptimes = np.asarray(running_uptimes, dtype=np.float64)
             columns = self.bins.index(uptimes)
-            weights = np.exp(-self.decay * uptimes) if self.decay else 1.0
-            for level in range(running_rows.shape[1]):
-                local = np.searchsorted(dirty, running_rows[:, level])
-                np.add.at(censored, (local, columns), weights)
+            weights = np.exp(-self.decay * uptimes) if self.decay else _UNIT_WEIGHTS
+            add_running_censorings(
+                censored, dirty, np.ascontiguousarray(running_rows), columns, weights
+            )
         return dirty, deaths, censored
 
     def _row_counts(
@@ -418,3 +424,56 @@ class GroupedLifeTables:
         self.calibrated_at = np.concatenate(
             [self.calibrated_at, np.full(size - len(self.calibrated_at), -1, dtype=np.int64)]
         )
+
+
+_UNIT_WEIGHTS: Final = np.zeros(0)
+
+
+@numba.njit(cache=True, nogil=True)
+def add_running_censorings(
+    censored: FloatArray,
+    dirty: np.ndarray,
+    running_rows: np.ndarray,
+    columns: np.ndarray,
+    weights: FloatArray,
+) -> None:
+    """``censored[row of dirty, column] += weight`` for each running VM at each level.
+
+    What ``np.add.at`` over each level in turn gave, in the same order (so the
+    same sums to the bit), without its per-element overhead: ``running_rows``
+    is (VMs, levels), every row in the sorted ``dirty``; ``weights`` per VM, or
+    empty for a weight of 1 each.
+    """
+    unit = len(weights) == 0
+    for level in range(running_rows.shape[1]):
+        for vm in range(running_rows.shape[0]):
+            row = running_rows[vm, level]
+            local = np.searchsorted(dirty, row)
+            if local >= len(dirty) or dirty[local] != row:
+                raise IndexError("a running VM's row is not among the rows refitted")
+            censored[local, columns[vm]] += 1.0 if unit else weights[vm]
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_suffix_sums(
+    mass: FloatArray,
+    representative: FloatArray,
+    rows: np.ndarray,
+    m0: FloatArray,
+    m1: FloatArray,
+) -> None:
+    """Row ``rows[i]`` of ``m0`` and ``m1`` from row ``i`` of ``mass``: what
+    ``suffix_sums`` gives (summed from the last bin, as its reversed cumsum is,
+    so the same to the bit), without its temporaries and the scatter after."""
+    width = mass.shape[1]
+    for i in range(len(rows)):
+        out = rows[i]
+        s0 = 0.0
+        s1 = 0.0
+        m0[out, width] = 0.0
+        m1[out, width] = 0.0
+        for j in range(width - 1, -1, -1):
+            s0 += mass[i, j]
+            s1 += mass[i, j] * representative[j]
+            m0[out, j] = s0
+            m1[out, j] = s1
