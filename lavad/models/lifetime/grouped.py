@@ -24,7 +24,7 @@ from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.survival import life_table, suffix_sums
+from lavad.models.lifetime.survival import fill_suffix_sums, life_table, suffix_sums
 
 GroupRows = tuple[int, ...]
 
@@ -463,17 +463,6 @@ def scatter_suffix_sums(
     m1: FloatArray,
 ) -> None:
     """Row ``rows[i]`` of ``m0`` and ``m1`` from row ``i`` of ``mass``: what
-    ``suffix_sums`` gives (summed from the last bin, as its reversed cumsum is,
-    so the same to the bit), without its temporaries and the scatter after."""
-    width = mass.shape[1]
+    ``suffix_sums`` gives, without its temporaries and the scatter after."""
     for i in range(len(rows)):
-        out = rows[i]
-        s0 = 0.0
-        s1 = 0.0
-        m0[out, width] = 0.0
-        m1[out, width] = 0.0
-        for j in range(width - 1, -1, -1):
-            s0 += mass[i, j]
-            s1 += mass[i, j] * representative[j]
-            m0[out, j] = s0
-            m1[out, j] = s1
+        fill_suffix_sums(mass, representative, m0, m1, rows[i], i)

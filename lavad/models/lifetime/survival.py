@@ -87,18 +87,25 @@ def suffix_sums(mass: FloatArray, bins: LifetimeBins) -> tuple[FloatArray, Float
 
 @numba.njit(cache=True, nogil=True)
 def fill_suffix_sums(
-    mass: FloatArray, representative: FloatArray, m0: FloatArray, m1: FloatArray, out: int
+    mass: FloatArray,
+    representative: FloatArray,
+    m0: FloatArray,
+    m1: FloatArray,
+    out: int,
+    source: int = -1,
 ) -> None:
-    """Row ``out`` of ``m0`` and ``m1`` from row ``out`` of ``mass``, in a compiled loop:
-    what ``suffix_sums`` gives for one row (summed from the last bin, as it does)."""
+    """Row ``out`` of ``m0`` and ``m1`` from row ``source`` of ``mass`` (``out`` when -1),
+    in a compiled loop: what ``suffix_sums`` gives for one row (summed from the last
+    bin, as its reversed cumsum is, so the same to the bit)."""
     width = mass.shape[1]
+    src = out if source < 0 else source
     s0 = 0.0
     s1 = 0.0
     m0[out, width] = 0.0
     m1[out, width] = 0.0
     for j in range(width - 1, -1, -1):
-        s0 += mass[out, j]
-        s1 += mass[out, j] * representative[j]
+        s0 += mass[src, j]
+        s1 += mass[src, j] * representative[j]
         m0[out, j] = s0
         m1[out, j] = s1
 
