@@ -85,6 +85,8 @@ def test_every_record_round_trips_and_carries_the_version() -> None:
         (_changed(encode_request(TASK), v=True), "federation wire version True"),
         (_changed(encode_request(TASK), v="1"), "federation wire version '1'"),
         (b"[1, 2]", "request: not an object"),
+        # an absurd size (1 + 2 x 600,000 + 2 bytes) is refused by its length, before a parse
+        (b"[" + b"1," * 600_000 + b"1]", "request: 1200003 bytes, more than 1048576"),
         (b"{", "request: not JSON"),
         # ids are JSON integers: not a string, a float or a boolean, and not negative
         (_changed(encode_request(TASK), task="9"), "'task' is not an integer"),

@@ -29,6 +29,7 @@ from lavad.federation.messages import (
 )
 from lavad.federation.owner import PoolOwner
 from lavad.federation.request_ledger import LaunchId
+from lavad.federation.summary_codec import MAX_SUMMARY_BYTES
 
 REQUESTS = "lavad.federation.requests"
 LAUNCHES = "lavad.federation.launches"
@@ -43,6 +44,10 @@ MAX_VICTIMS = 64  # a preemption ends a few tasks on one host, not thousands
 # reason, never read with this build's guess of its fields. Version 1 is the first
 # to carry it (launches and verdicts name their request's offset and attempt).
 WIRE_VERSION = 1
+# A request, launch or task end is a few hundred bytes; a verdict also carries its
+# pool's summary, so it may be as large as one (MAX_SUMMARY_BYTES) and a little more.
+MAX_RECORD_BYTES = 1024 * 1024
+MAX_VERDICT_BYTES = MAX_SUMMARY_BYTES + MAX_RECORD_BYTES
 # A task's demand names one count per resource: a handful, never thousands.
 MAX_RESOURCES = 64
 # The longest text a verdict's reason or instance keeps (the rest is cut).
@@ -53,7 +58,12 @@ class WireError(ValueError):
     """A record that is not what its topic carries; the message says why."""
 
 
-def _object(data: bytes, what: str) -> dict[str, Any]:
+def _object(data: bytes, what: str, most: int | None = None) -> dict[str, Any]:
+    """The JSON object ``data`` holds; at most ``most`` bytes (MAX_RECORD_BYTES), checked
+    before parsing, so an absurd record costs a length check, not a parse."""
+    limit = MAX_RECORD_BYTES if most is None else most
+    if len(data) > limit:
+        raise WireError(f"{what}: {len(data)} bytes, more than {limit}")
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -376,7 +386,7 @@ def decode_verdict(data: bytes) -> LaunchVerdict | EndVerdict:
     """A verdict, every field of its type and range, or WireError naming the first that is not.
 
     The reader can then apply it whole: nothing in it fails half-way through."""
-    raw = _object(data, "verdict")
+    raw = _object(data, "verdict", MAX_VERDICT_BYTES)
     kind = raw.get("kind")
     if kind == "end":
         return EndVerdict(
@@ -428,7 +438,8 @@ def encode_owner(owner: PoolOwner, offset: int, decided: list[LaunchId]) -> byte
 def restore_owner(owner: PoolOwner, data: bytes) -> tuple[int, list[LaunchId]]:
     """Put the snapshot ``data`` into ``owner``; the launches offset it reflects and the
     launch ids decided up to it."""
-    raw = _object(data, "owner snapshot")
+    # Assembled from chunks whose count and total size its manifest fixed (owner_snapshots).
+    raw = _object(data, "owner snapshot", len(data))
     try:
         if int(raw["pool"]) != owner.pool.index:
             raise WireError(f"owner snapshot of pool {raw['pool']}, not {owner.pool.index}")
