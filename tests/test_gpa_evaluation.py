@@ -93,13 +93,13 @@ def test_run_on_the_slice_writes_table_and_plot(tmp_path: Path) -> None:
     )
     rows = evaluation.rows()
     # 2 capacities x (2 gpa + 2 gpa-cov + 2 gpa-cal + 2 gpa-live + 2 gpa-online + 2 gpa-emp
-    # + 3 av + 6 perc + 3 cantelli).
-    assert len(rows) == 2 * 24
+    # + 2 gpa-react + 3 av + 6 perc + 3 cantelli).
+    assert len(rows) == 2 * 26
     for row in rows:
         assert row["aligned_m"] is not None and row["aligned_m"] > 0
         assert 0.0 <= row["aligned_q"] <= 1.0
         if not row["method"].startswith(
-            ("gpa-cov", "gpa-cal", "gpa-live", "gpa-online", "gpa-emp")
+            ("gpa-cov", "gpa-cal", "gpa-live", "gpa-online", "gpa-emp", "gpa-react")
         ):
             assert row["resampled_m"] is not None and 0.0 <= row["resampled_q"] <= 1.0
     png = (tmp_path / "google-2011-gcd-gpa.png").read_bytes()

@@ -25,12 +25,18 @@ neighbours', on the same clock. Here:
    sum (``CovarianceGpaFitTest``), so covariances count. ``gpa-cal rho``
    adds a margin on z learned by a backtest inside the history
    (``calibrated_margin``): for drift, which no variance estimate shows.
-5. m = machines / ceil(sum of the tasks' future means / c).
+5. ``gpa-online rho`` is the live method learned on the history
+   (``gpa_tail``); ``gpa-react rho`` packs like it, then plays the future
+   out with the live relief rule moving VMs off machines whose realised
+   overflows reject rho (``gpa_react``): m is then its time-averaged
+   machines, and its migrations per VM-day are reported.
+6. m = machines / ceil(sum of the tasks' future means / c).
 """
 
 from __future__ import annotations
 
 import collections
+import copy
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -41,6 +47,8 @@ from typing import Any, Final
 import numpy as np
 
 from lavad.daemon.cluster import FloatArray
+from lavad.daemon.migrations.relief import ReliefConfig
+from lavad.evaluation.gpa_react import react
 from lavad.evaluation.gpa_sweep import (
     PAPER_AV_FACTORS,
     PAPER_CANTELLI,
@@ -293,6 +301,9 @@ class AlignedSettings:
     calibrated: bool = True
     live_factor: bool = True
     online: bool = True
+    # gpa-react: gpa-online with the live relief rule (needs ``online``).
+    react: bool = True
+    relief: ReliefConfig = field(default_factory=lambda: ReliefConfig(enabled=True))
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -319,6 +330,8 @@ class AlignedSettings:
         if self.online:
             methods += [(f"gpa-online {rho:g}", Method("gpa", rho)) for rho in self.rhos]
             methods += [(f"gpa-emp {rho:g}", Method("gpa", rho)) for rho in self.rhos]
+            if self.react:
+                methods += [(f"gpa-react {rho:g}", Method("gpa", rho)) for rho in self.rhos]
         methods += [(f"av {f:g}", Method("av", f)) for f in self.av_factors]
         methods += [(f"perc {p:g}", Method("perc", p)) for p in self.percentiles]
         methods += [(f"cantelli {b:g}", Method("cantelli", b)) for b in self.cantelli]
@@ -344,9 +357,20 @@ class AlignedRun:
     margin: float = 1.0
     # gpa-online: the percentile method the pool chose (see gpa_tail).
     detail: str = ""
+    # gpa-react: VMs moved per VM-day of the future, and reliefs that moved any.
+    migrations_per_vm_day: float = 0.0
+    reliefs: int = 0
 
 
-GPA_FAMILIES: Final = ("gpa", "gpa-cov", "gpa-cal", "gpa-live", "gpa-online", "gpa-emp")
+GPA_FAMILIES: Final = (
+    "gpa",
+    "gpa-cov",
+    "gpa-cal",
+    "gpa-live",
+    "gpa-online",
+    "gpa-emp",
+    "gpa-react",
+)
 
 
 @dataclass(slots=True)
@@ -383,6 +407,10 @@ class AlignedResult:
                     "q": float(q.mean()),
                     "q_over_rho": float(q.mean() / first.parameter) if is_gpa else None,
                     "margin": float(np.mean([r.margin for r in runs])),
+                    "migrations_per_vm_day": float(
+                        np.mean([r.migrations_per_vm_day for r in runs])
+                    ),
+                    "reliefs": float(np.mean([r.reliefs for r in runs])),
                     "detail": ", ".join(f"{name} {n}/{len(runs)}" for name, n in chosen.items()),
                 }
             )
@@ -449,7 +477,7 @@ def run_aligned(
             elif label.startswith("gpa-live"):
                 # Built per capacity: the factor is learned on that packing.
                 tests.append((label, "gpa-live", method.parameter, None))
-            elif label.startswith(("gpa-online", "gpa-emp")):
+            elif label.startswith(("gpa-online", "gpa-emp", "gpa-react")):
                 # Built per capacity: learned online on the history (gpa_tail).
                 tests.append((label, label.split()[0], method.parameter, None))
             else:
@@ -464,13 +492,13 @@ def run_aligned(
                 chosen: FitTest
                 if fixed is not None:
                     chosen = fixed
-                elif family in ("gpa-online", "gpa-emp"):
+                elif family in ("gpa-online", "gpa-emp", "gpa-react"):
                     if parameter not in learned:
                         learned[parameter] = online_calibration(
                             history, filled, parameter, capacity, MarginSettings()
                         )
                     calibration, empirical = learned[parameter]
-                    if family == "gpa-online" and cumulants is not None:
+                    if family in ("gpa-online", "gpa-react") and cumulants is not None:
                         margin, detail = calibration.margin, calibration.method
                         chosen = TailFitTest(cumulants, parameter, detail, margin)
                     else:
@@ -485,6 +513,27 @@ def run_aligned(
                     chosen = CovarianceGpaFitTest(filled, parameter, margin)
                 packing = pack(chosen, capacity, best_fit=True)
                 rebalance(packing, chosen, capacity)
+                machines = packing.machines
+                m = packing.machines / normalization
+                migrations = 0.0
+                reliefs = 0
+                if family == "gpa-react":
+                    # The pool keeps learning while it reacts: its own copy.
+                    outcome = react(
+                        history,
+                        future,
+                        packing,
+                        copy.deepcopy(learned[parameter][0]),
+                        capacity,
+                        settings.relief,
+                    )
+                    q = outcome.q
+                    machines = outcome.machines_max
+                    m = outcome.machines_mean / normalization
+                    migrations = outcome.migrations_per_vm_day
+                    reliefs = outcome.reliefs
+                else:
+                    q = aligned_overflow_frequency(packing, future, capacity)
                 result.runs.append(
                     AlignedRun(
                         instance=instance,
@@ -494,12 +543,14 @@ def run_aligned(
                         method=label,
                         family=family,
                         parameter=parameter,
-                        machines=packing.machines,
+                        machines=machines,
                         normalization=normalization,
-                        m=packing.machines / normalization,
-                        q=aligned_overflow_frequency(packing, future, capacity),
+                        m=m,
+                        q=q,
                         margin=margin,
                         detail=detail,
+                        migrations_per_vm_day=migrations,
+                        reliefs=reliefs,
                     )
                 )
         if progress is not None:

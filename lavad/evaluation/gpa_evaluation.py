@@ -82,10 +82,13 @@ class GpaEvaluation:
 
 
 def _learned(row: dict[str, Any]) -> str:
-    """What a learning method settled on: its mean margin, and the methods chosen (gpa-online)."""
-    if row["family"] not in ("gpa-cal", "gpa-live", "gpa-online", "gpa-emp"):
+    """What a learning method settled on: its mean margin, the methods chosen (gpa-online),
+    and the migrations per VM-day (gpa-react)."""
+    if row["family"] not in ("gpa-cal", "gpa-live", "gpa-online", "gpa-emp", "gpa-react"):
         return ""
     detail = f" ({row['detail']})" if row.get("detail") else ""
+    if row["family"] == "gpa-react":
+        detail += f", {row['migrations_per_vm_day']:.3f} moves/VM-day"
     return f"x{row['margin']:.2f}{detail}"
 
 

@@ -1,0 +1,213 @@
+"""GPA that reacts: the time-aligned future played out with the live relief rule.
+
+``gpa-online rho`` packs the future once and never moves a VM. A live pool
+can: ``daemon/migrations/relief.py`` relieves a host whose realised
+overflows reject its promise. ``gpa-react rho`` packs like gpa-online, then
+steps through the future in time order, one 300 s step a window:
+
+1. each machine whose tasks all have a reading is one scored window:
+   counted in q (every overflow, those before a reaction included), fed to
+   the pool's ``TailCalibration`` against the machine's promise (its
+   cumulant sums at its last change), and recorded in the relief rule's
+   ``OverflowEvidence``;
+2. every task's moments take in the step's reading (mean, variance, third
+   and fourth cumulants over the history and the future seen so far: the
+   live moments without decay, the GPA policy's default);
+3. each machine the rule finds due is relieved by ``plan_relief`` with the
+   calibration's current method and margin and the current moments; the
+   moved tasks count on their targets from the next step (a live migration
+   takes ``migrations.duration_s``: this is the reaction without that delay).
+
+Same functions as live (``OverflowEvidence.record`` and ``due``,
+``plan_relief``), so the evaluation measures the rule the daemon would run.
+m is the time-averaged machines in use over the future against the same
+lower bound as every method; migrations are per VM-day of the future.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lavad.daemon.cluster import FloatArray
+from lavad.daemon.migrations.relief import (
+    OverflowEvidence,
+    ReliefConfig,
+    TailFit,
+    new_host_indices,
+    plan_relief,
+)
+from lavad.daemon.placement.gpa import quantile_factor
+from lavad.evaluation.stochastic_packing import RELATIVE_TOLERANCE, Packing
+from lavad.models.usage.margin import HostWindow, TailCalibration
+from lavad.models.usage.tail import tail_factor
+
+STEPS_PER_DAY = 288
+
+
+class RunningCumulants:
+    """Per task, power sums of its readings so far: the current moments in O(1) per reading."""
+
+    def __init__(self, history: FloatArray) -> None:
+        seen = np.isfinite(history)
+        values = np.where(seen, history, 0.0)
+        self.count: FloatArray = seen.sum(axis=1).astype(np.float64)
+        self.sums: FloatArray = np.stack([(values**power).sum(axis=1) for power in (1, 2, 3, 4)])
+
+    def add(self, column: FloatArray) -> None:
+        seen = np.isfinite(column)
+        values = np.where(seen, column, 0.0)
+        self.count += seen
+        for power in range(4):
+            self.sums[power] += values ** (power + 1)
+
+    def terms(self) -> FloatArray:
+        """(4, tasks): mean, variance (ddof=1), third, fourth cumulant (``task_cumulants``)."""
+        n = np.maximum(self.count, 1.0)
+        raw1, raw2, raw3, raw4 = (self.sums[p] / n for p in range(4))
+        mean = raw1
+        second = np.maximum(raw2 - mean * mean, 0.0)
+        third = raw3 - 3.0 * mean * raw2 + 2.0 * mean**3
+        fourth_central = raw4 - 4.0 * mean * raw3 + 6.0 * mean * mean * raw2 - 3.0 * mean**4
+        variance = second * n / np.maximum(n - 1.0, 1.0)
+        fourth = np.maximum(fourth_central, 0.0) - 3.0 * second * second
+        terms: FloatArray = np.vstack([mean, variance, third, fourth])
+        return terms
+
+
+@dataclass(frozen=True, slots=True)
+class ReactOutcome:
+    q: float
+    machines_mean: float
+    machines_max: int
+    migrations: int
+    reliefs: int
+    opened: int
+    vm_days: float
+    # The first step a relief moved something (None: none did).
+    first_relief_step: int | None
+
+    @property
+    def migrations_per_vm_day(self) -> float:
+        return self.migrations / self.vm_days if self.vm_days else 0.0
+
+
+def _promise(
+    terms: FloatArray, rho: float, methods: tuple[str, ...]
+) -> tuple[float, tuple[float, ...]]:
+    """A machine's promise: its mean sum and each method's predicted excess (as live)."""
+    z = quantile_factor(rho)
+    mean, variance, third, fourth = (float(v) for v in terms)
+    variance = max(variance, 0.0)
+    sigma = float(np.sqrt(variance))
+    excess = tuple(
+        float(tail_factor(method, z, rho, variance, third, fourth)) * sigma for method in methods
+    )
+    return mean, excess
+
+
+def react(
+    history: FloatArray,
+    future: FloatArray,
+    packing: Packing,
+    calibration: TailCalibration,
+    capacity: float,
+    config: ReliefConfig,
+) -> ReactOutcome:
+    """Play the future out on ``packing``, relieving machines by the live rule (in place on
+    ``calibration``, which keeps learning)."""
+    n_tasks, n_steps = future.shape
+    if history.shape[0] != n_tasks:
+        raise ValueError("history and future must have the same tasks")
+    rho = calibration.rho
+    methods = calibration.settings.methods
+    owner = packing.bin_of(n_tasks)
+    if (owner < 0).any():
+        raise ValueError("every task must be packed")
+    bins = [sorted(tasks) for tasks in packing.bins]
+    moments = RunningCumulants(history)
+    current = moments.terms()
+    promises = [_promise(current[:, tasks].sum(axis=1), rho, methods) for tasks in bins]
+    evidence = OverflowEvidence(rho, config, len(bins))
+    counted = overflowed = migrations = reliefs = opened = 0
+    machines_total = 0.0
+    machines_max = 0
+    first_relief: int | None = None
+    for step in range(n_steps):
+        column = future[:, step]
+        width = len(bins)
+        readings = np.isfinite(column)
+        sums = np.bincount(owner, weights=np.where(readings, column, 0.0), minlength=width)
+        missing = np.bincount(owner, weights=(~readings).astype(np.float64), minlength=width)
+        sizes = np.bincount(owner, minlength=width)
+        in_use = sizes > 0
+        machines = int(np.count_nonzero(in_use))
+        machines_total += machines
+        machines_max = max(machines_max, machines)
+        scored = np.flatnonzero(in_use & (missing == 0))
+        over = sums[scored] > capacity
+        counted += len(scored)
+        overflowed += int(np.count_nonzero(over))
+        calibration.observe(
+            [
+                HostWindow(float(sums[h]), promises[h][0], promises[h][1], capacity)
+                for h in scored.tolist()
+            ]
+        )
+        moments.add(column)
+        due = evidence.record(scored.astype(np.int64), over)
+        if not len(due):
+            continue
+        current = moments.terms()
+        fit = TailFit(rho, calibration.method, calibration.margin, capacity * RELATIVE_TOLERANCE)
+        for host in due.tolist():
+            # A host that took VMs earlier in this step has lost its evidence.
+            if not evidence.due(host) or len(bins[host]) < 2:
+                continue
+            width = len(bins)
+            host_terms = np.zeros((4, width))
+            for column_index in range(4):
+                host_terms[column_index] = np.bincount(
+                    owner, weights=current[column_index], minlength=width
+                )
+            residents = bins[host]
+            moves = plan_relief(
+                current[:, residents],
+                capacity,
+                host_terms,
+                np.full(width, capacity),
+                fit,
+                config.max_moves,
+                source=host,
+            )
+            if not moves:
+                continue
+            reliefs += 1
+            if first_relief is None:
+                first_relief = step
+            landed = new_host_indices(moves, width)
+            movers = [residents[move.vm] for move in moves]
+            for task, target in zip(movers, landed, strict=True):
+                while target >= len(bins):
+                    bins.append([])
+                    promises.append((0.0, tuple(0.0 for _ in methods)))
+                    opened += 1
+                bins[host].remove(task)
+                bins[target].append(task)
+                bins[target].sort()
+                owner[task] = target
+            migrations += len(moves)
+            for changed in {host, *landed}:
+                evidence.clear(changed)
+                promises[changed] = _promise(current[:, bins[changed]].sum(axis=1), rho, methods)
+    return ReactOutcome(
+        q=overflowed / counted if counted else 0.0,
+        machines_mean=machines_total / n_steps if n_steps else 0.0,
+        machines_max=machines_max,
+        migrations=migrations,
+        reliefs=reliefs,
+        opened=opened,
+        vm_days=n_tasks * n_steps / STEPS_PER_DAY,
+        first_relief_step=first_relief,
+    )

@@ -1,0 +1,232 @@
+"""Relief of GPA hosts that break their promise: the binomial rule, the moves, gpa-react."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lavad.daemon.migrations.relief import (
+    OverflowEvidence,
+    ReliefConfig,
+    ReliefMove,
+    TailFit,
+    new_host_indices,
+    overflows_needed,
+    plan_relief,
+    promise_rejected,
+)
+from lavad.evaluation.gpa_react import RunningCumulants, react
+from lavad.evaluation.gpa_tail import task_cumulants
+from lavad.evaluation.stochastic_packing import Packing
+from lavad.models.usage.margin import TailCalibration
+
+# ------------------------------------------------------------------ the rule
+
+
+def test_binomial_rule_by_hand_at_rho_0_1_over_10_windows() -> None:
+    """K ~ Binomial(10, 0.1) under the promise.
+
+    P(K = 0..4) = 0.3487, 0.3874, 0.1937, 0.0574, 0.0112, so
+    P(K >= 4) = 1 - 0.9872 = 0.0128 > 0.01 and P(K >= 5) = 0.0128 - 0.0112
+    = 0.0016 <= 0.01: at alpha = 0.01 five overflows in ten windows relieve
+    the host, four do not. At alpha = 0.05 four do (0.0128 <= 0.05) and three
+    do not (P(K >= 3) = 0.0702).
+    """
+    assert overflows_needed(10, 0.1, 0.01) == 5
+    assert not promise_rejected(4, 10, 0.1, 0.01)
+    assert promise_rejected(5, 10, 0.1, 0.01)
+    assert overflows_needed(10, 0.1, 0.05) == 4
+    assert not promise_rejected(3, 10, 0.1, 0.05)
+
+
+def test_one_unlucky_window_never_relieves() -> None:
+    """One overflow in one window has probability rho under the promise: at
+    alpha >= rho the test alone would reject it; the floor of two does not."""
+    assert not promise_rejected(1, 1, 0.1, 0.2)
+    assert overflows_needed(1, 0.1, 0.2) == 2  # more than the windows: never
+    # Two in a row at rho 0.01: probability 1e-4, rejected at 0.01.
+    assert promise_rejected(2, 2, 0.01, 0.01)
+
+
+def test_a_day_at_rho_0_01_needs_eight_overflows() -> None:
+    """The module's example: K ~ Binomial(288, 0.01), P(K >= 8) = 0.0091, P(K >= 7) = 0.027."""
+    assert overflows_needed(288, 0.01, 0.01) == 8
+
+
+def test_evidence_slides_over_the_recent_windows() -> None:
+    config = ReliefConfig(enabled=True, recent_windows=10, alpha=0.01)
+    evidence = OverflowEvidence(0.1, config, initial_hosts=1)
+    host = np.array([3], dtype=np.int64)  # grows past its initial size
+    for overflowed in [False] * 10 + [True] * 4:
+        assert not len(evidence.record(host, np.array([overflowed])))
+    # 4 of the last 10 windows overflowed; the 5th relieves (see the by-hand test).
+    assert evidence.record(host, np.array([True])).tolist() == [3]
+    assert evidence.due(3)
+    # Five quiet windows push out only quiet ones; the sixth drops an overflow.
+    for _ in range(5):
+        assert evidence.record(host, np.array([False])).tolist() == [3]
+    assert not len(evidence.record(host, np.array([False])))
+    assert not evidence.due(3)
+    evidence.clear(3)
+    assert evidence.windows[3] == 0 and evidence.overflows[3] == 0
+
+
+def test_few_windows_kept_need_fewer_overflows() -> None:
+    """Right after a clear, at rho 0.1 and alpha 0.005: 2 overflows in 2 windows
+    have probability 0.01 under the promise (kept), 3 in 3 have 0.001 (relieved)."""
+    evidence = OverflowEvidence(0.1, ReliefConfig(enabled=True, alpha=0.005), initial_hosts=1)
+    host = np.array([0], dtype=np.int64)
+    assert not len(evidence.record(host, np.array([True])))
+    assert not len(evidence.record(host, np.array([True])))
+    assert evidence.record(host, np.array([True])).tolist() == [0]
+
+
+# ---------------------------------------------------------------- the moves
+
+
+def _terms(*vms: tuple[float, float]) -> np.ndarray:
+    """(4, k) terms of VMs given (mean, variance), no skew."""
+    terms = np.zeros((4, len(vms)))
+    for index, (mean, variance) in enumerate(vms):
+        terms[0, index] = mean
+        terms[1, index] = variance
+    return terms
+
+
+def test_relief_moves_the_largest_excess_to_a_host_that_fits() -> None:
+    """rho 0.1, normal, margin 1: z = 1.2816, capacity 1.
+
+    Source: A (0.3, 0), B (0.3, 0.04), C (0.2, 0): load 0.8 + 1.2816 x 0.2
+    = 1.056 > 1. Left behind if A goes: 0.5 + 0.256 = 0.756; if B goes: 0.5;
+    if C goes: 0.856. B goes, and 0.5 passes: nothing else moves. Targets:
+    host 1 (0.5, 0) would hold 0.8 + 0.256 = 1.056 > 1 with B, host 2
+    (0.2, 0) 0.5 + 0.256 = 0.756: B goes to host 2.
+    """
+    fit = TailFit(0.1, "normal", 1.0)
+    vms = _terms((0.3, 0.0), (0.3, 0.04), (0.2, 0.0))
+    hosts = _terms((0.8, 0.04), (0.5, 0.0), (0.2, 0.0))
+    capacity = np.ones(3)
+    moves = plan_relief(vms, 1.0, hosts, capacity, fit, 8, source=0)
+    assert moves == [ReliefMove(1, 2)]
+    assert math.isclose(float(fit.load(hosts[:, :1])[0]), 0.8 + 1.2815516 * 0.2, rel_tol=1e-6)
+
+
+def test_no_vm_moves_to_a_host_that_then_fails_the_fit() -> None:
+    fit = TailFit(0.05, "cornish-fisher", 1.3)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        k, h = int(rng.integers(2, 7)), int(rng.integers(1, 6))
+        vms = np.vstack(
+            [
+                rng.uniform(0.05, 0.4, k),
+                rng.uniform(0.0, 0.02, k),
+                rng.uniform(-0.002, 0.004, k),
+                rng.uniform(-0.001, 0.001, k),
+            ]
+        )
+        hosts = np.vstack(
+            [
+                rng.uniform(0.0, 0.8, h),
+                rng.uniform(0.0, 0.03, h),
+                rng.uniform(-0.002, 0.004, h),
+                rng.uniform(-0.001, 0.001, h),
+            ]
+        )
+        capacity = np.ones(h)
+        moves = plan_relief(vms, 1.0, hosts, capacity, fit, 8)
+        landed = new_host_indices(moves, h)
+        after = np.hstack([hosts, np.zeros((4, len(landed)))])
+        for move, target in zip(moves, landed, strict=True):
+            after[:, target] += vms[:, move.vm]
+        used = sorted(set(landed))
+        if used:
+            assert fit.fits(after[:, used], 1.0).all()
+        assert len(moves) <= k - 1  # the last VM stays
+        assert len({move.vm for move in moves}) == len(moves)
+
+
+def test_a_vm_no_host_accepts_opens_a_new_host() -> None:
+    """Host 1 is full: the leaver opens a new host (None), the next leaver may share it."""
+    fit = TailFit(0.1, "normal", 1.0)
+    vms = _terms((0.5, 0.0), (0.4, 0.0), (0.4, 0.0))
+    hosts = _terms((1.3, 0.0), (0.95, 0.0))
+    moves = plan_relief(vms, 1.0, hosts, np.ones(2), fit, 8, source=0)
+    # 1.3: the 0.5 goes first (leaves 0.8, which fits); host 1 cannot take it.
+    assert moves == [ReliefMove(0, None)]
+    assert new_host_indices(moves, 2) == [2]
+
+
+def test_the_first_vm_moves_even_when_the_model_says_the_host_fits() -> None:
+    """The realised overflows already showed the moments wrong: one VM always goes."""
+    fit = TailFit(0.1, "normal", 1.0)
+    vms = _terms((0.2, 0.0), (0.3, 0.0))
+    moves = plan_relief(vms, 1.0, _terms((0.5, 0.0), (0.0, 0.0)), np.ones(2), fit, 8, source=0)
+    assert moves == [ReliefMove(1, 1)]
+
+
+def test_relief_is_deterministic() -> None:
+    fit = TailFit(0.01, "normal", 2.0)
+    rng = np.random.default_rng(3)
+    vms = np.vstack([rng.uniform(0.1, 0.3, 6), rng.uniform(0, 0.01, 6), np.zeros(6), np.zeros(6)])
+    hosts = np.vstack([rng.uniform(0, 0.7, 5), rng.uniform(0, 0.01, 5), np.zeros(5), np.zeros(5)])
+    first = plan_relief(vms, 1.0, hosts, np.ones(5), fit, 8, source=0)
+    second = plan_relief(vms, 1.0, hosts, np.ones(5), fit, 8, source=0)
+    assert first == second and first
+
+
+# ------------------------------------------------------------- gpa-react
+
+
+def test_running_cumulants_match_task_cumulants() -> None:
+    rng = np.random.default_rng(1)
+    series = rng.exponential(0.2, (3, 50))
+    series[1, 7] = np.nan
+    running = RunningCumulants(series[:, :30])
+    for step in range(30, 50):
+        running.add(series[:, step])
+    expected = np.vstack(task_cumulants(series))
+    np.testing.assert_allclose(running.terms(), expected, rtol=1e-7, atol=1e-12)
+
+
+def _jump_series() -> tuple[np.ndarray, np.ndarray]:
+    """Four tasks at 0.2 (a small wobble) for 200 steps; in the future task 2 jumps to 0.5
+    from step 10 on, so the machine's sum is 1.1 > 1 at every step from then."""
+    wobble = 0.01 * np.sin(np.arange(260) * 0.7)
+    series = np.tile(0.2 + wobble, (4, 1))
+    series[2, 210:] = 0.5
+    return series[:, :200], series[:, 200:]
+
+
+def test_gpa_react_moves_the_vm_that_jumped_after_two_overflows() -> None:
+    """rho 0.01 on one machine, no score yet (Cantelli, margin 1).
+
+    Overflows at future steps 10 and 11: two in the twelve windows kept is
+    P(Binomial(12, 0.01) >= 2) = 0.0062 <= 0.01, so the rule fires after step
+    11 (one overflow never does). Task 2 has the largest variance now (its
+    jump) and leaves; no other machine exists, so it opens one. Of the 60
+    future steps, one machine runs 12 and two run 48: 108 machine-steps, 2
+    overflowed; machines in use 108 / 60 on average.
+    """
+    history, future = _jump_series()
+    packing = Packing([[0, 1, 2, 3]], np.zeros((4, 4)))
+    config = ReliefConfig(enabled=True, recent_windows=288, alpha=0.01)
+    outcome = react(history, future, packing, TailCalibration(0.01), 1.0, config)
+    assert outcome.migrations == 1 and outcome.reliefs == 1 and outcome.opened == 1
+    assert outcome.first_relief_step == 11
+    assert outcome.q == pytest.approx(2 / (12 + 2 * 48))
+    assert outcome.machines_mean == pytest.approx((12 + 2 * 48) / 60)
+    again = react(history, future, packing, TailCalibration(0.01), 1.0, config)
+    assert again == outcome
+
+
+def test_gpa_react_moves_nothing_when_the_promise_holds() -> None:
+    history, future = _jump_series()
+    future = future.copy()
+    future[2] = future[0]  # no jump
+    packing = Packing([[0, 1, 2, 3]], np.zeros((4, 4)))
+    outcome = react(
+        history, future, packing, TailCalibration(0.01), 1.0, ReliefConfig(enabled=True)
+    )
+    assert outcome.migrations == 0 and outcome.q == 0.0 and outcome.machines_mean == 1.0
