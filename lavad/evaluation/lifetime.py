@@ -49,10 +49,12 @@ import numpy as np
 from lavad.evaluation.river_lifetime import RiverLifetimeClassifier, river_features
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibrated import CalibratedLifeTables
 from lavad.models.lifetime.calibration import CALIBRATION_HALF_LIFE_S, SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS, left_truncated, lifetime_keys
+from lavad.models.lifetime.frailty import FRAILTY_HALF_LIFE_S, FrailtyLifeTables
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
-from lavad.models.lifetime.mixture import MixtureLifeTables
+from lavad.models.lifetime.mixture import BAND_EDGES_S, MixtureLifeTables
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
     expected_remaining,
@@ -232,6 +234,13 @@ MODEL_TITLES = {
     "tables-calibrated": "life tables, recalibrated online",
     "shrunk-calibrated": "shrunk life tables, recalibrated online",
     "mixture": "life tables at four memories, mixed by their log score",
+    "frailty": "life tables, each owner's hazard times its frailty",
+    "frailty-per-vm": "life tables, each owner's frailty counted VM by VM",
+    "frailty-banded-per-vm": "life tables, frailty per uptime band counted VM by VM",
+    "frailty-banded": "life tables, each owner's hazard times its frailty per uptime band",
+    "mixture-frailty": "the mixture, each owner's hazard times its frailty",
+    "mixture-calibrated": "the mixture, recalibrated online",
+    "frailty-calibrated": "life tables with owners' frailty, recalibrated online",
 }
 
 
@@ -242,7 +251,32 @@ def _online_model(
     prior_strength: float,
     half_life_s: float | None,
     calibration_half_life_s: float | None,
+    frailty_half_life_s: float | None = FRAILTY_HALF_LIFE_S,
 ) -> GroupedLifeTables:
+    if name in ("frailty", "frailty-banded", "frailty-per-vm", "frailty-banded-per-vm"):
+        return FrailtyLifeTables(
+            GroupedLifeTables(bins, min_observations, half_life_s=half_life_s),
+            half_life_s=frailty_half_life_s,
+            band_edges_s=BAND_EDGES_S if name.startswith("frailty-banded") else (),
+            per_owner=not name.endswith("per-vm"),
+        )
+    if name == "mixture-frailty":
+        return FrailtyLifeTables(
+            MixtureLifeTables(bins, min_observations), half_life_s=frailty_half_life_s
+        )
+    if name == "mixture-calibrated":
+        return CalibratedLifeTables(
+            MixtureLifeTables(bins, min_observations),
+            SurvivalCalibrator(bins, half_life_s=calibration_half_life_s),
+        )
+    if name == "frailty-calibrated":
+        return CalibratedLifeTables(
+            FrailtyLifeTables(
+                GroupedLifeTables(bins, min_observations, half_life_s=half_life_s),
+                half_life_s=frailty_half_life_s,
+            ),
+            SurvivalCalibrator(bins, half_life_s=calibration_half_life_s),
+        )
     calibrator = (
         SurvivalCalibrator(bins, half_life_s=calibration_half_life_s)
         if name.endswith("-calibrated")
@@ -282,6 +316,7 @@ def evaluate_lifetime_model(
     half_life_s: float | None = None,
     protocol: Protocol = "split",
     calibration_half_life_s: float | None = CALIBRATION_HALF_LIFE_S,
+    frailty_half_life_s: float | None = FRAILTY_HALF_LIFE_S,
 ) -> LifetimeEvaluation:
     """The online ``models`` (and, with ``river_seed``, the river classifier), as above."""
     if protocol not in PROTOCOLS:
@@ -297,7 +332,13 @@ def evaluate_lifetime_model(
         _OnlineModel(
             name,
             _online_model(
-                name, bins, min_observations, prior_strength, half_life_s, calibration_half_life_s
+                name,
+                bins,
+                min_observations,
+                prior_strength,
+                half_life_s,
+                calibration_half_life_s,
+                frailty_half_life_s,
             ),
             refit_interval_s,
         )

@@ -69,7 +69,7 @@ def lifetime_command(
         str,
         typer.Option(
             help="comma-separated online lifetime models: tables, shrunk, tables-calibrated, "
-            "shrunk-calibrated, mixture"
+            "shrunk-calibrated, mixture, frailty, frailty-banded, mixture-frailty"
         ),
     ] = "tables,shrunk",
     prior_strength: Annotated[
@@ -86,6 +86,13 @@ def lifetime_command(
             help="models '*-calibrated': resolved predictions count half after this",
         ),
     ] = 168.0,
+    frailty_half_life_h: Annotated[
+        float,
+        typer.Option(
+            "--frailty-half-life-h",
+            help="models '*frailty': an owner's deaths and expected hazard count half after this",
+        ),
+    ] = 24.0,
     protocol: Annotated[
         str,
         typer.Option(
@@ -133,6 +140,7 @@ def lifetime_command(
             half_life_s=None if half_life_h is None else half_life_h * 3600.0,
             protocol=chosen_protocol,
             calibration_half_life_s=calibration_half_life_h * 3600.0,
+            frailty_half_life_s=frailty_half_life_h * 3600.0,
         )
     except ValueError as exc:
         raise fail(str(exc)) from None

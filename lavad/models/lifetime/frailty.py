@@ -1,0 +1,491 @@
+"""An owner's hazard multiplier (shared frailty) on top of any lifetime model.
+
+A model that predicts an owner's VMs from the owner's own history (or a
+coarser group) lags when the owner changes: an app scaling in kills its new
+instances sooner than every memory of it says. The classical correction is
+a shared frailty, as in a standardised mortality ratio: each owner group
+(level 0 of ``features.lifetime_keys``: a tenant or app, and a shape) has a
+hazard multiplier theta, and its VMs are predicted with
+
+    S_owner(t) = S_model(t) ** theta
+
+(proportional hazards: the whole distribution moves, so a policy's scores
+move with it). With a gamma prior of shape a and rate a on theta (mean 1),
+after the owner's VMs showed O deaths where the model expected E (the
+cumulative hazard H = -ln S it predicted over the exposure each VM was
+seen for, censored VMs counted for their exposure and no death), the
+posterior mean is
+
+    theta = (a + O) / (a + E)
+
+so an owner with no evidence keeps theta = 1 (the model's own curve).
+a = ``prior_deaths`` is worth that many expected deaths of evidence; it is
+set to 1 from first principles (one expected death is the least evidence
+that says anything about a rate), not fitted to a trace.
+
+**What is counted, and when.** At each refit, every VM the model learns
+from that was alive in the interval since the previous refit contributes
+its exposure from u0 (its uptime then, 0 if created since) to u1 (its
+uptime now, its lifetime if it exited, what was seen if evicted) under the
+base model's tables as they stood in the interval (before this refit), and
+a death if it exited. This is the mixture's prequential bookkeeping
+(``mixture.py``): everything is resolved at refits in event time, from
+what has resolved, so a replay and the live daemon count the same.
+
+**Following drift.** O and E both halve every ``half_life_s`` of event time:
+the frailty says how an owner's recent VMs differ from the model, which a
+model of the owner's whole history cannot. The default, a day, is the
+shortest memory of the mixture's fixed grid (the daily cycle of arrivals),
+chosen before measuring.
+
+**Bands (optional).** With ``band_edges_s`` each uptime band (as the
+mixture's: LAVA's decades) has its own multiplier, O and E counted by the
+band the exposure and the death fall in, and bin j's hazard multiplied by
+the theta of its band (by its lower edge). With none (the default), one
+multiplier per owner: the classical proportional model.
+
+A VM's distribution is a row per pair of the base model's chosen row and
+its owner, if the owner has evidence (a "combo", as in ``shrunk.py`` and
+``mixture.py``), computed on its first use after a refit by one compiled
+loop over the bins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from typing import Final
+
+import numba
+import numpy as np
+
+from lavad.models.arrays import FloatArray
+from lavad.models.lifetime.features import LEVELS
+from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
+
+HOUR: Final = 3600.0
+FRAILTY_VERSION: Final = 1
+# One expected death's worth of evidence: the gamma prior's shape and rate.
+PRIOR_DEATHS: Final = 1.0
+# O and E halve every day of event time.
+FRAILTY_HALF_LIFE_S: Final = 24 * HOUR
+# A survival below this counts as this: one VM adds at most ~28 to E.
+MIN_SURVIVAL: Final = 1e-12
+# As in ``shrunk.py``: combos past this many share the base model's own rows.
+MAX_COMBOS: Final = 250_000
+
+
+class FrailtyStateError(ValueError):
+    """A checkpoint of another version or shape than this model's."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _frail_table(
+    base_m0: FloatArray,
+    theta: FloatArray,
+    bin_band: np.ndarray,
+    representative: FloatArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    m1: FloatArray,
+    out: int,
+) -> None:
+    """Row ``out`` of ``mass`` and its suffix sums: the base row's survival through each
+    bin raised to the theta of the bin's band (``base_m0`` is the base row's ``m0``)."""
+    width = mass.shape[1]
+    survival = 1.0
+    for j in range(width - 1):
+        here = base_m0[j]
+        after = base_m0[j + 1]
+        through = min(max(after / here, 0.0), 1.0) if here > 1e-300 else 0.0
+        later = survival * through ** theta[bin_band[j]]
+        mass[out, j] = survival - later
+        survival = later
+    mass[out, width - 1] = survival
+    fill_suffix_sums(mass, representative, m0, m1, out)
+
+
+def posterior_theta(observed: FloatArray, expected: FloatArray, prior: float) -> FloatArray:
+    """The gamma posterior mean of a hazard multiplier: (a + O) / (a + E)."""
+    theta: FloatArray = (prior + observed) / (prior + expected)
+    return theta
+
+
+class FrailtyLifeTables(GroupedLifeTables):
+    """``base``'s distributions with each owner's hazard multiplied by its own theta."""
+
+    def __init__(
+        self,
+        base: GroupedLifeTables,
+        *,
+        prior_deaths: float = PRIOR_DEATHS,
+        half_life_s: float | None = FRAILTY_HALF_LIFE_S,
+        band_edges_s: tuple[float, ...] = (),
+        per_owner: bool = True,
+        max_combos: int = MAX_COMBOS,
+    ) -> None:
+        if not prior_deaths > 0:
+            raise ValueError(f"prior_deaths must be > 0, got {prior_deaths}")
+        if half_life_s is not None and not half_life_s > 0:
+            raise ValueError(f"half_life_s must be > 0, got {half_life_s}")
+        if list(band_edges_s) != sorted(band_edges_s) or any(e <= 0 for e in band_edges_s):
+            raise ValueError(f"band_edges_s must be positive and increasing, got {band_edges_s}")
+        if max_combos < 2:
+            raise ValueError(f"max_combos must be >= 2, got {max_combos}")
+        # The base first: the base class's arrays are read through it.
+        self.base = base
+        bins = base.bins
+        super().__init__(bins, base.min_observations, max_rows=base.max_rows)
+        self.version = FRAILTY_VERSION
+        self.prior_deaths = float(prior_deaths)
+        self.frailty_half_life_s = half_life_s
+        self.band_edges_s = tuple(float(e) for e in band_edges_s)
+        self.max_combos = max_combos
+        self.per_owner = per_owner
+        bands = len(self.band_edges_s) + 1
+        # The band of each lifetime bin (by its lower edge), and where each
+        # band's bins start and end (in seconds): exposure and deaths are
+        # counted in the bands the prediction applies them to.
+        self._bin_band = np.searchsorted(
+            np.asarray(self.band_edges_s, dtype=np.float64), bins.edges, side="right"
+        ).astype(np.int64)
+        lows = [0.0]
+        for band in range(1, bands):
+            inside = np.flatnonzero(self._bin_band == band)
+            lows.append(float(bins.edges[inside[0]]) if len(inside) else math.inf)
+        self._band_low = np.minimum.accumulate(np.asarray(lows)[::-1])[::-1].copy()
+        self._band_high = np.append(self._band_low[1:], math.inf)
+        # Per owner group (level 0's row) and band: deaths observed, hazard
+        # expected (both decayed), the multiplier as of the last refit, and
+        # whether the owner has had any exposure (else it is the base's).
+        self.observed: FloatArray = np.zeros((16, bands))
+        self.expected: FloatArray = np.zeros((16, bands))
+        self.theta: FloatArray = np.ones((16, bands))
+        self.has_evidence = np.zeros(16, dtype=np.bool_)
+        # Exits and evictions since the last refit: (group rows, start, uptime seen, exited).
+        self.pending: list[tuple[GroupRows, float, float, bool]] = []
+        self.last_scored: float | None = None
+        # A row per (base row, owner row or -1): its base row and owner, and
+        # the epoch it was computed in (bumped whenever the base or theta changes).
+        self._combos: dict[tuple[int, int], int] = {}
+        self._combo_base = np.zeros(16, dtype=np.int64)
+        self._combo_owner = np.full(16, -1, dtype=np.int64)
+        self._combo_epoch = np.full(16, -1, dtype=np.int64)
+        self._epoch = 0
+        self._current: dict[GroupRows, int] = {}
+        width = bins.count
+        self.mass = np.zeros((16, width))
+        self.m0 = np.zeros((16, width + 1))
+        self.m1 = np.zeros((16, width + 1))
+        self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
+        self._ones = np.ones(bands)
+
+    # The counts are the base model's.
+    @property
+    def deaths(self) -> FloatArray:
+        return self.base.deaths
+
+    @deaths.setter
+    def deaths(self, value: FloatArray) -> None:
+        # The base class's constructor sets empty counts; the base holds the real ones.
+        del value
+
+    @property
+    def censored(self) -> FloatArray:
+        return self.base.censored
+
+    @censored.setter
+    def censored(self, value: FloatArray) -> None:
+        del value
+
+    @property
+    def observations(self) -> FloatArray:
+        return self.base.observations
+
+    @observations.setter
+    def observations(self, value: FloatArray) -> None:
+        del value
+
+    @property
+    def groups(self) -> int:
+        return self.base.groups
+
+    @property
+    def combos(self) -> int:
+        return len(self._combos)
+
+    # ------------------------------------------------------------ predicting
+
+    def rows_for(self, keys: tuple[Hashable, ...]) -> GroupRows:
+        rows = self.base.rows_for(keys)
+        size = len(self.base.deaths)
+        if len(self.has_evidence) < size:
+            self._grow_owners(size)
+        return rows
+
+    def _grow_owners(self, size: int) -> None:
+        self.observed = _grown(self.observed, size)
+        self.expected = _grown(self.expected, size)
+        old = len(self.theta)
+        self.theta = _grown(self.theta, size)
+        self.theta[old:] = 1.0
+        self.has_evidence = _grown(self.has_evidence, size)
+
+    def choose(self, rows: GroupRows) -> int:
+        """The combo of these group rows, brought up to the last refit."""
+        combo = self._current.get(rows)
+        if combo is not None:
+            return combo
+        base_row = self.base.choose(rows)
+        owner = rows[0] if self.has_evidence[rows[0]] else -1
+        key = (base_row, owner)
+        combo = self._combos.get(key)
+        if combo is None:
+            combo = self._new_combo(key)
+        if self._combo_epoch[combo] != self._epoch:
+            self._compute(combo)
+        if len(self._current) >= MAX_CACHED_KEYS:
+            self._current.clear()
+        self._current[rows] = combo
+        return combo
+
+    def _new_combo(self, key: tuple[int, int]) -> int:
+        if len(self._combos) >= self.max_combos - 1:
+            # Past the bound: the base row with no owner's multiplier.
+            key = (key[0], -1)
+            known = self._combos.get(key)
+            if known is not None:
+                return known
+        combo = self._combos[key] = len(self._combos)
+        if combo >= len(self._combo_base):
+            size = 2 * len(self._combo_base)
+            self._combo_base = _grown(self._combo_base, size)
+            self._combo_owner = _grown(self._combo_owner, size)
+            self._combo_epoch = np.concatenate(
+                [self._combo_epoch, np.full(size - len(self._combo_epoch), -1, dtype=np.int64)]
+            )
+            self.mass = _grown(self.mass, size)
+            self.m0 = _grown(self.m0, size)
+            self.m1 = _grown(self.m1, size)
+        self._combo_base[combo], self._combo_owner[combo] = key
+        return combo
+
+    def _compute(self, combo: int) -> None:
+        owner = int(self._combo_owner[combo])
+        _frail_table(
+            self.base.m0[int(self._combo_base[combo])],
+            self._ones if owner < 0 else self.theta[owner],
+            self._bin_band,
+            self._representative,
+            self.mass,
+            self.m0,
+            self.m1,
+            combo,
+        )
+        self._combo_epoch[combo] = self._epoch
+
+    # ------------------------------------------------------------ learning
+
+    def observe_exit(self, rows: GroupRows, lifetime: float, now: float = 0.0) -> None:
+        self.base.observe_exit(rows, lifetime, now)
+        self.pending.append((rows, now - lifetime, lifetime, True))
+
+    def observe_censored(self, rows: GroupRows, seen: float, now: float = 0.0) -> None:
+        self.base.observe_censored(rows, seen, now)
+        self.pending.append((rows, now - seen, seen, False))
+
+    def observe_running(self, row: int, uptimes: FloatArray, now: float = 0.0) -> None:
+        self.base.observe_running(row, uptimes, now)
+        self._new_epoch()
+
+    def refit(
+        self,
+        running_rows: np.ndarray,
+        running_uptimes: FloatArray,
+        running_chosen: np.ndarray | None = None,
+        *,
+        now: float = 0.0,
+    ) -> None:
+        """Count the interval since the last refit into each owner's theta, then refit the base.
+
+        ``running_chosen`` (this model's combos) are brought up to date, as
+        the mixture's are: each keeps its base row and owner.
+        """
+        running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
+        uptimes = np.asarray(running_uptimes, dtype=np.float64)
+        self._count(running_rows, uptimes, now)
+        combos = (
+            None
+            if running_chosen is None
+            else np.unique(np.asarray(running_chosen, dtype=np.int64))
+        )
+        base_chosen = None if combos is None else np.unique(self._combo_base[combos])
+        self.base.refit(running_rows, uptimes, base_chosen, now=now)
+        self._new_epoch()
+        if combos is not None:
+            for combo in combos.tolist():
+                self._compute(combo)
+
+    def _new_epoch(self) -> None:
+        self._epoch += 1
+        self._current.clear()
+
+    def _count(self, running_rows: np.ndarray, uptimes: FloatArray, now: float) -> None:
+        """Each owner's deaths and expected hazard since the last refit, into its theta."""
+        pending = self.pending
+        self.pending = []
+        previous = self.last_scored
+        self.last_scored = now
+        if previous is None or now <= previous:
+            return
+        since = now - previous
+        if self.frailty_half_life_s is not None:
+            factor = 0.5 ** (since / self.frailty_half_life_s)
+            self.observed *= factor
+            self.expected *= factor
+        rows = [running_rows]
+        start_uptime = [np.maximum(uptimes - since, 0.0)]
+        end_uptime = [uptimes]
+        died = [np.zeros(len(uptimes), dtype=np.bool_)]
+        if pending:
+            rows.append(np.array([p[0] for p in pending], dtype=np.int64).reshape(-1, LEVELS))
+            starts = np.array([p[1] for p in pending])
+            seen = np.array([p[2] for p in pending])
+            start_uptime.append(np.minimum(np.maximum(previous - starts, 0.0), seen))
+            end_uptime.append(seen)
+            died.append(np.array([p[3] for p in pending], dtype=np.bool_))
+        all_rows = np.concatenate(rows)
+        if len(all_rows):
+            self.add_evidence(
+                all_rows,
+                np.concatenate(start_uptime),
+                np.concatenate(end_uptime),
+                np.concatenate(died),
+            )
+        self.theta = posterior_theta(self.observed, self.expected, self.prior_deaths)
+
+    def add_evidence(
+        self, rows: np.ndarray, u0: FloatArray, u1: FloatArray, died: np.ndarray
+    ) -> None:
+        """VMs seen alive from uptime u0 to u1 (dying at u1 if ``died``), under the base now."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1, LEVELS)
+        if len(self.has_evidence) < len(self.base.deaths):
+            self._grow_owners(len(self.base.deaths))
+        chosen = self._base_rows(rows)
+        base = self.base
+        owners = rows[:, 0]
+        weight = np.ones(len(owners))
+        if self.per_owner:
+            # One owner's VMs in one interval count as one outcome (per band:
+            # by the band of their uptime at its start).
+            band_then = self._bin_band[np.minimum(self.bins.index(u0), self.bins.count - 1)]
+            cells = owners * len(self._band_low) + band_then
+            _, inverse, counts = np.unique(cells, return_inverse=True, return_counts=True)
+            weight = 1.0 / counts[inverse.reshape(-1)]
+        total = base.m0[chosen, 0]
+        for band in range(len(self._band_low)):
+            low, high = self._band_low[band], self._band_high[band]
+            start = np.clip(u0, low, high)
+            end = np.clip(np.maximum(u1, u0), low, high)
+            inside = end > start
+            if not inside.any():
+                continue
+            at_start = ahead_of(self.bins, base.mass, base.m0, chosen[inside], start[inside])
+            at_end = ahead_of(self.bins, base.mass, base.m0, chosen[inside], end[inside])
+            scale = total[inside]
+            hazard = np.log(np.maximum(at_start / scale, MIN_SURVIVAL)) - np.log(
+                np.maximum(at_end / scale, MIN_SURVIVAL)
+            )
+            np.add.at(
+                self.expected[:, band], owners[inside], weight[inside] * np.maximum(hazard, 0.0)
+            )
+        deaths = np.asarray(died, dtype=np.bool_)
+        if deaths.any():
+            column = np.minimum(self.bins.index(u1[deaths]), self.bins.count - 1)
+            np.add.at(self.observed, (owners[deaths], self._bin_band[column]), weight[deaths])
+        self.has_evidence[owners] = True
+
+    def _base_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The base model's chosen row for each VM's group rows, as it stands."""
+        distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+        chosen = np.array(
+            [self.base.choose(tuple(line)) for line in distinct.tolist()], dtype=np.int64
+        )
+        result: np.ndarray = chosen[inverse.reshape(-1)]
+        return result
+
+    # ------------------------------------------------------------ checkpoint
+
+    def checkpoint(self) -> dict[str, object]:
+        """This model's own learned state as plain data, with its layout version."""
+        return {
+            "version": self.version,
+            "prior_deaths": self.prior_deaths,
+            "half_life_s": self.frailty_half_life_s,
+            "band_edges_s": list(self.band_edges_s),
+            "observed": self.observed.tolist(),
+            "expected": self.expected.tolist(),
+            "has_evidence": self.has_evidence.tolist(),
+            "last_scored": self.last_scored,
+            "pending": [
+                [list(rows), start, seen, exited] for rows, start, seen, exited in self.pending
+            ],
+        }
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Load a ``checkpoint`` of a frailty model with the same settings."""
+        if state.get("version") != FRAILTY_VERSION:
+            raise FrailtyStateError(
+                f"frailty checkpoint version {state.get('version')!r}, this lavad reads "
+                f"{FRAILTY_VERSION}"
+            )
+        settings = (state.get("prior_deaths"), state.get("half_life_s"), state.get("band_edges_s"))
+        if settings != (self.prior_deaths, self.frailty_half_life_s, list(self.band_edges_s)):
+            raise FrailtyStateError("frailty checkpoint of other settings")
+        bands = len(self.band_edges_s) + 1
+        arrays = []
+        for name in ("observed", "expected"):
+            array = np.asarray(state.get(name), dtype=np.float64)
+            if (
+                array.ndim != 2
+                or array.shape[1] != bands
+                or not np.isfinite(array).all()
+                or (array < 0).any()
+            ):
+                raise FrailtyStateError(f"frailty checkpoint: bad {name!r}")
+            arrays.append(array)
+        observed, expected = arrays
+        has_evidence = np.asarray(state.get("has_evidence"))
+        if (
+            observed.shape != expected.shape
+            or has_evidence.dtype != np.bool_
+            or has_evidence.shape != observed.shape[:1]
+        ):
+            raise FrailtyStateError("frailty checkpoint: bad owners")
+        last = state.get("last_scored")
+        if last is not None and not isinstance(last, float | int):
+            raise FrailtyStateError("frailty checkpoint: bad 'last_scored'")
+        pending = state.get("pending")
+        if not isinstance(pending, list):
+            raise FrailtyStateError("frailty checkpoint: bad 'pending'")
+        try:
+            restored = [
+                (tuple(int(r) for r in rows), float(start), float(seen), bool(exited))
+                for rows, start, seen, exited in pending
+            ]
+        except (TypeError, ValueError):
+            raise FrailtyStateError("frailty checkpoint: bad 'pending'") from None
+        if any(len(rows) != LEVELS for rows, _, _, _ in restored):
+            raise FrailtyStateError("frailty checkpoint: bad 'pending'")
+        self.observed, self.expected, self.has_evidence = observed, expected, has_evidence
+        self.theta = posterior_theta(observed, expected, self.prior_deaths)
+        self.last_scored = None if last is None else float(last)
+        self.pending = restored
+        self._new_epoch()
+
+
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    bigger = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
+    bigger[: len(array)] = array
+    return bigger
