@@ -6,7 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from gpa_support import cpu_sample
 
+from lavad.daemon.cluster import ClusterState
 from lavad.daemon.migrations.relief import (
     OverflowEvidence,
     ReliefConfig,
@@ -14,9 +16,12 @@ from lavad.daemon.migrations.relief import (
     TailFit,
     new_host_indices,
     overflows_needed,
+    plan_host_relief,
     plan_relief,
     promise_rejected,
 )
+from lavad.daemon.placement.gpa import UsageHooks
+from lavad.daemon.placement.registry import build_policy, validate_policy_args
 from lavad.evaluation.gpa_react import RunningCumulants, react
 from lavad.evaluation.gpa_tail import task_cumulants
 from lavad.evaluation.stochastic_packing import Packing
@@ -230,3 +235,52 @@ def test_gpa_react_moves_nothing_when_the_promise_holds() -> None:
         history, future, packing, TailCalibration(0.01), 1.0, ReliefConfig(enabled=True)
     )
     assert outcome.migrations == 0 and outcome.q == 0.0 and outcome.machines_mean == 1.0
+
+
+# ------------------------------------------------------------- live hooks
+
+
+def _overflowing_host() -> tuple[ClusterState, UsageHooks]:
+    """Three 4-core VMs on an 8-core host (of two), learnt at 0.2 for 12 windows, then all at
+    0.8 (9.6 cores > 8) for 6 windows; relief on at rho 0.05, alpha 0.01."""
+    args = {"rho": 0.05, "min_samples": 4, "margin_min_windows": 5, "tie_break": "first"}
+    policy = build_policy("gpa", validate_policy_args("gpa", args), np.random.default_rng(0))
+    hooks = policy.hooks
+    assert isinstance(hooks, UsageHooks)
+    hooks.enable_relief(ReliefConfig(enabled=True, alpha=0.01))
+    cluster = ClusterState()
+    cluster.add_host("h0", (8.0, 128.0, 0.0, 0.0))
+    cluster.add_host("h1", (16.0, 128.0, 0.0, 0.0))
+    time = 0.0
+    for vm in ("a", "b", "c"):
+        record = cluster.book(vm, 0, (4.0, 8.0, 0.0, 0.0), "", time)
+        hooks.on_booked(cluster, record, time, None)
+    for k in range(18):
+        time = 300.0 * (k + 1)
+        for index, vm in enumerate(("a", "b", "c")):
+            level = 0.2 + 0.01 * ((k + index) % 3) if k < 12 else 0.8
+            hooks.observe(cluster, cpu_sample(vm, time, level))
+    return cluster, hooks
+
+
+def test_live_hooks_find_the_overflowing_host_and_plan_its_relief() -> None:
+    """Windows close when a later one's first sample comes: 17 are scored, the last 5
+    overflowed. P(Binomial(17, 0.05) >= 4) = 0.0088 <= 0.01 and P(>= 3) = 0.050: the
+    host is due from its 4th overflow on. The pool has scored 14 windows, fewer than the
+    19 a conformal bound at rho 0.05 needs, so it reads hosts through Cantelli's bound
+    (mu + 4.36 sigma), and the VMs' current moments mix 12 windows near 0.2 with 6 at
+    0.8 (sigma about 0.28 of 4 cores each): two of them still fail 8 cores, so the first
+    two in id order (alike otherwise) leave for h1, the empty 16-core host; c stays."""
+    cluster, hooks = _overflowing_host()
+    assert hooks.tail is not None and hooks.tail.method == "cantelli"
+    assert hooks.relief_due() == [0]
+    moves = plan_host_relief(hooks, cluster, 0, 8)
+    assert moves == [("a", 1), ("b", 1)]
+    twin_cluster, twin_hooks = _overflowing_host()
+    assert plan_host_relief(twin_hooks, twin_cluster, 0, 8) == moves
+    # Moving a VM clears both hosts' evidence: the mix it was about is gone.
+    before = cluster.vms["a"]
+    cluster.release("a")
+    after = cluster.book("a", 1, before.demand, before.deployment, before.placed_at)
+    hooks.on_moved(cluster, before, after, 6000.0)
+    assert hooks.relief_due() == []

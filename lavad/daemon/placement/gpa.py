@@ -43,6 +43,7 @@ from lavad.daemon.cluster import (
     FloatArray,
     VmRecord,
 )
+from lavad.daemon.migrations.relief_rule import OverflowEvidence, ReliefConfig
 from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
 from lavad.models.usage.hosts import FOURTH, MEAN, THIRD, VARIANCE, HostUsage
 from lavad.models.usage.margin import HostWindow, TailCalibration
@@ -274,6 +275,12 @@ class UsageHooks(ClusterListener):
     distribution-free bound instead of plain GPA's normal percentile. The
     margin replaces the variance factor's job (both widen the excess), so a
     pool learns one or the other.
+
+    With relief enabled (``enable_relief``), each closed window of a host
+    whose VMs all reported is also one outcome (overflowed or not) for the
+    relief rule (``daemon/migrations/relief_rule.py``); ``relief_due`` lists
+    the hosts whose recent outcomes reject rho, and a move off or onto a
+    host clears its outcomes (they were about another mix of VMs).
     """
 
     MIN_CALIBRATION = 30
@@ -317,8 +324,25 @@ class UsageHooks(ClusterListener):
         # Per host column: (mean, variance, third, fourth) CPU sums when the
         # host last changed with every VM on its own estimate.
         self._promises: dict[int, tuple[float, float, float, float]] = {}
+        self.relief_evidence: OverflowEvidence | None = None
+        self._relief_due: set[int] = set()
 
     observes_usage = True
+
+    def enable_relief(self, config: ReliefConfig) -> None:
+        """Feed the relief rule every fully reported host window from now on."""
+        if self.rho is None:
+            raise ValueError("relief needs the policy's rho")
+        if config.enabled and self.relief_evidence is None:
+            self.relief_evidence = OverflowEvidence(self.rho, config)
+
+    def relief_due(self) -> list[int]:
+        """Host columns whose recent windows reject rho (re-checked by the rule), ascending."""
+        evidence = self.relief_evidence
+        if evidence is None:
+            return []
+        self._relief_due = {host for host in self._relief_due if evidence.due(host)}
+        return sorted(self._relief_due)
 
     @property
     def realised_overflow(self) -> float:
@@ -384,10 +408,30 @@ class UsageHooks(ClusterListener):
                 hosts.append(HostWindow(cores, mean, excess, capacity))
         tail.observe(hosts)
 
+    def _record_relief(self, cluster: ClusterState) -> None:
+        """This window's outcome of each host whose VMs all reported, for the relief rule."""
+        evidence = self.relief_evidence
+        if evidence is None:
+            return
+        row = CLUSTER_ROW[CPU]
+        hosts: list[int] = []
+        overflowed: list[bool] = []
+        for host in sorted(self._window_cores):
+            if host >= cluster.n_hosts:
+                continue
+            if len(self._window_vms.get(host, ())) != int(self.usage.vm_count[host]):
+                continue
+            hosts.append(host)
+            capacity = float(cluster.capacity[row, host])
+            overflowed.append(self._window_cores[host] > capacity + FIT_TOLERANCE)
+        due = evidence.record(np.asarray(hosts, dtype=np.int64), np.asarray(overflowed))
+        self._relief_due.update(due.tolist())
+
     def _count_window(self, cluster: ClusterState) -> None:
         row = CLUSTER_ROW[CPU]
         usage = self.usage
         self._score_window(cluster)
+        self._record_relief(cluster)
         for host, cores in self._window_cores.items():
             if host >= cluster.n_hosts:
                 continue
@@ -449,6 +493,10 @@ class UsageHooks(ClusterListener):
         # current estimate to the new host.
         old_host = self.usage.remove(before.vm_id)
         self.usage.place(after.vm_id, after.host, (after.demand[0], after.demand[1]))
+        if self.relief_evidence is not None:
+            for host in (before.host, after.host):
+                self.relief_evidence.clear(host)
+                self._relief_due.discard(host)
         if old_host is not None:
             self._promise(old_host)
             self._check(cluster, old_host, now)
