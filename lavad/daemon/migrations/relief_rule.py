@@ -110,6 +110,8 @@ class OverflowEvidence:
         self.overflows: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
         needed = [overflows_needed(n, rho, config.alpha) for n in range(config.recent_windows + 1)]
         self._needed: NDArray[np.int64] = np.asarray(needed, dtype=np.int64)
+        # Hosts found due and not relieved (cleared) since.
+        self.pending: set[int] = set()
 
     def _ensure(self, hosts: int) -> None:
         size = len(self._cursor)
@@ -137,16 +139,23 @@ class OverflowEvidence:
         self.windows[hosts] = np.minimum(self.windows[hosts] + 1, keep)
         self._ring[hosts, cursor] = overflowed
         self._cursor[hosts] = (cursor + 1) % keep
-        due = self.overflows[hosts] >= self._needed[self.windows[hosts]]
-        return hosts[due]
+        due = hosts[self.overflows[hosts] >= self._needed[self.windows[hosts]]]
+        self.pending.update(due.tolist())
+        return due
 
     def clear(self, host: int) -> None:
         """Forget a host's outcomes: its mix of VMs changed."""
+        self.pending.discard(host)
         if host < len(self._cursor):
             self._ring[host] = False
             self._cursor[host] = 0
             self.windows[host] = 0
             self.overflows[host] = 0
+
+    def due_hosts(self) -> list[int]:
+        """The pending hosts the rule still finds due, ascending (the others leave)."""
+        self.pending = {host for host in self.pending if self.due(host)}
+        return sorted(self.pending)
 
     def due(self, host: int) -> bool:
         """Whether the host's kept outcomes reject the promise (the module's rule)."""

@@ -324,10 +324,11 @@ class UsageHooks(ClusterListener):
         # Per host column: (mean, variance, third, fourth) CPU sums when the
         # host last changed with every VM on its own estimate.
         self._promises: dict[int, tuple[float, float, float, float]] = {}
-        self.relief_evidence: OverflowEvidence | None = None
-        self._relief_due: set[int] = set()
 
     observes_usage = True
+    # The relief rule's outcomes per host (None: relief off). A class default,
+    # so state saved before relief existed still reads as "off".
+    relief_evidence: OverflowEvidence | None = None
 
     def enable_relief(self, config: ReliefConfig) -> None:
         """Feed the relief rule every fully reported host window from now on."""
@@ -339,10 +340,7 @@ class UsageHooks(ClusterListener):
     def relief_due(self) -> list[int]:
         """Host columns whose recent windows reject rho (re-checked by the rule), ascending."""
         evidence = self.relief_evidence
-        if evidence is None:
-            return []
-        self._relief_due = {host for host in self._relief_due if evidence.due(host)}
-        return sorted(self._relief_due)
+        return [] if evidence is None else evidence.due_hosts()
 
     @property
     def realised_overflow(self) -> float:
@@ -424,8 +422,7 @@ class UsageHooks(ClusterListener):
             hosts.append(host)
             capacity = float(cluster.capacity[row, host])
             overflowed.append(self._window_cores[host] > capacity + FIT_TOLERANCE)
-        due = evidence.record(np.asarray(hosts, dtype=np.int64), np.asarray(overflowed))
-        self._relief_due.update(due.tolist())
+        evidence.record(np.asarray(hosts, dtype=np.int64), np.asarray(overflowed, dtype=np.bool_))
 
     def _count_window(self, cluster: ClusterState) -> None:
         row = CLUSTER_ROW[CPU]
@@ -496,7 +493,6 @@ class UsageHooks(ClusterListener):
         if self.relief_evidence is not None:
             for host in (before.host, after.host):
                 self.relief_evidence.clear(host)
-                self._relief_due.discard(host)
         if old_host is not None:
             self._promise(old_host)
             self._check(cluster, old_host, now)
