@@ -13,8 +13,22 @@ import numpy as np
 
 from lavad.daemon.cluster import ClusterState, VmRecord
 from lavad.daemon.placement.framework import PlacementRequest
+from lavad.daemon.placement.kernels import (
+    HEAD,
+    HOLDER,
+    HOST_EXIT,
+    HOST_INITIAL_EXIT,
+    HOST_INTS,
+    HOST_TIMES,
+    INITIAL_EXIT,
+    NEXT_ON_HOST,
+    PREDICTED_EXIT,
+    PREV_ON_HOST,
+    SLOT_INTS,
+    SLOT_TIMES,
+    warm_up_lifetime,
+)
 from lavad.daemon.placement.kernels import _leave_host as leave_host
-from lavad.daemon.placement.kernels import warm_up_lifetime
 from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
@@ -171,21 +185,27 @@ def test_a_circular_host_list_ends_the_walks() -> None:
     """A damaged list (a cycle, as a hand-edited snapshot could hold) costs at
     most one step per slot; it does not hang the daemon."""
     # Host 0: slot 2 at its head, then 0 -> 1 -> 0 -> ... (a cycle).
-    head = np.array([2])
-    following = np.array([1, 0, 0])
-    before = np.array([1, 0, -1])
-    exits = np.array([5.0, 7.0, 9.0])
-    host_exit = np.array([9.0])
-    host_initial_exit = np.array([9.0])
-    holder = np.array([2])
+    slot_times = np.zeros((SLOT_TIMES, 3))
+    slot_times[PREDICTED_EXIT] = slot_times[INITIAL_EXIT] = [5.0, 7.0, 9.0]
+    slot_ints = np.zeros((SLOT_INTS, 3), dtype=np.int64)
+    slot_ints[NEXT_ON_HOST] = [1, 0, 0]
+    slot_ints[PREV_ON_HOST] = [1, 0, -1]
+    host_times = np.full((HOST_TIMES, 1), 9.0)
+    host_ints = np.zeros((HOST_INTS, 1), dtype=np.int64)
+    host_ints[HEAD] = 2
+    host_ints[HOLDER] = 2
     # Slot 2 holds both maxima, so the walk over the others runs: it stops.
-    leave_host(2, 0, exits, exits, host_exit, host_initial_exit, holder, head, following, before)
-    assert host_exit[0] == host_initial_exit[0] == 7.0
-    assert holder[0] == -1
+    leave_host(2, 0, slot_times, slot_ints, host_times, host_ints)
+    assert host_times[HOST_EXIT, 0] == host_times[HOST_INITIAL_EXIT, 0] == 7.0
+    assert host_ints[HOLDER, 0] == -1
     tracker = LifetimeTracker(LifetimeSettings())
-    tracker._host_head = np.array([0])
-    tracker._next_on_host = np.array([1, 0])
-    assert tracker._members(0) == [0, 1]
+    tracker._grow_hosts(1)
+    tracker._host_head[0] = 0
+    tracker._next_on_host[:2] = [1, 0]
+    members = tracker._members(0)
+    # The walk stops after one step per slot (the tracker has 64).
+    assert len(members) == len(tracker._next_on_host) == 64
+    assert members[:4] == [0, 1, 0, 1]
 
 
 def test_the_refits_compiled_counting_and_suffix_sums_are_numpys_to_the_bit() -> None:

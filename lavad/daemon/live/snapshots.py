@@ -39,8 +39,10 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # (a v4 pool would load partly and fail at its first placement, so it is refused);
 # 6: the lifetime tracker keeps each host's VMs as a linked list of slots (not a set)
 # and its predictions per keys tuple, the ml limit choice its price per change and
-# the time of the VPA's last memory overrun (a v5 pool would fail at its first event)
-SNAPSHOT_VERSION = 6
+# the time of the VPA's last memory overrun (a v5 pool would fail at its first event);
+# 7: the lifetime tracker's per-slot and per-host arrays packed into a few 2-D arrays,
+# LAS's floors' epochs and stamps into one (a v6 pool would fail at its first event)
+SNAPSHOT_VERSION = 7
 
 
 class SnapshotError(Exception):

@@ -28,6 +28,45 @@ from lavad.models.lifetime.features import LEVELS
 BESTFIT: Final = 0
 FIRSTFIT: Final = 1
 
+# The lifetime tracker's per-slot and per-host columns, packed into a few 2-D
+# arrays (one row per column, one column per slot or host) so that a compiled
+# call takes a few arrays instead of one per column: taking in an array costs
+# a call about 50 ns. A row is a contiguous view (``slot_times[START]``).
+# Rows of ``slot_times`` (float64): when the VM was placed, its exit predicted
+# at creation, its latest predicted exit, and when that was predicted.
+START: Final = 0
+INITIAL_EXIT: Final = 1
+PREDICTED_EXIT: Final = 2
+PREDICTED_AT: Final = 3
+SLOT_TIMES: Final = 4
+# Rows of ``slot_ints`` (int64): the VM's host, its distribution row, the
+# slot's generation, and the next and previous slots on its host's list.
+HOST: Final = 0
+ROW: Final = 1
+GENERATION: Final = 2
+NEXT_ON_HOST: Final = 3
+PREV_ON_HOST: Final = 4
+SLOT_INTS: Final = 5
+# Rows of ``slot_flags`` (bool): whether the slot holds a running VM, and
+# whether the model learns from it.
+ALIVE: Final = 0
+LEARNS: Final = 1
+SLOT_FLAGS: Final = 2
+# Rows of ``host_times`` (float64): the host's latest predicted exit, its
+# latest exit as predicted at creation, and the exit its quantiles were
+# computed for (NaN: stale).
+HOST_EXIT: Final = 0
+HOST_INITIAL_EXIT: Final = 1
+QUANTILES_EXIT: Final = 2
+HOST_TIMES: Final = 3
+# Rows of ``host_ints`` (int64): the slot holding the host's latest exit
+# (-1: none or unknown), the first slot of its list (-1: empty), and how
+# many times its quantiles were rewritten.
+HOLDER: Final = 0
+HEAD: Final = 1
+QUANTILES_STAMP: Final = 2
+HOST_INTS: Final = 3
+
 
 @numba.njit(cache=True, nogil=True)
 def _scan_cores_memory(
@@ -532,12 +571,20 @@ def warm_up_lifetime() -> None:
     )  # fmt: skip
     _lava_preference(*preference)
     edges = np.array([0.0, 1.0])
-    refresh = (
-        one, np.full(1, np.nan), 1, np.zeros(1, dtype=np.int64), one, one,
-        np.zeros(1, dtype=np.int64), host_q, np.zeros(1, dtype=np.bool_), np.ones((1, 2)),
-        np.ones((1, 3)), edges, 2.0, one, host_q.copy(), one, np.full(1, -1), np.full(1, -1),
-        np.zeros(1, dtype=np.int64),
+    slot_times = np.zeros((SLOT_TIMES, 1))
+    slot_ints = np.zeros((SLOT_INTS, 1), dtype=np.int64)
+    host_times = np.zeros((HOST_TIMES, 1))
+    host_times[QUANTILES_EXIT] = np.nan  # stale: the refresh runs over host 0
+    host_ints = np.zeros((HOST_INTS, 1), dtype=np.int64)
+    host_ints[HEAD] = -1
+    # The refresh's arguments after the host count: the tracker's packed
+    # arrays and quantiles, then the creation quantiles' and the model's.
+    packed = (slot_times, slot_ints, host_times, host_ints, host_q.copy())
+    model = (
+        host_q.copy(), np.zeros(1, dtype=np.bool_), np.ones((1, 2)), np.ones((1, 3)), edges, 2.0,
+        one,
     )  # fmt: skip
+    refresh = (1, *packed, *model)
     _refresh_host_quantiles(*refresh)
     scan: tuple[Any, ...] = ()
     for use_thresholds, use_host_q in ((False, False), (True, False), (True, True)):
@@ -552,10 +599,10 @@ def warm_up_lifetime() -> None:
     floored = (*scan, 0, *floors, 0, True)
     _floored_lifetime_scan(*floored)
     Direct.floored_lifetime_scan = entry_point(_floored_lifetime_scan, floored)
-    # The refresh's own arguments: those of ``_refresh_host_quantiles`` less
-    # host_exit, n, host_q and the stamps, which the scan shares.
-    own = (refresh[1], *refresh[3:14], *refresh[15:18])
-    refreshed = (*floored, *own)
+    refreshed = (
+        free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0, one, True, 0.0,
+        0.0, one, ties, 0, np.zeros(1), np.full((2, 1), -1), 0, *packed, *model,
+    )  # fmt: skip
     _refreshed_lifetime_scan(*refreshed)
     Direct.refreshed_lifetime_scan = entry_point(_refreshed_lifetime_scan, refreshed)
     Direct.book_slot, Direct.release_slot = _warm_up_hooks()
@@ -679,13 +726,12 @@ compiled_remaining_quantiles: Callable[
 
 @numba.njit(cache=True, nogil=True)
 def _refresh_host_quantiles(
-    host_exit: FloatArray,
-    quantiles_exit: FloatArray,
     n: int,
-    holder: IntArray,
-    predicted_at: FloatArray,
-    start: FloatArray,
-    row: IntArray,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+    host_q: FloatArray,
     creation_quantiles: FloatArray,
     creation_known: BoolArray,
     mass: FloatArray,
@@ -693,30 +739,34 @@ def _refresh_host_quantiles(
     edges: FloatArray,
     open_lifetime: float,
     levels: FloatArray,
-    host_q: FloatArray,
-    predicted_exit: FloatArray,
-    head: IntArray,
-    next_on_host: IntArray,
-    stamp: IntArray,
 ) -> int:
-    """``LifetimeTracker.host_exit_quantiles`` in one pass over the hosts.
+    """``LifetimeTracker.host_exit_quantiles`` in one pass over the hosts ``[0, n)``.
 
-    A host whose ``host_exit`` differs from the one its quantiles were
-    computed for (``quantiles_exit``; NaN is stale) gets -inf when it has no
-    VM, else its holder's remaining-life quantiles at the uptime its exit was
-    predicted at, as times: from ``creation_quantiles`` when the holder was
-    never repredicted and its row's are known, else computed (and kept for
-    the row when at uptime 0). A host whose holder is unknown (-1) gets it
-    found again from its list of VMs (``head``, ``next_on_host``): the
-    lowest slot among those with the latest ``predicted_exit``. Each host
-    whose quantiles are rewritten has its ``stamp`` moved on (so the LAS
-    floors of ``_floored_lifetime_scan`` kept for it lapse). Returns how
-    many holders were found again.
+    A host whose exit (``host_times[HOST_EXIT]``) differs from the one its
+    quantiles were computed for (``host_times[QUANTILES_EXIT]``; NaN is
+    stale) gets -inf when it has no VM, else its holder's remaining-life
+    quantiles at the uptime its exit was predicted at, as times: from
+    ``creation_quantiles`` when the holder was never repredicted and its
+    row's are known, else computed (and kept for the row when at uptime 0).
+    A host whose holder is unknown (-1) gets it found again from its list
+    of VMs: the lowest slot among those with the latest predicted exit.
+    Each host whose quantiles are rewritten has its stamp moved on (so the
+    LAS floors of ``_floored_lifetime_scan`` kept for it lapse). Returns
+    how many holders were found again.
     """
+    host_exit = host_times[HOST_EXIT]
+    quantiles_exit = host_times[QUANTILES_EXIT]
+    holder = host_ints[HOLDER]
+    head = host_ints[HEAD]
+    stamp = host_ints[QUANTILES_STAMP]
+    start = slot_times[START]
+    predicted_exit = slot_times[PREDICTED_EXIT]
+    predicted_at = slot_times[PREDICTED_AT]
+    row = slot_ints[ROW]
+    next_on_host = slot_ints[NEXT_ON_HOST]
     count = 0
     width = host_q.shape[1]
     known_rows = len(creation_known)
-    scratch = np.empty((1, width))
     for h in range(n):
         exit_h = host_exit[h]
         if exit_h == quantiles_exit[h]:
@@ -746,30 +796,31 @@ def _refresh_host_quantiles(
         at = predicted_at[slot]
         r = row[slot]
         uptime = at - start[slot]
-        if uptime == 0.0 and r < known_rows and creation_known[r]:
+        if uptime == 0.0 and r < known_rows:
+            if not creation_known[r]:
+                _remaining_quantiles(
+                    mass, m0, r, uptime, edges, open_lifetime, levels, creation_quantiles, r
+                )
+                creation_known[r] = True
             for j in range(width):
                 host_q[h, j] = at + creation_quantiles[r, j]
         else:
-            _remaining_quantiles(mass, m0, r, uptime, edges, open_lifetime, levels, scratch, 0)
+            # Written in place, then made times: the same sums as through a copy.
+            _remaining_quantiles(mass, m0, r, uptime, edges, open_lifetime, levels, host_q, h)
             for j in range(width):
-                host_q[h, j] = at + scratch[0, j]
-            if uptime == 0.0 and r < known_rows:
-                for j in range(width):
-                    creation_quantiles[r, j] = scratch[0, j]
-                creation_known[r] = True
+                host_q[h, j] = at + host_q[h, j]
         quantiles_exit[h] = exit_h
     return count
 
 
 compiled_refresh_host_quantiles: Callable[
     [
-        FloatArray,
-        FloatArray,
         int,
-        IntArray,
-        FloatArray,
         FloatArray,
         IntArray,
+        FloatArray,
+        IntArray,
+        FloatArray,
         FloatArray,
         BoolArray,
         FloatArray,
@@ -777,17 +828,11 @@ compiled_refresh_host_quantiles: Callable[
         FloatArray,
         float,
         FloatArray,
-        FloatArray,
-        FloatArray,
-        IntArray,
-        IntArray,
-        IntArray,
     ],
     int,
 ] = _refresh_host_quantiles
-"""(host_exit, quantiles_exit, n, holder, predicted_at, start, row, creation quantiles,
-creation known, mass, m0, edges, open-bin lifetime, levels, host_q, predicted_exit, head,
-next_on_host, stamp) -> how many holders were found again."""
+"""(n, slot_times, slot_ints, host_times, host_ints, host_q, creation quantiles, creation
+known, mass, m0, edges, open-bin lifetime, levels) -> how many holders were found again."""
 
 
 @numba.njit(cache=True, nogil=True)
@@ -796,46 +841,44 @@ def _join_host(
     host: int,
     exit_time: float,
     initial_exit_time: float,
-    slot_host: IntArray,
-    host_exit: FloatArray,
-    host_initial_exit: FloatArray,
-    holder: IntArray,
-    head: IntArray,
-    next_on_host: IntArray,
-    prev_on_host: IntArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
 ) -> None:
     """``slot`` joins ``host``'s list with these exits: the host's latest exits and holder.
 
     The holder is the lowest slot among the VMs with the latest exit.
     """
+    next_on_host = slot_ints[NEXT_ON_HOST]
+    prev_on_host = slot_ints[PREV_ON_HOST]
+    head = host_ints[HEAD]
+    holder = host_ints[HOLDER]
     first = head[host]
     next_on_host[slot] = first
     prev_on_host[slot] = -1
     if first >= 0:
         prev_on_host[first] = slot
     head[host] = slot
-    slot_host[slot] = host
-    latest = host_exit[host]
+    slot_ints[HOST, slot] = host
+    latest = host_times[HOST_EXIT, host]
     if exit_time > latest:
-        host_exit[host] = exit_time
+        host_times[HOST_EXIT, host] = exit_time
         holder[host] = slot
     elif exit_time == latest and 0 <= slot < holder[host]:
         holder[host] = slot
-    host_initial_exit[host] = max(host_initial_exit[host], initial_exit_time)
+    host_times[HOST_INITIAL_EXIT, host] = max(
+        host_times[HOST_INITIAL_EXIT, host], initial_exit_time
+    )
 
 
 @numba.njit(cache=True, nogil=True)
 def _leave_host(
     slot: int,
     host: int,
-    predicted_exit: FloatArray,
-    initial_exit: FloatArray,
-    host_exit: FloatArray,
-    host_initial_exit: FloatArray,
-    holder: IntArray,
-    head: IntArray,
-    next_on_host: IntArray,
-    prev_on_host: IntArray,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
 ) -> None:
     """Take ``slot`` off ``host``'s list; the host's latest exits from the VMs left.
 
@@ -843,6 +886,11 @@ def _leave_host(
     they are the maxima over the VMs left (-inf with none), and the holder
     is unknown (-1: found again when next needed).
     """
+    predicted_exit = slot_times[PREDICTED_EXIT]
+    initial_exit = slot_times[INITIAL_EXIT]
+    next_on_host = slot_ints[NEXT_ON_HOST]
+    prev_on_host = slot_ints[PREV_ON_HOST]
+    head = host_ints[HEAD]
     before = prev_on_host[slot]
     after = next_on_host[slot]
     if before >= 0:
@@ -856,14 +904,14 @@ def _leave_host(
     member = head[host]
     if (
         member >= 0
-        and predicted_exit[slot] < host_exit[host]
-        and initial_exit[slot] < host_initial_exit[host]
+        and predicted_exit[slot] < host_times[HOST_EXIT, host]
+        and initial_exit[slot] < host_times[HOST_INITIAL_EXIT, host]
     ):
         return
-    holder[host] = -1
+    host_ints[HOLDER, host] = -1
     if member < 0:
-        host_exit[host] = -np.inf
-        host_initial_exit[host] = -np.inf
+        host_times[HOST_EXIT, host] = -np.inf
+        host_times[HOST_INITIAL_EXIT, host] = -np.inf
         return
     latest = predicted_exit[member]
     latest_initial = initial_exit[member]
@@ -875,8 +923,8 @@ def _leave_host(
         latest_initial = max(latest_initial, initial_exit[member])
         member = next_on_host[member]
         steps -= 1
-    host_exit[host] = latest
-    host_initial_exit[host] = latest_initial
+    host_times[HOST_EXIT, host] = latest
+    host_times[HOST_INITIAL_EXIT, host] = latest_initial
 
 
 @numba.njit(cache=True, nogil=True)
@@ -888,36 +936,24 @@ def _book_slot(
     rows: Any,
     exit_time: float,
     learns: bool,
-    slot_host: IntArray,
-    start: FloatArray,
-    row: IntArray,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    slot_flags: BoolArray,
     levels: IntArray,
-    initial_exit: FloatArray,
-    predicted_exit: FloatArray,
-    predicted_at: FloatArray,
-    alive: BoolArray,
-    learns_at: BoolArray,
-    host_exit: FloatArray,
-    host_initial_exit: FloatArray,
-    holder: IntArray,
-    head: IntArray,
-    next_on_host: IntArray,
-    prev_on_host: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
 ) -> None:
     """``LifetimeTracker.on_booked``'s writes to the slot and host arrays, in one call."""
-    start[slot] = placed_at
-    row[slot] = chosen_row
+    slot_times[START, slot] = placed_at
+    slot_times[INITIAL_EXIT, slot] = exit_time
+    slot_times[PREDICTED_EXIT, slot] = exit_time
+    slot_times[PREDICTED_AT, slot] = placed_at
+    slot_ints[ROW, slot] = chosen_row
     for k in range(len(rows)):
         levels[slot, k] = rows[k]
-    initial_exit[slot] = exit_time
-    predicted_exit[slot] = exit_time
-    predicted_at[slot] = placed_at
-    alive[slot] = True
-    learns_at[slot] = learns
-    _join_host(
-        slot, host, exit_time, exit_time, slot_host, host_exit, host_initial_exit, holder, head,
-        next_on_host, prev_on_host,
-    )  # fmt: skip
+    slot_flags[ALIVE, slot] = True
+    slot_flags[LEARNS, slot] = learns
+    _join_host(slot, host, exit_time, exit_time, slot_ints, host_times, host_ints)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -929,20 +965,12 @@ def _release_slot(
     deaths: FloatArray,
     censored: FloatArray,
     edges: FloatArray,
-    start: FloatArray,
-    learns: BoolArray,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    slot_flags: BoolArray,
     levels: IntArray,
-    alive: BoolArray,
-    slot_host: IntArray,
-    generation: IntArray,
-    predicted_exit: FloatArray,
-    initial_exit: FloatArray,
-    host_exit: FloatArray,
-    host_initial_exit: FloatArray,
-    holder: IntArray,
-    head: IntArray,
-    next_on_host: IntArray,
-    prev_on_host: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
 ) -> tuple[int, bool]:
     """``LifetimeTracker.on_released``'s writes, in one call: (the VM's host, whether it learns).
 
@@ -950,9 +978,9 @@ def _release_slot(
     from adds 1.0 to its rows' deaths (``exited``) or censorings at the
     column of its lifetime, max(now - start, 0), as ``observe_exit`` adds.
     """
-    learned = learns[slot]
+    learned = slot_flags[LEARNS, slot]
     if learned and count:
-        lived = now - start[slot]
+        lived = now - slot_times[START, slot]
         lived = max(lived, 0.0)
         # bisect.bisect_right(edges, lived) - 1, as ``GroupedLifeTables._column``.
         lo = 0
@@ -967,14 +995,11 @@ def _release_slot(
         counts = deaths if exited else censored
         for k in range(levels.shape[1]):
             counts[levels[slot, k], column] += 1.0
-    host = slot_host[slot]
-    alive[slot] = False
-    slot_host[slot] = -1
-    generation[slot] += 1
-    _leave_host(
-        slot, host, predicted_exit, initial_exit, host_exit, host_initial_exit, holder, head,
-        next_on_host, prev_on_host,
-    )  # fmt: skip
+    host = slot_ints[HOST, slot]
+    slot_flags[ALIVE, slot] = False
+    slot_ints[HOST, slot] = -1
+    slot_ints[GENERATION, slot] += 1
+    _leave_host(slot, host, slot_times, slot_ints, host_times, host_ints)
     return host, learned
 
 
@@ -1013,27 +1038,19 @@ def _refreshed_lifetime_scan(
     tolerance: float,
     preference: FloatArray,
     use_preference: bool,
-    host_exit: FloatArray,
     now: float,
     lifetime: float,
     thresholds: FloatArray,
-    use_thresholds: bool,
-    buckets: FloatArray,
-    host_q: FloatArray,
-    use_host_q: bool,
     ties: IntArray,
     probe: int,
     floor: FloatArray,
-    floor_epoch: IntArray,
-    floor_stamp: IntArray,
-    stamp: IntArray,
+    floor_marks: IntArray,
     epoch: int,
-    use_floor: bool,
-    quantiles_exit: FloatArray,
-    holder: IntArray,
-    predicted_at: FloatArray,
-    slot_start: FloatArray,
-    row: IntArray,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+    host_q: FloatArray,
     creation_quantiles: FloatArray,
     creation_known: BoolArray,
     mass: FloatArray,
@@ -1041,49 +1058,41 @@ def _refreshed_lifetime_scan(
     edges: FloatArray,
     open_lifetime: float,
     levels: FloatArray,
-    predicted_exit: FloatArray,
-    head: IntArray,
-    next_on_host: IntArray,
 ) -> tuple[int, float, float, float]:
-    """``_refresh_host_quantiles`` of hosts ``[0, n)``, then ``_floored_lifetime_scan``.
+    """``_refresh_host_quantiles`` of hosts ``[0, n)``, then ``_floored_lifetime_scan``
+    by the host quantiles, with floors.
 
-    One call instead of two: each call's arguments cost about 50 ns an
-    array to take in, and the tracker's Python around the refresh as much
-    again. ``host_q`` is the tracker's whole array (the scan reads its
-    first ``n`` rows).
+    One call instead of two, on the tracker's packed arrays: each call's
+    arrays cost about 50 ns apiece to take in. ``host_q`` is the tracker's
+    whole array (the scan reads its first ``n`` rows); ``floor_marks`` is
+    the floors' epochs (row 0) and the stamps they were costed at (row 1).
     """
     _refresh_host_quantiles(
-        host_exit, quantiles_exit, n, holder, predicted_at, slot_start, row, creation_quantiles,
-        creation_known, mass, m0, edges, open_lifetime, levels, host_q, predicted_exit, head,
-        next_on_host, stamp,
+        n, slot_times, slot_ints, host_times, host_ints, host_q, creation_quantiles,
+        creation_known, mass, m0, edges, open_lifetime, levels,
     )  # fmt: skip
     return _floored_lifetime_scan(
         free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
-        preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
-        buckets, host_q, use_host_q, ties, probe, floor, floor_epoch, floor_stamp, stamp, epoch,
-        use_floor,
+        preference, use_preference, host_times[HOST_EXIT], now, lifetime, thresholds, True,
+        thresholds,  # the buckets: not read when costing by thresholds
+        host_q, True, ties, probe, floor, floor_marks[0], floor_marks[1],
+        host_ints[QUANTILES_STAMP], epoch, True,
     )  # fmt: skip
 
 
 def _warm_up_hooks() -> tuple[Callable[..., None], Callable[..., tuple[int, bool]]]:
     """Compile (or load) the tracker's booking and release kernels; their entry points."""
-    ints = np.zeros(2, dtype=np.int64)
-    floats = np.zeros(2)
-    flags = np.zeros(2, dtype=np.bool_)
-    table = np.zeros((2, 2))
+    slot_times = np.zeros((SLOT_TIMES, 2))
+    slot_ints = np.full((SLOT_INTS, 2), -1, dtype=np.int64)
+    slot_flags = np.zeros((SLOT_FLAGS, 2), dtype=np.bool_)
     levels = np.zeros((2, LEVELS), dtype=np.int64)
-    book = (
-        0, 0, 0.0, 0, (0,) * LEVELS, 1.0, True, ints.copy(), floats.copy(), ints.copy(),
-        levels, floats.copy(), floats.copy(), floats.copy(), flags.copy(), flags.copy(),
-        np.full(1, -np.inf), np.full(1, -np.inf), np.full(1, -1), np.full(1, -1),
-        np.full(2, -1), np.full(2, -1),
-    )  # fmt: skip
+    host_times = np.full((HOST_TIMES, 1), -np.inf)
+    host_ints = np.full((HOST_INTS, 1), -1, dtype=np.int64)
+    packed = (slot_times, slot_ints, slot_flags, levels, host_times, host_ints)
+    book = (0, 0, 0.0, 0, (0,) * LEVELS, 1.0, True, *packed)
     _book_slot(*book)
-    release = (
-        0, 1.0, True, True, table, table.copy(), np.array([0.0, 1.0]), book[8], book[15],
-        levels, book[14], book[7], np.zeros(2, dtype=np.int64), book[12], book[11], book[16],
-        book[17], book[18], book[19], book[20], book[21],
-    )  # fmt: skip
+    table = np.zeros((2, 2))
+    release = (0, 1.0, True, True, table, table.copy(), np.array([0.0, 1.0]), *packed)
     _release_slot(*release)
     return entry_point(_book_slot, book), entry_point(_release_slot, release)
 

@@ -42,13 +42,38 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
-from lavad.daemon.cluster import ClusterState, FloatArray, VmRecord
+from lavad.daemon.cluster import BoolArray, ClusterState, FloatArray, IntArray, VmRecord
 from lavad.daemon.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
-from lavad.daemon.placement.kernels import Direct
+from lavad.daemon.placement.kernels import (
+    ALIVE,
+    GENERATION,
+    HEAD,
+    HOLDER,
+    HOST,
+    HOST_EXIT,
+    HOST_INITIAL_EXIT,
+    HOST_INTS,
+    HOST_TIMES,
+    INITIAL_EXIT,
+    LEARNS,
+    NEXT_ON_HOST,
+    PREDICTED_AT,
+    PREDICTED_EXIT,
+    PREV_ON_HOST,
+    QUANTILES_EXIT,
+    QUANTILES_STAMP,
+    ROW,
+    SLOT_FLAGS,
+    SLOT_INTS,
+    SLOT_TIMES,
+    START,
+    Direct,
+)
 from lavad.daemon.placement.kernels import _join_host as join_host
 from lavad.daemon.placement.kernels import _leave_host as leave_host
 from lavad.daemon.registry import Entry, Registry
@@ -211,6 +236,15 @@ LIFETIME_MODELS: Registry[GroupedLifeTables] = Registry(
 )
 
 
+_Scalar = TypeVar("_Scalar", bound=np.generic)
+
+
+def _row(packed: NDArray[_Scalar], index: int) -> NDArray[_Scalar]:
+    """Row ``index`` of a packed 2-D array: one column of the tracker, a contiguous view."""
+    row: NDArray[_Scalar] = packed[index]
+    return row
+
+
 @dataclass(slots=True)
 class Prediction:
     rows: GroupRows
@@ -240,55 +274,37 @@ class LifetimeTracker(ClusterListener):
             settings.model, None, bins or LifetimeBins.log_spaced(), settings
         )
         size = 64
-        self.host = np.full(size, -1, dtype=np.int64)
-        self.start = np.zeros(size)
-        self.row = np.zeros(size, dtype=np.int64)
+        # Per slot (one column each), packed by type so that a compiled call
+        # takes three arrays, not ten (``kernels.START`` ... name the rows;
+        # ``start``, ``host`` ... below are views of them).
+        self._slot_times: FloatArray = np.zeros((SLOT_TIMES, size))
+        self._slot_ints = np.zeros((SLOT_INTS, size), dtype=np.int64)
+        self._slot_ints[[HOST, NEXT_ON_HOST, PREV_ON_HOST]] = -1
+        self._slot_flags = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
         self.levels = np.zeros((size, LEVELS), dtype=np.int64)
-        # E[T] at creation (LA-Binary's one-shot prediction) and the latest one.
-        self.initial_exit = np.zeros(size)
-        self.predicted_exit = np.zeros(size)
-        # When predicted_exit was last set: its remaining-life quantiles are
-        # those of T_r | T_u at that uptime.
-        self.predicted_at = np.zeros(size)
-        self.alive = np.zeros(size, dtype=np.bool_)
-        # Whether the model learns from the VM (not when it is left-truncated:
-        # ``features.left_truncated``).
-        self.learns = np.zeros(size, dtype=np.bool_)
-        # A slot's generation: heap entries of a former occupant are stale.
-        self.generation = np.zeros(size, dtype=np.int64)
         self.vm_ids: list[str] = [""] * size
         # Each slot's group rows as the tuple the model takes (``levels`` as
         # Python ints): a release hands them to the model without a numpy read.
         self.slot_rows: list[GroupRows] = [()] * size
-        self.host_exit: FloatArray = np.full(0, -np.inf)
-        self.host_initial_exit: FloatArray = np.full(0, -np.inf)
+        # Per host (one column each), packed as the slots' are: the latest
+        # exits, the holder, the head of the host's list, and its quantiles'
+        # exit and stamp (views below).
+        self._host_times: FloatArray = np.zeros((HOST_TIMES, 0))
+        self._host_ints = np.zeros((HOST_INTS, 0), dtype=np.int64)
         # Per host, the absolute exit times at ``host_quantiles`` levels of the
         # VM holding ``host_exit``, and the host_exit they were computed for
-        # (NaN: stale), brought up to date lazily before a placement.
+        # (``_host_q_exit``, NaN: stale), brought up to date lazily before a
+        # placement; how many times they were rewritten (``host_q_stamp``: the
+        # version of its row of ``_host_q``, which a policy's kept LAS floors name).
         self._host_q: FloatArray = np.full((0, settings.host_quantiles), -np.inf)
-        self._host_q_exit: FloatArray = np.full(0, np.nan)
-        # Per host, how many times its quantiles were rewritten (the version
-        # of its row of ``_host_q``: a policy's kept LAS floors name it).
-        self.host_q_stamp = np.zeros(0, dtype=np.int64)
         self._host_levels = midpoint_levels(max(settings.host_quantiles, 1))
         # The open bin's lifetime, as the quantile kernels take it.
         self._open_lifetime = float(self.model.bins.representative[-1])
-        # Per host, the slot holding ``host_exit``: the lowest slot among its
-        # VMs with the latest predicted exit (-1: none, or to be found again
-        # from the host's VMs when next needed). Kept as bookings, releases
-        # and repredictions move ``host_exit``.
-        self._holder = np.full(0, -1, dtype=np.int64)
         # Per distribution row, its host quantiles at uptime 0 and whether
         # they are known (until the next refit): most holders are VMs just
         # booked, never repredicted.
         self._creation_q: FloatArray = np.zeros((0, settings.host_quantiles))
         self._creation_known = np.zeros(0, dtype=np.bool_)
-        # Each host's VMs as a doubly linked list of slots (-1 ends it), so
-        # the compiled booking and release (``kernels._book_slot``,
-        # ``_release_slot``) find a host's latest exits without Python sets.
-        self._host_head = np.full(0, -1, dtype=np.int64)
-        self._next_on_host = np.full(size, -1, dtype=np.int64)
-        self._prev_on_host = np.full(size, -1, dtype=np.int64)
         # Whether a release may add the VM's exit or censoring to the model's
         # counts itself (``GroupedLifeTables.counts_plainly``), in the same call.
         self._counts_plainly = self.model.counts_plainly()
@@ -328,6 +344,99 @@ class LifetimeTracker(ClusterListener):
         # The initial lifetime of the VM booked last (``initial_lifetime``).
         self.booked_lifetime = 0.0
         self.notices: list[Notice] = []
+
+    # ------------------------------------------- views of the packed columns
+
+    @property
+    def start(self) -> FloatArray:
+        """Per slot, when its VM was placed."""
+        return _row(self._slot_times, START)
+
+    @property
+    def initial_exit(self) -> FloatArray:
+        """Per slot, E[T] at creation as an exit (LA-Binary's one-shot prediction)."""
+        return _row(self._slot_times, INITIAL_EXIT)
+
+    @property
+    def predicted_exit(self) -> FloatArray:
+        """Per slot, its VM's latest predicted exit."""
+        return _row(self._slot_times, PREDICTED_EXIT)
+
+    @property
+    def predicted_at(self) -> FloatArray:
+        """Per slot, when ``predicted_exit`` was last set: its remaining-life
+        quantiles are those of T_r | T_u at that uptime."""
+        return _row(self._slot_times, PREDICTED_AT)
+
+    @property
+    def host(self) -> IntArray:
+        """Per slot, its VM's host (-1: free)."""
+        return _row(self._slot_ints, HOST)
+
+    @property
+    def row(self) -> IntArray:
+        """Per slot, its VM's chosen distribution row."""
+        return _row(self._slot_ints, ROW)
+
+    @property
+    def generation(self) -> IntArray:
+        """Per slot, its generation: heap entries of a former occupant are stale."""
+        return _row(self._slot_ints, GENERATION)
+
+    @property
+    def _next_on_host(self) -> IntArray:
+        """Per slot, the next slot on its host's list (-1 ends it): each host's
+        VMs are a doubly linked list, so the compiled booking and release find
+        a host's latest exits without Python sets."""
+        return _row(self._slot_ints, NEXT_ON_HOST)
+
+    @property
+    def _prev_on_host(self) -> IntArray:
+        """Per slot, the previous slot on its host's list (-1: the first)."""
+        return _row(self._slot_ints, PREV_ON_HOST)
+
+    @property
+    def alive(self) -> BoolArray:
+        """Per slot, whether it holds a running VM."""
+        return _row(self._slot_flags, ALIVE)
+
+    @property
+    def learns(self) -> BoolArray:
+        """Per slot, whether the model learns from its VM (not when it is
+        left-truncated: ``features.left_truncated``)."""
+        return _row(self._slot_flags, LEARNS)
+
+    @property
+    def host_exit(self) -> FloatArray:
+        """Per host, the latest predicted exit of its VMs (-inf: none)."""
+        return _row(self._host_times, HOST_EXIT)
+
+    @property
+    def host_initial_exit(self) -> FloatArray:
+        """Per host, the latest exit of its VMs as predicted at their creation."""
+        return _row(self._host_times, HOST_INITIAL_EXIT)
+
+    @property
+    def _host_q_exit(self) -> FloatArray:
+        """Per host, the ``host_exit`` its quantiles were computed for (NaN: stale)."""
+        return _row(self._host_times, QUANTILES_EXIT)
+
+    @property
+    def _holder(self) -> IntArray:
+        """Per host, the slot holding ``host_exit``: the lowest slot among its VMs
+        with the latest predicted exit (-1: none, or to be found again from
+        the host's VMs when next needed)."""
+        return _row(self._host_ints, HOLDER)
+
+    @property
+    def _host_head(self) -> IntArray:
+        """Per host, the first slot of its list of VMs (-1: none)."""
+        return _row(self._host_ints, HEAD)
+
+    @property
+    def host_q_stamp(self) -> IntArray:
+        """Per host, how many times its quantiles were rewritten."""
+        return _row(self._host_ints, QUANTILES_STAMP)
 
     # ------------------------------------------------------------ predicting
 
@@ -444,7 +553,7 @@ class LifetimeTracker(ClusterListener):
 
     def _first_exit(self) -> float:
         exits = self._exits
-        generation = self.generation
+        generation = self._slot_ints[GENERATION]
         while exits and exits[0][2] != generation[exits[0][1]]:
             heapq.heappop(exits)
         return exits[0][0] if exits else float("inf")
@@ -631,9 +740,10 @@ class LifetimeTracker(ClusterListener):
         self._refresh_host_quantiles(n_hosts)
         return self._host_q[:n_hosts]
 
-    def quantile_refresh(self, n_hosts: int) -> tuple[FloatArray, tuple[Any, ...]]:
-        """The host quantiles (all hosts, not yet refreshed) and the arguments of
-        ``kernels._refreshed_lifetime_scan`` that refresh them.
+    def quantile_refresh(self, n_hosts: int) -> tuple[Any, ...]:
+        """The arguments of ``kernels._refreshed_lifetime_scan`` after the floors'
+        epoch: the tracker's packed arrays and host quantiles (all hosts, not
+        yet refreshed), then what refreshing them reads.
 
         For a scan that brings ``host_exit_quantiles`` up to date itself, in
         the same call: the hosts grown to ``n_hosts`` first, as it would.
@@ -642,12 +752,12 @@ class LifetimeTracker(ClusterListener):
         model = self.model
         if len(self._creation_known) < len(model.mass):
             self._grow_creation_quantiles(len(model.mass))
-        return self._host_q, (
-            self._host_q_exit,
-            self._holder,
-            self.predicted_at,
-            self.start,
-            self.row,
+        return (
+            self._slot_times,
+            self._slot_ints,
+            self._host_times,
+            self._host_ints,
+            self._host_q,
             self._creation_q,
             self._creation_known,
             model.mass,
@@ -655,36 +765,26 @@ class LifetimeTracker(ClusterListener):
             model.bins.edges,
             self._open_lifetime,
             self._host_levels,
-            self.predicted_exit,
-            self._host_head,
-            self._next_on_host,
         )
 
     def _refresh_host_quantiles(self, n_hosts: int) -> int:
         """The compiled pass of ``host_exit_quantiles``: how many holders it found again."""
         model = self.model
-        bins = model.bins
         # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
         return Direct.refresh_host_quantiles(
-            self.host_exit,
-            self._host_q_exit,
             n_hosts,
-            self._holder,
-            self.predicted_at,
-            self.start,
-            self.row,
+            self._slot_times,
+            self._slot_ints,
+            self._host_times,
+            self._host_ints,
+            self._host_q,
             self._creation_q,
             self._creation_known,
             model.mass,
             model.m0,
-            bins.edges,
+            model.bins.edges,
             self._open_lifetime,
             self._host_levels,
-            self._host_q,
-            self.predicted_exit,
-            self._host_head,
-            self._next_on_host,
-            self.host_q_stamp,
         )
 
     def _grow_creation_quantiles(self, rows: int) -> None:
@@ -728,7 +828,7 @@ class LifetimeTracker(ClusterListener):
             prediction = self.predict(event)
         slot = self._take_slot()
         host = record.host
-        if host >= len(self.host_exit):
+        if host >= self._host_times.shape[1]:
             self._grow_hosts(host + 1)
         vm_id = record.vm_id
         self._slot[vm_id] = slot
@@ -741,15 +841,14 @@ class LifetimeTracker(ClusterListener):
         learns = event is None or not left_truncated(event.features)
         # The slot's and host's arrays, the host's list, latest exits and holder.
         Direct.book_slot(
-            slot, host, placed_at, prediction.row, rows, exit_time, learns, self.host,
-            self.start, self.row, self.levels, self.initial_exit, self.predicted_exit,
-            self.predicted_at, self.alive, self.learns, self.host_exit, self.host_initial_exit,
-            self._holder, self._host_head, self._next_on_host, self._prev_on_host,
+            slot, host, placed_at, prediction.row, rows, exit_time, learns, self._slot_times,
+            self._slot_ints, self._slot_flags, self.levels, self._host_times, self._host_ints,
         )  # fmt: skip
         if learns and self.settings.siblings and not self.settings.oracle:
             self._siblings.setdefault(rows[0], set()).add(slot)
         if self.settings.repredict and not self.settings.oracle and exit_time < self._next_refit:
-            heapq.heappush(self._exits, (exit_time, slot, int(self.generation[slot])))
+            generation = int(self._slot_ints[GENERATION, slot])
+            heapq.heappush(self._exits, (exit_time, slot, generation))
             deadline = self._deadline
             if deadline is not None and exit_time < deadline:
                 self._deadline = exit_time  # a new entry only brings the first one earlier
@@ -763,9 +862,9 @@ class LifetimeTracker(ClusterListener):
         rows = self.slot_rows[slot]
         model = self.model
         count = self._counts_plainly
-        if not count and self.learns[slot]:
+        if not count and self._slot_flags[LEARNS, slot]:
             # (Not when left-truncated: its age is unknown, so is its lifetime.)
-            lived = max(now - self.start[slot], 0.0)
+            lived = max(now - self._slot_times[START, slot], 0.0)
             if exited:
                 model.observe_exit(rows, lived, now)
             else:
@@ -775,9 +874,8 @@ class LifetimeTracker(ClusterListener):
         # latest exits from the VMs left on it: one compiled call.
         _, learns = Direct.release_slot(
             slot, now, exited, count, model.deaths, model.censored, model.bins.edges,
-            self.start, self.learns, self.levels, self.alive, self.host, self.generation,
-            self.predicted_exit, self.initial_exit, self.host_exit, self.host_initial_exit,
-            self._holder, self._host_head, self._next_on_host, self._prev_on_host,
+            self._slot_times, self._slot_ints, self._slot_flags, self.levels, self._host_times,
+            self._host_ints,
         )  # fmt: skip
         if count and learns:
             model.touch(rows)
@@ -872,22 +970,20 @@ class LifetimeTracker(ClusterListener):
         new_host = after.host
         self._grow_hosts(new_host + 1)
         # Rare: the compiled helpers through numba's dispatch.
-        leave_host(
-            slot, int(self.host[slot]), self.predicted_exit, self.initial_exit, self.host_exit,
-            self.host_initial_exit, self._holder, self._host_head, self._next_on_host,
-            self._prev_on_host,
-        )  # fmt: skip
+        times = self._slot_times
+        ints = self._slot_ints
+        leave_host(slot, int(ints[HOST, slot]), times, ints, self._host_times, self._host_ints)
         join_host(
-            slot, new_host, float(self.predicted_exit[slot]), float(self.initial_exit[slot]),
-            self.host, self.host_exit, self.host_initial_exit, self._holder, self._host_head,
-            self._next_on_host, self._prev_on_host,
+            slot, new_host, float(times[PREDICTED_EXIT, slot]), float(times[INITIAL_EXIT, slot]),
+            ints, self._host_times, self._host_ints,
         )  # fmt: skip
 
     def _members(self, host: int) -> list[int]:
         """The slots of ``host``'s VMs, in its list's order."""
         members: list[int] = []
         following = self._next_on_host
-        slot = int(self._host_head[host]) if host < len(self._host_head) else -1
+        head = self._host_head
+        slot = int(head[host]) if host < len(head) else -1
         while slot >= 0 and len(members) < len(following):  # a list holds each slot once
             members.append(slot)
             slot = int(following[slot])
@@ -900,36 +996,30 @@ class LifetimeTracker(ClusterListener):
         return {host: set(self._members(host)) for host in hosts}
 
     def _grow_hosts(self, n_hosts: int) -> None:
-        if n_hosts > len(self.host_exit):
-            size = max(n_hosts, 2 * len(self.host_exit), 64)
-            extra = np.full(size - len(self.host_exit), -np.inf)
-            self.host_exit = np.concatenate([self.host_exit, extra])
-            self.host_initial_exit = np.concatenate([self.host_initial_exit, extra])
-            grown = len(extra)
-            self._host_q_exit = np.concatenate([self._host_q_exit, np.full(grown, np.nan)])
-            self.host_q_stamp = np.concatenate([self.host_q_stamp, np.zeros(grown, dtype=np.int64)])
-            self._holder = np.concatenate([self._holder, np.full(grown, -1, dtype=np.int64)])
-            self._host_head = np.concatenate([self._host_head, np.full(grown, -1, dtype=np.int64)])
+        hosts = self._host_times.shape[1]
+        if n_hosts > hosts:
+            grown = max(n_hosts, 2 * hosts, 64) - hosts
+            times = np.full((HOST_TIMES, grown), -np.inf)
+            times[QUANTILES_EXIT] = np.nan
+            self._host_times = np.concatenate([self._host_times, times], axis=1)
+            ints = np.full((HOST_INTS, grown), -1, dtype=np.int64)
+            ints[QUANTILES_STAMP] = 0
+            self._host_ints = np.concatenate([self._host_ints, ints], axis=1)
             self._host_q = np.concatenate(
                 [self._host_q, np.full((grown, self._host_q.shape[1]), -np.inf)]
             )
 
     def _take_slot(self) -> int:
         if not self._free:
-            size = len(self.host)
-            self.host = np.concatenate([self.host, np.full(size, -1, dtype=np.int64)])
-            self.start = np.concatenate([self.start, np.zeros(size)])
-            self.row = np.concatenate([self.row, np.zeros(size, dtype=np.int64)])
+            size = self._slot_times.shape[1]
+            times = np.zeros((SLOT_TIMES, size))
+            self._slot_times = np.concatenate([self._slot_times, times], axis=1)
+            ints = np.zeros((SLOT_INTS, size), dtype=np.int64)
+            ints[[HOST, NEXT_ON_HOST, PREV_ON_HOST]] = -1
+            self._slot_ints = np.concatenate([self._slot_ints, ints], axis=1)
+            flags = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
+            self._slot_flags = np.concatenate([self._slot_flags, flags], axis=1)
             self.levels = np.concatenate([self.levels, np.zeros((size, LEVELS), dtype=np.int64)])
-            self.initial_exit = np.concatenate([self.initial_exit, np.zeros(size)])
-            self.predicted_exit = np.concatenate([self.predicted_exit, np.zeros(size)])
-            self.predicted_at = np.concatenate([self.predicted_at, np.zeros(size)])
-            self.alive = np.concatenate([self.alive, np.zeros(size, dtype=np.bool_)])
-            self.learns = np.concatenate([self.learns, np.zeros(size, dtype=np.bool_)])
-            self.generation = np.concatenate([self.generation, np.zeros(size, dtype=np.int64)])
-            unlinked = np.full(size, -1, dtype=np.int64)
-            self._next_on_host = np.concatenate([self._next_on_host, unlinked])
-            self._prev_on_host = np.concatenate([self._prev_on_host, unlinked])
             self.vm_ids.extend([""] * size)
             self.slot_rows.extend([()] * size)
             self._free = list(range(2 * size - 1, size - 1, -1))

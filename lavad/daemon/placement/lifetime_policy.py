@@ -66,9 +66,10 @@ class LifetimePolicy(Policy):
         # array (a batch of one group, or one group between refits) and time
         # does not go back; then a host's cost can only have grown, so a host
         # whose floor is above the best so far needs no search.
+        # ``_floor_marks``: per host, the epoch (row 0) and the stamp (row 1)
+        # its floor was costed in, packed to be one argument of the scan.
         self._floor: FloatArray = np.zeros(0)
-        self._floor_epoch = np.zeros(0, dtype=np.int64)
-        self._floor_stamp = np.zeros(0, dtype=np.int64)
+        self._floor_marks = np.zeros((2, 0), dtype=np.int64)
         self._epoch = 0
         self._epoch_thresholds: FloatArray | None = None
         self._epoch_now = float("-inf")
@@ -93,64 +94,71 @@ class LifetimePolicy(Policy):
         now = request.now
         tracker.refresh(cluster, now)
         prediction = tracker.prediction_for(request)
-        # Unclipped: the scan takes max(exit, now) itself, and a copy clipped
-        # here cost an array per placement.
-        host_exit = tracker.latest_exits(n)
         thresholds = prediction.thresholds
-        use_host_q = thresholds is not None and tracker.uses_host_quantiles
-        if use_host_q:
-            # Refreshed by the scan itself (``kernels._refreshed_lifetime_scan``).
-            host_q, refresh = tracker.quantile_refresh(n)
-        else:
-            host_q = _NO_HOST_QUANTILES
         d0, d1, d2, d3 = request.demand
-        # ``kernels.compiled_lifetime_scan`` without numba's type dispatch (the
-        # arrays are the ones its warm-up typed: float64, bool, int64; C order),
-        # costing the previous choice first to skip hosts that cost more.
-        arguments = (
-            cluster.free,
-            cluster.inv_capacity,
-            cluster.unschedulable,
-            n,
-            d0,
-            d1,
-            d2,
-            d3,
-            self.best_fit.kernel_weights,
-            cluster.resource_present,
-            FIT_TOLERANCE,
-            key,
-            preference is not None,
-            host_exit,
-            now,
-            prediction.lifetime_s,
-            _NO_THRESHOLDS if thresholds is None else thresholds,
-            thresholds is not None,
-            LAS_BUCKETS_S,
-            host_q,
-            use_host_q,
-            self._ties,
-            self._probe,
-        )
-        if use_host_q:
+        if thresholds is not None and tracker.uses_host_quantiles:
             if thresholds is not self._epoch_thresholds or now < self._epoch_now:
                 self._epoch += 1
                 self._epoch_thresholds = thresholds
             self._epoch_now = now
             if len(self._floor) < n:
                 self._grow_floors(n)
+            # ``kernels._refreshed_lifetime_scan`` without numba's type dispatch
+            # (the arrays are the ones its warm-up typed: float64, bool, int64;
+            # C order): the host quantiles brought up to date, then the scan,
+            # costing the previous choice first to skip hosts that cost more.
             count, best_p, best_c, best_s = Direct.refreshed_lifetime_scan(
-                *arguments,
+                cluster.free,
+                cluster.inv_capacity,
+                cluster.unschedulable,
+                n,
+                d0,
+                d1,
+                d2,
+                d3,
+                self.best_fit.kernel_weights,
+                cluster.resource_present,
+                FIT_TOLERANCE,
+                key,
+                preference is not None,
+                now,
+                prediction.lifetime_s,
+                thresholds,
+                self._ties,
+                self._probe,
                 self._floor,
-                self._floor_epoch,
-                self._floor_stamp,
-                tracker.host_q_stamp,
+                self._floor_marks,
                 self._epoch,
-                True,
-                *refresh,
+                *tracker.quantile_refresh(n),
             )
         else:
-            count, best_p, best_c, best_s = Direct.lifetime_scan(*arguments)
+            # ``kernels.compiled_lifetime_scan`` as above, by the hosts' point
+            # exits (unclipped: the scan takes max(exit, now) itself).
+            count, best_p, best_c, best_s = Direct.lifetime_scan(
+                cluster.free,
+                cluster.inv_capacity,
+                cluster.unschedulable,
+                n,
+                d0,
+                d1,
+                d2,
+                d3,
+                self.best_fit.kernel_weights,
+                cluster.resource_present,
+                FIT_TOLERANCE,
+                key,
+                preference is not None,
+                tracker.latest_exits(n),
+                now,
+                prediction.lifetime_s,
+                _NO_THRESHOLDS if thresholds is None else thresholds,
+                thresholds is not None,
+                LAS_BUCKETS_S,
+                _NO_HOST_QUANTILES,
+                False,
+                self._ties,
+                self._probe,
+            )
         if count == 0:
             return super().place(cluster, request)  # it explains why nothing fits
         if count == 1 or not self.random_ties:
@@ -170,5 +178,6 @@ class LifetimePolicy(Policy):
         grown = size - len(self._floor)
         self._floor = np.concatenate([self._floor, np.zeros(grown)])
         # Epoch -1 is never current: a new host has no floor yet.
-        self._floor_epoch = np.concatenate([self._floor_epoch, np.full(grown, -1, dtype=np.int64)])
-        self._floor_stamp = np.concatenate([self._floor_stamp, np.zeros(grown, dtype=np.int64)])
+        marks = np.zeros((2, grown), dtype=np.int64)
+        marks[0] = -1
+        self._floor_marks = np.concatenate([self._floor_marks, marks], axis=1)
