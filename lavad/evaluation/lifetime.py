@@ -241,6 +241,7 @@ MODEL_TITLES = {
     "mixture-frailty": "the mixture, each owner's hazard times its frailty",
     "mixture-calibrated": "the mixture, recalibrated online",
     "frailty-calibrated": "life tables with owners' frailty, recalibrated online",
+    "mixture-frailty-calibrated": "the mixture with owners' frailty, recalibrated online",
 }
 
 
@@ -267,6 +268,13 @@ def _online_model(
     if name == "mixture-calibrated":
         return CalibratedLifeTables(
             MixtureLifeTables(bins, min_observations),
+            SurvivalCalibrator(bins, half_life_s=calibration_half_life_s),
+        )
+    if name == "mixture-frailty-calibrated":
+        return CalibratedLifeTables(
+            FrailtyLifeTables(
+                MixtureLifeTables(bins, min_observations), half_life_s=frailty_half_life_s
+            ),
             SurvivalCalibrator(bins, half_life_s=calibration_half_life_s),
         )
     if name == "frailty-calibrated":

@@ -78,6 +78,7 @@ from lavad.daemon.placement.kernels import _join_host as join_host
 from lavad.daemon.placement.kernels import _leave_host as leave_host
 from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibrated import CalibratedLifeTables
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import (
     LEVELS,
@@ -85,6 +86,7 @@ from lavad.models.lifetime.features import (
     left_truncated,
     lifetime_keys,
 )
+from lavad.models.lifetime.frailty import FrailtyLifeTables
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
 from lavad.models.lifetime.mixture import MixtureLifeTables
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
@@ -231,6 +233,36 @@ LIFETIME_MODELS: Registry[GroupedLifeTables] = Registry(
             "life tables with no forgetting and with half-lives of 7 d, 72 h and 24 h, mixed "
             "per uptime band by each one's recent log score on resolved VMs (mixture.py)",
             lambda _args, bins, settings: MixtureLifeTables(bins, settings.min_observations),
+        ),
+        Entry(
+            "frailty",
+            "model 'tables', each owner's hazard times its frailty: the gamma posterior of its "
+            "recent deaths over the hazard the tables expected for them (frailty.py)",
+            lambda _args, bins, settings: FrailtyLifeTables(
+                GroupedLifeTables(bins, settings.min_observations, half_life_s=settings.half_life_s)
+            ),
+        ),
+        Entry(
+            "mixture-frailty",
+            "model 'mixture', each owner's hazard times its frailty as in 'frailty'",
+            lambda _args, bins, settings: FrailtyLifeTables(
+                MixtureLifeTables(bins, settings.min_observations)
+            ),
+        ),
+        Entry(
+            "mixture-calibrated",
+            "model 'mixture', recalibrated online as 'tables-calibrated' (calibrated.py)",
+            lambda _args, bins, settings: CalibratedLifeTables(
+                MixtureLifeTables(bins, settings.min_observations), SurvivalCalibrator(bins)
+            ),
+        ),
+        Entry(
+            "mixture-frailty-calibrated",
+            "model 'mixture-frailty', recalibrated online as 'tables-calibrated'",
+            lambda _args, bins, settings: CalibratedLifeTables(
+                FrailtyLifeTables(MixtureLifeTables(bins, settings.min_observations)),
+                SurvivalCalibrator(bins),
+            ),
         ),
     ],
 )
