@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from gpa_support import cpu_sample
 
 from lavad.daemon.cluster import ClusterState
+from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
+from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.migrations.relief import (
     OverflowEvidence,
     ReliefConfig,
@@ -22,10 +25,12 @@ from lavad.daemon.migrations.relief import (
 )
 from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
+from lavad.daemon.settings import ConfigError, load_settings
 from lavad.evaluation.gpa_react import RunningCumulants, react
 from lavad.evaluation.gpa_tail import task_cumulants
 from lavad.evaluation.stochastic_packing import Packing
 from lavad.models.usage.margin import TailCalibration
+from lavad.streams.schema import Decision, HostUp, Migration, VmPlaced
 
 # ------------------------------------------------------------------ the rule
 
@@ -265,8 +270,9 @@ def _overflowing_host() -> tuple[ClusterState, UsageHooks]:
 
 def test_live_hooks_find_the_overflowing_host_and_plan_its_relief() -> None:
     """Windows close when a later one's first sample comes: 17 are scored, the last 5
-    overflowed. P(Binomial(17, 0.05) >= 4) = 0.0088 <= 0.01 and P(>= 3) = 0.050: the
-    host is due from its 4th overflow on. The pool has scored 14 windows, fewer than the
+    overflowed. At the 4th overflow 16 windows are kept: P(Binomial(16, 0.05) >= 4) =
+    0.0070 <= 0.01, while the 3rd, of 15, has P(>= 3) = 0.036: the host is due from its
+    4th overflow on. The pool has scored 14 windows, fewer than the
     19 a conformal bound at rho 0.05 needs, so it reads hosts through Cantelli's bound
     (mu + 4.36 sigma), and the VMs' current moments mix 12 windows near 0.2 with 6 at
     0.8 (sigma about 0.28 of 4 cores each): two of them still fail 8 cores, so the first
@@ -284,3 +290,89 @@ def test_live_hooks_find_the_overflowing_host_and_plan_its_relief() -> None:
     after = cluster.book("a", 1, before.demand, before.deployment, before.placed_at)
     hooks.on_moved(cluster, before, after, 6000.0)
     assert hooks.relief_due() == []
+
+
+# ---------------------------------------------------------------- the engine
+
+
+def _relief_engine(enabled: bool = True) -> Engine:
+    args = {"rho": 0.05, "min_samples": 4, "margin_min_windows": 5, "tie_break": "first"}
+    return Engine(
+        EngineConfig(
+            policy="gpa",
+            policy_args=validate_policy_args("gpa", args),
+            pools=PoolSetup(),
+            migrations=MigrationsConfig(relief=ReliefConfig(enabled=enabled, alpha=0.01)),
+        )
+    )
+
+
+def _run_relief(enabled: bool = True) -> tuple[Engine, list[Decision]]:
+    """The hooks test's stream through the engine: a, b, c (4 cores each) placed on h0
+    (8 cores) by another scheduler, learnt near 0.2 for 12 windows, then at 0.8 (9.6 cores)."""
+    engine = _relief_engine(enabled)
+    decisions: list[Decision] = []
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=8.0, memory_gib=128.0), 0.0)
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=16.0, memory_gib=128.0), 0.0)
+    for vm_id in ("a", "b", "c"):
+        placed = VmPlaced(time=0.0, pool="p", vm_id=vm_id, host_id="h0", cores=4.0, memory_gib=8.0)
+        decisions += engine.handle(placed, 0.0).decisions
+    for k in range(30):
+        time = 300.0 * (k + 1)
+        for index, vm_id in enumerate(("a", "b", "c")):
+            level = 0.2 + 0.01 * ((k + index) % 3) if k < 12 else 0.8
+            sample = cpu_sample(vm_id, time, level)
+            decisions += engine.handle(sample, time).decisions
+    return engine, decisions
+
+
+def test_the_engine_relieves_the_overflowing_host_and_returns_it_to_service() -> None:
+    """As in the hooks test, h0 is due at its 4th overflow, whose window the first sample
+    at t = 5,100 s closes. The planner looks every 300 s, and a pool's timers run before
+    the event at their time, so the look at 5,100 s comes just before: the relief starts
+    at the next, 5,400 s (the plan: a and b), the GPA policy sends both to h1, and once
+    their migrations are done (20 min) h0 is back in service with c."""
+    _, decisions = _run_relief()
+    relief = [d for d in decisions if isinstance(d, Migration)]
+    assert relief and all(d.drain == "relief" for d in relief)
+    plan = relief[0]
+    assert plan.action == "plan" and plan.host_id == "h0"
+    assert sorted(entry["vm_id"] for entry in plan.plan) == ["a", "b"]
+    moved = [(d.vm_id, d.target_host_id) for d in relief if d.action == "migrate"]
+    assert sorted(moved) == [("a", "h1"), ("b", "h1")]
+    assert plan.time == pytest.approx(5400.0)
+    ready = [d for d in relief if d.action == "host_ready"]
+    assert len(ready) == 1 and ready[0].time >= plan.time + 1200.0
+
+
+def test_relief_is_deterministic_and_off_by_default() -> None:
+    _, one = _run_relief()
+    _, two = _run_relief()
+    assert one == two
+    _, off = _run_relief(enabled=False)
+    assert not [d for d in off if isinstance(d, Migration)]
+    assert MigrationsConfig().relief.enabled is False
+
+
+def test_relief_refuses_a_pool_without_gpa() -> None:
+    with pytest.raises(ValueError, match=r"migrations\.relief\.enabled"):
+        Engine(
+            EngineConfig(
+                policy="bestfit",
+                policy_args=validate_policy_args("bestfit", {}),
+                pools=PoolSetup(),
+                migrations=MigrationsConfig(relief=ReliefConfig(enabled=True)),
+            )
+        ).handle(HostUp(time=0.0, pool="p", host_id="h0", cores=8.0, memory_gib=8.0), 0.0)
+
+
+def test_the_config_refuses_relief_without_gpa_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "lavad.toml"
+    config.write_text('[placement]\npolicy = "bestfit"\n[migrations.relief]\nenabled = true\n')
+    with pytest.raises(ConfigError, match=r"migrations\.relief\.enabled"):
+        load_settings(config)
+    config.write_text('[placement]\npolicy = "gpa"\n[migrations.relief]\nenabled = true\n')
+    assert load_settings(config).migrations.relief.enabled
+    config.write_text("[migrations.relief]\nalpha = 0.7\n")
+    with pytest.raises(ConfigError, match="alpha"):
+        load_settings(config)

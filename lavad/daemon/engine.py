@@ -64,6 +64,7 @@ from lavad.daemon.placement.framework import (
     Unfit,
     UniformDraws,
 )
+from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.placement.registry import PolicyArgs, build_policy
 from lavad.models.limits.decision import LimitDecision
 from lavad.models.limits.replicas import ReplicaDecision
@@ -831,8 +832,14 @@ def _migration_planner(pool: str, config: EngineConfig, policy: Policy) -> Migra
         )
         for i, (order, kind) in enumerate(settings.compare)
     ]
+    hooks = policy.hooks
     return MigrationPlanner(
-        pool, settings, lifetimes(settings.lifetimes), _stable_seed(config.seed, pool, 2), shadows
+        pool,
+        settings,
+        lifetimes(settings.lifetimes),
+        _stable_seed(config.seed, pool, 2),
+        shadows,
+        usage_hooks=hooks if isinstance(hooks, UsageHooks) else None,
     )
 
 

@@ -348,6 +348,12 @@ def load_settings(path: Path | str | None = None) -> Settings:
         )
     settings.policy_args(settings.placement.policy)
     settings.admission_config()
+    if settings.migrations.relief.enabled and settings.placement.policy != "gpa":
+        raise ConfigError(
+            "migrations.relief.enabled",
+            "relief moves VMs off GPA hosts that break their overflow promise; it needs"
+            f" placement.policy 'gpa', got {settings.placement.policy!r}",
+        )
     _check_live(settings)
     for name in settings.policies:
         if name not in REGISTRY:

@@ -406,8 +406,11 @@ class Migration:
     """A step of a drain: a host being emptied by live migration (LARS, LAVA paper 4.4).
 
     ``drain`` says why the host drains: "defragmentation" (lavad chose it
-    because empty hosts ran short; it returns to service once empty) or
-    "maintenance" (a host.drain event; it stays closed until host.up).
+    because empty hosts ran short; it returns to service once empty),
+    "maintenance" (a host.drain event; it stays closed until host.up) or
+    "relief" (a GPA host whose realised overflows reject its promise sheds
+    some of its VMs, listed in the plan; ``host_ready`` then means those
+    are gone and the host is back in service with the others).
 
     ``action``:
 
@@ -429,7 +432,7 @@ class Migration:
     pool: str
     action: Literal["plan", "migrate", "host_ready"]
     host_id: str
-    drain: Literal["defragmentation", "maintenance"]
+    drain: Literal["defragmentation", "maintenance", "relief"]
     policy: str
     reason: str
     vm_id: str | None = None

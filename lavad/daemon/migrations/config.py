@@ -7,10 +7,12 @@ evaluations) is checked by ``__post_init__``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
+
+from lavad.daemon.migrations.relief_rule import ReliefConfig
 
 OrderName = Literal["lars", "arrival", "shortest", "random"]
 LifetimeSource = Literal["policy", "model", "oracle"]
@@ -90,6 +92,8 @@ class MigrationsConfig:
     trigger (evaluations); ``rolling`` replaces it with rolling maintenance.
     ``compare``: (order, lifetimes) pairs counted
     beside the acting order on the same drains and exits, moving nothing.
+    ``relief``: GPA hosts whose realised overflows reject rho shed VMs
+    (``relief_rule.py``, ``relief.py``); off unless enabled.
     """
 
     __pydantic_config__ = ConfigDict(extra="forbid")
@@ -112,6 +116,7 @@ class MigrationsConfig:
         float, Field(gt=0, description="when no queued VM fits anywhere, look again after")
     ] = 300.0
     defrag: DefragConfig = DefragConfig()
+    relief: ReliefConfig = field(default_factory=ReliefConfig)
     drain_schedule: tuple[tuple[float, str], ...] | None = None
     rolling: RollingConfig | None = None
     # Orders counted beside the acting one on the same drains (``shadow.py``).

@@ -20,6 +20,12 @@ What the paper leaves open, and what we chose:
   (and at every freed slot): "unfit, may retry", never a lost VM.
 * A defragmented host is back in service the moment it is ready; a host in
   maintenance stays closed until a host.up event says the work is done.
+* A relieved host (``[migrations.relief]``, GPA pools only) queues only the
+  VMs the relief chose (``relief.py``: the fewest, largest excess first)
+  and is closed to placement until they are gone, then back in service with
+  the VMs that stayed. Its targets are the placement policy's, whose GPA
+  fit test reads the same method and margin as the relief. A maintenance
+  drain of a relieved host queues the rest of its VMs.
 
 The planner never reads a clock: every entry point takes ``now``, and the
 engine fires its timers (``next_deadline``) at their own times, so a replay
@@ -39,6 +45,7 @@ from lavad.daemon.cluster import ClusterState, HostState, VmRecord
 from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.migrations.lifetimes import RemainingLifetimes
 from lavad.daemon.migrations.orders import Queued, build_order
+from lavad.daemon.migrations.relief import plan_host_relief
 from lavad.daemon.migrations.shadow import ShadowOrder
 from lavad.daemon.migrations.triggers import (
     DrainTrigger,
@@ -48,6 +55,7 @@ from lavad.daemon.migrations.triggers import (
     RollingDrains,
 )
 from lavad.daemon.placement.framework import UniformDraws
+from lavad.daemon.placement.gpa import UsageHooks
 from lavad.streams.ids import migration_id
 from lavad.streams.schema import Migration, VmPlaced, VmRequest
 
@@ -55,7 +63,7 @@ from lavad.streams.schema import Migration, VmPlaced, VmRequest
 # attributes first (three Enum __getattr__ misses a booking).
 _DRAINING = int(HostState.DRAINING)
 
-DrainReason = Literal["defragmentation", "maintenance"]
+DrainReason = Literal["defragmentation", "maintenance", "relief"]
 
 
 class MigrationMover(Protocol):
@@ -88,6 +96,11 @@ class Drain:
 
 
 class MigrationPlanner:
+    # Relief state (class defaults: a planner restored from a snapshot taken
+    # before relief existed reads as relief off).
+    usage_hooks: UsageHooks | None = None
+    relief_at = float("inf")
+
     def __init__(
         self,
         pool: str,
@@ -95,6 +108,7 @@ class MigrationPlanner:
         lifetimes: RemainingLifetimes,
         rng: np.random.Generator,
         shadows: list[ShadowOrder] | None = None,
+        usage_hooks: UsageHooks | None = None,
     ) -> None:
         self.pool = pool
         self.config = config
@@ -115,6 +129,16 @@ class MigrationPlanner:
             self.trigger = EmptyShareTrigger(config.defrag)
         else:
             self.trigger = NoTrigger()
+        # The GPA hooks whose scored windows say which hosts need relief.
+        if config.relief.enabled:
+            if usage_hooks is None:
+                raise ValueError(
+                    "migrations.relief.enabled: relief needs a pool placed by gpa"
+                    " (its hooks score each host's windows)"
+                )
+            usage_hooks.enable_relief(config.relief)
+            self.usage_hooks = usage_hooks
+            self.relief_at = float("-inf")
         self.queue: dict[str, Queued] = {}
         self.drains: dict[int, Drain] = {}
         # (finish, sequence, vm id, source, target): a heap of migrations in flight.
@@ -139,7 +163,7 @@ class MigrationPlanner:
         first = self.in_flight[0][0] if self.in_flight else self.retry_at
         for shadow in self.shadows:
             first = min(first, shadow.next_deadline)
-        self.next_deadline = min(first, self.trigger.next_check, self.retry_at)
+        self.next_deadline = min(first, self.trigger.next_check, self.retry_at, self.relief_at)
 
     def advance(self, cluster: ClusterState, now: float, mover: MigrationMover) -> list[Migration]:
         """Fire the timers due by ``now`` (the engine calls it at each timer's own time)."""
@@ -161,6 +185,8 @@ class MigrationPlanner:
             for host in self.trigger.due(cluster, now, draining):
                 cluster.drain_host(cluster.host_ids[host])
                 out.extend(self._start_drain(cluster, host, now, reason, returns=True))
+        if self.relief_at <= now:
+            out.extend(self._relieve(cluster, now))
         if self.retry_at <= now:
             self.retry_at = float("inf")
         out.extend(self._dispatch(cluster, now, mover))
@@ -175,10 +201,21 @@ class MigrationPlanner:
         """A maintenance drain (the host is already closed to placement)."""
         drain = self.drains.get(host)
         if drain is not None:
-            # Already draining (defragmentation): it now stays closed when empty.
+            # Already draining (defragmentation, relief): it now stays closed when empty.
+            if drain.reason == "relief":
+                queued = {q.vm_id for q in self.queue.values() if q.host == host}
+                for vm_id in sorted(
+                    cluster.host_vms[host], key=lambda vm: (cluster.vms[vm].placed_at, vm)
+                ):
+                    if vm_id not in queued:
+                        self._enqueue(vm_id, drain)
+                        drain.scheduled += 1
+                        self.counters["scheduled"] += 1
             drain.reason, drain.returns = "maintenance", False
             self.counters["drain_of_draining_host"] += 1
-            return []
+            out = self._dispatch(cluster, now, mover)
+            self._refresh_deadline()
+            return out
         out = self._start_drain(cluster, host, now, "maintenance", returns=False)
         out.extend(self._dispatch(cluster, now, mover))
         self._refresh_deadline()
@@ -283,6 +320,42 @@ class MigrationPlanner:
         out.extend(self._ready_if_empty(cluster, drain, now))
         return out
 
+    def _relieve(self, cluster: ClusterState, now: float) -> list[Migration]:
+        """Start a relief on each host the GPA hooks find due (bounded: those hosts only)."""
+        hooks = self.usage_hooks
+        relief = self.config.relief
+        self.relief_at = now + relief.check_interval_s
+        if hooks is None:
+            return []
+        out: list[Migration] = []
+        for host in hooks.relief_due():
+            if host in self.drains or not cluster.schedulable[host]:
+                continue
+            moves = plan_host_relief(hooks, cluster, host, relief.max_moves)
+            movers = [vm_id for vm_id, target in moves if target is not None]
+            if len(movers) < len(moves):
+                self.counters["relief_without_target"] += len(moves) - len(movers)
+            if not movers:
+                continue
+            cluster.drain_host(cluster.host_ids[host])
+            drain = Drain(host, "relief", True, now, scheduled=len(movers))
+            self.drains[host] = drain
+            for vm_id in movers:
+                self._enqueue(vm_id, drain)
+            self.counters["drains.relief"] += 1
+            self.counters["scheduled"] += len(movers)
+            self.drain_log.append((now, cluster.host_ids[host], "relief"))
+            out.append(
+                self._plan(
+                    cluster,
+                    drain,
+                    now,
+                    f"relief: {len(movers)} of {int(cluster.vm_count[host])} VMs leave"
+                    " (realised overflows reject rho)",
+                )
+            )
+        return out
+
     def _enqueue(self, vm_id: str, drain: Drain) -> None:
         self._sequence += 1
         self.queue[vm_id] = Queued(vm_id, drain.host, self._sequence)
@@ -357,12 +430,17 @@ class MigrationPlanner:
 
     def _ready_if_empty(self, cluster: ClusterState, drain: Drain, now: float) -> list[Migration]:
         host = drain.host
-        if cluster.vm_count[host] or drain.in_flight or drain.queued:
+        # A relieved host is done when its chosen VMs are; the others stay.
+        staying = cluster.vm_count[host] if drain.reason != "relief" else 0
+        if staying or drain.in_flight or drain.queued:
             return []
         del self.drains[host]
         self.counters["hosts_ready"] += 1
         self.migrations_per_ready_host.append(drain.migrated)
-        if drain.returns:
+        if drain.reason == "relief":
+            cluster.undrain_host(cluster.host_ids[host])
+            reason = "relieved: back in service with the VMs that stayed"
+        elif drain.returns:
             cluster.undrain_host(cluster.host_ids[host])
             reason = "empty: back in service for every lifetime class"
         else:
@@ -430,7 +508,11 @@ class MigrationPlanner:
 
     def summary(self) -> dict[str, Any]:
         counters = self.counters
-        drains = counters["drains.defragmentation"] + counters["drains.maintenance"]
+        drains = (
+            counters["drains.defragmentation"]
+            + counters["drains.maintenance"]
+            + counters["drains.relief"]
+        )
         ready = self.migrations_per_ready_host
         return {
             "order": self.order.name,

@@ -43,7 +43,10 @@ MIN_OVERFLOWS = 2
 
 @dataclass(frozen=True, slots=True)
 class ReliefConfig:
-    """When GPA hosts are relieved: the ``[migrations.relief]`` table (off unless enabled)."""
+    """When GPA hosts are relieved: the ``[migrations.relief]`` table (off unless enabled).
+
+    Only a pool placed by ``gpa`` can be relieved (its hooks score the windows).
+    """
 
     __pydantic_config__ = ConfigDict(extra="forbid")
 
@@ -58,6 +61,9 @@ class ReliefConfig:
         Field(gt=0, lt=0.5, description="level of the one-sided binomial test of the promise"),
     ] = 0.01
     max_moves: Annotated[int, Field(ge=1, le=1000, description="VMs moved per relief at most")] = 8
+    check_interval_s: Annotated[
+        float, Field(gt=0, description="event time between looks for hosts due for relief")
+    ] = 300.0
 
     def __post_init__(self) -> None:
         if not 2 <= self.recent_windows <= 100_000:
@@ -66,6 +72,8 @@ class ReliefConfig:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
         if not 1 <= self.max_moves <= 1000:
             raise ValueError(f"max_moves must be in [1, 1000], got {self.max_moves}")
+        if not (math.isfinite(self.check_interval_s) and self.check_interval_s > 0):
+            raise ValueError(f"check_interval_s must be > 0, got {self.check_interval_s}")
 
 
 def promise_rejected(overflows: int, windows: int, rho: float, alpha: float) -> bool:
