@@ -360,6 +360,8 @@ class AlignedRun:
     # gpa-react: VMs moved per VM-day of the future, and reliefs that moved any.
     migrations_per_vm_day: float = 0.0
     reliefs: int = 0
+    # gpa-react: the first future step a relief moved a VM (None: none did).
+    first_relief_step: int | None = None
 
 
 GPA_FAMILIES: Final = (
@@ -517,6 +519,7 @@ def run_aligned(
                 m = packing.machines / normalization
                 migrations = 0.0
                 reliefs = 0
+                first_relief: int | None = None
                 if family == "gpa-react":
                     # The pool keeps learning while it reacts: its own copy.
                     outcome = react(
@@ -532,6 +535,7 @@ def run_aligned(
                     m = outcome.machines_mean / normalization
                     migrations = outcome.migrations_per_vm_day
                     reliefs = outcome.reliefs
+                    first_relief = outcome.first_relief_step
                 else:
                     q = aligned_overflow_frequency(packing, future, capacity)
                 result.runs.append(
@@ -551,6 +555,7 @@ def run_aligned(
                         detail=detail,
                         migrations_per_vm_day=migrations,
                         reliefs=reliefs,
+                        first_relief_step=first_relief,
                     )
                 )
         if progress is not None:
