@@ -37,7 +37,7 @@ from lavad.models.lifetime.grouped import (
     add_running_censorings,
     scatter_suffix_sums,
 )
-from lavad.models.lifetime.survival import suffix_sums
+from lavad.models.lifetime.survival import life_table, suffix_sums
 from lavad.streams.schema import VmRequest
 
 HOSTS = 6
@@ -236,3 +236,61 @@ def test_the_refits_compiled_counting_and_suffix_sums_are_numpys_to_the_bit() ->
     assert np.array_equal(m1[dirty], expected1)
     untouched = np.setdiff1d(np.arange(rows), dirty)
     assert (m0[untouched] == -1.0).all()
+
+
+def _numpy_life_table(
+    deaths: np.ndarray, censored: np.ndarray, tail_hazard: np.ndarray | None
+) -> np.ndarray:
+    """``life_table`` as numpy expressions (its former body): the reference order."""
+    deaths = np.atleast_2d(deaths)
+    censored = np.atleast_2d(censored)
+    total = deaths.sum(axis=1, keepdims=True) + censored.sum(axis=1, keepdims=True)
+    leaving = np.cumsum(deaths + censored, axis=1) - (deaths + censored)
+    at_risk = total - leaving - censored / 2.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hazard = np.where(at_risk > 0, deaths / at_risk, 0.0)
+    hazard = np.clip(hazard, 0.0, 1.0)
+    if tail_hazard is not None:
+        seen = (deaths + censored) > 0
+        width = seen.shape[1]
+        last_seen = width - 1 - np.argmax(seen[:, ::-1], axis=1)
+        beyond = np.arange(width)[None, :] > last_seen[:, None]
+        beyond[:, -1] = False
+        hazard = np.where(beyond, tail_hazard[None, :], hazard)
+    survival = np.cumprod(1.0 - hazard, axis=1)
+    before = np.concatenate([np.ones((len(survival), 1)), survival[:, :-1]], axis=1)
+    mass = before - survival
+    mass[:, -1] += survival[:, -1]
+    empty = total[:, 0] == 0
+    mass[empty] = 1.0 / mass.shape[1]
+    return mass
+
+
+def test_the_compiled_life_table_is_numpys_to_the_bit() -> None:
+    # The row totals are numpy's pairwise sums (8 running sums, halves past
+    # 128 bins) and the rest sequential: with weighted (forgotten) counts the
+    # order shows in the last bits, so the tables must be equal, not close.
+    rng = np.random.default_rng(11)
+    bins = LifetimeBins.log_spaced()
+    for trial in range(120):
+        rows = int(rng.choice([1, 4, 300]))
+        width = bins.count if trial % 2 else int(rng.choice([1, 5, 8, 9, 127, 129, 300]))
+        present = rng.random((2, rows, width)) < 0.4
+        if trial % 3 == 0:  # plain counts
+            counts = rng.integers(0, 6, size=(2, rows, width)).astype(np.float64)
+        else:  # weighted counts, spread over magnitudes
+            counts = rng.random((2, rows, width)) * 10.0 ** rng.integers(-6, 6, size=(2, rows, 1))
+        deaths, censored = counts * present
+        deaths[rng.random(rows) < 0.2] = 0.0  # groups with no death, or nothing at all
+        censored[rng.random(rows) < 0.3] = 0.0
+        tails: list[np.ndarray | None] = [None, rng.random(width) * 0.3]
+        if width == bins.count:
+            tails.append(bins.pareto_tail_hazard)
+        for tail in tails:
+            expected = _numpy_life_table(deaths, censored, tail)
+            np.testing.assert_array_equal(life_table(deaths, censored, tail), expected)
+    # A single group as a 1-D row, as ``observe_running`` passes it.
+    row = np.array([1.0, 0.0, 2.5, 0.0])
+    np.testing.assert_array_equal(
+        life_table(row, row / 3.0), _numpy_life_table(row, row / 3.0, None)
+    )

@@ -46,34 +46,149 @@ def life_table(
     ``tail_hazard`` all the survival left there goes to the open bin beyond
     the horizon; with it (``LifetimeBins.pareto_tail_hazard``), those bins
     get that hazard, so a group whose longest VMs are still running does not
-    predict the horizon for all of them.
+    predict the horizon for all of them. A group with no observation at all
+    is uniform over the (log-spaced) bins.
+
+    Computed row by row in one compiled pass (``_fill_life_table``), in the
+    floating-point order of the numpy expressions it replaced (a test holds
+    them equal to the bit): numpy's row sums are pairwise, its cumulative
+    sums and products sequential.
     """
-    deaths = np.atleast_2d(deaths)
-    censored = np.atleast_2d(censored)
-    total = deaths.sum(axis=1, keepdims=True) + censored.sum(axis=1, keepdims=True)
-    leaving = np.cumsum(deaths + censored, axis=1) - (deaths + censored)
-    at_risk = total - leaving - censored / 2.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        hazard = np.where(at_risk > 0, deaths / at_risk, 0.0)
-    hazard = np.clip(hazard, 0.0, 1.0)
-    if tail_hazard is not None:
-        seen = (deaths + censored) > 0
-        width = seen.shape[1]
-        last_seen = width - 1 - np.argmax(seen[:, ::-1], axis=1)
-        beyond = np.arange(width)[None, :] > last_seen[:, None]
-        beyond[:, -1] = False  # the open bin takes what is left
-        hazard = np.where(beyond, tail_hazard[None, :], hazard)
-    survival = np.cumprod(1.0 - hazard, axis=1)
-    before = np.concatenate([np.ones((len(survival), 1)), survival[:, :-1]], axis=1)
-    mass = before - survival
-    # What survives the last bin lives beyond it (the open bin is the last one).
-    mass[:, -1] += survival[:, -1]
-    empty = total[:, 0] == 0
-    if empty.any():
-        # No observation at all: uniform over the (log-spaced) bins.
-        mass[empty] = 1.0 / mass.shape[1]
-    result: FloatArray = mass
+    deaths, censored = np.broadcast_arrays(np.atleast_2d(deaths), np.atleast_2d(censored))
+    deaths = np.ascontiguousarray(deaths, dtype=np.float64)
+    censored = np.ascontiguousarray(censored, dtype=np.float64)
+    mass: FloatArray = np.empty(deaths.shape)
+    use_tail = tail_hazard is not None
+    tail = np.ascontiguousarray(tail_hazard if use_tail else np.zeros(0), dtype=np.float64)
+    if use_tail and tail.shape != (deaths.shape[1],):
+        raise ValueError(f"a tail hazard per bin: {tail.shape} for {deaths.shape[1]} bins")
+    _fill_life_table(deaths, censored, tail, use_tail, mass)
+    return mass
+
+
+@numba.njit(cache=True, nogil=True)
+def _block_sum(values: FloatArray, lo: int, n: int) -> float:
+    """numpy's pairwise sum of ``values[lo:lo + n]`` for n <= 128: sequential below 8,
+    else 8 running sums over the whole blocks of 8, paired, then the rest in turn."""
+    if n < 8:
+        total = 0.0
+        for i in range(n):
+            total += values[lo + i]
+        return total
+    r0 = values[lo]
+    r1 = values[lo + 1]
+    r2 = values[lo + 2]
+    r3 = values[lo + 3]
+    r4 = values[lo + 4]
+    r5 = values[lo + 5]
+    r6 = values[lo + 6]
+    r7 = values[lo + 7]
+    i = 8
+    whole = n - n % 8
+    while i < whole:
+        r0 += values[lo + i]
+        r1 += values[lo + i + 1]
+        r2 += values[lo + i + 2]
+        r3 += values[lo + i + 3]
+        r4 += values[lo + i + 4]
+        r5 += values[lo + i + 5]
+        r6 += values[lo + i + 6]
+        r7 += values[lo + i + 7]
+        i += 8
+    paired: float = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        paired += values[lo + i]
+        i += 1
+    return paired
+
+
+@numba.njit(cache=True, nogil=True)
+def _pairwise_sum(values: FloatArray, lo: int, n: int) -> float:
+    """Sum of ``values[lo:lo + n]`` in numpy's order (its ``add.reduce`` of a contiguous
+    row): ``_block_sum`` up to 128, beyond that the sum of two halves (the first a
+    whole number of blocks of 8). numpy recurses; numba cannot cache a recursive
+    function, so an explicit stack walks the same tree (64 levels halve any size)."""
+    if n <= 128:
+        return _block_sum(values, lo, n)
+    starts = np.empty(64, dtype=np.int64)
+    sizes = np.empty(64, dtype=np.int64)
+    phase = np.zeros(64, dtype=np.int64)
+    left = np.empty(64)
+    depth = 0
+    starts[0] = lo
+    sizes[0] = n
+    result = 0.0
+    while depth >= 0:
+        start = starts[depth]
+        size = sizes[depth]
+        if size <= 128:
+            result = _block_sum(values, start, size)
+            depth -= 1
+            continue
+        half = size // 2
+        half -= half % 8
+        if phase[depth] == 0:  # the first half
+            phase[depth] = 1
+            depth += 1
+            starts[depth], sizes[depth], phase[depth] = start, half, 0
+        elif phase[depth] == 1:  # the second half, the first's sum kept
+            left[depth] = result
+            phase[depth] = 2
+            depth += 1
+            starts[depth], sizes[depth], phase[depth] = start + half, size - half, 0
+        else:
+            result = left[depth] + result
+            depth -= 1
     return result
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_life_table(
+    deaths: FloatArray,
+    censored: FloatArray,
+    tail_hazard: FloatArray,
+    use_tail: bool,
+    mass: FloatArray,
+) -> None:
+    """``life_table`` into ``mass``: per row, its total (numpy's ``sum(axis=1)``, from 0.0),
+    then at risk, hazard (clipped to [0, 1]; the tail's past the last bin with data),
+    survival and mass bin by bin (numpy's cumsum and cumprod: sequential)."""
+    rows, width = deaths.shape
+    for g in range(rows):
+        d = deaths[g]
+        c = censored[g]
+        total = (0.0 + _pairwise_sum(d, 0, width)) + (0.0 + _pairwise_sum(c, 0, width))
+        if total == 0.0:
+            for j in range(width):
+                mass[g, j] = 1.0 / width
+            continue
+        # The last bin with a death or censoring (the last bin when none).
+        last_seen = width - 1
+        if use_tail:
+            for j in range(width - 1, -1, -1):
+                if d[j] + c[j] > 0:
+                    last_seen = j
+                    break
+        running = 0.0
+        before = 1.0
+        survival = 1.0
+        for j in range(width):
+            both = d[j] + c[j]
+            running += both
+            leaving = running - both
+            at_risk = total - leaving - c[j] / 2.0
+            hazard = d[j] / at_risk if at_risk > 0 else 0.0
+            if hazard < 0.0:
+                hazard = 0.0
+            elif hazard > 1.0:
+                hazard = 1.0
+            if use_tail and last_seen < j < width - 1:
+                hazard = tail_hazard[j]
+            survival = before * (1.0 - hazard)
+            mass[g, j] = before - survival
+            before = survival
+        # What survives the last bin lives beyond it (the open bin is the last one).
+        mass[g, width - 1] += survival
 
 
 def suffix_sums(mass: FloatArray, bins: LifetimeBins) -> tuple[FloatArray, FloatArray]:
