@@ -11,6 +11,7 @@ from gpa_support import cpu_sample
 
 from lavad.daemon.cluster import ClusterState
 from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.migrations.relief import (
     OverflowEvidence,
@@ -352,6 +353,33 @@ def test_relief_is_deterministic_and_off_by_default() -> None:
     _, off = _run_relief(enabled=False)
     assert not [d for d in off if isinstance(d, Migration)]
     assert MigrationsConfig().relief.enabled is False
+
+
+def test_a_pool_mid_relief_survives_a_snapshot_and_decides_the_same() -> None:
+    """Snapshot the pool as the live daemon does (state_codec) after the overflows began,
+    before the relief; the restored pool relieves h0 exactly as the original."""
+    engine = _relief_engine()
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=8.0, memory_gib=128.0), 0.0)
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=16.0, memory_gib=128.0), 0.0)
+    for vm_id in ("a", "b", "c"):
+        placed = VmPlaced(time=0.0, pool="p", vm_id=vm_id, host_id="h0", cores=4.0, memory_gib=8.0)
+        engine.handle(placed, 0.0)
+
+    def feed(target: Engine, ks: range) -> list[Decision]:
+        out: list[Decision] = []
+        for k in ks:
+            time = 300.0 * (k + 1)
+            for index, vm_id in enumerate(("a", "b", "c")):
+                level = 0.2 + 0.01 * ((k + index) % 3) if k < 12 else 0.8
+                out += target.handle(cpu_sample(vm_id, time, level), time).decisions
+        return out
+
+    feed(engine, range(14))
+    twin = _relief_engine()
+    twin.pools["p"] = loads(dumps(engine.pools["p"]))
+    original, restored = feed(engine, range(14, 30)), feed(twin, range(14, 30))
+    assert original == restored
+    assert any(isinstance(d, Migration) and d.drain == "relief" for d in original)
 
 
 def test_relief_refuses_a_pool_without_gpa() -> None:
