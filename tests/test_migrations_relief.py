@@ -210,25 +210,31 @@ def _jump_series() -> tuple[np.ndarray, np.ndarray]:
     return series[:, :200], series[:, 200:]
 
 
-def test_gpa_react_moves_the_vm_that_jumped_after_two_overflows() -> None:
+@pytest.mark.parametrize(("migration_steps", "overflows", "running"), [(0, 2, 108), (4, 6, 104)])
+def test_gpa_react_moves_the_vm_that_jumped_after_two_overflows(
+    migration_steps: int, overflows: int, running: int
+) -> None:
     """rho 0.01 on one machine, no score yet (Cantelli, margin 1).
 
     Overflows at future steps 10 and 11: two in the twelve windows kept is
     P(Binomial(12, 0.01) >= 2) = 0.0062 <= 0.01, so the rule fires after step
     11 (one overflow never does). Task 2 has the largest variance now (its
-    jump) and leaves; no other machine exists, so it opens one. Of the 60
-    future steps, one machine runs 12 and two run 48: 108 machine-steps, 2
-    overflowed; machines in use 108 / 60 on average.
+    jump) and leaves; no other machine exists, so it opens one, booked from
+    step 12: machines in use (12 + 2 x 48) / 60. q counts where the task
+    runs: with migrations taking no time, from step 12 on the new machine
+    (2 overflows in 12 + 2 x 48 = 108 machine-steps); taking 4 steps (the
+    live 20 minutes), it still runs on the first until step 15 (overflows at
+    10..15: 6 of 16 + 2 x 44 = 104).
     """
     history, future = _jump_series()
     packing = Packing([[0, 1, 2, 3]], np.zeros((4, 4)))
     config = ReliefConfig(enabled=True, recent_windows=288, alpha=0.01)
-    outcome = react(history, future, packing, TailCalibration(0.01), 1.0, config)
+    outcome = react(history, future, packing, TailCalibration(0.01), 1.0, config, migration_steps)
     assert outcome.migrations == 1 and outcome.reliefs == 1 and outcome.opened == 1
     assert outcome.first_relief_step == 11
-    assert outcome.q == pytest.approx(2 / (12 + 2 * 48))
+    assert outcome.q == pytest.approx(overflows / running)
     assert outcome.machines_mean == pytest.approx((12 + 2 * 48) / 60)
-    again = react(history, future, packing, TailCalibration(0.01), 1.0, config)
+    again = react(history, future, packing, TailCalibration(0.01), 1.0, config, migration_steps)
     assert again == outcome
 
 

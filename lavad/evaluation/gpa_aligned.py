@@ -304,6 +304,8 @@ class AlignedSettings:
     # gpa-react: gpa-online with the live relief rule (needs ``online``).
     react: bool = True
     relief: ReliefConfig = field(default_factory=lambda: ReliefConfig(enabled=True))
+    # Steps a relief's migrations take (the live default duration_s, 1,200 s).
+    relief_migration_steps: int = 4
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -529,6 +531,7 @@ def run_aligned(
                         copy.deepcopy(learned[parameter][0]),
                         capacity,
                         settings.relief,
+                        settings.relief_migration_steps,
                     )
                     q = outcome.q
                     machines = outcome.machines_max

@@ -14,9 +14,13 @@ steps through the future in time order, one 300 s step a window:
    and fourth cumulants over the history and the future seen so far: the
    live moments without decay, the GPA policy's default);
 3. each machine the rule finds due is relieved by ``plan_relief`` with the
-   calibration's current method and margin and the current moments; the
-   moved tasks count on their targets from the next step (a live migration
-   takes ``migrations.duration_s``: this is the reaction without that delay).
+   calibration's current method and margin and the current moments, unless
+   a relief of it is still migrating. A live migration takes
+   ``migrations.duration_s`` (1,200 s: ``migration_steps`` = 4): the daemon
+   books a moved VM on its target at once, so its usage counts there for the
+   margin and the rule (the live view), while the VM runs on its source
+   until the migration is done, so q (what happens) counts it there until
+   then, and both machines are in use.
 
 Same functions as live (``OverflowEvidence.record`` and ``due``,
 ``plan_relief``), so the evaluation measures the rule the daemon would run.
@@ -114,17 +118,26 @@ def react(
     calibration: TailCalibration,
     capacity: float,
     config: ReliefConfig,
+    migration_steps: int = 4,
 ) -> ReactOutcome:
     """Play the future out on ``packing``, relieving machines by the live rule (in place on
     ``calibration``, which keeps learning)."""
     n_tasks, n_steps = future.shape
     if history.shape[0] != n_tasks:
         raise ValueError("history and future must have the same tasks")
+    if migration_steps < 0:
+        raise ValueError(f"migration_steps must be >= 0, got {migration_steps}")
     rho = calibration.rho
     methods = calibration.settings.methods
+    # Where each task is booked (the live view) and where it runs (q).
     owner = packing.bin_of(n_tasks)
     if (owner < 0).any():
         raise ValueError("every task must be packed")
+    running = owner.copy()
+    # (first step on the target, task, target), in decision order.
+    in_flight: list[tuple[int, int, int]] = []
+    # Source machine -> the step its last relief's migrations are done.
+    migrating: dict[int, int] = {}
     bins = [sorted(tasks) for tasks in packing.bins]
     moments = RunningCumulants(history)
     current = moments.terms()
@@ -135,20 +148,30 @@ def react(
     machines_max = 0
     first_relief: int | None = None
     for step in range(n_steps):
+        while in_flight and in_flight[0][0] <= step:
+            _, task, target = in_flight.pop(0)
+            running[task] = target
         column = future[:, step]
         width = len(bins)
         readings = np.isfinite(column)
-        sums = np.bincount(owner, weights=np.where(readings, column, 0.0), minlength=width)
-        missing = np.bincount(owner, weights=(~readings).astype(np.float64), minlength=width)
-        sizes = np.bincount(owner, minlength=width)
-        in_use = sizes > 0
-        machines = int(np.count_nonzero(in_use))
+        values = np.where(readings, column, 0.0)
+        absent = (~readings).astype(np.float64)
+        # What happens: each machine's realised sum with the tasks running on it.
+        real = np.bincount(running, weights=values, minlength=width)
+        real_missing = np.bincount(running, weights=absent, minlength=width)
+        real_in_use = np.bincount(running, minlength=width) > 0
+        real_scored = np.flatnonzero(real_in_use & (real_missing == 0))
+        counted += len(real_scored)
+        overflowed += int(np.count_nonzero(real[real_scored] > capacity))
+        # What the daemon sees: usage by booked machine.
+        sums = np.bincount(owner, weights=values, minlength=width)
+        missing = np.bincount(owner, weights=absent, minlength=width)
+        in_use = np.bincount(owner, minlength=width) > 0
+        machines = int(np.count_nonzero(in_use | real_in_use))
         machines_total += machines
         machines_max = max(machines_max, machines)
         scored = np.flatnonzero(in_use & (missing == 0))
         over = sums[scored] > capacity
-        counted += len(scored)
-        overflowed += int(np.count_nonzero(over))
         calibration.observe(
             [
                 HostWindow(float(sums[h]), promises[h][0], promises[h][1], capacity)
@@ -165,6 +188,8 @@ def react(
             # A host that took VMs earlier in this step has lost its evidence.
             if not evidence.due(host) or len(bins[host]) < 2:
                 continue
+            if migrating.get(host, -1) > step + 1:
+                continue  # its last relief is still migrating, as a live drain is
             width = len(bins)
             host_terms = np.zeros((4, width))
             for column_index in range(4):
@@ -197,6 +222,8 @@ def react(
                 bins[target].append(task)
                 bins[target].sort()
                 owner[task] = target
+                in_flight.append((step + 1 + migration_steps, task, target))
+            migrating[host] = step + 1 + migration_steps
             migrations += len(moves)
             for changed in {host, *landed}:
                 evidence.clear(changed)
