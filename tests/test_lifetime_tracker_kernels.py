@@ -16,6 +16,7 @@ from lavad.daemon.placement.framework import PlacementRequest
 from lavad.daemon.placement.kernels import (
     HEAD,
     HOLDER,
+    HOST,
     HOST_EXIT,
     HOST_INITIAL_EXIT,
     HOST_INTS,
@@ -26,6 +27,7 @@ from lavad.daemon.placement.kernels import (
     PREV_ON_HOST,
     SLOT_INTS,
     SLOT_TIMES,
+    rebuild_host_exits,
     warm_up_lifetime,
 )
 from lavad.daemon.placement.kernels import _leave_host as leave_host
@@ -294,3 +296,32 @@ def test_the_compiled_life_table_is_numpys_to_the_bit() -> None:
     np.testing.assert_array_equal(
         life_table(row, row / 3.0), _numpy_life_table(row, row / 3.0, None)
     )
+
+
+def test_the_refits_host_exits_and_holders_are_the_sorts() -> None:
+    # ``rebuild_host_exits`` stands for np.maximum.at over the hosts and a
+    # lexsort by (host, latest exit, slot): exits drawn from a few values so
+    # that ties are common, some NaN (np.maximum keeps NaN; the sort puts it last).
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        slots, hosts = int(rng.integers(1, 40)), int(rng.integers(1, 8))
+        slot_times = np.zeros((SLOT_TIMES, slots))
+        exits = rng.choice([1.0, 2.0, 3.0, np.inf, np.nan if trial % 4 == 0 else 2.0], slots)
+        slot_times[PREDICTED_EXIT] = exits
+        slot_ints = np.full((SLOT_INTS, slots), -1, dtype=np.int64)
+        slot_ints[HOST] = rng.integers(0, hosts, slots)
+        alive = np.flatnonzero(rng.random(slots) < 0.7)
+        host_times = rng.random((HOST_TIMES, hosts))  # stale values, all overwritten
+        host_ints = rng.integers(-1, slots, (HOST_INTS, hosts))
+        rebuild_host_exits(alive, slot_times, slot_ints, host_times, host_ints)
+
+        expected_exit = np.full(hosts, -np.inf)
+        on = slot_ints[HOST, alive]
+        with np.errstate(invalid="ignore"):  # NaN exits: the point of the trial
+            np.maximum.at(expected_exit, on, exits[alive])
+        order = np.lexsort((alive, -exits[alive], on))
+        first = order[np.r_[True, on[order][1:] != on[order][:-1]]] if len(order) else order
+        expected_holder = np.full(hosts, -1)
+        expected_holder[on[first]] = alive[first]
+        np.testing.assert_array_equal(host_times[HOST_EXIT], expected_exit)
+        np.testing.assert_array_equal(host_ints[HOLDER], expected_holder)

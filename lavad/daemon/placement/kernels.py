@@ -942,8 +942,9 @@ def _book_slot(
     levels: IntArray,
     host_times: FloatArray,
     host_ints: IntArray,
-) -> None:
-    """``LifetimeTracker.on_booked``'s writes to the slot and host arrays, in one call."""
+) -> int:
+    """``LifetimeTracker.on_booked``'s writes to the slot and host arrays, in one call;
+    the slot's generation (its heap entry's)."""
     slot_times[START, slot] = placed_at
     slot_times[INITIAL_EXIT, slot] = exit_time
     slot_times[PREDICTED_EXIT, slot] = exit_time
@@ -954,6 +955,8 @@ def _book_slot(
     slot_flags[ALIVE, slot] = True
     slot_flags[LEARNS, slot] = learns
     _join_host(slot, host, exit_time, exit_time, slot_ints, host_times, host_ints)
+    generation: int = slot_ints[GENERATION, slot]
+    return generation
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1001,6 +1004,48 @@ def _release_slot(
     slot_ints[GENERATION, slot] += 1
     _leave_host(slot, host, slot_times, slot_ints, host_times, host_ints)
     return host, learned
+
+
+@numba.njit(cache=True, nogil=True)
+def rebuild_host_exits(
+    alive: IntArray,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+) -> None:
+    """Every host's latest predicted exit and holder, from its running VMs only.
+
+    ``alive`` is the running VMs' slots, ascending. What a refit's
+    ``np.maximum.at`` over the hosts and its ``lexsort`` by (host, latest
+    exit, slot) gave: the maximum (NaN once any exit is NaN, as
+    np.maximum keeps it; -inf for a host without VMs) and the lowest slot
+    among those with the latest exit (a NaN exit last, as the sort puts it;
+    -1 without VMs).
+    """
+    host_exit = host_times[HOST_EXIT]
+    holder = host_ints[HOLDER]
+    host_exit[:] = -np.inf
+    holder[:] = -1
+    predicted_exit = slot_times[PREDICTED_EXIT]
+    host_of = slot_ints[HOST]
+    for slot in alive:
+        h = host_of[slot]
+        exit_time = predicted_exit[slot]
+        latest = host_exit[h]
+        if np.isnan(exit_time) or np.isnan(latest):
+            host_exit[h] = np.nan
+        elif exit_time > latest:
+            host_exit[h] = exit_time
+        held = holder[h]
+        if held < 0:
+            holder[h] = slot
+        else:
+            exit_held = predicted_exit[held]
+            # A later slot takes over only with a strictly later exit (or a
+            # number where the holder's exit is NaN): ties keep the lower slot.
+            if not np.isnan(exit_time) and (np.isnan(exit_held) or exit_time > exit_held):
+                holder[h] = slot
 
 
 def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
@@ -1080,7 +1125,7 @@ def _refreshed_lifetime_scan(
     )  # fmt: skip
 
 
-def _warm_up_hooks() -> tuple[Callable[..., None], Callable[..., tuple[int, bool]]]:
+def _warm_up_hooks() -> tuple[Callable[..., int], Callable[..., tuple[int, bool]]]:
     """Compile (or load) the tracker's booking and release kernels; their entry points."""
     slot_times = np.zeros((SLOT_TIMES, 2))
     slot_ints = np.full((SLOT_INTS, 2), -1, dtype=np.int64)
@@ -1115,5 +1160,5 @@ class Direct:
     lava_preference: Callable[..., None] = _lava_preference
     over_threshold: Callable[..., bool] = _over_threshold
     refresh_host_quantiles: Callable[..., int] = _refresh_host_quantiles
-    book_slot: Callable[..., None] = _book_slot
+    book_slot: Callable[..., int] = _book_slot
     release_slot: Callable[..., tuple[int, bool]] = _release_slot

@@ -73,6 +73,7 @@ from lavad.daemon.placement.kernels import (
     SLOT_TIMES,
     START,
     Direct,
+    rebuild_host_exits,
 )
 from lavad.daemon.placement.kernels import _join_host as join_host
 from lavad.daemon.placement.kernels import _leave_host as leave_host
@@ -372,6 +373,9 @@ class LifetimeTracker(ClusterListener):
         # many of its VMs have exited (``siblings``).
         self._siblings: dict[int, set[int]] = {}
         self._sibling_exits: dict[int, int] = {}
+        # The settings a booking reads, once (they are frozen).
+        self._learns_siblings = settings.siblings and not settings.oracle
+        self._repredicts = settings.repredict and not settings.oracle
         self.repredictions = 0
         # The initial lifetime of the VM booked last (``initial_lifetime``).
         self.booked_lifetime = 0.0
@@ -632,7 +636,10 @@ class LifetimeTracker(ClusterListener):
 
     def refresh(self, cluster: ClusterState, now: float) -> None:
         """Catch up when used outside an engine (which fires the timers itself)."""
-        if now >= self.next_deadline:
+        deadline = self._deadline  # ``next_deadline`` without its call when known
+        if deadline is None:
+            deadline = self.next_deadline
+        if now >= deadline:
             self.advance(cluster, now)
 
     def lifetime_tracker(self) -> LifetimeTracker:
@@ -718,15 +725,11 @@ class LifetimeTracker(ClusterListener):
             self.predicted_exit[alive] = now + np.maximum(remaining, self.MIN_REMAINING_S)
             self.predicted_at[alive] = now
             self.repredictions += len(alive)
-        self.host_exit.fill(-np.inf)
-        hosts = self.host[alive]
+        # Each host's latest exit and holder (the lowest slot with it), compiled.
+        rebuild_host_exits(
+            alive, self._slot_times, self._slot_ints, self._host_times, self._host_ints
+        )
         exits = self.predicted_exit[alive]
-        np.maximum.at(self.host_exit, hosts, exits)
-        # Each host's holder: by host, latest exit first, lowest slot first.
-        order = np.lexsort((alive, -exits, hosts))
-        first = order[np.r_[True, hosts[order][1:] != hosts[order][:-1]]] if len(order) else order
-        self._holder.fill(-1)
-        self._holder[hosts[first]] = alive[first]
         generation = self.generation
         # The same tuples as one per slot would give, built column-wise, for
         # the VMs that may outlive their exit before the next refit.
@@ -780,7 +783,8 @@ class LifetimeTracker(ClusterListener):
         For a scan that brings ``host_exit_quantiles`` up to date itself, in
         the same call: the hosts grown to ``n_hosts`` first, as it would.
         """
-        self._grow_hosts(n_hosts)
+        if n_hosts > self._host_times.shape[1]:
+            self._grow_hosts(n_hosts)
         model = self.model
         if len(self._creation_known) < len(model.mass):
             self._grow_creation_quantiles(len(model.mass))
@@ -872,14 +876,13 @@ class LifetimeTracker(ClusterListener):
         self.booked_lifetime = exit_time - placed_at
         learns = event is None or not left_truncated(event.features)
         # The slot's and host's arrays, the host's list, latest exits and holder.
-        Direct.book_slot(
+        generation = Direct.book_slot(
             slot, host, placed_at, prediction.row, rows, exit_time, learns, self._slot_times,
             self._slot_ints, self._slot_flags, self.levels, self._host_times, self._host_ints,
         )  # fmt: skip
-        if learns and self.settings.siblings and not self.settings.oracle:
+        if learns and self._learns_siblings:
             self._siblings.setdefault(rows[0], set()).add(slot)
-        if self.settings.repredict and not self.settings.oracle and exit_time < self._next_refit:
-            generation = int(self._slot_ints[GENERATION, slot])
+        if self._repredicts and exit_time < self._next_refit:
             heapq.heappush(self._exits, (exit_time, slot, generation))
             deadline = self._deadline
             if deadline is not None and exit_time < deadline:

@@ -57,6 +57,8 @@ class LifetimePolicy(Policy):
         self.las = las
         self.best_fit = best_fit
         self.scan = compiled
+        # The tracker's settings are fixed: whether LAS costs hosts by their quantiles.
+        self._by_host_quantiles = las.tracker.uses_host_quantiles
         # The host the scan costs first (its last choice): only a bound, for speed.
         self._probe = -1
         # Per host, a lower bound of its LAS cost from earlier scans (host
@@ -96,7 +98,7 @@ class LifetimePolicy(Policy):
         prediction = tracker.prediction_for(request)
         thresholds = prediction.thresholds
         d0, d1, d2, d3 = request.demand
-        if thresholds is not None and tracker.uses_host_quantiles:
+        if thresholds is not None and self._by_host_quantiles:
             if thresholds is not self._epoch_thresholds or now < self._epoch_now:
                 self._epoch += 1
                 self._epoch_thresholds = thresholds
