@@ -34,6 +34,7 @@ class CalibratedLifeTables(GroupedLifeTables):
         )
         # The epoch each row was calibrated in (bumped by every refit and recount).
         self._row_epoch = np.full(len(self.mass), -1, dtype=np.int64)
+        self._representative = np.ascontiguousarray(self.bins.representative, dtype=np.float64)
         self._epoch = 0
         self._last_learned: float | None = None
 
@@ -76,17 +77,16 @@ class CalibratedLifeTables(GroupedLifeTables):
         row = self.base.choose(rows)
         if row >= len(self._row_epoch):
             self._grow_rows(len(self.base.mass))
+        calibrator = self.calibrator
+        assert calibrator is not None
         if self._row_epoch[row] != self._epoch:
             base_m0 = self.base.m0[row]
             total = base_m0[0]
-            raw = (
-                base_m0[1 : self.bins.count] / total if total > 0 else base_m0[1 : self.bins.count]
-            )
-            self.raw_survival[row] = raw
-            self._calibrate(np.array([row]))
+            raw = self.raw_survival[row]
+            np.divide(base_m0[1 : self.bins.count], total if total > 0 else 1.0, out=raw)
+            calibrator.fill_row(raw, self._representative, self.mass, self.m0, self.m1, row)
+            self.calibrated_at[row] = calibrator.map_version
             self._row_epoch[row] = self._epoch
-        calibrator = self.calibrator
-        assert calibrator is not None
         calibrator.record(rows, self.raw_survival[row])
         return row
 

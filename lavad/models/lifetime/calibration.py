@@ -292,6 +292,33 @@ class SurvivalCalibrator:
         )
         return mass, m0, m1
 
+    def fill_row(
+        self,
+        survival: FloatArray,
+        representative: FloatArray,
+        mass: FloatArray,
+        m0: FloatArray,
+        m1: FloatArray,
+        row: int,
+    ) -> None:
+        """``tables`` of one raw curve written into row ``row`` of ``mass``, ``m0``, ``m1``.
+
+        The same compiled loop, without its temporaries (a row at a time, at
+        its first use after a refit: what a prediction at creation waits for).
+        """
+        if self.shift_version != self.map_version:
+            self.shift = (self.survived - self.predicted) / (self.weight + self.prior_strength)
+            self.shift_version = self.map_version
+        _calibrated_tables(
+            survival.reshape(1, -1),
+            self.shift,
+            RAW_SHARE,
+            representative,
+            mass[row : row + 1],
+            m0[row : row + 1],
+            m1[row : row + 1],
+        )
+
     def calibrated_mass(self, survival: FloatArray) -> FloatArray:
         """Bin masses (one more than edges: the open bin) of the calibrated curves."""
         raw = np.asarray(survival, dtype=np.float64).reshape(-1, len(self.edges))
