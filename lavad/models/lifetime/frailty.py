@@ -32,6 +32,15 @@ a death if it exited. This is the mixture's prequential bookkeeping
 (``mixture.py``): everything is resolved at refits in event time, from
 what has resolved, so a replay and the live daemon count the same.
 
+**An owner's VMs in one interval count as one outcome** (``per_owner``, the
+default): their deaths and expected hazard are divided by how many they
+are, as the mixture counts their log scores. One owner's VMs share a fate:
+counted one by one, an app that lost a hundred instances in a day where
+the tables expected three got theta near 25 on DLRM, and its next
+instances were predicted to die at once, which most did not. (Overdispersed
+deaths are fewer independent ones; this is the extreme of that, a fixed
+rule rather than a fitted dispersion.)
+
 **Following drift.** O and E both halve every ``half_life_s`` of event time:
 the frailty says how an owner's recent VMs differ from the model, which a
 model of the owner's whole history cannot. The default, a day, is the
