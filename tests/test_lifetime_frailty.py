@@ -217,6 +217,24 @@ def test_the_snapshot_codec_round_trips_the_frailty() -> None:
     np.testing.assert_array_equal(copy.mass[copy.choose(rows)], model.mass[model.choose(rows)])
 
 
+def test_the_snapshot_codec_round_trips_the_recalibrated_stack() -> None:
+    """``mixture-frailty-calibrated``: the calibrator, the frailty and the mixture, as data."""
+    model = CalibratedLifeTables(
+        FrailtyLifeTables(MixtureLifeTables(_small_bins(), min_observations=2)),
+        SurvivalCalibrator(_small_bins()),
+    )
+    _stream(model)
+    rows = model.rows_for(KEYS_T)
+    copy = state_codec.loads(state_codec.dumps(model))
+    assert isinstance(copy, CalibratedLifeTables)
+    for m in (model, copy):
+        m.observe_exit(rows, 300.0, now=31.5 * 3600.0)
+        m.refit(np.array([rows]), np.array([3000.0]), now=32 * 3600.0)
+    assert model.calibrator is not None and copy.calibrator is not None
+    assert copy.calibrator.checkpoint() == model.calibrator.checkpoint()
+    np.testing.assert_array_equal(copy.mass[copy.choose(rows)], model.mass[model.choose(rows)])
+
+
 def test_checkpoint_round_trips_and_refuses_another_version() -> None:
     model = FrailtyLifeTables(GroupedLifeTables(_small_bins(), min_observations=2))
     _stream(model)
