@@ -11,4 +11,8 @@
   the outcomes of the predictions made at creation.
 - ``mixture.py``: life tables at several forgetting rates, mixed online by each
   one's recent log score on the VMs' outcomes (opt in: ``model = "mixture"``).
+- ``frailty.py``: an owner's shared frailty: its VMs predicted with S^theta,
+  theta the gamma posterior of its deaths against the hazard predicted for them.
+- ``calibrated.py``: any model wrapped in the online recalibration of
+  ``calibration.py`` (``model = "mixture-frailty-calibrated"`` and friends).
 """
