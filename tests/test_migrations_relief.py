@@ -26,7 +26,7 @@ from lavad.daemon.migrations.relief import (
 )
 from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
-from lavad.daemon.settings import ConfigError, load_settings
+from lavad.daemon.settings import ConfigError, check_live_settings, load_settings
 from lavad.evaluation.gpa_react import RunningCumulants, react
 from lavad.evaluation.gpa_tail import task_cumulants
 from lavad.evaluation.stochastic_packing import Packing
@@ -403,9 +403,11 @@ def test_relief_refuses_a_pool_without_gpa() -> None:
 def test_the_config_refuses_relief_without_gpa_at_start(tmp_path: Path) -> None:
     config = tmp_path / "lavad.toml"
     config.write_text('[placement]\npolicy = "bestfit"\n[migrations.relief]\nenabled = true\n')
+    settings = load_settings(config)  # a replay may still name gpa on its command line
     with pytest.raises(ConfigError, match=r"migrations\.relief\.enabled"):
-        load_settings(config)
+        check_live_settings(settings)
     config.write_text('[placement]\npolicy = "gpa"\n[migrations.relief]\nenabled = true\n')
+    check_live_settings(load_settings(config))
     assert load_settings(config).migrations.relief.enabled
     config.write_text("[migrations.relief]\nalpha = 0.7\n")
     with pytest.raises(ConfigError, match="alpha"):

@@ -348,12 +348,6 @@ def load_settings(path: Path | str | None = None) -> Settings:
         )
     settings.policy_args(settings.placement.policy)
     settings.admission_config()
-    if settings.migrations.relief.enabled and settings.placement.policy != "gpa":
-        raise ConfigError(
-            "migrations.relief.enabled",
-            "relief moves VMs off GPA hosts that break their overflow promise; it needs"
-            f" placement.policy 'gpa', got {settings.placement.policy!r}",
-        )
     _check_live(settings)
     for name in settings.policies:
         if name not in REGISTRY:
@@ -383,6 +377,14 @@ def check_live_settings(settings: Settings) -> None:
         raise ConfigError(
             "migrations.lifetimes",
             "'oracle' reads each VM's true lifetime, which only `lavad replay` knows; use 'policy'",
+        )
+    if settings.migrations.relief.enabled and policy != "gpa":
+        # A replay may name its policies on the command line; the engine
+        # refuses relief for a pool that is not placed by gpa there.
+        raise ConfigError(
+            "migrations.relief.enabled",
+            "relief moves VMs off GPA hosts that break their overflow promise; it needs"
+            f" placement.policy 'gpa', got {policy!r}",
         )
 
 
