@@ -1153,7 +1153,8 @@ class Direct:
     lifetime_scan: Callable[..., tuple[int, float, float, float]] = _probed_lifetime_scan
     # ``_floored_lifetime_scan``: the probed scan's arguments and the floors'.
     floored_lifetime_scan: Callable[..., tuple[int, float, float, float]] = _floored_lifetime_scan
-    # ``_refreshed_lifetime_scan``: the floored scan's arguments and the refresh's own.
+    # ``_refreshed_lifetime_scan``: the scan by host quantiles with floors, on the
+    # tracker's packed arrays, after refreshing them.
     refreshed_lifetime_scan: Callable[..., tuple[int, float, float, float]] = (
         _refreshed_lifetime_scan
     )
