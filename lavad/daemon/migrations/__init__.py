@@ -9,4 +9,8 @@ Where a migration decision is made, by folder:
 * ``lifetimes.py``: where the predicted remaining lifetimes come from.
 * ``planner.py``: the queue, the concurrency cap and the timers, and the
   published plans.
+* ``relief_rule.py`` and ``relief.py``: GPA hosts whose realised overflows
+  reject their promise (an exact binomial test), and which of their VMs
+  leave (the fewest, largest excess first) for hosts GPA's fit test
+  accepts.
 """
