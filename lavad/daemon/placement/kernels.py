@@ -350,6 +350,22 @@ def _floored_lifetime_scan(
     stamp: IntArray,
     epoch: int,
     use_floor: bool,
+    refresh: bool,
+    quantiles_exit: FloatArray,
+    holder: IntArray,
+    head: IntArray,
+    slot_start: FloatArray,
+    predicted_exit: FloatArray,
+    predicted_at: FloatArray,
+    row: IntArray,
+    next_on_host: IntArray,
+    creation_quantiles: FloatArray,
+    creation_known: BoolArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
 ) -> tuple[int, float, float, float]:
     """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
 
@@ -380,6 +396,14 @@ def _floored_lifetime_scan(
     without a search; every cost or bound computed becomes its floor (the
     first time in an epoch a bound above the cap, after that the exact cost).
 
+    ``refresh`` (host quantiles only): each host of ``[0, n)`` is first
+    brought up to date as ``_refresh_host_quantiles`` would (``_refresh_host``,
+    whose arguments follow ``refresh``; ``stamp`` is the quantile stamps),
+    the probe before it is costed and every other host at the top of its
+    iteration, before it can be skipped. A host's refresh touches only its
+    own entries, so this gives the same quantiles and stamps as a pass of
+    its own before the scan, without that pass's second walk over the hosts.
+
     Returns (count, best preference, best LAS cost, best Best Fit score) and
     the tied hosts, ascending, in ``ties[:count]``.
     """
@@ -395,6 +419,15 @@ def _floored_lifetime_scan(
     # The probe's (preference, LAS cost): an upper bound on the best's.
     bound_p = np.inf
     bound_c = np.inf
+    # Only a stale host is refreshed (its exit moved, or is NaN, for which
+    # != is true as in the pass): most are not, and a call per host (its
+    # arrays' reference counts) would cost more than the comparison.
+    if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
+        _refresh_host(
+            probe, host_exit, quantiles_exit, holder, head, stamp, slot_start, predicted_exit,
+            predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known, mass,
+            m0, edges, open_lifetime, levels,
+        )  # fmt: skip
     if (
         0 <= probe < n
         and not unschedulable[probe]
@@ -410,6 +443,12 @@ def _floored_lifetime_scan(
             floor_epoch[probe] = epoch
             floor_stamp[probe] = stamp[probe]
     for h in range(n):
+        if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
+            _refresh_host(
+                h, host_exit, quantiles_exit, holder, head, stamp, slot_start, predicted_exit,
+                predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known,
+                mass, m0, edges, open_lifetime, levels,
+            )  # fmt: skip
         if unschedulable[h]:
             continue
         if not _fits(free, h, d0, d1, d2, d3, tolerance):
@@ -482,14 +521,16 @@ def _probed_lifetime_scan(
     ties: IntArray,
     probe: int,
 ) -> tuple[int, float, float, float]:
-    """``_floored_lifetime_scan`` without floors."""
+    """``_floored_lifetime_scan`` without floors or a refresh."""
     no_floor = np.empty(0)
     no_epoch = np.empty(0, dtype=np.int64)
+    # Without a refresh its arrays are never read: the scan's own stand in.
     return _floored_lifetime_scan(
         free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
         preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
         buckets, host_q, use_host_q, ties, probe, no_floor, no_epoch, no_epoch, no_epoch, -1,
-        False,
+        False, False, no_floor, no_epoch, no_epoch, no_floor, no_floor, no_floor, no_epoch,
+        no_epoch, host_q, unschedulable, host_q, host_q, no_floor, 0.0, no_floor,
     )  # fmt: skip
 
 
@@ -596,7 +637,9 @@ def warm_up_lifetime() -> None:
         _probed_lifetime_scan(*scan, 0)
     Direct.lifetime_scan = entry_point(_probed_lifetime_scan, (*scan, 0))
     floors = (np.zeros(1), np.full(1, -1), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
-    floored = (*scan, 0, *floors, 0, True)
+    ints = np.zeros(1, dtype=np.int64)
+    no_refresh = (False, one, ints, ints, one, one, one, ints, ints, host_q, unschedulable)
+    floored = (*scan, 0, *floors, 0, True, *no_refresh, host_q, host_q, one, 0.0, one)
     _floored_lifetime_scan(*floored)
     Direct.floored_lifetime_scan = entry_point(_floored_lifetime_scan, floored)
     refreshed = (
@@ -725,6 +768,81 @@ compiled_remaining_quantiles: Callable[
 
 
 @numba.njit(cache=True, nogil=True)
+def _refresh_host(
+    h: int,
+    host_exit: FloatArray,
+    quantiles_exit: FloatArray,
+    holder: IntArray,
+    head: IntArray,
+    stamp: IntArray,
+    start: FloatArray,
+    predicted_exit: FloatArray,
+    predicted_at: FloatArray,
+    row: IntArray,
+    next_on_host: IntArray,
+    host_q: FloatArray,
+    creation_quantiles: FloatArray,
+    creation_known: BoolArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
+) -> int:
+    """Host ``h``'s part of ``_refresh_host_quantiles``: 1 if its holder was found again.
+
+    It reads and writes only host ``h``'s entries (and the row cache
+    ``creation_quantiles``, whose rows are the same whichever host fills
+    them), so the hosts can be refreshed in any order.
+    """
+    exit_h = host_exit[h]
+    if exit_h == quantiles_exit[h]:
+        return 0
+    stamp[h] += 1
+    width = host_q.shape[1]
+    if exit_h == -np.inf:
+        for j in range(width):
+            host_q[h, j] = -np.inf
+        quantiles_exit[h] = exit_h
+        return 0
+    found = 0
+    slot = holder[h]
+    if slot < 0:
+        member = head[h]
+        latest = -np.inf
+        # At most one step per slot: a list is never longer (bounded by
+        # work even if a damaged snapshot made one circular).
+        steps = len(next_on_host)
+        while member >= 0 and steps > 0:
+            exit_m = predicted_exit[member]
+            if exit_m > latest or (exit_m == latest and member < slot):
+                latest = exit_m
+                slot = member
+            member = next_on_host[member]
+            steps -= 1
+        holder[h] = slot
+        found = 1
+    at = predicted_at[slot]
+    r = row[slot]
+    uptime = at - start[slot]
+    if uptime == 0.0 and r < len(creation_known):
+        if not creation_known[r]:
+            _remaining_quantiles(
+                mass, m0, r, uptime, edges, open_lifetime, levels, creation_quantiles, r
+            )
+            creation_known[r] = True
+        for j in range(width):
+            host_q[h, j] = at + creation_quantiles[r, j]
+    else:
+        # Written in place, then made times: the same sums as through a copy.
+        _remaining_quantiles(mass, m0, r, uptime, edges, open_lifetime, levels, host_q, h)
+        for j in range(width):
+            host_q[h, j] = at + host_q[h, j]
+    quantiles_exit[h] = exit_h
+    return found
+
+
+@numba.njit(cache=True, nogil=True)
 def _refresh_host_quantiles(
     n: int,
     slot_times: FloatArray,
@@ -765,51 +883,12 @@ def _refresh_host_quantiles(
     row = slot_ints[ROW]
     next_on_host = slot_ints[NEXT_ON_HOST]
     count = 0
-    width = host_q.shape[1]
-    known_rows = len(creation_known)
     for h in range(n):
-        exit_h = host_exit[h]
-        if exit_h == quantiles_exit[h]:
-            continue
-        stamp[h] += 1
-        if exit_h == -np.inf:
-            for j in range(width):
-                host_q[h, j] = -np.inf
-            quantiles_exit[h] = exit_h
-            continue
-        slot = holder[h]
-        if slot < 0:
-            member = head[h]
-            latest = -np.inf
-            # At most one step per slot: a list is never longer (bounded by
-            # work even if a damaged snapshot made one circular).
-            steps = len(next_on_host)
-            while member >= 0 and steps > 0:
-                exit_m = predicted_exit[member]
-                if exit_m > latest or (exit_m == latest and member < slot):
-                    latest = exit_m
-                    slot = member
-                member = next_on_host[member]
-                steps -= 1
-            holder[h] = slot
-            count += 1
-        at = predicted_at[slot]
-        r = row[slot]
-        uptime = at - start[slot]
-        if uptime == 0.0 and r < known_rows:
-            if not creation_known[r]:
-                _remaining_quantiles(
-                    mass, m0, r, uptime, edges, open_lifetime, levels, creation_quantiles, r
-                )
-                creation_known[r] = True
-            for j in range(width):
-                host_q[h, j] = at + creation_quantiles[r, j]
-        else:
-            # Written in place, then made times: the same sums as through a copy.
-            _remaining_quantiles(mass, m0, r, uptime, edges, open_lifetime, levels, host_q, h)
-            for j in range(width):
-                host_q[h, j] = at + host_q[h, j]
-        quantiles_exit[h] = exit_h
+        count += _refresh_host(
+            h, host_exit, quantiles_exit, holder, head, stamp, start, predicted_exit,
+            predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known, mass,
+            m0, edges, open_lifetime, levels,
+        )  # fmt: skip
     return count
 
 
@@ -1105,23 +1184,23 @@ def _refreshed_lifetime_scan(
     levels: FloatArray,
 ) -> tuple[int, float, float, float]:
     """``_refresh_host_quantiles`` of hosts ``[0, n)``, then ``_floored_lifetime_scan``
-    by the host quantiles, with floors.
+    by the host quantiles, with floors: the refresh done host by host inside
+    the scan's own pass (its ``refresh``).
 
     One call instead of two, on the tracker's packed arrays: each call's
     arrays cost about 50 ns apiece to take in. ``host_q`` is the tracker's
     whole array (the scan reads its first ``n`` rows); ``floor_marks`` is
     the floors' epochs (row 0) and the stamps they were costed at (row 1).
     """
-    _refresh_host_quantiles(
-        n, slot_times, slot_ints, host_times, host_ints, host_q, creation_quantiles,
-        creation_known, mass, m0, edges, open_lifetime, levels,
-    )  # fmt: skip
     return _floored_lifetime_scan(
         free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
         preference, use_preference, host_times[HOST_EXIT], now, lifetime, thresholds, True,
         thresholds,  # the buckets: not read when costing by thresholds
         host_q, True, ties, probe, floor, floor_marks[0], floor_marks[1],
-        host_ints[QUANTILES_STAMP], epoch, True,
+        host_ints[QUANTILES_STAMP], epoch, True, True, host_times[QUANTILES_EXIT],
+        host_ints[HOLDER], host_ints[HEAD], slot_times[START], slot_times[PREDICTED_EXIT],
+        slot_times[PREDICTED_AT], slot_ints[ROW], slot_ints[NEXT_ON_HOST], creation_quantiles,
+        creation_known, mass, m0, edges, open_lifetime, levels,
     )  # fmt: skip
 
 
