@@ -33,7 +33,6 @@ from typing import Annotated
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
-from scipy.stats import binom
 
 from lavad.daemon.cluster import BoolArray
 
@@ -92,6 +91,10 @@ def overflows_needed(windows: int, rho: float, alpha: float) -> int:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     if windows < 0:
         raise ValueError(f"windows must be >= 0, got {windows}")
+    # Imported here: scipy.stats costs the daemon's start-up about half a
+    # second, and only a pool with relief on ever asks (once per window count).
+    from scipy.stats import binom  # noqa: PLC0415
+
     # P(K >= k) = sf(k - 1); it falls with k, so the first k at or below alpha.
     tail = binom.sf(np.arange(windows + 1), windows, rho)  # tail[k - 1] = P(K >= k)
     below = np.flatnonzero(tail <= alpha)
