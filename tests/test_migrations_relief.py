@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gpa_support import cpu_sample
+from typer.testing import CliRunner
 
+from lavad.daemon.cli import app
 from lavad.daemon.cluster import ClusterState
 from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
 from lavad.daemon.live.state_codec import dumps, loads
@@ -412,3 +414,18 @@ def test_the_config_refuses_relief_without_gpa_at_start(tmp_path: Path) -> None:
     config.write_text("[migrations.relief]\nalpha = 0.7\n")
     with pytest.raises(ConfigError, match="alpha"):
         load_settings(config)
+
+
+def test_a_replay_of_another_policy_with_relief_stops_before_reading_the_trace(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "lavad.toml"
+    config.write_text("[migrations.relief]\nenabled = true\n")
+    missing = tmp_path / "no-such-trace"
+    result = CliRunner().invoke(
+        app, ["replay", str(missing), "--policy", "bestfit", "--config", str(config)]
+    )
+    # Exit 2 with the key, before the (missing) trace is opened.
+    assert result.exit_code == 2, result.output
+    assert "migrations.relief.enabled" in result.output
+    assert "no such file" not in result.output

@@ -143,6 +143,12 @@ def replay_command(
             settings.policy_args(name)
         except ConfigError as exc:
             raise fail(str(exc)) from None
+        if settings.migrations.relief.enabled and name != "gpa":
+            # Relief reads the GPA hooks' scored windows: refused before the
+            # trace is read, with the key, not at the first pool it opens.
+            raise fail(
+                f"migrations.relief.enabled: relief needs policy 'gpa', and {name!r} is replayed"
+            )
     try:
         trace = open_trace(path, seed=settings.seed)
     except TraceFormatError as exc:
