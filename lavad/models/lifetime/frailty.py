@@ -71,6 +71,7 @@ import numpy as np
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.pending import restore_pending
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
@@ -472,24 +473,10 @@ class FrailtyLifeTables(GroupedLifeTables):
             or has_evidence.shape != observed.shape[:1]
         ):
             raise FrailtyStateError("frailty checkpoint: bad owners")
-        last = state.get("last_scored")
-        if last is not None and not isinstance(last, float | int):
-            raise FrailtyStateError("frailty checkpoint: bad 'last_scored'")
-        pending = state.get("pending")
-        if not isinstance(pending, list):
-            raise FrailtyStateError("frailty checkpoint: bad 'pending'")
-        try:
-            restored = [
-                (tuple(int(r) for r in rows), float(start), float(seen), bool(exited))
-                for rows, start, seen, exited in pending
-            ]
-        except (TypeError, ValueError):
-            raise FrailtyStateError("frailty checkpoint: bad 'pending'") from None
-        if any(len(rows) != LEVELS for rows, _, _, _ in restored):
-            raise FrailtyStateError("frailty checkpoint: bad 'pending'")
+        last_scored, restored = restore_pending(state, FrailtyStateError, "frailty")
         self.observed, self.expected, self.has_evidence = observed, expected, has_evidence
         self.theta = posterior_theta(observed, expected, self.prior_deaths)
-        self.last_scored = None if last is None else float(last)
+        self.last_scored = last_scored
         self.pending = restored
         self._new_epoch()
 

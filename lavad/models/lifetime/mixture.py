@@ -84,6 +84,7 @@ from lavad.models.lifetime.grouped import (
     GroupedLifeTables,
     GroupRows,
 )
+from lavad.models.lifetime.pending import restore_pending
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
@@ -538,24 +539,10 @@ class MixtureLifeTables(GroupedLifeTables):
             or owner_scored.shape != owner_log_weight.shape[:1]
         ):
             raise MixtureStateError("mixture checkpoint: bad owner weights")
-        last = state.get("last_scored")
-        if last is not None and not isinstance(last, float | int):
-            raise MixtureStateError("mixture checkpoint: bad 'last_scored'")
-        pending = state.get("pending")
-        if not isinstance(pending, list):
-            raise MixtureStateError("mixture checkpoint: bad 'pending'")
-        try:
-            restored = [
-                (tuple(int(r) for r in rows), float(start), float(seen), bool(exited))
-                for rows, start, seen, exited in pending
-            ]
-        except (TypeError, ValueError):
-            raise MixtureStateError("mixture checkpoint: bad 'pending'") from None
-        if any(len(rows) != LEVELS for rows, _, _, _ in restored):
-            raise MixtureStateError("mixture checkpoint: bad 'pending'")
+        last_scored, restored = restore_pending(state, MixtureStateError, "mixture")
         self.log_weight = log_weight
         self.owner_log_weight, self.owner_scored = owner_log_weight, owner_scored
-        self.last_scored = None if last is None else float(last)
+        self.last_scored = last_scored
         self.pending = restored
         self._new_epoch()
 
