@@ -107,8 +107,9 @@ class LifetimePolicy(Policy):
                 self._grow_floors(n)
             # ``kernels._refreshed_lifetime_scan`` without numba's type dispatch
             # (the arrays are the ones its warm-up typed: float64, bool, int64;
-            # C order): the host quantiles brought up to date, then the scan,
-            # costing the previous choice first to skip hosts that cost more.
+            # C order): the scan, bringing each stale host's quantiles up to
+            # date as it reaches it, costing the previous choice first to skip
+            # hosts that cost more.
             count, best_p, best_c, best_s = Direct.refreshed_lifetime_scan(
                 cluster.free,
                 cluster.inv_capacity,
