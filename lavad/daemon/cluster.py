@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -87,6 +87,39 @@ class ClusterState:
         self.version = 0
         # Deployment -> host -> count, for anti-affinity.
         self.deployment_hosts: dict[str, dict[int, int]] = {}
+
+    def check_restored(self) -> None:
+        """Raise ValueError if a restored state's arrays cannot hold its hosts.
+
+        Compiled scans index these arrays by host up to ``n_hosts`` without a
+        bounds check, so a snapshot (checksummed, not signed) is checked once
+        on restore (the snapshot codec calls this).
+        """
+        columns = self._columns
+        if type(self.n_hosts) is not int or not 0 <= self.n_hosts <= columns:
+            raise ValueError(f"n_hosts {self.n_hosts!r} outside [0, {columns}]")
+        expected: dict[str, tuple[NDArray[Any], Any, tuple[int, ...]]] = {
+            "capacity": (self.capacity, np.float64, (N_RESOURCES, columns)),
+            "free": (self.free, np.float64, (N_RESOURCES, columns)),
+            "inv_capacity": (self.inv_capacity, np.float64, (N_RESOURCES, columns)),
+            "state": (self.state, np.int8, (columns,)),
+            "schedulable": (self.schedulable, np.bool_, (columns,)),
+            "unschedulable": (self.unschedulable, np.bool_, (columns,)),
+            "vm_count": (self.vm_count, np.int32, (columns,)),
+            "resource_present": (self.resource_present, np.bool_, (N_RESOURCES,)),
+        }
+        for name, (array, dtype, shape) in expected.items():
+            if not isinstance(array, np.ndarray):
+                raise ValueError(f"{name} is {type(array).__name__}, not an array")
+            if array.dtype != np.dtype(dtype) or array.shape != shape:
+                raise ValueError(
+                    f"{name} is {array.dtype} {array.shape}, not {np.dtype(dtype)} {shape}"
+                )
+            if not array.flags.c_contiguous:
+                raise ValueError(f"{name} is not contiguous")
+        if len(self.host_ids) != self.n_hosts or len(self.host_vms) != self.n_hosts:
+            ids, lists = len(self.host_ids), len(self.host_vms)
+            raise ValueError(f"{ids} host ids and {lists} VM lists for {self.n_hosts} hosts")
 
     # ----------------------------------------------------------------- hosts
 

@@ -385,6 +385,11 @@ class _Decoder:
         self.registry = registry
         self.blob = blob
         self.memo: list[Any] = []
+        # Objects whose class checks itself once restored (``check_restored``,
+        # raising ValueError), e.g. state that compiled code indexes without
+        # bounds checks; run when the whole tree is read, so that references
+        # between objects are complete.
+        self.to_check: list[Any] = []
 
     def decode(self, node: Any) -> Any:
         if not isinstance(node, list):
@@ -537,6 +542,8 @@ class _Decoder:
                 namespace[field_name] = value
             else:
                 raise StateCodecError(f"{name} has no field {field_name!r}")
+        if callable(getattr(cls, "check_restored", None)):
+            self.to_check.append(instance)
         return instance
 
     def _array(self, node: list[Any]) -> np.ndarray[Any, Any]:
@@ -622,9 +629,16 @@ def loads(data: bytes, registry: Registry | None = None) -> Any:
         raise StateCodecError(f"structure is not JSON ({exc})") from None
     decoder = _Decoder(registry or default_registry(), memoryview(data)[end:])
     try:
-        return decoder.decode(tree)
+        state = decoder.decode(tree)
     except RecursionError:
         raise StateCodecError("structure nested too deeply") from None
     except (TypeError, ValueError) as exc:
         # e.g. an unhashable dict key, an enum value the class does not have
         raise StateCodecError(f"structure does not describe a state ({exc})") from None
+    for instance in decoder.to_check:
+        try:
+            instance.check_restored()
+        except ValueError as exc:
+            name = type(instance).__qualname__
+            raise StateCodecError(f"a restored {name} is inconsistent: {exc}") from None
+    return state

@@ -77,6 +77,7 @@ from lavad.daemon.placement.kernels import (
 )
 from lavad.daemon.placement.kernels import _join_host as join_host
 from lavad.daemon.placement.kernels import _leave_host as leave_host
+from lavad.daemon.placement.tracker_state import check_tracker_state
 from lavad.daemon.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibrated import CalibratedLifeTables
@@ -1029,6 +1030,13 @@ class LifetimeTracker(ClusterListener):
         """Each host with VMs and its VMs' slots (for inspection; the lists are the state)."""
         hosts = np.flatnonzero(self._host_head >= 0).tolist()
         return {host: set(self._members(host)) for host in hosts}
+
+    def check_restored(self) -> None:
+        """Refuse (ValueError) restored arrays the compiled kernels could overrun.
+
+        The snapshot codec calls this once per restored tracker.
+        """
+        check_tracker_state(self)
 
     def _grow_hosts(self, n_hosts: int) -> None:
         hosts = self._host_times.shape[1]
