@@ -18,11 +18,12 @@ import numpy as np
 
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.calibration import SurvivalCalibrator
+from lavad.models.lifetime.combos import CountsOf, grown
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
 
 
-class CalibratedLifeTables(GroupedLifeTables):
+class CalibratedLifeTables(CountsOf):
     """``base``'s distributions through ``calibrator``: row i is base row i, recalibrated."""
 
     def __init__(self, base: GroupedLifeTables, calibrator: SurvivalCalibrator) -> None:
@@ -38,34 +39,9 @@ class CalibratedLifeTables(GroupedLifeTables):
         self._epoch = 0
         self._last_learned: float | None = None
 
-    @property
-    def deaths(self) -> FloatArray:
-        return self.base.deaths
-
-    @deaths.setter
-    def deaths(self, value: FloatArray) -> None:
-        # The base class's constructor sets empty counts; the base holds the real ones.
-        del value
-
-    @property
-    def censored(self) -> FloatArray:
-        return self.base.censored
-
-    @censored.setter
-    def censored(self, value: FloatArray) -> None:
-        del value
-
-    @property
-    def observations(self) -> FloatArray:
-        return self.base.observations
-
-    @observations.setter
-    def observations(self, value: FloatArray) -> None:
-        del value
-
-    @property
-    def groups(self) -> int:
-        return self.base.groups
+    def counted(self) -> GroupedLifeTables:
+        """The base model: the counts are its own."""
+        return self.base
 
     # ------------------------------------------------------------ predicting
 
@@ -92,10 +68,10 @@ class CalibratedLifeTables(GroupedLifeTables):
 
     def _grow_rows(self, size: int) -> None:
         old = len(self.mass)
-        self.mass = _grown(self.mass, size)
-        self.m0 = _grown(self.m0, size)
-        self.m1 = _grown(self.m1, size)
-        self.raw_survival = _grown(self.raw_survival, size)
+        self.mass = grown(self.mass, size)
+        self.m0 = grown(self.m0, size)
+        self.m1 = grown(self.m1, size)
+        self.raw_survival = grown(self.raw_survival, size)
         self.calibrated_at = np.concatenate(
             [self.calibrated_at, np.full(size - old, -1, dtype=np.int64)]
         )
@@ -147,9 +123,3 @@ class CalibratedLifeTables(GroupedLifeTables):
                 )
             self._calibrate(rows)
             self._row_epoch[rows] = self._epoch
-
-
-def _grown(array: np.ndarray, size: int) -> np.ndarray:
-    bigger = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
-    bigger[: len(array)] = array
-    return bigger

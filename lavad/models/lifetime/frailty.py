@@ -69,8 +69,15 @@ import numba
 import numpy as np
 
 from lavad.models.arrays import FloatArray
+from lavad.models.lifetime.combos import (
+    ComboLifeTables,
+    bin_bands,
+    check_band_edges,
+    grown,
+    interval_outcomes,
+)
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
 from lavad.models.lifetime.pending import restore_pending
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
@@ -122,7 +129,7 @@ def posterior_theta(observed: FloatArray, expected: FloatArray, prior: float) ->
     return theta
 
 
-class FrailtyLifeTables(GroupedLifeTables):
+class FrailtyLifeTables(ComboLifeTables):
     """``base``'s distributions with each owner's hazard multiplied by its own theta."""
 
     def __init__(
@@ -139,8 +146,7 @@ class FrailtyLifeTables(GroupedLifeTables):
             raise ValueError(f"prior_deaths must be > 0, got {prior_deaths}")
         if half_life_s is not None and not half_life_s > 0:
             raise ValueError(f"half_life_s must be > 0, got {half_life_s}")
-        if list(band_edges_s) != sorted(band_edges_s) or any(e <= 0 for e in band_edges_s):
-            raise ValueError(f"band_edges_s must be positive and increasing, got {band_edges_s}")
+        band_edges_s = check_band_edges(band_edges_s)
         if max_combos < 2:
             raise ValueError(f"max_combos must be >= 2, got {max_combos}")
         # The base first: the base class's arrays are read through it.
@@ -150,16 +156,14 @@ class FrailtyLifeTables(GroupedLifeTables):
         self.version = FRAILTY_VERSION
         self.prior_deaths = float(prior_deaths)
         self.frailty_half_life_s = half_life_s
-        self.band_edges_s = tuple(float(e) for e in band_edges_s)
+        self.band_edges_s = band_edges_s
         self.max_combos = max_combos
         self.per_owner = per_owner
         bands = len(self.band_edges_s) + 1
         # The band of each lifetime bin (by its lower edge), and where each
         # band's bins start and end (in seconds): exposure and deaths are
         # counted in the bands the prediction applies them to.
-        self._bin_band = np.searchsorted(
-            np.asarray(self.band_edges_s, dtype=np.float64), bins.edges, side="right"
-        ).astype(np.int64)
+        self._bin_band = bin_bands(self.band_edges_s, bins.edges)
         lows = [0.0]
         for band in range(1, bands):
             inside = np.flatnonzero(self._bin_band == band)
@@ -178,7 +182,7 @@ class FrailtyLifeTables(GroupedLifeTables):
         self.last_scored: float | None = None
         # A row per (base row, owner row or -1): its base row and owner, and
         # the epoch it was computed in (bumped whenever the base or theta changes).
-        self._combos: dict[tuple[int, int], int] = {}
+        self._combos = {}
         self._combo_base = np.zeros(16, dtype=np.int64)
         self._combo_owner = np.full(16, -1, dtype=np.int64)
         self._combo_epoch = np.full(16, -1, dtype=np.int64)
@@ -191,39 +195,9 @@ class FrailtyLifeTables(GroupedLifeTables):
         self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
         self._ones = np.ones(bands)
 
-    # The counts are the base model's.
-    @property
-    def deaths(self) -> FloatArray:
-        return self.base.deaths
-
-    @deaths.setter
-    def deaths(self, value: FloatArray) -> None:
-        # The base class's constructor sets empty counts; the base holds the real ones.
-        del value
-
-    @property
-    def censored(self) -> FloatArray:
-        return self.base.censored
-
-    @censored.setter
-    def censored(self, value: FloatArray) -> None:
-        del value
-
-    @property
-    def observations(self) -> FloatArray:
-        return self.base.observations
-
-    @observations.setter
-    def observations(self, value: FloatArray) -> None:
-        del value
-
-    @property
-    def groups(self) -> int:
-        return self.base.groups
-
-    @property
-    def combos(self) -> int:
-        return len(self._combos)
+    def counted(self) -> GroupedLifeTables:
+        """The base model: the counts are its own."""
+        return self.base
 
     # ------------------------------------------------------------ predicting
 
@@ -235,51 +209,27 @@ class FrailtyLifeTables(GroupedLifeTables):
         return rows
 
     def _grow_owners(self, size: int) -> None:
-        self.observed = _grown(self.observed, size)
-        self.expected = _grown(self.expected, size)
+        self.observed = grown(self.observed, size)
+        self.expected = grown(self.expected, size)
         old = len(self.theta)
-        self.theta = _grown(self.theta, size)
+        self.theta = grown(self.theta, size)
         self.theta[old:] = 1.0
-        self.has_evidence = _grown(self.has_evidence, size)
+        self.has_evidence = grown(self.has_evidence, size)
 
-    def choose(self, rows: GroupRows) -> int:
-        """The combo of these group rows, brought up to the last refit."""
-        combo = self._current.get(rows)
-        if combo is not None:
-            return combo
-        base_row = self.base.choose(rows)
+    def _combo_key(self, rows: GroupRows) -> tuple[int, ...]:
+        """The base model's row, then the owner's row if it has evidence, else -1."""
         owner = rows[0] if self.has_evidence[rows[0]] else -1
-        key = (base_row, owner)
-        combo = self._combos.get(key)
-        if combo is None:
-            combo = self._new_combo(key)
-        if self._combo_epoch[combo] != self._epoch:
-            self._compute(combo)
-        if len(self._current) >= MAX_CACHED_KEYS:
-            self._current.clear()
-        self._current[rows] = combo
-        return combo
+        return (self.base.choose(rows), owner)
 
-    def _new_combo(self, key: tuple[int, int]) -> int:
-        if len(self._combos) >= self.max_combos - 1:
-            # Past the bound: the base row with no owner's multiplier.
-            key = (key[0], -1)
-            known = self._combos.get(key)
-            if known is not None:
-                return known
-        combo = self._combos[key] = len(self._combos)
-        if combo >= len(self._combo_base):
-            size = 2 * len(self._combo_base)
-            self._combo_base = _grown(self._combo_base, size)
-            self._combo_owner = _grown(self._combo_owner, size)
-            self._combo_epoch = np.concatenate(
-                [self._combo_epoch, np.full(size - len(self._combo_epoch), -1, dtype=np.int64)]
-            )
-            self.mass = _grown(self.mass, size)
-            self.m0 = _grown(self.m0, size)
-            self.m1 = _grown(self.m1, size)
-        self._combo_base[combo], self._combo_owner[combo] = key
-        return combo
+    def _fallback_key(self, key: tuple[int, ...], rows: GroupRows) -> tuple[int, ...]:
+        # Past the bound: the base row with no owner's multiplier.
+        return (key[0], -1)
+
+    def _grow_combo_rows(self, size: int) -> None:
+        self._combo_base = grown(self._combo_base, size)
+
+    def _keep_rows(self, combo: int, key: tuple[int, ...]) -> None:
+        self._combo_base[combo] = key[0]
 
     def _compute(self, combo: int) -> None:
         owner = int(self._combo_owner[combo])
@@ -337,10 +287,6 @@ class FrailtyLifeTables(GroupedLifeTables):
             for combo in combos.tolist():
                 self._compute(combo)
 
-    def _new_epoch(self) -> None:
-        self._epoch += 1
-        self._current.clear()
-
     def _count(self, running_rows: np.ndarray, uptimes: FloatArray, now: float) -> None:
         """Each owner's deaths and expected hazard since the last refit, into its theta."""
         pending = self.pending
@@ -354,25 +300,12 @@ class FrailtyLifeTables(GroupedLifeTables):
             factor = 0.5 ** (since / self.frailty_half_life_s)
             self.observed *= factor
             self.expected *= factor
-        rows = [running_rows]
-        start_uptime = [np.maximum(uptimes - since, 0.0)]
-        end_uptime = [uptimes]
-        died = [np.zeros(len(uptimes), dtype=np.bool_)]
-        if pending:
-            rows.append(np.array([p[0] for p in pending], dtype=np.int64).reshape(-1, LEVELS))
-            starts = np.array([p[1] for p in pending])
-            seen = np.array([p[2] for p in pending])
-            start_uptime.append(np.minimum(np.maximum(previous - starts, 0.0), seen))
-            end_uptime.append(seen)
-            died.append(np.array([p[3] for p in pending], dtype=np.bool_))
-        all_rows = np.concatenate(rows)
+        # A VM that left counts its exposure as far as it was seen.
+        all_rows, u0, u1, died = interval_outcomes(
+            running_rows, uptimes, pending, previous, now, exits_to_now=False
+        )
         if len(all_rows):
-            self.add_evidence(
-                all_rows,
-                np.concatenate(start_uptime),
-                np.concatenate(end_uptime),
-                np.concatenate(died),
-            )
+            self.add_evidence(all_rows, u0, u1, died)
         self.theta = posterior_theta(self.observed, self.expected, self.prior_deaths)
 
     def add_evidence(
@@ -479,9 +412,3 @@ class FrailtyLifeTables(GroupedLifeTables):
         self.last_scored = last_scored
         self.pending = restored
         self._new_epoch()
-
-
-def _grown(array: np.ndarray, size: int) -> np.ndarray:
-    bigger = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
-    bigger[: len(array)] = array
-    return bigger

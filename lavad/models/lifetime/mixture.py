@@ -77,13 +77,15 @@ import numpy as np
 
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
-from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.grouped import (
-    MAX_CACHED_KEYS,
-    MAX_ROWS,
-    GroupedLifeTables,
-    GroupRows,
+from lavad.models.lifetime.combos import (
+    ComboLifeTables,
+    bin_bands,
+    check_band_edges,
+    grown,
+    interval_outcomes,
 )
+from lavad.models.lifetime.features import LEVELS
+from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables, GroupRows
 from lavad.models.lifetime.pending import restore_pending
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
@@ -160,7 +162,7 @@ def fixed_share_update(log_weight: FloatArray, scores: FloatArray, share: float)
     return result
 
 
-class MixtureLifeTables(GroupedLifeTables):
+class MixtureLifeTables(ComboLifeTables):
     """Life tables at ``half_lives_s`` forgetting rates, mixed by their recent log score.
 
     ``choose(rows)`` returns a combo (the row of ``mass`` holding the mixed
@@ -184,8 +186,7 @@ class MixtureLifeTables(GroupedLifeTables):
             raise ValueError("a mixture needs at least one member")
         if not 0.0 <= fixed_share < 1.0:
             raise ValueError(f"fixed_share must be in [0, 1), got {fixed_share}")
-        if list(band_edges_s) != sorted(band_edges_s) or any(e <= 0 for e in band_edges_s):
-            raise ValueError(f"band_edges_s must be positive and increasing, got {band_edges_s}")
+        band_edges_s = check_band_edges(band_edges_s)
         if max_combos < 2:
             raise ValueError(f"max_combos must be >= 2, got {max_combos}")
         # The members first: the base class's arrays are read through them.
@@ -196,7 +197,7 @@ class MixtureLifeTables(GroupedLifeTables):
         super().__init__(bins, min_observations, max_rows=max_rows)
         self.version = MIXTURE_VERSION
         self.half_lives_s = tuple(half_lives_s)
-        self.band_edges_s = tuple(float(e) for e in band_edges_s)
+        self.band_edges_s = band_edges_s
         self.fixed_share = float(fixed_share)
         self.max_combos = max_combos
         self.per_owner = per_owner
@@ -206,9 +207,7 @@ class MixtureLifeTables(GroupedLifeTables):
         # Per band, each member's log weight (uniform to start).
         self.log_weight: FloatArray = np.full((bands, members), -math.log(members))
         # The band of each lifetime bin (by its lower edge).
-        self._bin_band = np.searchsorted(
-            np.asarray(self.band_edges_s, dtype=np.float64), bins.edges, side="right"
-        ).astype(np.int64)
+        self._bin_band = bin_bands(self.band_edges_s, bins.edges)
         # Per owner group (level 0's row), its own weights once it has had an
         # outcome (``owner_scored``): the pool's as they stood then, updated by
         # its own outcomes, with the fixed share going to the pool's weights.
@@ -222,7 +221,7 @@ class MixtureLifeTables(GroupedLifeTables):
         # the epoch it was computed in (bumped by every refit).
         # With owner weights, the combo of an owner that has its own is keyed
         # by the owner's row as well (last in the key), else by -1.
-        self._combos: dict[tuple[int, ...], int] = {}
+        self._combos = {}
         self._combo_rows = np.zeros((16, members), dtype=np.int64)
         self._combo_owner = np.full(16, -1, dtype=np.int64)
         self._combo_epoch = np.full(16, -1, dtype=np.int64)
@@ -236,39 +235,9 @@ class MixtureLifeTables(GroupedLifeTables):
         self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
         self._member_m0 = np.zeros((members, width + 1))
 
-    # The counts are the no-forgetting member's: what a plain ``tables`` model holds.
-    @property
-    def deaths(self) -> FloatArray:
-        return self.members[0].deaths
-
-    @deaths.setter
-    def deaths(self, value: FloatArray) -> None:
-        # The base class's constructor sets empty counts; the members hold the real ones.
-        del value
-
-    @property
-    def censored(self) -> FloatArray:
-        return self.members[0].censored
-
-    @censored.setter
-    def censored(self, value: FloatArray) -> None:
-        del value
-
-    @property
-    def observations(self) -> FloatArray:
-        return self.members[0].observations
-
-    @observations.setter
-    def observations(self, value: FloatArray) -> None:
-        del value
-
-    @property
-    def groups(self) -> int:
-        return self.members[0].groups
-
-    @property
-    def combos(self) -> int:
-        return len(self._combos)
+    def counted(self) -> GroupedLifeTables:
+        """The no-forgetting member: its counts are what a plain ``tables`` model holds."""
+        return self.members[0]
 
     def weights(self) -> FloatArray:
         """Each band's member weights (bands, members), summing to 1 per band."""
@@ -294,48 +263,23 @@ class MixtureLifeTables(GroupedLifeTables):
         return rows
 
     def _grow_owners(self, size: int) -> None:
-        self.owner_log_weight = _grown(self.owner_log_weight, size)
-        self.owner_scored = _grown(self.owner_scored, size)
+        self.owner_log_weight = grown(self.owner_log_weight, size)
+        self.owner_scored = grown(self.owner_scored, size)
 
-    def choose(self, rows: GroupRows) -> int:
-        """The combo of these group rows, its mixed distribution brought up to the last refit."""
-        combo = self._current.get(rows)
-        if combo is not None:
-            return combo
+    def _combo_key(self, rows: GroupRows) -> tuple[int, ...]:
+        """The members' group rows, then the owner's row if it has weights of its own, else -1."""
         owner = rows[0] if self.owner_weights and self.owner_scored[rows[0]] else -1
-        chosen = (*[member.choose(rows) for member in self.members], owner)
-        combo = self._combos.get(chosen)
-        if combo is None:
-            combo = self._new_combo(chosen, rows[-1])
-        if self._combo_epoch[combo] != self._epoch:
-            self._compute(combo)
-        if len(self._current) >= MAX_CACHED_KEYS:
-            self._current.clear()
-        self._current[rows] = combo
-        return combo
+        return (*[member.choose(rows) for member in self.members], owner)
 
-    def _new_combo(self, chosen: tuple[int, ...], pool_row: int) -> int:
-        """A combo for ``chosen``: the members' group rows, then the owner's row or -1."""
-        if len(self._combos) >= self.max_combos - 1:
-            # The pool-wide combo: every member's pool table, the pool's weights.
-            chosen = (*(pool_row,) * len(self.members), -1)
-            known = self._combos.get(chosen)
-            if known is not None:
-                return known
-        combo = self._combos[chosen] = len(self._combos)
-        if combo >= len(self._combo_rows):
-            size = 2 * len(self._combo_rows)
-            self._combo_rows = _grown(self._combo_rows, size)
-            self._combo_owner = _grown(self._combo_owner, size)
-            self._combo_epoch = np.concatenate(
-                [self._combo_epoch, np.full(size - len(self._combo_epoch), -1, dtype=np.int64)]
-            )
-            self.mass = _grown(self.mass, size)
-            self.m0 = _grown(self.m0, size)
-            self.m1 = _grown(self.m1, size)
-        self._combo_rows[combo] = chosen[:-1]
-        self._combo_owner[combo] = chosen[-1]
-        return combo
+    def _fallback_key(self, key: tuple[int, ...], rows: GroupRows) -> tuple[int, ...]:
+        # The pool-wide combo: every member's pool table, the pool's weights.
+        return (*(rows[-1],) * len(self.members), -1)
+
+    def _grow_combo_rows(self, size: int) -> None:
+        self._combo_rows = grown(self._combo_rows, size)
+
+    def _keep_rows(self, combo: int, key: tuple[int, ...]) -> None:
+        self._combo_rows[combo] = key[:-1]
 
     def _compute(self, combo: int) -> None:
         member_m0 = self._member_m0
@@ -396,11 +340,6 @@ class MixtureLifeTables(GroupedLifeTables):
             for combo in np.unique(np.asarray(running_chosen, dtype=np.int64)).tolist():
                 self._compute(combo)
 
-    def _new_epoch(self) -> None:
-        """The members or the weights changed: every combo is recomputed when next used."""
-        self._epoch += 1
-        self._current.clear()
-
     def _score(self, running_rows: np.ndarray, uptimes: FloatArray, now: float) -> None:
         """Each member's log score of the outcomes since the last refit, into the weights."""
         pending = self.pending
@@ -409,29 +348,13 @@ class MixtureLifeTables(GroupedLifeTables):
         self.last_scored = now
         if previous is None or now <= previous:
             return
-        since = now - previous
-        # Running VMs: alive from u0 to their uptime now.
-        rows = [running_rows]
-        start_uptime = [np.maximum(uptimes - since, 0.0)]
-        end_uptime = [uptimes]
-        died = [np.zeros(len(uptimes), dtype=np.bool_)]
-        if pending:
-            left_rows = np.array([p[0] for p in pending], dtype=np.int64).reshape(-1, LEVELS)
-            starts = np.array([p[1] for p in pending])
-            seen = np.array([p[2] for p in pending])
-            exited = np.array([p[3] for p in pending], dtype=np.bool_)
-            rows.append(left_rows)
-            start_uptime.append(np.maximum(previous - starts, 0.0))
-            # An exit is scored on the whole interval (it died in it); an
-            # eviction only as far as it was seen alive.
-            end_uptime.append(np.where(exited, now - starts, seen))
-            died.append(exited)
-        all_rows = np.concatenate(rows)
+        # An exit is scored on the whole interval (it died in it); an
+        # eviction only as far as it was seen alive.
+        all_rows, u0, u1, dead = interval_outcomes(
+            running_rows, uptimes, pending, previous, now, exits_to_now=True
+        )
         if not len(all_rows):
             return
-        u0 = np.concatenate(start_uptime)
-        u1 = np.concatenate(end_uptime)
-        dead = np.concatenate(died)
         scores = self.interval_scores(all_rows, u0, u1, dead)
         owners, inverse, counts = np.unique(all_rows[:, 0], return_inverse=True, return_counts=True)
         if self.per_owner:
@@ -557,9 +480,3 @@ def chosen_rows(observations: FloatArray, rows: np.ndarray, min_observations: in
     level = np.where(enough.any(axis=1), first, LEVELS - 1)
     chosen: np.ndarray = rows[np.arange(len(rows)), level]
     return chosen
-
-
-def _grown(array: np.ndarray, size: int) -> np.ndarray:
-    bigger = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
-    bigger[: len(array)] = array
-    return bigger

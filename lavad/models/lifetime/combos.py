@@ -1,0 +1,205 @@
+"""What the mixture and the frailty share: a model over another model's counts, rows per combo.
+
+Both wrap life tables (the mixture its members, the frailty its base) and
+predict a VM with a row of their own per "combo": the wrapped tables'
+chosen rows and the VM's owner, if the owner has state of its own (weights,
+a frailty), else -1. A combo's row is computed on its first use after a
+refit (its epoch), and a key tuple's combo is cached until the next one.
+Both learn at refits from the interval since the last one, in event time:
+the running VMs and those that left in between (``pending``).
+
+Each model's own maths (how a row is computed, what an interval scores)
+stays in its own module; this one holds the bookkeeping around it. The
+attributes are the models' own (a snapshot carries them as they are).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lavad.models.arrays import FloatArray
+from lavad.models.lifetime.features import LEVELS
+from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.pending import Pending
+
+
+def check_band_edges(band_edges_s: tuple[float, ...]) -> tuple[float, ...]:
+    """The upper edges of the uptime bands as floats; ValueError unless positive, increasing."""
+    if list(band_edges_s) != sorted(band_edges_s) or any(e <= 0 for e in band_edges_s):
+        raise ValueError(f"band_edges_s must be positive and increasing, got {band_edges_s}")
+    return tuple(float(e) for e in band_edges_s)
+
+
+def bin_bands(band_edges_s: tuple[float, ...], bin_edges: FloatArray) -> np.ndarray:
+    """The band of each lifetime bin, by its lower edge."""
+    bands: np.ndarray = np.searchsorted(
+        np.asarray(band_edges_s, dtype=np.float64), bin_edges, side="right"
+    ).astype(np.int64)
+    return bands
+
+
+def grown(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` with ``size`` rows, the new ones zero."""
+    bigger = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
+    bigger[: len(array)] = array
+    return bigger
+
+
+def interval_outcomes(
+    running_rows: np.ndarray,
+    uptimes: FloatArray,
+    pending: list[Pending],
+    previous: float,
+    now: float,
+    *,
+    exits_to_now: bool,
+) -> tuple[np.ndarray, FloatArray, FloatArray, np.ndarray]:
+    """Each VM's outcome in the interval (previous, now]: group rows, u0, u1, died.
+
+    The running VMs lived from their uptime at ``previous`` (0 if created
+    since) to their uptime now. A VM that left was seen alive from u0 to
+    the uptime it was seen for; if ``exits_to_now``, an exit spans the whole
+    interval (it died somewhere in it: the mixture's log score), else only
+    as far as seen, u0 capped at it (the frailty's exposure).
+    """
+    since = now - previous
+    rows = [running_rows]
+    start_uptime = [np.maximum(uptimes - since, 0.0)]
+    end_uptime = [uptimes]
+    died = [np.zeros(len(uptimes), dtype=np.bool_)]
+    if pending:
+        rows.append(np.array([p[0] for p in pending], dtype=np.int64).reshape(-1, LEVELS))
+        starts = np.array([p[1] for p in pending])
+        seen = np.array([p[2] for p in pending])
+        exited = np.array([p[3] for p in pending], dtype=np.bool_)
+        if exits_to_now:
+            start_uptime.append(np.maximum(previous - starts, 0.0))
+            end_uptime.append(np.where(exited, now - starts, seen))
+        else:
+            start_uptime.append(np.minimum(np.maximum(previous - starts, 0.0), seen))
+            end_uptime.append(seen)
+        died.append(exited)
+    return (
+        np.concatenate(rows),
+        np.concatenate(start_uptime),
+        np.concatenate(end_uptime),
+        np.concatenate(died),
+    )
+
+
+class CountsOf(GroupedLifeTables):
+    """Life tables whose counts are another model's (``counted``): a wrapper's."""
+
+    def counted(self) -> GroupedLifeTables:
+        """The model whose counts these are."""
+        raise NotImplementedError
+
+    @property
+    def deaths(self) -> FloatArray:
+        return self.counted().deaths
+
+    @deaths.setter
+    def deaths(self, value: FloatArray) -> None:
+        # The base class's constructor sets empty counts; the wrapped model holds the real ones.
+        del value
+
+    @property
+    def censored(self) -> FloatArray:
+        return self.counted().censored
+
+    @censored.setter
+    def censored(self, value: FloatArray) -> None:
+        del value
+
+    @property
+    def observations(self) -> FloatArray:
+        return self.counted().observations
+
+    @observations.setter
+    def observations(self, value: FloatArray) -> None:
+        del value
+
+    @property
+    def groups(self) -> int:
+        return self.counted().groups
+
+
+class ComboLifeTables(CountsOf):
+    """A wrapper predicting with a row per combo (key: wrapped rows, then owner row or -1).
+
+    A subclass sets, in its constructor: ``_combos`` (key -> combo),
+    ``_combo_owner`` and ``_combo_epoch`` (per combo), ``_epoch``,
+    ``_current`` (group rows -> combo this epoch), ``max_combos``, ``mass``,
+    ``m0``, ``m1``; and gives the key of a VM's rows (``_combo_key``), the
+    key past ``max_combos`` (``_fallback_key``), where a key's wrapped rows
+    are kept (``_keep_rows``) and how a combo's row is computed
+    (``_compute``).
+    """
+
+    _combos: dict[tuple[int, ...], int]
+    _combo_owner: np.ndarray
+    _combo_epoch: np.ndarray
+    _epoch: int
+    _current: dict[GroupRows, int]
+    max_combos: int
+
+    @property
+    def combos(self) -> int:
+        return len(self._combos)
+
+    def _combo_key(self, rows: GroupRows) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def _fallback_key(self, key: tuple[int, ...], rows: GroupRows) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def _grow_combo_rows(self, size: int) -> None:
+        raise NotImplementedError
+
+    def _keep_rows(self, combo: int, key: tuple[int, ...]) -> None:
+        raise NotImplementedError
+
+    def _compute(self, combo: int) -> None:
+        raise NotImplementedError
+
+    def choose(self, rows: GroupRows) -> int:
+        """The combo of these group rows, its distribution brought up to the last refit."""
+        combo = self._current.get(rows)
+        if combo is not None:
+            return combo
+        key = self._combo_key(rows)
+        combo = self._combos.get(key)
+        if combo is None:
+            combo = self._new_combo(key, rows)
+        if self._combo_epoch[combo] != self._epoch:
+            self._compute(combo)
+        if len(self._current) >= MAX_CACHED_KEYS:
+            self._current.clear()
+        self._current[rows] = combo
+        return combo
+
+    def _new_combo(self, key: tuple[int, ...], rows: GroupRows) -> int:
+        if len(self._combos) >= self.max_combos - 1:
+            key = self._fallback_key(key, rows)
+            known = self._combos.get(key)
+            if known is not None:
+                return known
+        combo = self._combos[key] = len(self._combos)
+        if combo >= len(self._combo_owner):
+            size = 2 * len(self._combo_owner)
+            self._grow_combo_rows(size)
+            self._combo_owner = grown(self._combo_owner, size)
+            self._combo_epoch = np.concatenate(
+                [self._combo_epoch, np.full(size - len(self._combo_epoch), -1, dtype=np.int64)]
+            )
+            self.mass = grown(self.mass, size)
+            self.m0 = grown(self.m0, size)
+            self.m1 = grown(self.m1, size)
+        self._keep_rows(combo, key)
+        self._combo_owner[combo] = key[-1]
+        return combo
+
+    def _new_epoch(self) -> None:
+        """The wrapped tables or the owners' state changed: each combo is recomputed on next use."""
+        self._epoch += 1
+        self._current.clear()
