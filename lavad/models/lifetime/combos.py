@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from lavad.models.arrays import FloatArray
+from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
 from lavad.models.lifetime.pending import Pending
@@ -127,10 +128,9 @@ class CountsOf(GroupedLifeTables):
 class ComboLifeTables(CountsOf):
     """A wrapper predicting with a row per combo (key: wrapped rows, then owner row or -1).
 
-    A subclass sets, in its constructor: ``_combos`` (key -> combo),
-    ``_combo_owner`` and ``_combo_epoch`` (per combo), ``_epoch``,
-    ``_current`` (group rows -> combo this epoch), ``max_combos``, ``mass``,
-    ``m0``, ``m1``; and gives the key of a VM's rows (``_combo_key``), the
+    A subclass sets, in its constructor, ``max_combos``, ``_combos`` (key ->
+    combo) and its array of the combos' wrapped rows, then calls
+    ``_start_combos`` for the rest; and it gives the key of a VM's rows (``_combo_key``), the
     key past ``max_combos`` (``_fallback_key``), where a key's wrapped rows
     are kept (``_keep_rows``) and how a combo's row is computed
     (``_compute``).
@@ -141,7 +141,21 @@ class ComboLifeTables(CountsOf):
     _combo_epoch: np.ndarray
     _epoch: int
     _current: dict[GroupRows, int]
+    _representative: FloatArray
     max_combos: int
+
+    def _start_combos(self, bins: LifetimeBins) -> None:
+        """No combos yet, room for 16, in epoch 0 (after ``_combos`` and the wrapped rows)."""
+        self._combo_owner = np.full(16, -1, dtype=np.int64)
+        self._combo_epoch = np.full(16, -1, dtype=np.int64)
+        self._epoch = 0
+        # Key tuple (group rows) -> its combo, as of this epoch.
+        self._current = {}
+        width = bins.count
+        self.mass = np.zeros((16, width))
+        self.m0 = np.zeros((16, width + 1))
+        self.m1 = np.zeros((16, width + 1))
+        self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
 
     @property
     def combos(self) -> int:

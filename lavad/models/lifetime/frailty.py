@@ -78,7 +78,7 @@ from lavad.models.lifetime.combos import (
 )
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
-from lavad.models.lifetime.pending import restore_pending
+from lavad.models.lifetime.pending import pending_as_data, restore_pending
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
@@ -184,15 +184,7 @@ class FrailtyLifeTables(ComboLifeTables):
         # the epoch it was computed in (bumped whenever the base or theta changes).
         self._combos = {}
         self._combo_base = np.zeros(16, dtype=np.int64)
-        self._combo_owner = np.full(16, -1, dtype=np.int64)
-        self._combo_epoch = np.full(16, -1, dtype=np.int64)
-        self._epoch = 0
-        self._current: dict[GroupRows, int] = {}
-        width = bins.count
-        self.mass = np.zeros((16, width))
-        self.m0 = np.zeros((16, width + 1))
-        self.m1 = np.zeros((16, width + 1))
-        self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
+        self._start_combos(bins)
         self._ones = np.ones(bands)
 
     def counted(self) -> GroupedLifeTables:
@@ -371,9 +363,7 @@ class FrailtyLifeTables(ComboLifeTables):
             "expected": self.expected.tolist(),
             "has_evidence": self.has_evidence.tolist(),
             "last_scored": self.last_scored,
-            "pending": [
-                [list(rows), start, seen, exited] for rows, start, seen, exited in self.pending
-            ],
+            "pending": pending_as_data(self.pending),
         }
 
     def restore(self, state: dict[str, object]) -> None:

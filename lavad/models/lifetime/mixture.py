@@ -86,7 +86,7 @@ from lavad.models.lifetime.combos import (
 )
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables, GroupRows
-from lavad.models.lifetime.pending import restore_pending
+from lavad.models.lifetime.pending import pending_as_data, restore_pending
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
@@ -223,17 +223,8 @@ class MixtureLifeTables(ComboLifeTables):
         # by the owner's row as well (last in the key), else by -1.
         self._combos = {}
         self._combo_rows = np.zeros((16, members), dtype=np.int64)
-        self._combo_owner = np.full(16, -1, dtype=np.int64)
-        self._combo_epoch = np.full(16, -1, dtype=np.int64)
-        self._epoch = 0
-        # Key tuple (group rows) -> its combo, as of this epoch.
-        self._current: dict[GroupRows, int] = {}
-        width = bins.count
-        self.mass = np.zeros((16, width))
-        self.m0 = np.zeros((16, width + 1))
-        self.m1 = np.zeros((16, width + 1))
-        self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
-        self._member_m0 = np.zeros((members, width + 1))
+        self._start_combos(bins)
+        self._member_m0 = np.zeros((members, bins.count + 1))
 
     def counted(self) -> GroupedLifeTables:
         """The no-forgetting member: its counts are what a plain ``tables`` model holds."""
@@ -433,9 +424,7 @@ class MixtureLifeTables(ComboLifeTables):
             "owner_log_weight": self.owner_log_weight.tolist(),
             "owner_scored": self.owner_scored.tolist(),
             "last_scored": self.last_scored,
-            "pending": [
-                [list(rows), start, seen, exited] for rows, start, seen, exited in self.pending
-            ],
+            "pending": pending_as_data(self.pending),
         }
 
     def restore(self, state: dict[str, object]) -> None:

@@ -4,7 +4,7 @@ The mixture (``mixture.py``) scores its members, and the frailty
 (``frailty.py``) counts an owner's deaths, on what resolved between two
 refits: the VMs still running, and those that left in between, each kept as
 (its group rows, its start, how long it was seen, whether it exited). Both
-checkpoint that list; this is its one reading back.
+checkpoint that list; this is its one writing and reading back.
 """
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupRows
 
 Pending = tuple[GroupRows, float, float, bool]
+
+
+def pending_as_data(pending: list[Pending]) -> list[list[object]]:
+    """The pending list as a checkpoint holds it: [rows, start, seen, exited] each."""
+    return [[list(rows), start, seen, exited] for rows, start, seen, exited in pending]
 
 
 def restore_pending(
