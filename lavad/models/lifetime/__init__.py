@@ -15,4 +15,7 @@
   theta the gamma posterior of its deaths against the hazard predicted for them.
 - ``calibrated.py``: any model wrapped in the online recalibration of
   ``calibration.py`` (``model = "mixture-frailty-calibrated"`` and friends).
+- ``combos.py`` and ``pending.py``: what the mixture and the frailty share: rows
+  per (group row, owner) computed on first use after a refit, uptime bands, and
+  the VMs resolved between refits that both count.
 """
