@@ -16,6 +16,7 @@ from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.migrations.relief import (
+    MIN_OVERFLOWS,
     OverflowEvidence,
     ReliefConfig,
     ReliefMove,
@@ -26,6 +27,7 @@ from lavad.daemon.migrations.relief import (
     plan_relief,
     promise_rejected,
 )
+from lavad.daemon.migrations.relief_rule import overflow_thresholds
 from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
 from lavad.daemon.settings import ConfigError, check_live_settings, load_settings
@@ -52,6 +54,32 @@ def test_binomial_rule_by_hand_at_rho_0_1_over_10_windows() -> None:
     assert promise_rejected(5, 10, 0.1, 0.01)
     assert overflows_needed(10, 0.1, 0.05) == 4
     assert not promise_rejected(3, 10, 0.1, 0.05)
+
+
+@pytest.mark.parametrize(("rho", "alpha"), [(0.1, 0.01), (0.01, 0.01), (0.05, 0.3), (0.001, 0.05)])
+def test_every_threshold_is_the_smallest_count_the_tail_rejects(rho: float, alpha: float) -> None:
+    """The vectorised thresholds against the definition, window count by count:
+    P(K >= k) <= alpha, and P(K >= k - 1) > alpha unless k is the floor of
+    two, or k = n + 1 when no count can reject."""
+    from scipy.stats import binom  # noqa: PLC0415
+
+    thresholds = overflow_thresholds(600, rho, alpha)
+    for n, k in enumerate(thresholds.tolist()):
+        if k > n:  # no count of n windows relieves: the floor, or no tail is low enough
+            assert k in (n + 1, MIN_OVERFLOWS), (n, k)
+            assert k <= MIN_OVERFLOWS or binom.sf(n - 1, n, rho) > alpha, (n, k)
+            continue
+        assert binom.sf(k - 1, n, rho) <= alpha, (n, k)
+        assert k == MIN_OVERFLOWS or binom.sf(k - 2, n, rho) > alpha, (n, k)
+
+
+def test_a_huge_window_count_is_refused_and_the_largest_builds_in_one_pass() -> None:
+    with pytest.raises(ValueError, match="recent_windows"):
+        ReliefConfig(enabled=True, recent_windows=10**9)
+    # The largest allowed: one vectorised pass over the counts, not a tail per count.
+    config = ReliefConfig(enabled=True, recent_windows=20_160)
+    evidence = OverflowEvidence(0.01, config)
+    assert evidence.due(0) is False
 
 
 def test_one_unlucky_window_never_relieves() -> None:

@@ -53,7 +53,9 @@ class ReliefConfig:
         bool, Field(description="relieve GPA hosts whose realised overflows reject rho")
     ] = False
     recent_windows: Annotated[
-        int, Field(ge=2, le=100_000, description="usage windows kept per host for the test")
+        # The ring is hosts x recent_windows bytes: two weeks of 5-minute
+        # windows at most (10,000 hosts: 200 MB).
+        int, Field(ge=2, le=20_160, description="usage windows kept per host for the test")
     ] = 288
     alpha: Annotated[
         float,
@@ -65,8 +67,8 @@ class ReliefConfig:
     ] = 300.0
 
     def __post_init__(self) -> None:
-        if not 2 <= self.recent_windows <= 100_000:
-            raise ValueError(f"recent_windows must be in [2, 100000], got {self.recent_windows}")
+        if not 2 <= self.recent_windows <= 20_160:
+            raise ValueError(f"recent_windows must be in [2, 20160], got {self.recent_windows}")
         if not (math.isfinite(self.alpha) and 0.0 < self.alpha < 0.5):
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
         if not 1 <= self.max_moves <= 1000:
@@ -82,24 +84,41 @@ def promise_rejected(overflows: int, windows: int, rho: float, alpha: float) -> 
     return overflows >= overflows_needed(windows, rho, alpha)
 
 
-@lru_cache(maxsize=4096)
 def overflows_needed(windows: int, rho: float, alpha: float) -> int:
     """The fewest overflows in ``windows`` that reject the promise (windows + 1: none can)."""
+    if windows < 0:
+        raise ValueError(f"windows must be >= 0, got {windows}")
+    return int(overflow_thresholds(windows, rho, alpha)[windows])
+
+
+@lru_cache(maxsize=64)
+def overflow_thresholds(max_windows: int, rho: float, alpha: float) -> NDArray[np.int64]:
+    """``overflows_needed(n, rho, alpha)`` for every n in [0, max_windows], in one pass.
+
+    The smallest k with P(K >= k) = sf(k - 1) <= alpha comes from the
+    binomial's inverse survival function, vectorised over n (C work linear
+    in ``max_windows``, not a tail per n), then is checked against sf on
+    both sides of it, so a rounding in the inverse's search cannot move the
+    threshold. Read-only: the cached array is shared.
+    """
     if not 0.0 < rho < 1.0:
         raise ValueError(f"rho must be in (0, 1), got {rho!r}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if windows < 0:
-        raise ValueError(f"windows must be >= 0, got {windows}")
+    if max_windows < 0:
+        raise ValueError(f"windows must be >= 0, got {max_windows}")
     # Imported here: scipy.stats costs the daemon's start-up about half a
-    # second, and only a pool with relief on ever asks (once per window count).
+    # second, and only a pool with relief on ever asks.
     from scipy.stats import binom  # noqa: PLC0415
 
-    # P(K >= k) = sf(k - 1); it falls with k, so the first k at or below alpha.
-    tail = binom.sf(np.arange(windows + 1), windows, rho)  # tail[k - 1] = P(K >= k)
-    below = np.flatnonzero(tail <= alpha)
-    needed = int(below[0]) + 1 if len(below) else windows + 1
-    return max(MIN_OVERFLOWS, needed)
+    windows = np.arange(max_windows + 1)
+    needed = binom.isf(alpha, windows, rho).astype(np.int64) + 1
+    needed = np.where(binom.sf(needed - 1, windows, rho) <= alpha, needed, needed + 1)
+    lower = (needed >= 2) & (binom.sf(needed - 2, windows, rho) <= alpha)
+    needed = np.minimum(np.where(lower, needed - 1, needed), windows + 1)
+    thresholds: NDArray[np.int64] = np.maximum(MIN_OVERFLOWS, needed)
+    thresholds.flags.writeable = False
+    return thresholds
 
 
 class OverflowEvidence:
@@ -119,8 +138,7 @@ class OverflowEvidence:
         self._cursor: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
         self.windows: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
         self.overflows: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
-        needed = [overflows_needed(n, rho, config.alpha) for n in range(config.recent_windows + 1)]
-        self._needed: NDArray[np.int64] = np.asarray(needed, dtype=np.int64)
+        self._needed = overflow_thresholds(config.recent_windows, rho, config.alpha)
         # Hosts found due and not relieved (cleared) since.
         self.pending: set[int] = set()
 
