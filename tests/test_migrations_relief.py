@@ -76,6 +76,9 @@ def test_every_threshold_is_the_smallest_count_the_tail_rejects(rho: float, alph
 def test_a_huge_window_count_is_refused_and_the_largest_builds_in_one_pass() -> None:
     with pytest.raises(ValueError, match="recent_windows"):
         ReliefConfig(enabled=True, recent_windows=10**9)
+    # A look every nanosecond would make a jump in event time cost 10^15 looks.
+    with pytest.raises(ValueError, match="check_interval_s"):
+        ReliefConfig(enabled=True, check_interval_s=1e-9)
     # The largest allowed: one vectorised pass over the counts, not a tail per count.
     config = ReliefConfig(enabled=True, recent_windows=20_160)
     evidence = OverflowEvidence(0.01, config)

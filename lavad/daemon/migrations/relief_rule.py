@@ -62,8 +62,13 @@ class ReliefConfig:
         Field(gt=0, lt=0.5, description="level of the one-sided binomial test of the promise"),
     ] = 0.01
     max_moves: Annotated[int, Field(ge=1, le=1000, description="VMs moved per relief at most")] = 8
+    # At least a minute: evidence changes only when a usage window closes,
+    # and the engine fires each missed look after a jump in event time, so
+    # the interval bounds that work (a 30-day jump, input.max_ahead_s: at
+    # most 43,200 looks).
     check_interval_s: Annotated[
-        float, Field(gt=0, description="event time between looks for hosts due for relief")
+        float,
+        Field(ge=60.0, description="event time between looks for hosts due for relief"),
     ] = 300.0
 
     def __post_init__(self) -> None:
@@ -73,8 +78,8 @@ class ReliefConfig:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
         if not 1 <= self.max_moves <= 1000:
             raise ValueError(f"max_moves must be in [1, 1000], got {self.max_moves}")
-        if not (math.isfinite(self.check_interval_s) and self.check_interval_s > 0):
-            raise ValueError(f"check_interval_s must be > 0, got {self.check_interval_s}")
+        if not (math.isfinite(self.check_interval_s) and self.check_interval_s >= 60.0):
+            raise ValueError(f"check_interval_s must be >= 60, got {self.check_interval_s}")
 
 
 def promise_rejected(overflows: int, windows: int, rho: float, alpha: float) -> bool:
