@@ -14,7 +14,7 @@ from lavad.daemon.cli import app
 from lavad.daemon.cluster import ClusterState
 from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.migrations.config import MigrationsConfig
+from lavad.daemon.migrations.config import DefragConfig, MigrationsConfig
 from lavad.daemon.migrations.relief import (
     MIN_OVERFLOWS,
     OverflowEvidence,
@@ -76,9 +76,12 @@ def test_every_threshold_is_the_smallest_count_the_tail_rejects(rho: float, alph
 def test_a_huge_window_count_is_refused_and_the_largest_builds_in_one_pass() -> None:
     with pytest.raises(ValueError, match="recent_windows"):
         ReliefConfig(enabled=True, recent_windows=10**9)
-    # A look every nanosecond would make a jump in event time cost 10^15 looks.
+    # A look every nanosecond would make a jump in event time cost 10^15
+    # looks: the relief's and the defragmenter's intervals share one floor.
     with pytest.raises(ValueError, match="check_interval_s"):
         ReliefConfig(enabled=True, check_interval_s=1e-9)
+    with pytest.raises(ValueError, match="check_interval_s"):
+        DefragConfig(empty_below=0.2, check_interval_s=1e-9)
     # The largest allowed: one vectorised pass over the counts, not a tail per count.
     config = ReliefConfig(enabled=True, recent_windows=20_160)
     evidence = OverflowEvidence(0.01, config)

@@ -48,6 +48,13 @@ class InputBounds:
     ] = 3_600.0
 
 
+# The shortest interval of a periodic look in event time (the defragmenter's,
+# the relief's). The engine fires every missed look after a jump in event time,
+# so this bounds that work: a jump of max_ahead_s (30 days) costs at most
+# 43,200 looks, not one per nanosecond of a configured 1e-9.
+MIN_CHECK_INTERVAL_S = 60.0
+
+
 # A pool-name pattern: as long as a pool name may be (the schema's id bound).
 PoolPattern = Annotated[str, Field(min_length=1, max_length=256)]
 

@@ -7,11 +7,13 @@ evaluations) is checked by ``__post_init__``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
+from lavad.daemon.input_bounds import MIN_CHECK_INTERVAL_S
 from lavad.daemon.migrations.relief_rule import ReliefConfig
 
 OrderName = Literal["lars", "arrival", "shortest", "random"]
@@ -37,7 +39,11 @@ class DefragConfig:
         ),
     ] = 0.0
     check_interval_s: Annotated[
-        float, Field(gt=0, description="event time between looks at the empty-host share")
+        float,
+        Field(
+            ge=MIN_CHECK_INTERVAL_S,
+            description="event time between looks at the empty-host share",
+        ),
     ] = 300.0
     max_draining_hosts: Annotated[
         int, Field(ge=1, description="defragmentation drains in progress at most, per pool")
@@ -46,8 +52,12 @@ class DefragConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.empty_below < 1.0:
             raise ValueError(f"empty_below must be in [0, 1), got {self.empty_below}")
-        if self.check_interval_s <= 0:
-            raise ValueError(f"check_interval_s must be > 0, got {self.check_interval_s}")
+        if not (
+            math.isfinite(self.check_interval_s) and self.check_interval_s >= MIN_CHECK_INTERVAL_S
+        ):
+            raise ValueError(
+                f"check_interval_s must be >= {MIN_CHECK_INTERVAL_S:g}, got {self.check_interval_s}"
+            )
         if self.max_draining_hosts < 1:
             raise ValueError(f"max_draining_hosts must be >= 1, got {self.max_draining_hosts}")
 

@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
 from lavad.daemon.cluster import BoolArray
+from lavad.daemon.input_bounds import MIN_CHECK_INTERVAL_S
 
 # Fewest overflows that can ever relieve a host: one window is never evidence.
 MIN_OVERFLOWS = 2
@@ -62,13 +63,12 @@ class ReliefConfig:
         Field(gt=0, lt=0.5, description="level of the one-sided binomial test of the promise"),
     ] = 0.01
     max_moves: Annotated[int, Field(ge=1, le=1000, description="VMs moved per relief at most")] = 8
-    # At least a minute: evidence changes only when a usage window closes,
-    # and the engine fires each missed look after a jump in event time, so
-    # the interval bounds that work (a 30-day jump, input.max_ahead_s: at
-    # most 43,200 looks).
     check_interval_s: Annotated[
         float,
-        Field(ge=60.0, description="event time between looks for hosts due for relief"),
+        Field(
+            ge=MIN_CHECK_INTERVAL_S,
+            description="event time between looks for hosts due for relief",
+        ),
     ] = 300.0
 
     def __post_init__(self) -> None:
@@ -78,8 +78,12 @@ class ReliefConfig:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
         if not 1 <= self.max_moves <= 1000:
             raise ValueError(f"max_moves must be in [1, 1000], got {self.max_moves}")
-        if not (math.isfinite(self.check_interval_s) and self.check_interval_s >= 60.0):
-            raise ValueError(f"check_interval_s must be >= 60, got {self.check_interval_s}")
+        if not (
+            math.isfinite(self.check_interval_s) and self.check_interval_s >= MIN_CHECK_INTERVAL_S
+        ):
+            raise ValueError(
+                f"check_interval_s must be >= {MIN_CHECK_INTERVAL_S:g}, got {self.check_interval_s}"
+            )
 
 
 def promise_rejected(overflows: int, windows: int, rho: float, alpha: float) -> bool:
