@@ -323,7 +323,20 @@ def test_no_oracle_field_reaches_the_frailty(name: str, args: dict[str, Any]) ->
     assert model.observations.max() >= 30
 
 
-def test_the_command_line_reports_the_frailty() -> None:
+@pytest.mark.parametrize(
+    ("models", "labels"),
+    [
+        (
+            "frailty,mixture-frailty-calibrated",
+            (
+                "life tables, each owner's hazard times its frailty",
+                "the mixture with owners' frailty, recalibrated online",
+            ),
+        ),
+        ("tables,mixture", ("life tables at four memories, mixed by their log score",)),
+    ],
+)
+def test_the_command_line_reports_the_chosen_models(models: str, labels: tuple[str, ...]) -> None:
     result = CliRunner().invoke(
         app,
         [
@@ -334,10 +347,10 @@ def test_the_command_line_reports_the_frailty() -> None:
             "online",
             "--no-river",
             "--models",
-            "frailty,mixture-frailty-calibrated",
+            models,
         ],
         env={"COLUMNS": "200"},
     )
     assert result.exit_code == 0, result.output
-    assert "life tables, each owner's hazard times its frailty" in result.output
-    assert "the mixture with owners' frailty, recalibrated online" in result.output
+    for label in labels:
+        assert label in result.output

@@ -7,11 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support import PROJECT_ROOT
 from test_lifetime_no_oracle_leak import _replay
-from typer.testing import CliRunner
 
-from lavad.daemon.cli import app
 from lavad.daemon.live import state_codec
 from lavad.daemon.placement.lifetime import LIFETIME_MODELS, LifetimeSettings
 from lavad.evaluation.lifetime import evaluate_lifetime_model
@@ -303,22 +300,3 @@ def test_the_evaluation_reports_the_mixture() -> None:
     tables, mixture = result.models
     # On this swing the mixture follows what the plain tables average away.
     assert mixture.log_score < tables.log_score
-
-
-def test_the_command_line_reports_the_mixture() -> None:
-    result = CliRunner().invoke(
-        app,
-        [
-            "evaluate",
-            "lifetime",
-            str(PROJECT_ROOT / "data" / "azure-v1-vms-slice"),
-            "--protocol",
-            "online",
-            "--no-river",
-            "--models",
-            "tables,mixture",
-        ],
-        env={"COLUMNS": "200"},
-    )
-    assert result.exit_code == 0, result.output
-    assert "life tables at four memories, mixed by their log score" in result.output
