@@ -65,8 +65,7 @@ def check_tracker_state(tracker: LifetimeTracker) -> None:
     slot_times = _array("slot times", tracker._slot_times, np.float64, SLOT_TIMES, None)
     slots = slot_times.shape[1]
     slot_ints = _array("slot ints", tracker._slot_ints, np.int64, SLOT_INTS, slots)
-    slot_flags = _array("slot flags", tracker._slot_flags, np.bool_, SLOT_FLAGS, slots)
-    del slot_flags
+    _array("slot flags", tracker._slot_flags, np.bool_, SLOT_FLAGS, slots)
     levels = _array("slot levels", tracker.levels, np.int64, slots, LEVELS)
     host_times = _array("host times", tracker._host_times, np.float64, HOST_TIMES, None)
     hosts = host_times.shape[1]
