@@ -15,7 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lavad.daemon.placement.bestfit import BestFitScore
 from lavad.daemon.placement.firstfit import FirstFitScore
-from lavad.daemon.placement.framework import AntiAffinityFilter, Policy, SchedulableFilter
+from lavad.daemon.cluster import RESOURCES
+from lavad.daemon.placement.framework import (
+    AntiAffinityFilter,
+    Policy,
+    SchedulableFilter,
+    ScorePlugin,
+)
 from lavad.daemon.placement.gpa import (
     GpaBestFitScore,
     GpaFilter,
@@ -31,6 +37,7 @@ from lavad.daemon.placement.lifetime import (
     LifetimeTracker,
 )
 from lavad.daemon.placement.lifetime_policy import LifetimePolicy
+from lavad.daemon.placement.waste import RequestMix, WasteGuard
 from lavad.daemon.registry import Entry, Registry, RegistryError
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS, USED_FEATURES
 from lavad.models.usage.hosts import HostUsage, UsagePrior
@@ -63,7 +70,41 @@ class FirstFitArgs(PolicyArgs):
     pass
 
 
-class LifetimeArgs(PolicyArgs):
+class WasteMixArgs(PolicyArgs):
+    """How a policy keeps the pool's request mix for the waste score (``placement/waste.py``)."""
+
+    mix_window: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="the request mix is the pool's last this many request shapes",
+    )
+    mix_max_shapes: int = Field(
+        default=32, ge=1, le=256, description="the mix keeps its this many most common shapes"
+    )
+    mix_refresh: int = Field(
+        default=256, ge=1, description="requests between refreshes of the mix's mean and shapes"
+    )
+
+
+class WastePackingArgs(BestFitArgs, WasteMixArgs):
+    waste_tolerance: float = Field(
+        default=0.02,
+        gt=0,
+        le=4,
+        description="hosts whose added waste (fractions of a host, summed over resources) is "
+        "within this of the least share the first level; Best Fit decides among them",
+    )
+
+
+class LifetimeArgs(WasteMixArgs):
+    waste_tolerance: float | None = Field(
+        default=None,
+        gt=0,
+        le=4,
+        description="the lifetime score decides only among hosts whose added waste (fractions "
+        "of a host, summed over resources) is within this of the least; None: no guard",
+    )
     refit_interval_s: float = Field(
         default=3600.0, gt=0, description="event time between refits of the lifetime tables"
     )
@@ -247,6 +288,26 @@ def _build_bestfit(args: PolicyArgs, name: str, rng: np.random.Generator) -> Pol
     )
 
 
+def _waste_guard(
+    args: WasteMixArgs, tolerance: float, weights: dict[str, float], below: ScorePlugin | None
+) -> WasteGuard:
+    mix = RequestMix(args.mix_window, args.mix_max_shapes, args.mix_refresh)
+    kernel_weights = np.array([float(weights.get(name, 1.0)) for name in RESOURCES])
+    return WasteGuard(mix, tolerance, kernel_weights, below)
+
+
+def _build_waste(args: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
+    if not isinstance(args, WastePackingArgs):
+        raise TypeError(f"waste built with {type(args).__name__}")
+    weights = {str(k): w for k, w in args.weights.items()}
+    return Policy(
+        name,
+        (_waste_guard(args, args.waste_tolerance, weights, None), BestFitScore(weights)),
+        rng,
+        random_ties=args.tie_break == "random",
+    )
+
+
 def _build_firstfit(args: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
     return Policy(name, (FirstFitScore(),), rng, random_ties=False)
 
@@ -283,7 +344,9 @@ def _las(*, oracle: bool) -> PolicyFactory:
     def build(raw: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle)
-        scorers = (LasTemporalCost(tracker), BestFitScore())
+        scorers: tuple[ScorePlugin, ...] = (LasTemporalCost(tracker), BestFitScore())
+        if args.waste_tolerance is not None:
+            scorers = (_waste_guard(args, args.waste_tolerance, {}, None), *scorers)
         return LifetimePolicy(
             name, scorers, rng, random_ties=args.tie_break == "random", hooks=tracker
         )
@@ -309,7 +372,10 @@ def _lava(*, oracle: bool) -> PolicyFactory:
         hosts = LavaHosts(
             tracker, recycle_above=raw.recycle_above, deadline_factor=raw.deadline_factor
         )
-        scorers = (LavaPreference(hosts), LasTemporalCost(tracker), BestFitScore())
+        preference: ScorePlugin = LavaPreference(hosts)
+        if raw.waste_tolerance is not None:
+            preference = _waste_guard(raw, raw.waste_tolerance, {}, preference)
+        scorers = (preference, LasTemporalCost(tracker), BestFitScore())
         return LifetimePolicy(
             name, scorers, rng, random_ties=raw.tie_break == "random", hooks=hosts
         )
@@ -403,6 +469,13 @@ REGISTRY: Registry[Policy] = Registry(
             "multi-dimensional Best Fit: least free fraction left after placing",
             factory=_build_bestfit,
             args=BestFitArgs,
+        ),
+        Entry(
+            "waste",
+            "waste-aware packing: hosts whose placement strands least for the pool's request "
+            "mix (within a tolerance), then Best Fit",
+            factory=_build_waste,
+            args=WastePackingArgs,
         ),
         Entry(
             "firstfit",

@@ -1,0 +1,294 @@
+"""``python -m benchmarks.placement_matrix``: placement policies on a matrix of conditions.
+
+A default is chosen by its worst cell, never by one cell's mean, so this
+replays every policy in every cell of:
+
+* windows: each half of the Azure V1 dev split replayed alone (``azure-head``,
+  ``azure-tail``: a month split in two is the nearest we hold to a period never
+  seen), OpenB on a GPU-bound host shape, DLRM on a host shape of our choosing;
+* host shapes (Azure: the default 48/192 and 64/256, 32/128, 32/256);
+* fleets: grown on demand, and fixed at 5% and 15% headroom over Best Fit's
+  peak in the same window, shape and seed;
+* seeds (the trace's sampled lifetimes and every tie-break).
+
+Per cell and policy: empty hosts in pp over Best Fit, the share of
+``--oracle``'s gain, and stranded CPU and memory in pp over Best Fit (the
+inflation metric, ``metrics.stranding``). The summary gives each policy's
+mean and spread over seeds per condition, and its worst condition.
+
+Policies are variants as in ``benchmarks.lifetime_ablation``
+(``name:key=value;key=value``). Cells run in ``--jobs`` processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from benchmarks.lifetime_ablation import CONFIG, parse_variant
+from lavad.daemon.placement.registry import needs_true_lifetimes
+from lavad.daemon.replay import on_common_pool, replay
+from lavad.daemon.settings import HostSettings, load_settings
+from lavad.streams.adapters import open_trace
+from lavad.streams.oracle import exit_times, with_true_lifetimes
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+AZURE_SHAPES = ("48/192", "64/256", "32/128", "32/256")
+FLEETS = ("grown", "fixed+5%", "fixed+15%")
+DEFAULT_POLICIES = (
+    "bestfit",
+    "waste",
+    "las",
+    "lava",
+    "las-oracle",
+    "lava-oracle",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    name: str
+    # The shapes this window is replayed on: cores/memory[/gpus[/disk]].
+    shapes: tuple[str, ...]
+    options: tuple[tuple[str, object], ...] = ()
+
+
+WINDOWS: dict[str, Window] = {
+    "azure-head": Window("azure-head", AZURE_SHAPES),
+    "azure-tail": Window("azure-tail", AZURE_SHAPES),
+    # OpenB's most common GPU node (96 cores, 384 GiB, 8 GPUs): GPUs bind first.
+    "openb": Window("openb", ("96/384/8",), (("hosts", False),)),
+    # DLRM lists no hosts: a GPU node large enough for its biggest instance.
+    "dlrm": Window("dlrm", ("192/1024/8/100000",)),
+}
+
+
+def _azure_half(which: str, into: Path) -> Path:
+    """One half of the dev split (500 of its 1,000 arrival lines) as a trace folder."""
+    source = SHARED / "azure-v1-vms"
+    # One folder per process: cells of one window run in parallel.
+    folder = into / f"azure-{which}-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("v1.dev.txt", "v1.dev.c2100000.txt"):
+        lines = (source / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        half = lines[:500] if which == "head" else lines[500:]
+        target = name.replace("v1.dev", f"v1.dev{which}")
+        (folder / target).write_text("".join(half), encoding="utf-8")
+    for name in ("flav_map.txt", "v1.interval_map.txt", "batch_size_map.txt"):
+        shutil.copy(source / name, folder / name)
+    return folder
+
+
+def trace_path(window: str, scratch: Path) -> Path:
+    if window in ("azure-head", "azure-tail"):
+        return _azure_half(window.removeprefix("azure-"), scratch)
+    return SHARED / ("alibaba-openb" if window == "openb" else "alibaba-dlrm")
+
+
+def _hosts(shape: str, count: int, grow: bool) -> HostSettings:
+    parts = [float(p) for p in shape.split("/")]
+    cores, memory = parts[0], parts[1]
+    gpus = parts[2] if len(parts) > 2 else 0.0
+    disk = parts[3] if len(parts) > 3 else 0.0
+    return HostSettings(
+        source="shape",
+        cores=cores,
+        memory_gib=memory,
+        gpus=gpus,
+        disk_gib=disk,
+        count=count,
+        grow_on_demand=grow,
+    )
+
+
+def _pool(result: Any) -> dict[str, Any]:
+    pool: dict[str, Any] = next(iter(result.as_dict()["pools"].values()))
+    return pool
+
+
+def _run_fleet(
+    trace: Path,
+    window: Window,
+    shape: str,
+    seed: int,
+    count: int,
+    grow: bool,
+    policies: list[str],
+) -> list[dict[str, Any]]:
+    base = load_settings(CONFIG)
+    options = dict(window.options)
+    settings = base.model_copy(update={"seed": seed, "hosts": _hosts(shape, count, grow)})
+    true_exits: dict[tuple[str, str], float] | None = None
+    results = []
+    for spec in policies:
+        name, args = parse_variant(spec)
+        variant_policies = dict(settings.policies)
+        variant_policies[name] = {**variant_policies.get(name, {}), **args}
+        variant = settings.model_copy(update={"policies": variant_policies})
+        opened = open_trace(trace, seed=seed, **options)
+        events: Any = opened.events()
+        if needs_true_lifetimes(name):
+            if true_exits is None:
+                true_exits = exit_times(open_trace(trace, seed=seed, **options).events())
+            end = opened.end_time if opened.end_time is not None else math.inf
+            events = with_true_lifetimes(events, true_exits, end)
+        result = replay(
+            events,
+            variant.engine_config(name, trace_has_hosts=opened.has_hosts),
+            end_time=opened.end_time,
+        )
+        results.append(result)
+    on_common_pool(results)
+    rows = []
+    for spec, result in zip(policies, results, strict=True):
+        pool = _pool(result)
+        rows.append(
+            {
+                "policy": spec,
+                "empty_pct": pool["empty_hosts_pct"],
+                "stranded_cpu_pct": pool["stranded_cpu_pct"],
+                "stranded_memory_pct": pool["stranded_memory_pct"],
+                "failed_pct": pool["placement_failure_pct"],
+                "peak": pool["hosts_used_peak"],
+                "events_per_s": result.events_per_second,
+            }
+        )
+    return rows
+
+
+def run_unit(
+    window_name: str, shape: str, seed: int, fleets: list[str], policies: list[str], scratch: str
+) -> list[dict[str, Any]]:
+    """Every fleet of one (window, shape, seed): the grown pool first, for Best Fit's peak."""
+    window = WINDOWS[window_name]
+    trace = trace_path(window_name, Path(scratch))
+    cells = []
+    grown = _run_fleet(trace, window, shape, seed, 0, True, policies)
+    peak = next(row["peak"] for row in grown if row["policy"] == policies[0])
+    for fleet in fleets:
+        if fleet == "grown":
+            rows = grown
+        else:
+            headroom = float(fleet.removeprefix("fixed+").removesuffix("%")) / 100.0
+            count = math.ceil(peak * (1.0 + headroom))
+            rows = _run_fleet(trace, window, shape, seed, count, False, policies)
+        cells.append({"window": window_name, "shape": shape, "fleet": fleet, "seed": seed})
+        cells[-1]["rows"] = rows
+        print(f"  done {window_name} {shape} {fleet} seed {seed}", file=sys.stderr, flush=True)
+    return cells
+
+
+def units(
+    windows: list[str], shapes: list[str] | None, seeds: int
+) -> Iterator[tuple[str, str, int]]:
+    for name in windows:
+        for shape in shapes if shapes and name.startswith("azure") else WINDOWS[name].shapes:
+            for seed in range(seeds):
+                yield name, shape, seed
+
+
+def summarise(cells: list[dict[str, Any]], oracle: str) -> tuple[str, dict[str, Any]]:
+    """Per condition (window, shape, fleet): each policy's mean and range over seeds."""
+    conditions: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for cell in cells:
+        conditions.setdefault((cell["window"], cell["shape"], cell["fleet"]), []).append(cell)
+    policies = [row["policy"] for row in cells[0]["rows"]]
+    baseline = policies[0]
+    lines = [
+        f"pp over {baseline}: mean [min, max] over seeds; share of {oracle}'s mean gain; "
+        "stranded CPU / memory in pp over " + baseline,
+        "",
+        "| window | shape | fleet | " + baseline + " empty % | policy | empty pp | share |"
+        " CPU strand pp | mem strand pp |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    worst: dict[str, dict[str, Any]] = {}
+    for (window, shape, fleet), group in sorted(conditions.items()):
+        by_policy: dict[str, dict[str, list[float]]] = {}
+        for cell in group:
+            rows = {row["policy"]: row for row in cell["rows"]}
+            base = rows[baseline]
+            for policy in policies:
+                row = rows[policy]
+                stats = by_policy.setdefault(policy, {"pp": [], "cpu": [], "mem": []})
+                stats["pp"].append(row["empty_pct"] - base["empty_pct"])
+                stats["cpu"].append(row["stranded_cpu_pct"] - base["stranded_cpu_pct"])
+                stats["mem"].append(row["stranded_memory_pct"] - base["stranded_memory_pct"])
+        base_empty = statistics.fmean(
+            next(r for r in c["rows"] if r["policy"] == baseline)["empty_pct"] for c in group
+        )
+        gain = statistics.fmean(by_policy[oracle]["pp"]) if oracle in by_policy else math.nan
+        for policy in policies:
+            stats = by_policy[policy]
+            pp = statistics.fmean(stats["pp"])
+            share = pp / gain if gain and gain > 0 else math.nan
+            cpu, mem = statistics.fmean(stats["cpu"]), statistics.fmean(stats["mem"])
+            lines.append(
+                f"| {window} | {shape} | {fleet} | {base_empty:.2f} | {policy} | {pp:+.2f} "
+                f"[{min(stats['pp']):+.2f}, {max(stats['pp']):+.2f}] | "
+                + ("-" if math.isnan(share) else f"{100 * share:.0f}%")
+                + f" | {cpu:+.2f} | {mem:+.2f} |"
+            )
+            entry = worst.setdefault(
+                policy, {"share": math.inf, "share_at": "", "strand": -math.inf, "strand_at": ""}
+            )
+            # Cells where the oracle gains under 0.5 pp cannot show a share.
+            if gain > 0.5 and share < entry["share"]:
+                entry["share"], entry["share_at"] = share, f"{window} {shape} {fleet}"
+            if max(cpu, mem) > entry["strand"]:
+                entry["strand"], entry["strand_at"] = max(cpu, mem), f"{window} {shape} {fleet}"
+    lines += ["", "| policy | worst share (where) | worst strand pp (where) |", "|---|---|---|"]
+    for policy in policies:
+        entry = worst[policy]
+        share = "-" if math.isinf(entry["share"]) else f"{100 * entry['share']:.0f}%"
+        lines.append(
+            f"| {policy} | {share} ({entry['share_at']}) | "
+            f"{entry['strand']:+.2f} ({entry['strand_at']}) |"
+        )
+    return "\n".join(lines), worst
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--window", action="append", choices=sorted(WINDOWS))
+    parser.add_argument("--shape", action="append", help="Azure shapes cores/memory (default all)")
+    parser.add_argument("--fleet", action="append", choices=FLEETS)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--policy", action="append", help="variants; the first is the baseline")
+    parser.add_argument("--oracle", default="las-oracle")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    ns = parser.parse_args(argv)
+    if not SHARED.is_dir():
+        sys.exit(f"the placement matrix needs the real traces in {SHARED}: not found")
+    windows = ns.window or list(WINDOWS)
+    fleets = ns.fleet or list(FLEETS)
+    policies = ns.policy or list(DEFAULT_POLICIES)
+    cells: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(ns.jobs) as pool:
+        futures = [
+            pool.submit(run_unit, w, s, seed, fleets, policies, scratch)
+            for w, s, seed in units(windows, ns.shape, ns.seeds)
+        ]
+        for future in futures:
+            cells.extend(future.result())
+    table, _ = summarise(cells, ns.oracle)
+    print(table)
+    if ns.json is not None:
+        ns.json.write_bytes(orjson.dumps(cells, option=orjson.OPT_INDENT_2))
+
+
+if __name__ == "__main__":
+    main()
