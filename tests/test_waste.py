@@ -1,0 +1,203 @@
+"""Waste-aware packing: the score worked by hand, the guard's levels, and its promise to LAS."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState
+from lavad.daemon.placement.framework import Placed, PlacementRequest
+from lavad.daemon.placement.registry import build_policy, validate_policy_args
+from lavad.daemon.placement.waste import RequestMix, WasteGuard, waste_costs
+
+# Hosts of 32 cores and 128 GiB. The mix: three requests of (1, 2) and one of
+# (4, 32), so its mean is m = ((3 + 4) / 4, (6 + 32) / 4) = (1.75, 9.5) and
+# its only minimal shape is (1, 2) (it is smaller than (4, 32) in both).
+CAPACITY = (32.0, 128.0, 0.0, 0.0)
+MIX = [(1.0, 2.0, 0.0, 0.0)] * 3 + [(4.0, 32.0, 0.0, 0.0)]
+
+
+def _mix(shapes: list[tuple[float, float, float, float]] = MIX) -> RequestMix:
+    mix = RequestMix(window=100, max_shapes=8, refresh_every=1)
+    for shape in shapes:
+        mix.add(shape)
+    return mix
+
+
+def _cluster(free: list[tuple[float, float]]) -> ClusterState:
+    """Hosts of ``CAPACITY`` with ``free`` left, each used by one VM."""
+    cluster = ClusterState()
+    for h, (cores, memory) in enumerate(free):
+        cluster.add_host(f"h{h}", CAPACITY)
+        used = (CAPACITY[0] - cores, CAPACITY[1] - memory, 0.0, 0.0)
+        if used[0] or used[1]:
+            cluster.book(f"resident{h}", h, used, "", 0.0)
+    return cluster
+
+
+def test_the_mix_keeps_its_mean_and_minimal_shapes() -> None:
+    mix = _mix()
+    assert mix.mean[:2] == pytest.approx([1.75, 9.5])
+    assert mix.minimal.tolist() == [[1.0, 2.0, 0.0, 0.0]]
+
+
+def test_the_mix_forgets_what_leaves_its_window() -> None:
+    mix = RequestMix(window=2, max_shapes=8, refresh_every=1)
+    for shape in [(4.0, 32.0, 0.0, 0.0), (1.0, 2.0, 0.0, 0.0), (1.0, 2.0, 0.0, 0.0)]:
+        mix.add(shape)
+    # (4, 32) left the ring of two: the mean is (1, 2) alone.
+    assert mix.mean[:2].tolist() == [1.0, 2.0]
+    mix.check_restored()
+
+
+# A request of (4, 32) on three hosts (free cores, GiB):
+#   hB (8, 36): after (4, 4). waste(f) with (1, 2) fitting: t = min(f_c / 1.75,
+#     f_m / 9.5) and what is left of f - t m, as fractions of 32 and 128.
+#     before: t = min(4.571, 3.789) = 3.789, cores left 8 - 6.632 = 1.368 -> 0.04276
+#     after:  t = min(2.286, 0.421) = 0.421, cores left 4 - 0.737 = 3.263 -> 0.10197
+#     added waste +0.0592: the memory-heavy VM strands this host's cores.
+#     Best Fit: 4/32 + 4/128 = 0.15625, the tightest, so Best Fit picks hB.
+#   hC (20, 120): after (16, 88).
+#     before: t = min(11.43, 12.63) = 11.43, memory left 120 - 108.57 -> 0.0893
+#     after:  t = min(9.143, 9.263) = 9.143, memory left 88 - 86.857 -> 0.00893
+#     added waste -0.0804: it uses memory this host could not have used.
+#   hD (2, 64): the request does not fit (2 cores).
+WORKED = [("hB", 0.05921), ("hC", -0.08036), ("hD", np.inf)]
+
+
+def test_added_waste_by_hand() -> None:
+    cluster = _cluster([(8.0, 36.0), (20.0, 120.0), (2.0, 64.0)])
+    mix = _mix()
+    out = np.zeros(3)
+    weights = np.array([1.0, 1.0, 0.0, 0.0])
+    best = waste_costs(
+        cluster.free,
+        cluster.inv_capacity,
+        cluster.unschedulable,
+        3,
+        np.array([4.0, 32.0, 0.0, 0.0]),
+        weights,
+        mix.mean,
+        mix.minimal,
+        FIT_TOLERANCE,
+        out,
+    )
+    for h, (_, expected) in enumerate(WORKED):
+        assert out[h] == pytest.approx(expected, abs=1e-4)
+    assert best == pytest.approx(-0.08036, abs=1e-4)
+
+
+def test_nothing_left_that_fits_the_mix_is_all_stranded() -> None:
+    # (1.5, 1) free: no shape of the mix fits (1, 2) needs 2 GiB, so all of
+    # it strands: 1.5/32 + 1/128 = 0.0547; placing (0.5, 1) leaves (1, 0):
+    # 1/32 = 0.03125. Added waste -0.0234.
+    cluster = _cluster([(1.5, 1.0)])
+    out = np.zeros(1)
+    mix = _mix()
+    waste_costs(
+        cluster.free,
+        cluster.inv_capacity,
+        cluster.unschedulable,
+        1,
+        np.array([0.5, 1.0, 0.0, 0.0]),
+        np.array([1.0, 1.0, 0.0, 0.0]),
+        mix.mean,
+        mix.minimal,
+        FIT_TOLERANCE,
+        out,
+    )
+    assert out[0] == pytest.approx(1 / 32 - (1.5 / 32 + 1 / 128))
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "levels"),
+    [
+        # best = -0.0804 < 0, so level 0 reaches max(best, 0) + tolerance.
+        # hB: ceil(0.0592 / 0.02) - 1 = 2; hD does not fit (its key is 0, the
+        # fit filter rejects it).
+        (0.02, [2.0, 0.0, 0.0]),
+        # ceil(0.0592 / 0.06) - 1 = 0: hB is within the tolerance.
+        (0.06, [0.0, 0.0, 0.0]),
+    ],
+)
+def test_guard_levels(tolerance: float, levels: list[float]) -> None:
+    cluster = _cluster([(8.0, 36.0), (20.0, 120.0), (2.0, 64.0)])
+    # The guard adds the request to its mix first: three (1, 2) and it make MIX.
+    guard = WasteGuard(_mix(MIX[:3]), tolerance, np.ones(4))
+    out = np.zeros(3)
+    request = PlacementRequest("v", (4.0, 32.0, 0.0, 0.0), "", None, 0.0)
+    guard.score(cluster, request, out, np.zeros(3))
+    assert out.tolist() == levels
+
+
+def _policy(name: str, tolerance: float) -> object:
+    args = validate_policy_args(name, {"waste_tolerance": tolerance, "tie_break": "first"})
+    return build_policy(name, args, np.random.default_rng(0))
+
+
+def test_waste_packing_and_best_fit_part_on_the_worked_pool() -> None:
+    requests = [
+        PlacementRequest(f"warm{i}", shape, "", None, float(i)) for i, shape in enumerate(MIX)
+    ]
+    request = PlacementRequest("v", (4.0, 32.0, 0.0, 0.0), "", None, 10.0)
+    chosen = {}
+    for name in ("bestfit", "waste"):
+        cluster = _cluster([(8.0, 36.0), (20.0, 120.0), (2.0, 64.0)])
+        args = validate_policy_args(
+            name, {"tie_break": "first"} | ({"waste_tolerance": 0.02} if name == "waste" else {})
+        )
+        policy = build_policy(name, args, np.random.default_rng(0))
+        # The mix is learned from the requests the policy sees: the three
+        # (1, 2) warm-ups and the request itself make MIX (placements of the
+        # warm-ups are not booked).
+        for warm in requests[:3]:
+            policy.place(cluster, warm)
+        result = policy.place(cluster, request)
+        assert isinstance(result, Placed)
+        chosen[name] = result.host
+    assert chosen == {"bestfit": 0, "waste": 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    free=st.lists(
+        st.tuples(st.integers(0, 32), st.integers(0, 128)), min_size=2, max_size=12
+    ),
+    demand=st.sampled_from([(1.0, 2.0), (4.0, 32.0), (2.0, 16.0), (8.0, 14.0), (1.0, 0.75)]),
+    tolerance=st.sampled_from([0.005, 0.02, 0.1]),
+    policy=st.sampled_from(["las", "lava", "waste"]),
+)
+def test_a_guarded_policy_never_picks_a_host_that_strands_beyond_the_tolerance(
+    free: list[tuple[int, int]],
+    demand: tuple[float, float],
+    tolerance: float,
+    policy: str,
+) -> None:
+    cluster = _cluster([(float(c), float(m)) for c, m in free])
+    args = validate_policy_args(policy, {"waste_tolerance": tolerance})
+    built = build_policy(policy, args, np.random.default_rng(7))
+    for i, shape in enumerate(MIX):
+        built.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, float(i)))
+    request = PlacementRequest("v", (*demand, 0.0, 0.0), "", None, 10.0)
+    result = built.place(cluster, request)
+    mix = _mix([*MIX, request.demand])  # the policy's mix has seen the request too
+    costs = np.zeros(cluster.n_hosts)
+    best = waste_costs(
+        cluster.free,
+        cluster.inv_capacity,
+        cluster.unschedulable,
+        cluster.n_hosts,
+        np.array(request.demand),
+        np.array([1.0, 1.0, 0.0, 0.0]),
+        mix.mean,
+        mix.minimal,
+        FIT_TOLERANCE,
+        costs,
+    )
+    if best == np.inf:
+        assert not isinstance(result, Placed)
+        return
+    assert isinstance(result, Placed)
+    assert costs[result.host] <= max(best, 0.0) + tolerance + 1e-12
