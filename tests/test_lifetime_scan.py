@@ -94,6 +94,12 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("lava", {"scoring": "quantiles", "host_quantiles": 3}),
         ("las-oracle", {}),
         ("lava-oracle", {}),
+        # The waste guard: the scan runs unguarded and again with the levels
+        # only when a tie would add more than the tolerance; the pipeline
+        # always scores the levels. A small tolerance makes the guard bind.
+        ("las", {"waste_tolerance": 0.005}),
+        ("lava", {"waste_tolerance": 0.005}),
+        ("las-oracle", {"waste_tolerance": 0.02}),
     ],
 )
 def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:

@@ -162,9 +162,7 @@ def test_waste_packing_and_best_fit_part_on_the_worked_pool() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    free=st.lists(
-        st.tuples(st.integers(0, 32), st.integers(0, 128)), min_size=2, max_size=12
-    ),
+    free=st.lists(st.tuples(st.integers(0, 32), st.integers(0, 128)), min_size=2, max_size=12),
     demand=st.sampled_from([(1.0, 2.0), (4.0, 32.0), (2.0, 16.0), (8.0, 14.0), (1.0, 0.75)]),
     tolerance=st.sampled_from([0.005, 0.02, 0.1]),
     policy=st.sampled_from(["las", "lava", "waste"]),

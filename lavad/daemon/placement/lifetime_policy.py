@@ -28,7 +28,8 @@ from lavad.daemon.placement.framework import (
     ScorePlugin,
 )
 from lavad.daemon.placement.kernels import Direct, warm_up_lifetime
-from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost
+from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
+from lavad.daemon.placement.waste import WasteGuard
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
 _NO_HOST_QUANTILES: FloatArray = np.zeros((0, 0))
@@ -54,6 +55,12 @@ class LifetimePolicy(Policy):
         if len(first) > 1:
             raise TypeError("a lifetime policy has at most one scorer above LAS")
         self.preference = first[0] if first else None
+        # A waste guard above LAS (and above LAVA's preference, which it
+        # wraps): the scan runs unguarded first, and again with the guard's
+        # levels only when a tied choice would add more waste than the
+        # tolerance; the decision is the guarded pipeline's either way.
+        self.guard = self.preference if isinstance(self.preference, WasteGuard) else None
+        self._levels: FloatArray = np.zeros(0)
         self.las = las
         self.best_fit = best_fit
         self.scan = compiled
@@ -89,13 +96,57 @@ class LifetimePolicy(Policy):
         ):
             return super().place(cluster, request)
         _, key, scratch = self._buffers(n)
-        preference = self.preference
+        guard = self.guard
+        preference = guard.below if guard is not None else self.preference
+        if guard is not None:
+            guard.observe(request)
         if preference is not None:
             preference.score(cluster, request, key, scratch)
         tracker = self.las.tracker
-        now = request.now
-        tracker.refresh(cluster, now)
+        tracker.refresh(cluster, request.now)
         prediction = tracker.prediction_for(request)
+        count, best_p, best_c, best_s = self._scan(
+            cluster, request, key, preference is not None, prediction
+        )
+        rescanned = False
+        if guard is not None and count and not guard.admits(cluster, request, self._ties, count):
+            rescanned = True
+            if len(self._levels) < n:
+                self._levels = np.zeros(len(self._key))
+            levels = self._levels[:n]
+            guard.levels(cluster, request, levels)
+            guard.pack(levels, key if preference is not None else None, key)
+            count, best_p, best_c, best_s = self._scan(cluster, request, key, True, prediction)
+        if count == 0:
+            return super().place(cluster, request)  # it explains why nothing fits
+        if count == 1 or not self.random_ties:
+            host = int(self._ties[0])
+        else:
+            host = int(self._ties[self._draw.index(count)])
+        self._probe = host
+        scores: dict[str, float] = {}
+        if guard is not None:
+            # The pipeline's key: the guard's level (0 unless rescanned) packed
+            # above the preference's best.
+            scores[guard.name] = best_p if preference is not None or rescanned else 0.0
+        elif preference is not None:
+            scores[preference.name] = best_p
+        scores[self.las.name] = best_c
+        scores[self.best_fit.name] = best_s
+        return Placed(host=host, ties=count, scores=scores)
+
+    def _scan(
+        self,
+        cluster: ClusterState,
+        request: PlacementRequest,
+        key: FloatArray,
+        has_preference: bool,
+        prediction: Prediction,
+    ) -> tuple[int, float, float, float]:
+        """The compiled scan: filters, then (preference,) LAS, Best Fit; ties into ``_ties``."""
+        n = cluster.n_hosts
+        tracker = self.las.tracker
+        now = request.now
         thresholds = prediction.thresholds
         d0, d1, d2, d3 = request.demand
         if thresholds is not None and self._by_host_quantiles:
@@ -123,7 +174,7 @@ class LifetimePolicy(Policy):
                 cluster.resource_present,
                 FIT_TOLERANCE,
                 key,
-                preference is not None,
+                has_preference,
                 now,
                 prediction.lifetime_s,
                 thresholds,
@@ -150,7 +201,7 @@ class LifetimePolicy(Policy):
                 cluster.resource_present,
                 FIT_TOLERANCE,
                 key,
-                preference is not None,
+                has_preference,
                 tracker.latest_exits(n),
                 now,
                 prediction.lifetime_s,
@@ -162,19 +213,7 @@ class LifetimePolicy(Policy):
                 self._ties,
                 self._probe,
             )
-        if count == 0:
-            return super().place(cluster, request)  # it explains why nothing fits
-        if count == 1 or not self.random_ties:
-            host = int(self._ties[0])
-        else:
-            host = int(self._ties[self._draw.index(count)])
-        self._probe = host
-        scores: dict[str, float] = {}
-        if preference is not None:
-            scores[preference.name] = best_p
-        scores[self.las.name] = best_c
-        scores[self.best_fit.name] = best_s
-        return Placed(host=host, ties=count, scores=scores)
+        return count, best_p, best_c, best_s
 
     def _grow_floors(self, n_hosts: int) -> None:
         size = max(n_hosts, 2 * len(self._floor), 64)

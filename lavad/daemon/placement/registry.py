@@ -13,9 +13,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from lavad.daemon.cluster import RESOURCES
 from lavad.daemon.placement.bestfit import BestFitScore
 from lavad.daemon.placement.firstfit import FirstFitScore
-from lavad.daemon.cluster import RESOURCES
 from lavad.daemon.placement.framework import (
     AntiAffinityFilter,
     Policy,

@@ -217,8 +217,7 @@ def waste_costs(
         before = _waste(free, h, zero, inv_capacity, weights, mean, minimal, tolerance)
         cost = after - before
         out[h] = cost
-        if cost < best:
-            best = cost
+        best = min(best, cost)
     return best
 
 
@@ -272,6 +271,40 @@ def guard_keys(
         guard_levels(out, n_hosts, best, step)
 
 
+@numba.njit(cache=True, nogil=True)
+def all_within(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    present: np.ndarray,
+    hosts: np.ndarray,
+    count: int,
+    demand: FloatArray,
+    weights: FloatArray,
+    mean: FloatArray,
+    minimal: FloatArray,
+    tolerance: float,
+    step: float,
+) -> bool:
+    """Whether each of ``hosts[:count]`` adds at most ``step`` of waste.
+
+    Such a host is at level 0 whatever the best host adds (level 0 reaches
+    max(best, 0) + step), so an unguarded choice among them stands.
+    """
+    n_resources = free.shape[0]
+    used = np.zeros(n_resources)
+    for r in range(n_resources):
+        if present[r]:
+            used[r] = weights[r]
+    zero = np.zeros(n_resources)
+    for i in range(count):
+        h = hosts[i]
+        after = _waste(free, h, demand, inv_capacity, used, mean, minimal, tolerance)
+        before = _waste(free, h, zero, inv_capacity, used, mean, minimal, tolerance)
+        if after - before > step:
+            return False
+    return True
+
+
 def warm_up_waste() -> None:
     """Compile (or load from numba's cache) before the first placement is timed."""
     free = np.ones((N_RESOURCES, 1))
@@ -288,6 +321,19 @@ def warm_up_waste() -> None:
         FIT_TOLERANCE,
         1.0,
         np.zeros(1),
+    )
+    all_within(
+        free,
+        free,
+        np.ones(N_RESOURCES, dtype=np.bool_),
+        np.zeros(1, dtype=np.int64),
+        1,
+        np.zeros(N_RESOURCES),
+        np.ones(N_RESOURCES),
+        np.ones(N_RESOURCES),
+        np.zeros((1, N_RESOURCES)),
+        FIT_TOLERANCE,
+        1.0,
     )
 
 
@@ -317,38 +363,91 @@ class WasteGuard(NumpyScorer):
         self.below = below
         self._demand = np.zeros(N_RESOURCES)
         self._below_out: FloatArray = np.zeros(0)
+        self._last_seen: tuple[str, float] | None = None
         warm_up_waste()
 
-    def score(
-        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
-    ) -> None:
+    def observe(self, request: PlacementRequest) -> None:
+        """Count ``request`` in the mix, once however many times it is scored.
+
+        A lifetime policy may score one request twice (its compiled scan, then
+        the pipeline that explains why nothing fits); the mix must not depend
+        on which path a placement took.
+        """
+        seen = (request.vm_id, request.now)
+        if seen != self._last_seen:
+            self._last_seen = seen
+            self.mix.add(request.demand)
+
+    def levels(self, cluster: ClusterState, request: PlacementRequest, out: FloatArray) -> None:
+        """Each host's waste level for ``request`` into ``out[:n_hosts]`` (no preference)."""
         n = cluster.n_hosts
         mix = self.mix
+        if not mix.known:
+            out[:n] = 0.0
+            return
         demand = self._demand
         demand[:] = request.demand
-        mix.add(request.demand)
-        if mix.known:
-            guard_keys(
+        guard_keys(
+            cluster.free,
+            cluster.inv_capacity,
+            cluster.unschedulable,
+            cluster.resource_present,
+            n,
+            demand,
+            self.weights,
+            mix.mean,
+            mix.minimal,
+            FIT_TOLERANCE,
+            self.tolerance,
+            out,
+        )
+
+    def admits(
+        self, cluster: ClusterState, request: PlacementRequest, hosts: np.ndarray, count: int
+    ) -> bool:
+        """Whether every host of ``hosts[:count]`` is surely at level 0 for ``request``."""
+        mix = self.mix
+        if not mix.known:
+            return True
+        demand = self._demand
+        demand[:] = request.demand
+        return bool(
+            all_within(
                 cluster.free,
                 cluster.inv_capacity,
-                cluster.unschedulable,
                 cluster.resource_present,
-                n,
+                hosts,
+                count,
                 demand,
                 self.weights,
                 mix.mean,
                 mix.minimal,
                 FIT_TOLERANCE,
                 self.tolerance,
-                out,
             )
+        )
+
+    def pack(self, levels: FloatArray, below: FloatArray | None, out: FloatArray) -> None:
+        """The key of level then preference, level * stride + preference, into ``out``.
+
+        ``levels`` is overwritten; ``out`` may be ``below`` itself.
+        """
+        np.multiply(levels, _LEVEL_STRIDE, out=levels)
+        if below is None:
+            np.copyto(out, levels)
         else:
-            out[:n] = 0.0
+            np.add(levels, below, out=out)
+
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
+        n = cluster.n_hosts
+        self.observe(request)
+        self.levels(cluster, request, out)
         below = self.below
         if below is not None:
             if len(self._below_out) < n:
                 self._below_out = np.zeros(max(n, 2 * len(self._below_out), 64))
             mine = self._below_out[:n]
             below.score(cluster, request, mine, scratch)
-            out[:n] *= _LEVEL_STRIDE
-            out[:n] += mine
+            self.pack(out[:n], mine, out[:n])
