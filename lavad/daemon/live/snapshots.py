@@ -41,8 +41,10 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # and its predictions per keys tuple, the ml limit choice its price per change and
 # the time of the VPA's last memory overrun (a v5 pool would fail at its first event);
 # 7: the lifetime tracker's per-slot and per-host arrays packed into a few 2-D arrays,
-# LAS's floors' epochs and stamps into one (a v6 pool would fail at its first event)
-SNAPSHOT_VERSION = 7
+# LAS's floors' epochs and stamps into one (a v6 pool would fail at its first event);
+# 8: lifetime policies keep their waste guard (None when off) and its levels buffer
+# (a v7 pool would fail at its first placement)
+SNAPSHOT_VERSION = 8
 
 
 class SnapshotError(Exception):
