@@ -186,7 +186,15 @@ def run_unit(
             rows = _run_fleet(trace, window, shape, seed, count, False, policies)
         cells.append({"window": window_name, "shape": shape, "fleet": fleet, "seed": seed})
         cells[-1]["rows"] = rows
-        print(f"  done {window_name} {shape} {fleet} seed {seed}", file=sys.stderr, flush=True)
+        # Each cell's figures as it ends, so an interrupted matrix keeps them.
+        figures = ", ".join(
+            f"{row['policy']} {row['empty_pct']:.2f}% empty, CPU {row['stranded_cpu_pct']:.2f}%"
+            f" mem {row['stranded_memory_pct']:.2f}% stranded"
+            for row in rows
+        )
+        print(
+            f"  {window_name} {shape} {fleet} seed {seed}: {figures}", file=sys.stderr, flush=True
+        )
     return cells
 
 
