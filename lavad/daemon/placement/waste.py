@@ -181,6 +181,34 @@ def _waste(
 
 
 @numba.njit(cache=True, nogil=True)
+def _added_waste(
+    free: FloatArray,
+    host: int,
+    demand: FloatArray,
+    zero: FloatArray,
+    inv_capacity: FloatArray,
+    weights: FloatArray,
+    mean: FloatArray,
+    minimal: FloatArray,
+    tolerance: float,
+) -> float:
+    """``waste(free - demand) - waste(free)`` of one host."""
+    after = _waste(free, host, demand, inv_capacity, weights, mean, minimal, tolerance)
+    before = _waste(free, host, zero, inv_capacity, weights, mean, minimal, tolerance)
+    return after - before
+
+
+@numba.njit(cache=True, nogil=True)
+def _present_weights(weights: FloatArray, present: np.ndarray) -> FloatArray:
+    """The weights of the resources some host of the pool has (the others count 0)."""
+    used = np.zeros(weights.shape[0])
+    for r in range(weights.shape[0]):
+        if present[r]:
+            used[r] = weights[r]
+    return used
+
+
+@numba.njit(cache=True, nogil=True)
 def waste_costs(
     free: FloatArray,
     inv_capacity: FloatArray,
@@ -213,9 +241,7 @@ def waste_costs(
         if not fits:
             out[h] = np.inf
             continue
-        after = _waste(free, h, demand, inv_capacity, weights, mean, minimal, tolerance)
-        before = _waste(free, h, zero, inv_capacity, weights, mean, minimal, tolerance)
-        cost = after - before
+        cost = _added_waste(free, h, demand, zero, inv_capacity, weights, mean, minimal, tolerance)
         out[h] = cost
         best = min(best, cost)
     return best
@@ -257,10 +283,7 @@ def guard_keys(
     out: FloatArray,
 ) -> None:
     """``waste_costs`` then ``guard_levels`` in one call (one dispatch per placement)."""
-    used = np.zeros(weights.shape[0])
-    for r in range(weights.shape[0]):
-        if present[r]:
-            used[r] = weights[r]
+    used = _present_weights(weights, present)
     best = waste_costs(
         free, inv_capacity, unschedulable, n_hosts, demand, used, mean, minimal, tolerance, out
     )
@@ -290,17 +313,13 @@ def all_within(
     Such a host is at level 0 whatever the best host adds (level 0 reaches
     max(best, 0) + step), so an unguarded choice among them stands.
     """
-    n_resources = free.shape[0]
-    used = np.zeros(n_resources)
-    for r in range(n_resources):
-        if present[r]:
-            used[r] = weights[r]
-    zero = np.zeros(n_resources)
+    used = _present_weights(weights, present)
+    zero = np.zeros(free.shape[0])
     for i in range(count):
-        h = hosts[i]
-        after = _waste(free, h, demand, inv_capacity, used, mean, minimal, tolerance)
-        before = _waste(free, h, zero, inv_capacity, used, mean, minimal, tolerance)
-        if after - before > step:
+        cost = _added_waste(
+            free, hosts[i], demand, zero, inv_capacity, used, mean, minimal, tolerance
+        )
+        if cost > step:
             return False
     return True
 
