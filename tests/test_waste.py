@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.placement.framework import Placed, PlacementRequest
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
 from lavad.daemon.placement.waste import RequestMix, WasteGuard, waste_costs
@@ -199,3 +200,39 @@ def test_a_guarded_policy_never_picks_a_host_that_strands_beyond_the_tolerance(
         return
     assert isinstance(result, Placed)
     assert costs[result.host] <= max(best, 0.0) + tolerance + 1e-12
+
+
+@pytest.mark.parametrize("name", ["las", "lava", "waste"])
+def test_a_guarded_policy_resumes_from_its_snapshot(name: str) -> None:
+    """Snapshotted mid-stream (data codec), a guarded policy decides on as the original does."""
+    rng = np.random.default_rng(3)
+    cluster = ClusterState()
+    for h in range(12):
+        cluster.add_host(f"h{h}", CAPACITY)
+    policy = build_policy(
+        name, validate_policy_args(name, {"waste_tolerance": 0.005}), np.random.default_rng(1)
+    )
+    shapes = [(1.0, 2.0), (4.0, 32.0), (2.0, 16.0), (8.0, 14.0), (1.0, 0.75)]
+
+    def step(state: tuple[ClusterState, object], i: int) -> int | None:
+        pool, chosen_policy = state
+        assert hasattr(chosen_policy, "place")
+        cores, memory = shapes[i % len(shapes)]
+        request = PlacementRequest(f"v{i}", (cores, memory, 0.0, 0.0), "", None, float(i))
+        result = chosen_policy.place(pool, request)
+        if not isinstance(result, Placed):
+            return None
+        record = pool.book(request.vm_id, result.host, request.demand, "", float(i))
+        chosen_policy.hooks.on_booked(pool, record, float(i), None)
+        if i >= 20 and f"v{i - 20}" in pool.vms:
+            chosen_policy.hooks.on_released(pool, pool.release(f"v{i - 20}"), float(i), exited=True)
+        return result.host
+
+    for i in range(int(rng.integers(40, 60))):
+        step((cluster, policy), i)
+    restored = loads(dumps((cluster, policy)))
+    start = len(cluster.vms) + 100
+    original = [step((cluster, policy), i) for i in range(start, start + 80)]
+    resumed = [step(restored, i) for i in range(start, start + 80)]
+    assert original == resumed
+    assert any(host is not None for host in original)
