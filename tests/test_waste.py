@@ -175,7 +175,7 @@ def test_a_guarded_policy_never_picks_a_host_that_strands_beyond_the_tolerance(
     policy: str,
 ) -> None:
     cluster = _cluster([(float(c), float(m)) for c, m in free])
-    args = validate_policy_args(policy, {"waste_tolerance": tolerance})
+    args = validate_policy_args(policy, {"waste_tolerance": tolerance, "mix_refresh": 1})
     built = build_policy(policy, args, np.random.default_rng(7))
     for i, shape in enumerate(MIX):
         built.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, float(i)))
@@ -236,3 +236,46 @@ def test_a_guarded_policy_resumes_from_its_snapshot(name: str) -> None:
     resumed = [step(restored, i) for i in range(start, start + 80)]
     assert original == resumed
     assert any(host is not None for host in original)
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "key"),
+    [
+        # The ring holds mix_window shapes per pool: an absurd window is refused.
+        ("waste", {"mix_window": 10**9}, "mix_window"),
+        ("las", {"waste_tolerance": 0.02, "mix_refresh": 10**12}, "mix_refresh"),
+        ("las", {"waste_tolerance": 0.0}, "waste_tolerance"),
+        # Settings that would change nothing are refused, not ignored.
+        ("las", {"mix_window": 500}, "need waste_tolerance"),
+        ("la-binary", {"waste_tolerance": 0.02}, "la-binary takes no waste guard"),
+    ],
+)
+def test_unusable_guard_settings_are_refused(name: str, args: dict[str, object], key: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        validate_policy_args(name, args)
+
+
+def test_a_young_mix_refreshes_a_logarithmic_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refresh interval as large as allowed: the young mix refreshes at 1, 2, 4, ...
+
+    5,000 requests of distinct shapes (the most a stream can vary) refresh
+    at requests 1, 2, 4, ..., 4096: 13 times, not 5,000.
+    """
+    mix = RequestMix(window=1000, max_shapes=32, refresh_every=1_000_000)
+    refreshes = 0
+    refresh = mix.refresh
+
+    def counted() -> None:
+        nonlocal refreshes
+        refreshes += 1
+        refresh()
+
+    monkeypatch.setattr(mix, "refresh", counted)
+    for i in range(5000):
+        mix.add((1.0 + i, 2.0, 0.0, 0.0))
+    assert refreshes == 13
+    assert mix.known
+    assert len(mix._counts) == 1000  # the window bounds what is kept
+    mix.check_restored()

@@ -76,14 +76,19 @@ class WasteMixArgs(PolicyArgs):
     mix_window: int = Field(
         default=10_000,
         ge=1,
-        le=1_000_000,
+        # The ring holds this many shapes per pool, and a refresh walks the
+        # distinct ones: bounded so a configuration cannot make either absurd.
+        le=100_000,
         description="the request mix is the pool's last this many request shapes",
     )
     mix_max_shapes: int = Field(
         default=32, ge=1, le=256, description="the mix keeps its this many most common shapes"
     )
     mix_refresh: int = Field(
-        default=256, ge=1, description="requests between refreshes of the mix's mean and shapes"
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="requests between refreshes of the mix's mean and shapes",
     )
 
 
@@ -178,6 +183,17 @@ class LifetimeArgs(WasteMixArgs):
             raise ValueError(
                 f"categorical cannot name {sorted(leaked)}: an oracle field or a numeric feature"
             )
+        # A setting that would change nothing is refused rather than ignored.
+        unused = sorted(set(WasteMixArgs.model_fields) & self.model_fields_set)
+        if self.waste_tolerance is None and unused:
+            raise ValueError(f"{', '.join(unused)} need waste_tolerance (the guard is off)")
+
+
+class LaBinaryArgs(LifetimeArgs):
+    def model_post_init(self, _context: Any) -> None:
+        super().model_post_init(_context)
+        if self.waste_tolerance is not None:
+            raise ValueError("waste_tolerance: la-binary takes no waste guard (las and lava do)")
 
 
 class LavaArgs(LifetimeArgs):
@@ -448,7 +464,7 @@ def _lifetime_entries() -> list[Entry[Policy]]:
                 "LA-Binary: short/long (2 h) by one-shot prediction, same class first, then "
                 "Best Fit" + bound,
                 factory=_la_binary(oracle=oracle),
-                args=LifetimeArgs,
+                args=LaBinaryArgs,
             ),
             Entry(
                 "lava" + suffix,

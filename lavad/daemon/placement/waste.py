@@ -38,6 +38,7 @@ a host fits. Alone above Best Fit it is the ``waste`` packing policy.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 
 import numba
@@ -59,8 +60,11 @@ class RequestMix:
 
     A ring of the last ``window`` shapes with their counts kept as they enter
     and leave, so each request costs O(1). The mean direction and the
-    shapes a fragment must fit are refreshed every ``refresh_every`` requests
-    (and while the mix is young), not per placement: the mix moves slowly.
+    shapes a fragment must fit are refreshed every ``refresh_every`` requests,
+    not per placement (the mix moves slowly), and while the mix is young at
+    its 1st, 2nd, 4th, 8th... request, so a young mix is known early at a
+    logarithmic number of refreshes. A refresh costs O(distinct shapes in
+    the window), at most ``window`` whatever the stream sends.
     """
 
     def __init__(self, window: int, max_shapes: int, refresh_every: int) -> None:
@@ -73,6 +77,7 @@ class RequestMix:
         self._next = 0
         self._counts: Counter[Shape] = Counter()
         self._since_refresh = 0
+        self._seen = 0
         # The mix's mean demand per resource (zeros: no mix yet).
         self.mean: FloatArray = np.zeros(N_RESOURCES)
         # Shapes no other shape of the mix is smaller than in every resource:
@@ -116,16 +121,21 @@ class RequestMix:
             self._next = (self._next + 1) % self.window
         self._counts[shape] += 1
         self._since_refresh += 1
-        # Refresh at once while the mix is young (its first shapes decide a
-        # lot), then every ``refresh_every`` requests.
-        if self._since_refresh >= self.refresh_every or len(ring) <= self.refresh_every:
+        self._seen += 1
+        seen = self._seen
+        young = seen < self.refresh_every and seen & (seen - 1) == 0
+        if young or self._since_refresh >= self.refresh_every:
             self.refresh()
 
     def refresh(self) -> None:
         self._since_refresh = 0
-        # Equal counts rank by shape, so the mix is the same in every run.
-        ranked = sorted(self._counts.items(), key=lambda item: (-item[1], item[0]))
-        common = ranked[: self.max_shapes]
+        # Equal counts rank by shape (the smaller first), so the mix is the
+        # same in every run.
+        common = heapq.nlargest(
+            self.max_shapes,
+            self._counts.items(),
+            key=lambda item: (item[1], tuple(-x for x in item[0])),
+        )
         if not common:
             self.mean = np.zeros(N_RESOURCES)
             self.minimal = np.zeros((0, N_RESOURCES))
