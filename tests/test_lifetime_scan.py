@@ -100,6 +100,13 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("las", {"waste_tolerance": 0.005}),
         ("lava", {"waste_tolerance": 0.005}),
         ("las-oracle", {"waste_tolerance": 0.02}),
+        # The stranding cost: the scan's choice stands unless a tied host
+        # strands host time; the pipeline always scores it.
+        ("las", {"stranding_cost": True}),
+        ("las", {"stranding_cost": True, "host_quantiles": 0}),
+        ("lava", {"stranding_cost": True}),
+        ("las-oracle", {"stranding_cost": True}),
+        ("lava-oracle", {"stranding_cost": True}),
     ],
 )
 def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:

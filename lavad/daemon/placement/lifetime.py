@@ -569,6 +569,25 @@ class LifetimeTracker(ClusterListener):
         self._cached = (request.vm_id, request.now, prediction)
         return prediction
 
+    def vm_quantiles(self, request: PlacementRequest) -> FloatArray:
+        """The remaining lifetimes LAS takes its expected cost over, for ``request``.
+
+        The quantiles behind ``prediction_for(request).thresholds`` (those of
+        T at creation, or of T_r | T_u for a running VM being moved); the
+        point lifetime alone where LAS scores by a point.
+        """
+        prediction = self.prediction_for(request)
+        if prediction.thresholds is None:
+            return np.array([prediction.lifetime_s])
+        slot = self._slot.get(request.vm_id)
+        if slot is not None:
+            return self.remaining_quantiles(prediction.row, request.now - float(self.start[slot]))
+        model = self.model
+        quantiles: FloatArray = creation_quantiles(
+            model.bins, model.mass, model.m0, prediction.row, self._levels
+        )
+        return quantiles
+
     @staticmethod
     def _true_lifetime(event: VmRequest | VmPlaced | None) -> float:
         value = None if event is None else event.features.get(ORACLE_FEATURE)

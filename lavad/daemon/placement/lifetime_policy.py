@@ -29,6 +29,7 @@ from lavad.daemon.placement.framework import (
 )
 from lavad.daemon.placement.kernels import Direct, warm_up_lifetime
 from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
+from lavad.daemon.placement.stranding_cost import LasStrandingCost
 from lavad.daemon.placement.waste import WasteGuard
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
@@ -62,6 +63,12 @@ class LifetimePolicy(Policy):
         self.guard = self.preference if isinstance(self.preference, WasteGuard) else None
         self._levels: FloatArray = np.zeros(0)
         self.las = las
+        # LAS counting stranded host time: the scan's LAS choice stands when
+        # none of its tied hosts strands more by that count; else the
+        # pipeline, which scores every host with it, decides.
+        self.stranding = las if isinstance(las, LasStrandingCost) else None
+        if self.guard is not None and self.stranding is not None:
+            raise TypeError("a lifetime policy takes a waste guard or the stranding cost, not both")
         self.best_fit = best_fit
         self.scan = compiled
         # The tracker's settings are fixed: whether LAS costs hosts by their quantiles.
@@ -88,6 +95,10 @@ class LifetimePolicy(Policy):
 
     def place(self, cluster: ClusterState, request: PlacementRequest) -> PlacementResult:
         n = cluster.n_hosts
+        if self.stranding is not None:
+            # Every request enters the mix, whichever path decides it (under
+            # LAVA the pipeline stops before LAS when no host fits).
+            self.stranding.observe(request)
         if (
             not self.scan
             or n == 0
@@ -100,6 +111,7 @@ class LifetimePolicy(Policy):
         preference = guard.below if guard is not None else self.preference
         if guard is not None:
             guard.observe(request)
+        stranding = self.stranding
         if preference is not None:
             preference.score(cluster, request, key, scratch)
         tracker = self.las.tracker
@@ -119,6 +131,10 @@ class LifetimePolicy(Policy):
             count, best_p, best_c, best_s = self._scan(cluster, request, key, True, prediction)
         if count == 0:
             return super().place(cluster, request)  # it explains why nothing fits
+        if stranding is not None and not stranding.ties_stand(
+            cluster, request, self._ties, count, best_c
+        ):
+            return super().place(cluster, request)
         if count == 1 or not self.random_ties:
             host = int(self._ties[0])
         else:

@@ -37,6 +37,7 @@ from lavad.daemon.placement.lifetime import (
     LifetimeTracker,
 )
 from lavad.daemon.placement.lifetime_policy import LifetimePolicy
+from lavad.daemon.placement.stranding_cost import LasStrandingCost
 from lavad.daemon.placement.waste import RequestMix, WasteGuard
 from lavad.daemon.registry import Entry, Registry, RegistryError
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS, USED_FEATURES
@@ -109,6 +110,11 @@ class LifetimeArgs(WasteMixArgs):
         le=4,
         description="the lifetime score decides only among hosts whose added waste (fractions "
         "of a host, summed over resources) is within this of the least; None: no guard",
+    )
+    stranding_cost: bool = Field(
+        default=False,
+        description="LAS counts the host time a placement strands for the pool's request mix "
+        "beside the host time it extends (placement/stranding_cost.py)",
     )
     refit_interval_s: float = Field(
         default=3600.0, gt=0, description="event time between refits of the lifetime tables"
@@ -185,8 +191,13 @@ class LifetimeArgs(WasteMixArgs):
             )
         # A setting that would change nothing is refused rather than ignored.
         unused = sorted(set(WasteMixArgs.model_fields) & self.model_fields_set)
-        if self.waste_tolerance is None and unused:
-            raise ValueError(f"{', '.join(unused)} need waste_tolerance (the guard is off)")
+        if self.waste_tolerance is None and not self.stranding_cost and unused:
+            raise ValueError(
+                f"{', '.join(unused)} need waste_tolerance or stranding_cost"
+                " (otherwise no request mix is kept)"
+            )
+        if self.waste_tolerance is not None and self.stranding_cost:
+            raise ValueError("waste_tolerance and stranding_cost: choose one way to weigh waste")
 
 
 class LaBinaryArgs(LifetimeArgs):
@@ -194,6 +205,8 @@ class LaBinaryArgs(LifetimeArgs):
         super().model_post_init(_context)
         if self.waste_tolerance is not None:
             raise ValueError("waste_tolerance: la-binary takes no waste guard (las and lava do)")
+        if self.stranding_cost:
+            raise ValueError("stranding_cost: la-binary has no LAS cost to add it to")
 
 
 class LavaArgs(LifetimeArgs):
@@ -304,6 +317,15 @@ def _build_bestfit(args: PolicyArgs, name: str, rng: np.random.Generator) -> Pol
     )
 
 
+def _las_cost(args: LifetimeArgs, tracker: LifetimeTracker) -> LasTemporalCost:
+    """The LAS level of a lifetime policy: plain, or counting stranded host time."""
+    if not args.stranding_cost:
+        return LasTemporalCost(tracker)
+    mix = RequestMix(args.mix_window, args.mix_max_shapes, args.mix_refresh)
+    # Best Fit's weights (the lifetime policies' Best Fit weighs each resource 1).
+    return LasStrandingCost(tracker, mix, np.ones(len(RESOURCES)))
+
+
 def _waste_guard(
     args: WasteMixArgs, tolerance: float, weights: dict[str, float], below: ScorePlugin | None
 ) -> WasteGuard:
@@ -360,7 +382,7 @@ def _las(*, oracle: bool) -> PolicyFactory:
     def build(raw: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle)
-        scorers: tuple[ScorePlugin, ...] = (LasTemporalCost(tracker), BestFitScore())
+        scorers: tuple[ScorePlugin, ...] = (_las_cost(args, tracker), BestFitScore())
         if args.waste_tolerance is not None:
             scorers = (_waste_guard(args, args.waste_tolerance, {}, None), *scorers)
         return LifetimePolicy(
@@ -391,7 +413,7 @@ def _lava(*, oracle: bool) -> PolicyFactory:
         preference: ScorePlugin = LavaPreference(hosts)
         if raw.waste_tolerance is not None:
             preference = _waste_guard(raw, raw.waste_tolerance, {}, preference)
-        scorers = (preference, LasTemporalCost(tracker), BestFitScore())
+        scorers = (preference, _las_cost(raw, tracker), BestFitScore())
         return LifetimePolicy(
             name, scorers, rng, random_ties=raw.tie_break == "random", hooks=hosts
         )
