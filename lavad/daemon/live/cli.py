@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from lavad.daemon.console import err, fail, out, settings_or_exit
-from lavad.daemon.live.connection import client_options
+from lavad.daemon.live.connection import SecurityRefusal, check_security, client_options
 from lavad.daemon.live.demo import DemoOptions, run_demo
 from lavad.daemon.live.logs import configure_logging
 from lavad.daemon.live.shell import LiveDaemon, PartitionError, StartupError, live_engine_config
@@ -99,6 +99,7 @@ def produce_command(
     async def main() -> None:
         producer = AIOKafkaProducer(acks="all", linger_ms=5, **client_options(settings.kafka))
         try:
+            await check_security(settings.kafka)
             await producer.start()
             result = await publish_trace(
                 trace.events(),
@@ -127,6 +128,8 @@ def produce_command(
 
     try:
         asyncio.run(main())
+    except SecurityRefusal as exc:
+        raise fail(str(exc)) from None
     except KafkaError as exc:
         raise fail(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}; {how_far()}") from None
     except KeyboardInterrupt:
@@ -177,6 +180,7 @@ def topics_create_command(
     async def main() -> None:
         admin = AIOKafkaAdminClient(**client_options(settings.kafka))
         try:
+            await check_security(settings.kafka)
             await admin.start()
             made = await create_topics(admin, names, topics.partitions, topics.replication_factor)
         finally:
@@ -187,7 +191,7 @@ def topics_create_command(
 
     try:
         asyncio.run(main())
-    except TopicError as exc:
+    except (TopicError, SecurityRefusal) as exc:
         raise fail(str(exc)) from None
     except KafkaError as exc:
         raise fail(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}") from None
@@ -255,6 +259,7 @@ def tail_command(
             enable_auto_commit=False, **client_options(settings.kafka, timeout=False)
         )
         try:
+            await check_security(settings.kafka)
             await consumer.start()
             if topic not in await consumer.topics():
                 raise TopicError(f"topic {topic!r} does not exist (lavad topics create)")
@@ -284,7 +289,7 @@ def tail_command(
         asyncio.run(main())
     except BrokenPipeError:
         pass  # piped into head: the reader has what it wanted
-    except TopicError as exc:
+    except (TopicError, SecurityRefusal) as exc:
         raise fail(str(exc)) from None
     except KafkaError as exc:
         raise fail(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}") from None

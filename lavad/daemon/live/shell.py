@@ -36,7 +36,12 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from lavad.daemon import heap
 from lavad.daemon.engine import Engine, EngineConfig
-from lavad.daemon.live.connection import decision_producer, input_consumer
+from lavad.daemon.live.connection import (
+    SecurityRefusal,
+    check_security,
+    decision_producer,
+    input_consumer,
+)
 from lavad.daemon.live.http import HttpHandle, serve_http
 from lavad.daemon.live.intake import Intake
 from lavad.daemon.live.parsed_records import read_parsed_records
@@ -202,19 +207,27 @@ class LiveDaemon:
             self._stop.set()
 
     async def _connect(self, stop: asyncio.Event) -> bool:
-        """Start the clients, retrying with backoff while the broker does not answer."""
+        """Start the clients, retrying with backoff while the broker does not answer.
+
+        A broker whose TLS or SASL refuses this configuration answers the same
+        way each time: that stops start-up (``StartupError``) instead.
+        """
         kafka = self.settings.kafka
         backoff = self._backoff()
         while not stop.is_set():
             producer = decision_producer(kafka)
             consumer = input_consumer(kafka)
             try:
+                await check_security(kafka)
                 await producer.start()
                 await consumer.start()
                 read_parsed_records(consumer)
                 topics = await consumer.topics()
                 counts = {topic: _count(consumer.partitions_for_topic(topic)) for topic in topics}
                 partitions = check_copartitioned(counts, self.names)
+            except SecurityRefusal as exc:
+                await _stop_quietly(consumer, producer, self._client_timeout_s)
+                raise StartupError(str(exc)) from None
             except KafkaError as exc:
                 await _stop_quietly(consumer, producer, self._client_timeout_s)
                 if not (exc.retriable or isinstance(exc, KafkaTimeoutError)):
