@@ -59,6 +59,11 @@ def lavad(
     )
 
 
+def flat(text: str) -> str:
+    """The text with its line breaks (the console wraps long messages) as single spaces."""
+    return " ".join(text.split())
+
+
 def assert_no_secret(*texts: str) -> None:
     for text in texts:
         assert KEY_PASSWORD not in text
@@ -122,8 +127,8 @@ def test_run_and_topics_create_refuse_a_certificate_they_cannot_trust_at_once(
         made = lavad("topics", "create", env=env, cwd=tmp_path)
     for result in (run, made):
         assert result.returncode == 2, result.stderr
-        assert "TLS: the certificate of" in result.stderr
-        assert cause in result.stderr.replace("\n", " ")
+        assert "TLS: the certificate of" in flat(result.stderr)
+        assert cause in flat(result.stderr)
         assert_no_secret(result.stdout, result.stderr)
     assert "broker unreachable" not in run.stderr
 
@@ -149,9 +154,8 @@ def test_run_refuses_credentials_the_broker_rejects_at_once_and_never_logs_the_p
         broker.terminate()
         broker.wait()
     assert run.returncode == 2, run.stderr
-    assert f"SASL: 127.0.0.1:{port} refused {mechanism} authentication as 'lavad'" in (
-        run.stderr.replace("\n", " ")
-    )
+    refusal = f"SASL: 127.0.0.1:{port} refused {mechanism} authentication as 'lavad'"
+    assert refusal in flat(run.stderr)
     assert "broker unreachable" not in run.stderr
     assert_no_secret(run.stdout, run.stderr)
 
@@ -191,7 +195,7 @@ def test_run_over_tls_retries_while_the_broker_behind_the_terminator_is_down(
                 process.wait()
     text = log.read_text()
     assert process.returncode == 2, text
-    assert "input topic 'lavad.vm-events' does not exist" in text.replace("\n", " ")
+    assert "input topic 'lavad.vm-events' does not exist" in flat(text)
     assert "TLS" not in text and "SASL" not in text
     assert_no_secret(text)
 
@@ -213,3 +217,25 @@ def _wait_for_events(
         )
         assert time.monotonic() < deadline, f"{event!r} logged {seen} times, not {count}"
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize("wrong", ["key password", "missing CA file"])
+def test_run_refuses_tls_files_that_do_not_load_naming_the_setting(
+    pki: Pki, tmp_path: Path, wrong: str
+) -> None:
+    # Nothing listens there: the files are refused before any connection.
+    env = tls_env(pki, f"localhost:{free_port()}")
+    if wrong == "key password":
+        env.pop("LAVAD_KAFKA__SSL_PASSWORD_FILE")
+        env["LAVAD_KAFKA__SSL_PASSWORD"] = SASL_PASSWORD
+        cause = "an encrypted key needs its kafka.ssl_password"
+    else:
+        env["LAVAD_KAFKA__SSL_CAFILE"] = str(tmp_path / "absent.pem")
+        cause = "kafka.ssl_cafile"
+    env["LAVAD_HTTP__PORT"] = str(free_port())
+    env["LAVAD_LIVE__SNAPSHOT_DIR"] = str(tmp_path / "snapshots")
+    run = lavad("run", env=env, cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert cause in flat(run.stderr)
+    assert "Traceback" not in run.stderr
+    assert_no_secret(run.stdout, run.stderr)

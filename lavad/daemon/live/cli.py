@@ -63,7 +63,7 @@ def run_command(
 
     try:
         asyncio.run(main())
-    except (SnapshotError, PartitionError, TopicError, StartupError) as exc:
+    except (SnapshotError, PartitionError, TopicError, StartupError, SecurityRefusal) as exc:
         # The reason and exit code 2, not a traceback.
         raise fail(str(exc)) from None
 

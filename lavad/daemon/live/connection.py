@@ -42,13 +42,32 @@ def client_options(kafka: KafkaSettings, *, timeout: bool = True) -> dict[str, A
         options["sasl_plain_username"] = kafka.sasl_plain_username
         options["sasl_plain_password"] = _reveal(kafka.sasl_plain_password)
     if kafka.security_protocol.endswith("SSL"):
-        options["ssl_context"] = create_ssl_context(
+        options["ssl_context"] = _ssl_context(kafka)
+    return options
+
+
+def _ssl_context(kafka: KafkaSettings) -> ssl.SSLContext:
+    """The TLS context; ``SecurityRefusal`` naming the key when a file does not load."""
+    for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        path = getattr(kafka, key)
+        if path is not None and not path.is_file():
+            raise SecurityRefusal(f"TLS: kafka.{key} {str(path)!r} is not a readable file")
+    try:
+        context: ssl.SSLContext = create_ssl_context(
             cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None,
             certfile=str(kafka.ssl_certfile) if kafka.ssl_certfile else None,
             keyfile=str(kafka.ssl_keyfile) if kafka.ssl_keyfile else None,
             password=_reveal(kafka.ssl_password),
         )
-    return options
+    except ssl.SSLError as exc:
+        raise SecurityRefusal(
+            f"TLS: kafka.ssl_cafile/ssl_certfile/ssl_keyfile do not load ({exc.reason or exc}): "
+            "they must be PEM, the key must match the certificate, and an encrypted key "
+            "needs its kafka.ssl_password"
+        ) from None
+    except OSError as exc:
+        raise SecurityRefusal(f"TLS: a kafka.ssl_* file cannot be read: {exc}") from None
+    return context
 
 
 def _reveal(secret: SecretStr | None) -> str | None:
