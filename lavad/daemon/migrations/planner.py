@@ -45,7 +45,11 @@ from lavad.daemon.cluster import ClusterState, HostState, VmRecord
 from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.migrations.lifetimes import RemainingLifetimes
 from lavad.daemon.migrations.orders import Queued, build_order
-from lavad.daemon.migrations.relief import plan_host_relief
+from lavad.daemon.migrations.relief import (
+    drift_broken_hosts,
+    enable_host_drift,
+    plan_host_relief,
+)
 from lavad.daemon.migrations.shadow import ShadowOrder
 from lavad.daemon.migrations.triggers import (
     DrainTrigger,
@@ -137,6 +141,7 @@ class MigrationPlanner:
                     " (its hooks score each host's windows)"
                 )
             usage_hooks.enable_relief(config.relief)
+            enable_host_drift(usage_hooks, config.relief)
             self.usage_hooks = usage_hooks
             self.relief_at = float("-inf")
         self.queue: dict[str, Queued] = {}
@@ -328,7 +333,9 @@ class MigrationPlanner:
         if hooks is None:
             return []
         out: list[Migration] = []
-        for host in hooks.relief_due():
+        # Hosts whose VM changed regime and now fail the fit test go too,
+        # before their overflows reject rho.
+        for host in sorted({*hooks.relief_due(), *drift_broken_hosts(hooks, cluster)}):
             if host in self.drains or not cluster.schedulable[host]:
                 continue
             moves = plan_host_relief(hooks, cluster, host, relief.max_moves)

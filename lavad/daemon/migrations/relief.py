@@ -30,6 +30,7 @@ from lavad.daemon.migrations.relief_rule import (
     ReliefConfig,
     overflows_needed,
     promise_rejected,
+    relief_drift,
 )
 from lavad.daemon.placement.gpa import (
     CLUSTER_ROW,
@@ -48,11 +49,14 @@ __all__ = [
     "ReliefConfig",
     "ReliefMove",
     "TailFit",
+    "drift_broken_hosts",
+    "enable_host_drift",
     "new_host_indices",
     "overflows_needed",
     "plan_host_relief",
     "plan_relief",
     "promise_rejected",
+    "relief_drift",
 ]
 
 # Rows of a terms array: the additive cumulant sums of a host or a VM.
@@ -188,6 +192,60 @@ def new_host_indices(moves: Sequence[ReliefMove], hosts: int) -> list[int]:
     return landed
 
 
+def enable_host_drift(hooks: UsageHooks, config: ReliefConfig) -> None:
+    """Start the pool's per-VM drift detection (``[migrations.relief.drift]``; off: nothing)."""
+    hooks.usage.moments.enable_drift(relief_drift(config))
+
+
+def _live_fit(hooks: UsageHooks, rho: float) -> TailFit:
+    tail = hooks.tail
+    return (
+        TailFit(rho, tail.method, tail.margin, FIT_TOLERANCE)
+        if tail is not None
+        else TailFit(rho, NORMAL, 1.0, FIT_TOLERANCE)
+    )
+
+
+def drift_broken_hosts(hooks: UsageHooks, cluster: ClusterState) -> list[int]:
+    """Hosts whose VM changed regime since the last look and that now fail GPA's fit test.
+
+    The VMs the detector reset (their moments now read the new regime) name
+    their hosts; each such host with two VMs or more is read again through
+    the pool's current method and margin, as the relief reads it, and
+    returned (ascending) when its promise no longer holds: it is relieved
+    without waiting for its overflows to reject rho. Work: the reset VMs'
+    hosts only.
+    """
+    rho = hooks.rho
+    usage = hooks.usage
+    drifted = usage.moments.take_drifted()
+    if rho is None or not drifted:
+        return []
+    hosts = {host for vm_id in drifted if (host := usage.host_of(vm_id)) is not None}
+    if not hosts:
+        return []
+    n = cluster.n_hosts
+    usage.ensure_columns(n)
+    fit = _live_fit(hooks, rho)
+    variance = usage.variance(CPU, n)
+    broken: list[int] = []
+    for host in sorted(hosts):
+        if host >= n or len(cluster.host_vms[host]) < 2:
+            continue
+        terms = np.array(
+            [
+                [usage.mean_sum[CPU, host]],
+                [variance[host]],
+                [usage.third_sum[CPU, host]],
+                [usage.fourth_sum[CPU, host]],
+            ]
+        )
+        capacity = float(cluster.capacity[CLUSTER_ROW[CPU], host])
+        if not bool(fit.fits(terms, capacity)[0]):
+            broken.append(host)
+    return broken
+
+
 def plan_host_relief(
     hooks: UsageHooks, cluster: ClusterState, host: int, max_moves: int
 ) -> list[tuple[str, int | None]]:
@@ -229,12 +287,7 @@ def plan_host_relief(
             usage.fourth_sum[CPU, :n],
         ]
     )
-    tail = hooks.tail
-    fit = (
-        TailFit(rho, tail.method, tail.margin, FIT_TOLERANCE)
-        if tail is not None
-        else TailFit(rho, NORMAL, 1.0, FIT_TOLERANCE)
-    )
+    fit = _live_fit(hooks, rho)
     capacity = cluster.capacity[CLUSTER_ROW[CPU], :n]
     moves = plan_relief(
         vm_terms,

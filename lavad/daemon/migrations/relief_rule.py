@@ -26,7 +26,7 @@ time-aligned evaluation (``evaluation/gpa_react.py``) call the same code.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Annotated
 
@@ -36,6 +36,7 @@ from pydantic import ConfigDict, Field
 
 from lavad.daemon.cluster import BoolArray
 from lavad.daemon.input_bounds import MIN_CHECK_INTERVAL_S
+from lavad.models.usage.drift import DriftConfig
 
 # Fewest overflows that can ever relieve a host: one window is never evidence.
 MIN_OVERFLOWS = 2
@@ -71,7 +72,11 @@ class ReliefConfig:
         ),
     ] = 300.0
 
+    drift: DriftConfig = field(default_factory=lambda: DriftConfig(detector="off"))
+
     def __post_init__(self) -> None:
+        if not isinstance(self.drift, DriftConfig):
+            raise ValueError(f"drift must be a DriftConfig, got {type(self.drift).__name__}")
         if not 2 <= self.recent_windows <= 20_160:
             raise ValueError(f"recent_windows must be in [2, 20160], got {self.recent_windows}")
         if not (math.isfinite(self.alpha) and 0.0 < self.alpha < 0.5):
@@ -84,6 +89,12 @@ class ReliefConfig:
             raise ValueError(
                 f"check_interval_s must be >= {MIN_CHECK_INTERVAL_S:g}, got {self.check_interval_s}"
             )
+
+
+def relief_drift(config: ReliefConfig) -> DriftConfig:
+    """The config's drift detection; off for a config restored from a snapshot without it."""
+    drift = getattr(config, "drift", None)
+    return drift if isinstance(drift, DriftConfig) else DriftConfig(detector="off")
 
 
 def promise_rejected(overflows: int, windows: int, rho: float, alpha: float) -> bool:

@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lavad.models.arrays import FloatArray
+from lavad.models.usage.drift import CusumDrift, DriftConfig
 from lavad.streams.schema import UsageSample, UsageStats
 
 USAGE_RESOURCES: Final = ("cpu", "memory")
@@ -64,7 +65,20 @@ class UsageEstimate:
 
 
 class UsageMoments:
-    """Online weighted mean and variance per VM and resource, O(1) per observation."""
+    """Online weighted mean and variance per VM and resource, O(1) per observation.
+
+    With drift detection on (``enable_drift``), each usage event's CPU
+    interval mean is first tested by the CUSUM of ``drift.py`` against the
+    VM's CPU moments so far; a VM whose usage left its history restarts its
+    CPU moments from its last ``reseed`` interval means (kept in a ring per
+    slot), and its id is queued in ``drifted`` for the host's risk to be read
+    again.
+    """
+
+    # Drift detection (None: off). Class defaults, so moments restored from a
+    # snapshot taken before detection existed read as "off".
+    drift: CusumDrift | None = None
+    drifted: list[str] | None = None
 
     def __init__(self, half_life_s: float | None = None, initial_slots: int = 64) -> None:
         if half_life_s is not None and not (math.isfinite(half_life_s) and half_life_s > 0):
@@ -110,15 +124,78 @@ class UsageMoments:
         self._add(resource, slot, time, value)
         return slot
 
+    def enable_drift(self, config: DriftConfig) -> None:
+        """Test every VM's CPU usage for a change of regime from now on (off: nothing)."""
+        if not config.enabled or self.drift is not None:
+            return
+        size = self.weight.shape[1]
+        self.drift = CusumDrift(config, size)
+        self.drifted = []
+        self._recent_value: FloatArray = np.zeros((size, config.reseed))
+        self._recent_time: FloatArray = np.zeros((size, config.reseed))
+        # Interval means since the slot's last restart (the detector's warm-up).
+        self._since_reset: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
+        self.resets = 0
+
+    def take_drifted(self) -> list[str]:
+        """The VMs reset since the last call, in the order they were (each once)."""
+        drifted = self.drifted
+        if not drifted:
+            return []
+        self.drifted = []
+        return list(dict.fromkeys(drifted))
+
     def observe_sample(self, sample: UsageSample) -> int:
         """Add a usage event's CPU (and memory, when it has any) observations."""
         slot = self._slot.get(sample.vm_id)
         if slot is None:
             slot = self._take_slot(sample.vm_id)
+        if self.drift is not None:
+            self._test_drift(sample.vm_id, slot, sample.time, sample.cpu.mean)
         self._add_stats(CPU, slot, sample.time, sample.cpu)
         if sample.memory is not None:
             self._add_stats(MEMORY, slot, sample.time, sample.memory)
         return slot
+
+    def _test_drift(self, vm_id: str, slot: int, time: float, value: float) -> None:
+        """Test the interval mean against the moments before it; restart them on a change.
+
+        The ring then holds this reading too, so the restarted moments include
+        the reading that revealed the change.
+        """
+        drift = self.drift
+        if drift is None or not math.isfinite(value):
+            return
+        since = int(self._since_reset[slot])
+        reset = drift.update_one(
+            slot,
+            value,
+            float(self.mean[CPU, slot]),
+            math.sqrt(self.variance_at(slot, CPU)),
+            since,
+        )
+        reseed = drift.config.reseed
+        cursor = since % reseed
+        self._recent_value[slot, cursor] = value
+        self._recent_time[slot, cursor] = time
+        self._since_reset[slot] = since + 1
+        if not reset:
+            return
+        kept = min(since + 1, reseed)
+        # Oldest first, so the restarted moments decay as they would have.
+        order = [(cursor - kept + 1 + i) % reseed for i in range(kept)]
+        values = self._recent_value[slot, order].tolist()
+        times = self._recent_time[slot, order].tolist()
+        self._reset_resource(CPU, slot)
+        for past_time, past_value in zip(times[:-1], values[:-1], strict=True):
+            self._add(CPU, slot, past_time, past_value)
+        # This reading is added by the caller, as every reading is.
+        self._recent_value[slot, :kept] = values
+        self._recent_time[slot, :kept] = times
+        self._since_reset[slot] = kept
+        self.resets += 1
+        if self.drifted is not None:
+            self.drifted.append(vm_id)
 
     def forget(self, vm_id: str) -> bool:
         """Drop a VM's state (it exited); False if it had none."""
@@ -225,7 +302,20 @@ class UsageMoments:
         self._slot[vm_id] = slot
         return slot
 
+    def _reset_resource(self, resource: int, slot: int) -> None:
+        self.weight[resource, slot] = 0.0
+        self.weight_sq[resource, slot] = 0.0
+        self.mean[resource, slot] = 0.0
+        self.spread[resource, slot] = 0.0
+        self.third[resource, slot] = 0.0
+        self.fourth[resource, slot] = 0.0
+        self.last_time[resource, slot] = -np.inf
+        self.count[resource, slot] = 0
+
     def _reset(self, slot: int) -> None:
+        if self.drift is not None:
+            self.drift.clear(slot)
+            self._since_reset[slot] = 0
         self.weight[:, slot] = 0.0
         self.weight_sq[:, slot] = 0.0
         self.mean[:, slot] = 0.0
@@ -253,4 +343,14 @@ class UsageMoments:
         count: NDArray[np.int64] = np.zeros((N_USAGE, 2 * size), dtype=np.int64)
         count[:, :size] = self.count
         self.count = count
+        if self.drift is not None:
+            self.drift.ensure(2 * size)
+            reseed = self.drift.config.reseed
+            for name in ("_recent_value", "_recent_time"):
+                ring: FloatArray = np.zeros((2 * size, reseed))
+                ring[:size] = getattr(self, name)
+                setattr(self, name, ring)
+            since: NDArray[np.int64] = np.zeros(2 * size, dtype=np.int64)
+            since[:size] = self._since_reset
+            self._since_reset = since
         self._free = list(range(2 * size - 1, size - 1, -1))
