@@ -93,13 +93,13 @@ def test_run_on_the_slice_writes_table_and_plot(tmp_path: Path) -> None:
     )
     rows = evaluation.rows()
     # 2 capacities x (2 gpa + 2 gpa-cov + 2 gpa-cal + 2 gpa-live + 2 gpa-online + 2 gpa-emp
-    # + 2 gpa-react + 3 av + 6 perc + 3 cantelli).
-    assert len(rows) == 2 * 26
+    # + 2 gpa-react + 2 gpa-drift + 3 av + 6 perc + 3 cantelli).
+    assert len(rows) == 2 * 28
     for row in rows:
         assert row["aligned_m"] is not None and row["aligned_m"] > 0
         assert 0.0 <= row["aligned_q"] <= 1.0
         if not row["method"].startswith(
-            ("gpa-cov", "gpa-cal", "gpa-live", "gpa-online", "gpa-emp", "gpa-react")
+            ("gpa-cov", "gpa-cal", "gpa-live", "gpa-online", "gpa-emp", "gpa-react", "gpa-drift")
         ):
             assert row["resampled_m"] is not None and 0.0 <= row["resampled_q"] <= 1.0
     png = (tmp_path / "google-2011-gcd-gpa.png").read_bytes()
@@ -199,3 +199,24 @@ def test_live_factor_is_the_pooled_variance_ratio_of_the_history_packing() -> No
     settings = AlignedSettings(tasks=16, instances=1, capacities=(2.0,), rhos=(0.01,))
     runs = [r for r in run_aligned(series, settings).runs if r.family == "gpa-live"]
     assert [r.margin for r in runs] == [pytest.approx(factor)]
+
+
+def test_each_half_is_its_own_trace_with_half_windows() -> None:
+    """The slice's 576 steps split at the day boundary into two halves of 288; a day then
+    a day becomes 12 h then 12 h, and the halves share no step."""
+    whole = load_aligned_windows(SLICE)
+    first = load_aligned_windows(SLICE, part="first")
+    second = load_aligned_windows(SLICE, part="second")
+    assert whole[0].history.shape[1] == 288
+    for half in (first, second):
+        assert len(half) == 1
+        assert half[0].history.shape[1] == half[0].future.shape[1] == 144
+    joined = set(first[0].names) & set(second[0].names) & set(whole[0].names)
+    assert joined
+    for name in joined:
+        row = whole[0].names.index(name)
+        a, b = first[0].names.index(name), second[0].names.index(name)
+        np.testing.assert_array_equal(first[0].history[a], whole[0].history[row, :144])
+        np.testing.assert_array_equal(second[0].history[b], whole[0].future[row, :144])
+    with pytest.raises(ValueError, match="part"):
+        load_aligned_windows(SLICE, part="third")

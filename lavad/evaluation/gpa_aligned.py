@@ -29,7 +29,10 @@ neighbours', on the same clock. Here:
    (``gpa_tail``); ``gpa-react rho`` packs like it, then plays the future
    out with the live relief rule moving VMs off machines whose realised
    overflows reject rho (``gpa_react``): m is then its time-averaged
-   machines, and its migrations per VM-day are reported.
+   machines, and its migrations per VM-day are reported. ``gpa-drift rho``
+   is gpa-react with each task's regime changes detected
+   (``models/usage/drift.py``): its moments restart, and its machine is
+   relieved at once when it no longer passes the fit test.
 6. m = machines / ceil(sum of the tasks' future means / c).
 """
 
@@ -72,6 +75,7 @@ from lavad.evaluation.stochastic_packing import (
     pack,
     rebalance,
 )
+from lavad.models.usage.drift import DriftConfig
 from lavad.models.usage.margin import MarginSettings, OverflowMargin, TailCalibration
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import UsageSample
@@ -103,12 +107,26 @@ class AlignedSeries:
     start_step: int
 
 
+PARTS: Final = ("whole", "first", "second")
+
+
 def _windows(
-    path: Path, history_steps: int | None, future_steps: int | None
+    path: Path, history_steps: int | None, future_steps: int | None, part: str = "whole"
 ) -> tuple[str, list[str], FloatArray, int, int]:
-    """The trace's CPU readings on one grid (rows: VMs, NaN: no reading) and the window sizes."""
+    """The trace's CPU readings on one grid (rows: VMs, NaN: no reading) and the window sizes.
+
+    ``part`` "first" or "second" keeps that half of the grid's steps (split
+    at the day boundary nearest the middle), the nearest a single trace has to
+    a month the models never saw. A half's default windows are half the
+    trace's (a day then a day becomes 12 h then 12 h), whole days where the
+    halves hold them (two weeks then one becomes 7 days then 3.5).
+    """
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
     trace = open_trace(path)
     default = DEFAULT_WINDOWS.get(trace.name, (DAY_STEPS, DAY_STEPS))
+    if part != "whole":
+        default = (default[0] // 2, default[1] // 2)
     history_n = default[0] if history_steps is None else history_steps
     future_n = default[1] if future_steps is None else future_steps
     if history_n < 2:
@@ -133,6 +151,15 @@ def _windows(
     for row, name in enumerate(names):
         for step, value in readings[name].items():
             full[row, grid[step]] = value
+    if part != "whole":
+        # Split on a day boundary, so both halves' windows start at the same time of day.
+        middle = max(1, round(full.shape[1] / (2 * DAY_STEPS))) * DAY_STEPS
+        full = full[:, :middle] if part == "first" else full[:, middle:]
+        if full.shape[1] < history_n + future_n:
+            raise ValueError(
+                f"{path}: the {part} half has {full.shape[1]} time steps, fewer than "
+                f"history {history_n} + future {future_n}"
+            )
     return trace.name, names, full, history_n, future_n
 
 
@@ -143,6 +170,7 @@ def load_aligned_windows(
     *,
     max_missing: float = MAX_MISSING,
     min_vms: int = 1,
+    part: str = "whole",
 ) -> list[AlignedSeries]:
     """Every (history, future) window starting on a day boundary with ``min_vms`` usable VMs.
 
@@ -159,7 +187,7 @@ def load_aligned_windows(
         raise ValueError(f"max_missing must be in [0, 1), got {max_missing}")
     if min_vms < 1:
         raise ValueError(f"min_vms must be >= 1, got {min_vms}")
-    trace, names, full, history_n, future_n = _windows(path, history_steps, future_steps)
+    trace, names, full, history_n, future_n = _windows(path, history_steps, future_steps, part)
     width = history_n + future_n
     windows: list[AlignedSeries] = []
     for start in range(0, full.shape[1] - width + 1, DAY_STEPS):
@@ -306,6 +334,9 @@ class AlignedSettings:
     relief: ReliefConfig = field(default_factory=lambda: ReliefConfig(enabled=True))
     # Steps a relief's migrations take (the live default duration_s, 1,200 s).
     relief_migration_steps: int = 4
+    # gpa-drift: gpa-react with per-VM regime-change detection (``models/usage/drift.py``).
+    drift: bool = True
+    drift_config: DriftConfig = field(default_factory=DriftConfig)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -334,6 +365,8 @@ class AlignedSettings:
             methods += [(f"gpa-emp {rho:g}", Method("gpa", rho)) for rho in self.rhos]
             if self.react:
                 methods += [(f"gpa-react {rho:g}", Method("gpa", rho)) for rho in self.rhos]
+                if self.drift:
+                    methods += [(f"gpa-drift {rho:g}", Method("gpa", rho)) for rho in self.rhos]
         methods += [(f"av {f:g}", Method("av", f)) for f in self.av_factors]
         methods += [(f"perc {p:g}", Method("perc", p)) for p in self.percentiles]
         methods += [(f"cantelli {b:g}", Method("cantelli", b)) for b in self.cantelli]
@@ -364,6 +397,12 @@ class AlignedRun:
     reliefs: int = 0
     # gpa-react: the first future step a relief moved a VM (None: none did).
     first_relief_step: int | None = None
+    # gpa-drift: tasks reset by the drift detector per VM-day, and reliefs it started.
+    drift_resets_per_vm_day: float = 0.0
+    drift_reliefs: int = 0
+    # gpa-react: overflowed machine-steps of machines running one task alone
+    # (no relief helps: the task alone exceeds the capacity).
+    overflows_alone: int = 0
 
 
 GPA_FAMILIES: Final = (
@@ -374,6 +413,7 @@ GPA_FAMILIES: Final = (
     "gpa-online",
     "gpa-emp",
     "gpa-react",
+    "gpa-drift",
 )
 
 
@@ -415,6 +455,11 @@ class AlignedResult:
                         np.mean([r.migrations_per_vm_day for r in runs])
                     ),
                     "reliefs": float(np.mean([r.reliefs for r in runs])),
+                    "q_max": float(q.max()),
+                    "drift_resets_per_vm_day": float(
+                        np.mean([r.drift_resets_per_vm_day for r in runs])
+                    ),
+                    "overflows_alone": int(sum(r.overflows_alone for r in runs)),
                     "detail": ", ".join(f"{name} {n}/{len(runs)}" for name, n in chosen.items()),
                 }
             )
@@ -481,7 +526,7 @@ def run_aligned(
             elif label.startswith("gpa-live"):
                 # Built per capacity: the factor is learned on that packing.
                 tests.append((label, "gpa-live", method.parameter, None))
-            elif label.startswith(("gpa-online", "gpa-emp", "gpa-react")):
+            elif label.startswith(("gpa-online", "gpa-emp", "gpa-react", "gpa-drift")):
                 # Built per capacity: learned online on the history (gpa_tail).
                 tests.append((label, label.split()[0], method.parameter, None))
             else:
@@ -496,13 +541,13 @@ def run_aligned(
                 chosen: FitTest
                 if fixed is not None:
                     chosen = fixed
-                elif family in ("gpa-online", "gpa-emp", "gpa-react"):
+                elif family in ("gpa-online", "gpa-emp", "gpa-react", "gpa-drift"):
                     if parameter not in learned:
                         learned[parameter] = online_calibration(
                             history, filled, parameter, capacity, MarginSettings()
                         )
                     calibration, empirical = learned[parameter]
-                    if family in ("gpa-online", "gpa-react") and cumulants is not None:
+                    if family != "gpa-emp" and cumulants is not None:
                         margin, detail = calibration.margin, calibration.method
                         chosen = TailFitTest(cumulants, parameter, detail, margin)
                     else:
@@ -522,7 +567,9 @@ def run_aligned(
                 migrations = 0.0
                 reliefs = 0
                 first_relief: int | None = None
-                if family == "gpa-react":
+                drift_resets = 0.0
+                drift_reliefs = alone = 0
+                if family in ("gpa-react", "gpa-drift"):
                     # The pool keeps learning while it reacts: its own copy.
                     outcome = react(
                         history,
@@ -532,6 +579,7 @@ def run_aligned(
                         capacity,
                         settings.relief,
                         settings.relief_migration_steps,
+                        settings.drift_config if family == "gpa-drift" else None,
                     )
                     q = outcome.q
                     machines = outcome.machines_max
@@ -539,6 +587,11 @@ def run_aligned(
                     migrations = outcome.migrations_per_vm_day
                     reliefs = outcome.reliefs
                     first_relief = outcome.first_relief_step
+                    drift_resets = (
+                        outcome.drift_resets / outcome.vm_days if outcome.vm_days else 0.0
+                    )
+                    drift_reliefs = outcome.drift_reliefs
+                    alone = outcome.overflows_alone
                 else:
                     q = aligned_overflow_frequency(packing, future, capacity)
                 result.runs.append(
@@ -559,6 +612,9 @@ def run_aligned(
                         migrations_per_vm_day=migrations,
                         reliefs=reliefs,
                         first_relief_step=first_relief,
+                        drift_resets_per_vm_day=drift_resets,
+                        drift_reliefs=drift_reliefs,
+                        overflows_alone=alone,
                     )
                 )
         if progress is not None:

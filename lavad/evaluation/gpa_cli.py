@@ -48,6 +48,12 @@ def gpa_command(
         int, typer.Option(help="aligned windows need this many usable VMs", min=1)
     ] = 20,
     seed: Annotated[int, typer.Option(help="seed of the instances", min=0)] = 0,
+    part: Annotated[
+        str, typer.Option(help="whole trace, or its first or second half (time-aligned only)")
+    ] = "whole",
+    resampled: Annotated[
+        bool, typer.Option(help="run the paper's resampled sweep too (off: time-aligned only)")
+    ] = True,
     out_dir: Annotated[
         Path | None, typer.Option(help="write <trace>-gpa.{json,md,png} here")
     ] = None,
@@ -70,6 +76,8 @@ def gpa_command(
                 min_window_vms=min_window_vms,
                 seed=seed,
                 out_dir=out_dir,
+                part=part,
+                resampled=resampled,
             )
         except (TraceFormatError, ValueError) as exc:
             raise fail(f"{path}: {exc}") from None

@@ -83,12 +83,21 @@ class GpaEvaluation:
 
 def _learned(row: dict[str, Any]) -> str:
     """What a learning method settled on: its mean margin, the methods chosen (gpa-online),
-    and the migrations per VM-day (gpa-react)."""
-    if row["family"] not in ("gpa-cal", "gpa-live", "gpa-online", "gpa-emp", "gpa-react"):
+    and the migrations per VM-day (gpa-react, gpa-drift; with gpa-drift's resets per VM-day)."""
+    if row["family"] not in (
+        "gpa-cal",
+        "gpa-live",
+        "gpa-online",
+        "gpa-emp",
+        "gpa-react",
+        "gpa-drift",
+    ):
         return ""
     detail = f" ({row['detail']})" if row.get("detail") else ""
-    if row["family"] == "gpa-react":
+    if row["family"] in ("gpa-react", "gpa-drift"):
         detail += f", {row['migrations_per_vm_day']:.3f} moves/VM-day"
+    if row["family"] == "gpa-drift":
+        detail += f", {row['drift_resets_per_vm_day']:.3f} resets/VM-day"
     return f"x{row['margin']:.2f}{detail}"
 
 
@@ -185,11 +194,17 @@ def run_gpa_evaluation(
     min_window_vms: int = 20,
     seed: int = 0,
     out_dir: Path | None = None,
+    part: str = "whole",
+    resampled: bool = True,
 ) -> GpaEvaluation:
     """Run both evaluations on the trace at ``path``; write JSON, table and PNG to ``out_dir``.
 
     The time-aligned instances rotate over every day-aligned window with at
     least ``min_window_vms`` usable VMs (or the fullest window if none has).
+    ``part`` "first" or "second": the time-aligned evaluation on that half of
+    the trace alone (``load_aligned_windows``); the files are then named
+    ``<trace>-<part>-gpa.*``. ``resampled`` False skips the section 5
+    resampling (its rows are then empty).
     """
     for name, value in (("capacities", capacities), ("rhos", rhos)):
         if not value or any(not math.isfinite(v) for v in value):
@@ -210,15 +225,18 @@ def run_gpa_evaluation(
         rhos=tuple(rhos),
         seed=seed,
     )
-    series = load_usage_series(path)
-    resampled = run_sweep(series, sweep_settings, path=str(path))
-    windows = load_aligned_windows(path, history_steps, future_steps)
+    windows = load_aligned_windows(path, history_steps, future_steps, part=part)
+    if resampled:
+        series = load_usage_series(path)
+        sweep = run_sweep(series, sweep_settings, path=str(path))
+    else:
+        sweep = SweepResult(windows[0].trace, str(path), "mean", 0, 0, sweep_settings)
     wide = [w for w in windows if len(w.names) >= min_window_vms]
     aligned = run_aligned(wide or [max(windows, key=lambda w: len(w.names))], aligned_settings)
-    evaluation = GpaEvaluation(series.trace, str(path), resampled, aligned)
+    evaluation = GpaEvaluation(windows[0].trace, str(path), sweep, aligned)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        stem = evaluation.trace
+        stem = evaluation.trace if part == "whole" else f"{evaluation.trace}-{part}"
         (out_dir / f"{stem}-gpa.json").write_bytes(
             orjson.dumps(evaluation.as_dict(), option=orjson.OPT_INDENT_2)
         )

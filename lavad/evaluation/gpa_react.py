@@ -44,6 +44,7 @@ from lavad.daemon.migrations.relief import (
 )
 from lavad.daemon.placement.gpa import quantile_factor
 from lavad.evaluation.stochastic_packing import RELATIVE_TOLERANCE, Packing
+from lavad.models.usage.drift import CusumDrift, DriftConfig
 from lavad.models.usage.margin import HostWindow, TailCalibration
 from lavad.models.usage.tail import tail_factor
 
@@ -65,6 +66,18 @@ class RunningCumulants:
         self.count += seen
         for power in range(4):
             self.sums[power] += values ** (power + 1)
+
+    def restart(self, task: int, recent: FloatArray) -> None:
+        """Forget the task's readings but ``recent`` (its regime changed)."""
+        seen = recent[np.isfinite(recent)]
+        self.count[task] = len(seen)
+        for power in range(4):
+            self.sums[power, task] = float((seen ** (power + 1)).sum())
+
+    def mean_sigma(self) -> tuple[FloatArray, FloatArray]:
+        """Each task's mean and standard deviation (ddof=1) so far."""
+        terms = self.terms()
+        return terms[0], np.sqrt(terms[1])
 
     def terms(self) -> FloatArray:
         """(4, tasks): mean, variance (ddof=1), third, fourth cumulant (``task_cumulants``)."""
@@ -91,6 +104,15 @@ class ReactOutcome:
     vm_days: float
     # The first step a relief moved something (None: none did).
     first_relief_step: int | None
+    # Tasks whose regime change the drift detector caught, and reliefs it started.
+    drift_resets: int = 0
+    drift_reliefs: int = 0
+    # Why a relief stays quiet: overflowed machine-steps of a machine running
+    # one task (no move of it helps), and steps a host was due but alone.
+    overflows_alone: int = 0
+    overflows: int = 0
+    scored: int = 0
+    due_alone: int = 0
 
     @property
     def migrations_per_vm_day(self) -> float:
@@ -119,9 +141,18 @@ def react(
     capacity: float,
     config: ReliefConfig,
     migration_steps: int = 4,
+    drift: DriftConfig | None = None,
 ) -> ReactOutcome:
     """Play the future out on ``packing``, relieving machines by the live rule (in place on
-    ``calibration``, which keeps learning)."""
+    ``calibration``, which keeps learning).
+
+    With ``drift`` enabled, each task's reading is first tested by the
+    CUSUM of ``models/usage/drift.py`` against its moments so far; a task
+    whose usage left its history restarts its moments from its last
+    ``drift.reseed`` readings, and its machine, read again with them through
+    the pool's fit test, is relieved at once when it no longer passes,
+    without waiting for the binomial rule.
+    """
     n_tasks, n_steps = future.shape
     if history.shape[0] != n_tasks:
         raise ValueError("history and future must have the same tasks")
@@ -140,10 +171,16 @@ def react(
     migrating: dict[int, int] = {}
     bins = [sorted(tasks) for tasks in packing.bins]
     moments = RunningCumulants(history)
+    detector = CusumDrift(drift, n_tasks) if drift is not None and drift.enabled else None
+    # Readings since each task's last restart (the detector's warm-up).
+    since_reset = np.isfinite(history).sum(axis=1).astype(np.int64)
+    all_steps = np.hstack([history, future])
+    offset = history.shape[1]
+    drift_resets = drift_reliefs = 0
     current = moments.terms()
     promises = [_promise(current[:, tasks].sum(axis=1), rho, methods) for tasks in bins]
     evidence = OverflowEvidence(rho, config, len(bins))
-    counted = overflowed = migrations = reliefs = opened = 0
+    counted = overflowed = migrations = reliefs = opened = overflows_alone = due_alone = 0
     machines_total = 0.0
     machines_max = 0
     first_relief: int | None = None
@@ -162,7 +199,11 @@ def react(
         real_in_use = np.bincount(running, minlength=width) > 0
         real_scored = np.flatnonzero(real_in_use & (real_missing == 0))
         counted += len(real_scored)
-        overflowed += int(np.count_nonzero(real[real_scored] > capacity))
+        real_over = real_scored[real[real_scored] > capacity]
+        overflowed += len(real_over)
+        overflows_alone += int(
+            np.count_nonzero(np.bincount(running, minlength=width)[real_over] == 1)
+        )
         # What the daemon sees: usage by booked machine.
         sums = np.bincount(owner, weights=values, minlength=width)
         missing = np.bincount(owner, weights=absent, minlength=width)
@@ -178,15 +219,42 @@ def react(
                 for h in scored.tolist()
             ]
         )
+        drifted: list[int] = []
+        if detector is not None:
+            mean, sigma = moments.mean_sigma()
+            tested = np.flatnonzero(readings)
+            reset = detector.update(
+                tested, column[tested], mean[tested], sigma[tested], since_reset[tested]
+            )
+            drifted = tested[reset].tolist()
         moments.add(column)
+        since_reset += readings
+        reseed = drift.reseed if drift is not None else 0
+        for task in drifted:
+            end = offset + step + 1
+            moments.restart(task, all_steps[task, max(0, end - reseed) : end])
+            since_reset[task] = min(reseed, end)
+        drift_resets += len(drifted)
         due = evidence.record(scored.astype(np.int64), over)
-        if not len(due):
+        fit = TailFit(rho, calibration.method, calibration.margin, capacity * RELATIVE_TOLERANCE)
+        broken: set[int] = set()
+        if drifted:
+            current = moments.terms()
+            for host in sorted({int(owner[task]) for task in drifted}):
+                tasks = bins[host]
+                if len(tasks) > 1 and not bool(
+                    fit.fits(current[:, tasks].sum(axis=1, keepdims=True), capacity)[0]
+                ):
+                    broken.add(host)
+        if not len(due) and not broken:
             continue
         current = moments.terms()
-        fit = TailFit(rho, calibration.method, calibration.margin, capacity * RELATIVE_TOLERANCE)
-        for host in due.tolist():
+        for host in sorted(set(due.tolist()) | broken):
             # A host that took VMs earlier in this step has lost its evidence.
-            if not evidence.due(host) or len(bins[host]) < 2:
+            if host not in broken and not evidence.due(host):
+                continue
+            if len(bins[host]) < 2:
+                due_alone += 1
                 continue
             if migrating.get(host, -1) > step + 1:
                 continue  # its last relief is still migrating, as a live drain is
@@ -209,6 +277,7 @@ def react(
             if not moves:
                 continue
             reliefs += 1
+            drift_reliefs += host in broken
             if first_relief is None:
                 first_relief = step
             landed = new_host_indices(moves, width)
@@ -237,4 +306,10 @@ def react(
         opened=opened,
         vm_days=n_tasks * n_steps / STEPS_PER_DAY,
         first_relief_step=first_relief,
+        drift_resets=drift_resets,
+        drift_reliefs=drift_reliefs,
+        overflows_alone=overflows_alone,
+        overflows=overflowed,
+        scored=counted,
+        due_alone=due_alone,
     )
