@@ -110,6 +110,11 @@ class ReactOutcome:
     # Why a relief stays quiet: overflowed machine-steps of a machine running
     # one task (no move of it helps), and steps a host was due but alone.
     overflows_alone: int = 0
+    # Reliefs of a machine relieved less than a day before (the last one did
+    # not stop its overflows), and moves of a task whose last hour ran below
+    # the mean its moments gave it (the relief read it by a regime it left).
+    repeat_reliefs: int = 0
+    stale_moves: int = 0
     overflows: int = 0
     scored: int = 0
     due_alone: int = 0
@@ -176,7 +181,8 @@ def react(
     since_reset = np.isfinite(history).sum(axis=1).astype(np.int64)
     all_steps = np.hstack([history, future])
     offset = history.shape[1]
-    drift_resets = drift_reliefs = 0
+    drift_resets = drift_reliefs = repeat_reliefs = stale_moves = 0
+    last_relief: dict[int, int] = {}
     current = moments.terms()
     promises = [_promise(current[:, tasks].sum(axis=1), rho, methods) for tasks in bins]
     evidence = OverflowEvidence(rho, config, len(bins))
@@ -278,6 +284,13 @@ def react(
                 continue
             reliefs += 1
             drift_reliefs += host in broken
+            repeat_reliefs += step - last_relief.get(host, -STEPS_PER_DAY) < STEPS_PER_DAY
+            last_relief[host] = step
+            end = offset + step + 1
+            for move in moves:
+                task = residents[move.vm]
+                recent = all_steps[task, max(0, end - 12) : end]
+                stale_moves += bool(np.nanmean(recent) < current[0, task])
             if first_relief is None:
                 first_relief = step
             landed = new_host_indices(moves, width)
@@ -307,6 +320,8 @@ def react(
         vm_days=n_tasks * n_steps / STEPS_PER_DAY,
         first_relief_step=first_relief,
         drift_resets=drift_resets,
+        repeat_reliefs=repeat_reliefs,
+        stale_moves=stale_moves,
         drift_reliefs=drift_reliefs,
         overflows_alone=overflows_alone,
         overflows=overflowed,
