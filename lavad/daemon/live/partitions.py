@@ -191,8 +191,12 @@ class Partitions:
 
     async def acquire(self, assigned: Iterable[Any]) -> None:
         """New partitions: restore each one's snapshot and seek to its offsets."""
+        assigned = list(assigned)
+        # When the group's answer came: a failover's rebalance ends here and
+        # its restore begins (benchmarks/failover.py reads these lines).
+        log.info("partitions assigned", partitions=sorted({tp.partition for tp in assigned}))
+        started = time.monotonic()
         async with self.lock:
-            assigned = list(assigned)
             by_number: dict[int, list[Any]] = {}
             for tp in assigned:
                 by_number.setdefault(tp.partition, []).append(tp)
@@ -227,6 +231,7 @@ class Partitions:
             self.watermark.assign(assigned, time.time())
             self.snapshots_loaded = True
             self.telemetry.assigned_partitions.set(len(self.owned))
+        log.info("partitions taken", owned=sorted(self.owned), seconds=time.monotonic() - started)
 
     def _restore(self, number: int) -> PartitionSnapshot | None:
         """The partition's snapshot, or None to read it from the earliest retained offset.
@@ -261,9 +266,12 @@ class Partitions:
         while the partitions are still ours), so the snapshot is taken exactly
         at what was published rather than skipped.
         """
+        revoked = list(revoked)
+        # When this instance learnt of the rebalance (for a failover, when the
+        # group noticed the loss).
+        log.info("partitions revoked", partitions=sorted({tp.partition for tp in revoked}))
         async with self.lock:
             published = await self.settled()
-            revoked = list(revoked)
             numbers = sorted({tp.partition for tp in revoked})
             for number in numbers:
                 owned = self.owned.pop(number, None)

@@ -1,0 +1,315 @@
+"""Failover: kill -9 one of two ``lavad run`` instances and time until its pools decide again.
+
+``python -m benchmarks.failover`` (about a minute). An embedded broker, six
+pools on six partitions (the bundled Azure slice once per pool, its own
+seed each), two instances in one group as child processes with the
+snapshots on the snapshot topic. The first half of the events is decided
+before anything is timed; the rest is published at a steady rate (default
+300 records/s in all) while a reader outside the group notes when each
+placement arrives. After a steady spell the instance holding three pools
+is killed with -9, and the survivor's log says when it heard of the
+rebalance, when the group answered and when the moved partitions were
+restored. Parts, from the kill:
+
+* detection: until the survivor's partitions are revoked (the group has
+  noticed the loss: its session timeout, then the survivor's next heartbeat);
+* rebalance: until the group assigns the partitions anew (the survivor's
+  snapshots of what it held, the join and sync round trips);
+* restore: until the moved partitions' snapshots are read and loaded;
+* catch-up: until each moved pool's next new decision (an id never published
+  before the kill) arrives: re-reading from the snapshot's offsets,
+  re-publishing what was decided since, then the input that waited.
+
+Also printed: how long the survivor's own pools went without a new
+decision. The machine's cores are shared by the broker, both instances,
+the producer and the reader, so the figures are for a shared box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from benchmarks.live_kafka import azure_events, pools_on_every_partition
+from lavad.streams.codec import encode
+from lavad.streams.kafka.embedded import EmbeddedBroker, free_port
+from lavad.streams.kafka.publish import publish_trace
+from lavad.streams.kafka.topics import TopicNames, ensure_topics
+from lavad.streams.schema import Event, VmRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = TopicNames()
+PARTITIONS = 6
+
+
+@dataclass(slots=True)
+class Instance:
+    """``lavad run`` as a child process with its JSON log in a file."""
+
+    name: str
+    log: Path
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls, name: str, folder: Path, env: dict[str, str]) -> Instance:
+        port = free_port()
+        log = folder / f"{name}.log"
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "from lavad.daemon.cli import main; main()",
+                    "run",
+                    "--config",
+                    str(ROOT / "config" / "lavad.toml"),
+                ],
+                env={**os.environ, **env, "LAVAD_HTTP__PORT": str(port)},
+                stdout=output,
+                stderr=output,
+            )
+        return cls(name, log, port, process)
+
+    async def assigned(self) -> int:
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(
+                    f"http://127.0.0.1:{self.port}/metrics",
+                    timeout=aiohttp.ClientTimeout(total=2),
+                ) as response,
+            ):
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return 0
+        for row in text.splitlines():
+            if row.startswith("lavad_assigned_partitions "):
+                return int(float(row.split()[1]))
+        return 0
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_bytes().splitlines():
+            with contextlib.suppress(orjson.JSONDecodeError):
+                out.append(orjson.loads(line))
+        return out
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@dataclass(slots=True)
+class Arrivals:
+    """Each placement id's first arrival (wall time) at a reader outside the group."""
+
+    first: dict[str, tuple[float, str]] = field(default_factory=dict)
+    records: int = 0
+
+    async def run(self, bootstrap: str, stop: asyncio.Event) -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=5
+        )
+        await consumer.start()
+        try:
+            parts = [TopicPartition(NAMES.placements, p) for p in range(PARTITIONS)]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=50)
+                now = time.time()
+                for records in batch.values():
+                    for record in records:
+                        self.records += 1
+                        body = orjson.loads(record.value)
+                        self.first.setdefault(body["decision_id"], (now, body["pool"]))
+        finally:
+            await consumer.stop()
+
+
+async def paced(bootstrap: str, events: Iterable[Event], rate: float, stop: asyncio.Event) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+    await producer.start()
+    try:
+        began = time.monotonic()
+        for count, event in enumerate(events):
+            if stop.is_set():
+                break
+            wait = began + count / rate - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await producer.send(
+                NAMES.for_event_type(event.type), encode(event), key=event.pool.encode()
+            )
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def _wall(line: dict[str, Any]) -> float:
+    return datetime.fromisoformat(line["timestamp"]).timestamp()
+
+
+def _first_after(lines: list[dict[str, Any]], event: str, after: float) -> dict[str, Any]:
+    for line in lines:
+        if line.get("event") == event and _wall(line) >= after:
+            return line
+    raise RuntimeError(f"the survivor never logged {event!r} after the kill")
+
+
+async def failover(args: argparse.Namespace) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="lavad-failover-"))
+    pools = pools_on_every_partition(PARTITIONS, "pool")
+    events = azure_events(pools, args.per_pool, first_seed=0)
+    warm, rest = events[: len(events) // 2], events[len(events) // 2 :]
+    broker = EmbeddedBroker.start(log=folder / "broker.log")
+    bootstrap = broker.bootstrap_servers
+    env = {
+        "LAVAD_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "LAVAD_KAFKA__SESSION_TIMEOUT_MS": str(args.session_ms),
+        "LAVAD_KAFKA__HEARTBEAT_INTERVAL_MS": str(args.heartbeat_ms),
+        "LAVAD_LIVE__SNAPSHOT_STORE": "topic",
+        "LAVAD_LIVE__SNAPSHOT_INTERVAL_S": str(args.snapshot_interval_s),
+        "LAVAD_LIVE__SNAPSHOT_DIR": str(folder / "snapshots"),
+        "LAVAD_TOPICS__PARTITIONS": str(PARTITIONS),
+        "LAVAD_PLACEMENT__POLICY": args.policy,
+    }
+    instances: list[Instance] = []
+    stop = asyncio.Event()
+    arrivals = Arrivals()
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await ensure_topics(admin, NAMES, PARTITIONS)
+        finally:
+            await admin.close()
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+        await producer.start()
+        try:
+            await publish_trace(warm, producer, NAMES)
+        finally:
+            await producer.stop()
+        instances = [Instance.start(name, folder, env) for name in ("a", "b")]
+        deadline = time.monotonic() + 120
+        while [await i.assigned() for i in instances] != [3, 3]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the instances did not split the partitions ({folder})")
+            await asyncio.sleep(0.2)
+        tasks.append(asyncio.create_task(arrivals.run(bootstrap, stop)))
+        warm_requests = sum(isinstance(e, VmRequest) for e in warm)
+        while len(arrivals.first) < warm_requests:
+            await asyncio.sleep(0.2)
+        tasks.append(asyncio.create_task(paced(bootstrap, rest, args.rate, stop)))
+        await asyncio.sleep(args.steady_s)
+        victim = instances[0]
+        t_kill = time.time()
+        victim.process.send_signal(signal.SIGKILL)
+        victim.process.wait()
+        seen_before = set(arrivals.first)
+        await asyncio.sleep(args.after_s)
+    finally:
+        stop.set()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for instance in instances:
+            instance.stop()
+        broker.close()
+    report(args, instances[1], t_kill, seen_before, arrivals, pools, folder)
+
+
+def report(
+    args: argparse.Namespace,
+    survivor: Instance,
+    t_kill: float,
+    seen_before: set[str],
+    arrivals: Arrivals,
+    pools: list[str],
+    folder: Path,
+) -> None:
+    lines = survivor.lines()
+    taken_before = [
+        line for line in lines if line.get("event") == "partitions taken" and _wall(line) < t_kill
+    ]
+    own = set(taken_before[-1]["owned"])
+    moved_pools = [pool for number, pool in enumerate(pools) if number not in own]
+    own_pools = [pool for number, pool in enumerate(pools) if number in own]
+    revoked = _first_after(lines, "partitions revoked", t_kill)
+    assigned = _first_after(lines, "partitions assigned", _wall(revoked))
+    taken = _first_after(lines, "partitions taken", _wall(assigned))
+    t_revoked, t_assigned = _wall(revoked), _wall(assigned)
+    t_taken = t_assigned + float(taken["seconds"])
+    new = [
+        (at, pool) for decision, (at, pool) in arrivals.first.items() if decision not in seen_before
+    ]
+    nexts = {pool: min((at for at, p in new if p == pool), default=None) for pool in moved_pools}
+    if any(at is None for at in nexts.values()):
+        raise RuntimeError(f"a moved pool never decided again: {nexts} (logs in {folder})")
+    resumed = [at for at in nexts.values() if at is not None]
+    silences = []
+    for pool in own_pools:
+        times = sorted(at for at, p in arrivals.first.values() if p == pool)
+        window = [t for t in times if t >= t_kill - 2.0]
+        gaps = [b - a for a, b in itertools.pairwise(window)]
+        silences.append(max(gaps, default=0.0))
+    print(
+        f"failover: session timeout {args.session_ms} ms, heartbeat {args.heartbeat_ms} ms, "
+        f"{args.policy}, {args.rate:.0f} records/s, snapshots every {args.snapshot_interval_s} s"
+    )
+    print(f"  detection  {t_revoked - t_kill:6.2f} s   kill -> survivor told of the rebalance")
+    print(f"  rebalance  {t_assigned - t_revoked:6.2f} s   -> partitions assigned anew")
+    print(f"  restore    {t_taken - t_assigned:6.2f} s   -> snapshots loaded, offsets sought")
+    print(
+        f"  catch-up   {max(resumed) - t_taken:6.2f} s   -> every moved pool's next new decision "
+        f"(median pool {statistics.median(resumed) - t_taken:.2f} s)"
+    )
+    after = max(resumed) - t_revoked
+    print(f"  total      {max(resumed) - t_kill:6.2f} s   (after detection {after:.2f} s)")
+    print(
+        f"  the survivor's own pools: longest stretch without a new decision "
+        f"{max(silences):.2f} s (at {args.rate / PARTITIONS:.0f} records/s per pool)"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-pool", type=int, default=8_000)
+    parser.add_argument("--rate", type=float, default=300.0, help="records/s over all pools")
+    parser.add_argument("--session-ms", type=int, default=6_000)
+    parser.add_argument("--heartbeat-ms", type=int, default=1_000)
+    parser.add_argument("--snapshot-interval-s", type=float, default=10.0)
+    parser.add_argument("--policy", default="bestfit")
+    parser.add_argument("--steady-s", type=float, default=8.0)
+    parser.add_argument("--after-s", type=float, default=25.0)
+    asyncio.run(failover(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
