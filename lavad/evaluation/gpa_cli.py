@@ -54,6 +54,9 @@ def gpa_command(
     resampled: Annotated[
         bool, typer.Option(help="run the paper's resampled sweep too (off: time-aligned only)")
     ] = True,
+    skip: Annotated[
+        str, typer.Option(help="time-aligned studies to leave out, e.g. gpa-cov,gpa-cal,gpa-live")
+    ] = "",
     out_dir: Annotated[
         Path | None, typer.Option(help="write <trace>-gpa.{json,md,png} here")
     ] = None,
@@ -78,6 +81,7 @@ def gpa_command(
                 out_dir=out_dir,
                 part=part,
                 resampled=resampled,
+                skip=tuple(name for name in skip.split(",") if name),
             )
         except (TraceFormatError, ValueError) as exc:
             raise fail(f"{path}: {exc}") from None

@@ -24,8 +24,8 @@ themselves).
 Two figures per detector and part: **alarms per VM-day** on the recorded
 series (every alarm there is either a real change or a false one; the
 daemon pays a reset for each), and, on the same series with a step of
-``k`` sigmas (the VM's own sigma over the part) added from the middle of
-its readings on,
+``k`` sigmas (the VM's own sigma over the part, floored at the CUSUM's
+``min_sigma``) added from the middle of its readings on,
 **the delay** in windows from the step to the first alarm after it, and the
 share of VMs never alarmed after the step (missed). Plus the CPU cost per
 reading (microseconds, this machine). Offline only: river stays out of the
@@ -46,6 +46,7 @@ import numpy as np
 from lavad.daemon.cluster import FloatArray
 from lavad.daemon.console import out
 from lavad.evaluation.gpa_aligned import DAY_STEPS, _windows
+from lavad.evaluation.river_lifetime import river_module
 from lavad.models.usage.drift import CusumDrift, DriftConfig
 
 Detector = Callable[[float, float, float], bool]
@@ -62,16 +63,14 @@ def _make(name: str, config: DriftConfig, seed: int) -> Detector:
             return cusum.update_one(0, raw, mean, sigma, config.warmup)
 
         return step_cusum
-    # Imported here: river is an optional extra, only this study needs it.
-    from river import drift  # noqa: PLC0415
-
+    drift = river_module("drift")
     if name == "page-hinkley":
         detector: Any = drift.PageHinkley(
             min_instances=1, delta=config.allowance, threshold=config.threshold
         )
         use_z = True
     elif name == "adwin":
-        detector, use_z = drift.ADWIN(delta=0.002), False  # type: ignore[no-untyped-call]
+        detector, use_z = drift.ADWIN(delta=0.002), False
     elif name == "kswin":
         detector, use_z = drift.KSWIN(alpha=0.005, window_size=100, stat_size=30, seed=seed), False
     else:
@@ -140,7 +139,10 @@ def study(
                     finite = np.flatnonzero(seen)
                     middle = int(finite[len(finite) // 2])
                     stepped = row.copy()
-                    stepped[middle:] += step_sigmas * float(np.nanstd(row))
+                    # sigma floored as the CUSUM floors it: a smaller step is no
+                    # change worth a reset for any detector (under 5% of the request).
+                    sigma = max(float(np.nanstd(row)), config.min_sigma)
+                    stepped[middle:] += step_sigmas * sigma
                     after = [
                         index
                         for index in run_series(stepped, name, config, int(rng.integers(1 << 31)))

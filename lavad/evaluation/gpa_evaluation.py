@@ -179,6 +179,11 @@ def plot_m_vs_q(evaluation: GpaEvaluation, path: Path) -> None:
     plt.close(figure)
 
 
+# Time-aligned studies that can be left out (the live method's comparison needs
+# plain GPA, gpa-online and the paper's baselines, which always run).
+SKIPPABLE = ("gpa-cov", "gpa-cal", "gpa-live", "gpa-react", "gpa-drift")
+
+
 def run_gpa_evaluation(
     path: Path,
     *,
@@ -196,6 +201,7 @@ def run_gpa_evaluation(
     out_dir: Path | None = None,
     part: str = "whole",
     resampled: bool = True,
+    skip: Sequence[str] = (),
 ) -> GpaEvaluation:
     """Run both evaluations on the trace at ``path``; write JSON, table and PNG to ``out_dir``.
 
@@ -204,8 +210,12 @@ def run_gpa_evaluation(
     ``part`` "first" or "second": the time-aligned evaluation on that half of
     the trace alone (``load_aligned_windows``); the files are then named
     ``<trace>-<part>-gpa.*``. ``resampled`` False skips the section 5
-    resampling (its rows are then empty).
+    resampling (its rows are then empty); ``skip`` leaves out time-aligned
+    studies by family (``SKIPPABLE``: gpa-cal's backtest costs the most).
     """
+    unknown = sorted(set(skip) - set(SKIPPABLE))
+    if unknown:
+        raise ValueError(f"cannot skip {', '.join(unknown)}: skippable are {', '.join(SKIPPABLE)}")
     for name, value in (("capacities", capacities), ("rhos", rhos)):
         if not value or any(not math.isfinite(v) for v in value):
             raise ValueError(f"{name} must be a non-empty sequence of numbers")
@@ -224,6 +234,11 @@ def run_gpa_evaluation(
         capacities=tuple(capacities),
         rhos=tuple(rhos),
         seed=seed,
+        covariance_aware="gpa-cov" not in skip,
+        calibrated="gpa-cal" not in skip,
+        live_factor="gpa-live" not in skip,
+        react="gpa-react" not in skip,
+        drift="gpa-drift" not in skip,
     )
     windows = load_aligned_windows(path, history_steps, future_steps, part=part)
     if resampled:

@@ -20,13 +20,29 @@ life tables count them as censored at every refit.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-from river import tree
 
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import USED_FEATURES
+
+
+def river_module(name: str) -> Any:
+    """``river.<name>``, imported on first use: river is an install extra (``evaluation``),
+    since only offline studies use it, and every non-live command imports this module."""
+    try:
+        from importlib import import_module  # noqa: PLC0415
+
+        return import_module(f"river.{name}")
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] != "river":
+            raise
+        raise ModuleNotFoundError(
+            "this study needs river: pip install 'lavad[evaluation]' (make installs it)",
+            name="river",
+        ) from None
 
 
 def river_features(
@@ -54,7 +70,8 @@ class RiverLifetimeClassifier:
         self.bins = bins
         self.fine_per_class = fine_per_class
         self.classes = -(-bins.count // fine_per_class)
-        self.model = tree.HoeffdingAdaptiveTreeClassifier(seed=seed)
+        # river's trees are not annotated: Any.
+        self.model: Any = river_module("tree").HoeffdingAdaptiveTreeClassifier(seed=seed)
         self.learned = 0
         # Fine bins -> class, and the share of its class's mass each fine bin gets.
         self._class_of = np.arange(bins.count) // fine_per_class
@@ -63,13 +80,12 @@ class RiverLifetimeClassifier:
 
     def learn(self, x: dict[str, float | str], lifetime_s: float) -> None:
         fine = int(self.bins.index(np.array([lifetime_s]))[0])
-        self.model.learn_one(x, int(self._class_of[fine]))  # type: ignore[no-untyped-call]
+        self.model.learn_one(x, int(self._class_of[fine]))
         self.learned += 1
 
     def distribution(self, x: dict[str, float | str]) -> FloatArray:
         """Probability mass over the fine bins (uniform before the first exit)."""
-        # river's trees are not annotated.
-        proba = self.model.predict_proba_one(x) if self.learned else {}  # type: ignore[no-untyped-call]
+        proba = self.model.predict_proba_one(x) if self.learned else {}
         per_class = np.zeros(self.classes)
         for label, p in proba.items():
             per_class[int(label)] = p
