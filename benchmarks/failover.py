@@ -171,6 +171,17 @@ async def paced(bootstrap: str, events: Iterable[Event], rate: float, stop: asyn
         await producer.stop()
 
 
+def _snapshotted(instance: Instance, since: float) -> bool:
+    lines = instance.lines()
+    taken = [line for line in lines if line.get("event") == "partitions taken"]
+    written = {
+        line["partition"]
+        for line in lines
+        if line.get("event") == "snapshot written" and _wall(line) >= since
+    }
+    return bool(taken) and set(taken[-1]["owned"]) <= written
+
+
 def _wall(line: dict[str, Any]) -> float:
     return datetime.fromisoformat(line["timestamp"]).timestamp()
 
@@ -227,6 +238,11 @@ async def failover(args: argparse.Namespace) -> None:
         while len(arrivals.first) < warm_requests:
             await asyncio.sleep(0.2)
         tasks.append(asyncio.create_task(paced(bootstrap, rest, args.rate, stop)))
+        # Steady operation: the victim has snapshotted each of its partitions
+        # since the paced input began, as it does every interval.
+        paced_from = time.time()
+        while not _snapshotted(instances[0], paced_from):
+            await asyncio.sleep(0.2)
         await asyncio.sleep(args.steady_s)
         victim = instances[0]
         t_kill = time.time()
@@ -306,7 +322,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heartbeat-ms", type=int, default=1_000)
     parser.add_argument("--snapshot-interval-s", type=float, default=10.0)
     parser.add_argument("--policy", default="bestfit")
-    parser.add_argument("--steady-s", type=float, default=8.0)
+    parser.add_argument(
+        "--steady-s", type=float, default=3.0, help="after the victim's first snapshots"
+    )
     parser.add_argument("--after-s", type=float, default=25.0)
     asyncio.run(failover(parser.parse_args(argv)))
 

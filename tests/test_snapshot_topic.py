@@ -160,3 +160,29 @@ def test_the_setting_chooses_the_store(tmp_path: Path) -> None:
         assert topic_store.chunk_bytes == 524288 and topic_store.topic == "lavad.snapshots"
     finally:
         topic_store.close()
+
+
+def test_one_reader_loads_again_after_letting_the_chunks_go_and_reads_on_for_newer_ones(
+    kafka: KafkaSettings, stores: list[TopicSnapshotStore]
+) -> None:
+    """A store keeps what it read and reads on from there; a load the kept records cannot
+    serve (the chunks let go after the previous load) reads the partition again."""
+    engine, _ = _engine(2000)
+    writer, reader = _store(stores, kafka), _store(stores, kafka)
+    first = dict(engine.pools)
+    writer.save(PartitionSnapshot(1, engine.fingerprint, {"vm-events": 2000}, first))
+    once = reader.load(1, engine.fingerprint)
+    again = reader.load(1, engine.fingerprint)  # no newer snapshot: read from the start
+    assert once is not None and again is not None
+    assert dumps(once.pools) == dumps(again.pools) == dumps(loads(dumps(first)))
+    for count, event in enumerate(open_trace(AZURE_SLICE, seed=0)):
+        if count >= 3000:
+            break
+        if count >= 2000:
+            engine.handle(event, event.time)
+    writer.save(PartitionSnapshot(1, engine.fingerprint, {"vm-events": 3000}, dict(engine.pools)))
+    newer = reader.load(1, engine.fingerprint)  # read on: the newer manifest and its chunks
+    assert newer is not None
+    assert newer.offsets == {"vm-events": 3000}
+    assert dumps(newer.pools) == dumps(loads(dumps(dict(engine.pools))))
+    assert reader.load(0, engine.fingerprint) is None

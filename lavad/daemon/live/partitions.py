@@ -70,6 +70,11 @@ class Partitions:
         self._fail = fail
         self.consumer: Any = None
         self.owned: dict[int, OwnedPartition] = {}
+        # Revoked at a rebalance's start, snapshotted, and kept in the engine
+        # until its assignment says whether they stay here: aiokafka's
+        # rebalances revoke every partition, and most come back to the same
+        # instance, which then resumes them without reading its snapshot back.
+        self.parked: dict[int, OwnedPartition] = {}
         self.pool_partition: dict[str, int] = {}
         self.lock = asyncio.Lock()
         # Decided batches whose decisions are not all acknowledged (the one in
@@ -200,11 +205,17 @@ class Partitions:
             by_number: dict[int, list[Any]] = {}
             for tp in assigned:
                 by_number.setdefault(tp.partition, []).append(tp)
+            self._drop(self.parked.pop(n) for n in list(self.parked) if n not in by_number)
             for number, tps in sorted(by_number.items()):
                 if number in self.owned:
                     continue
-                snapshot = self._restore(number)
-                owned = OwnedPartition(number)
+                snapshot = None
+                kept = self.parked.pop(number, None)
+                if kept is not None:
+                    owned = kept
+                else:
+                    snapshot = self._restore(number)
+                    owned = OwnedPartition(number)
                 if snapshot is not None:
                     self.engine.adopt_pools(snapshot.pools)
                     owned.pools = set(snapshot.pools)
@@ -223,6 +234,7 @@ class Partitions:
                     "partition acquired",
                     partition=number,
                     snapshot=snapshot is not None,
+                    kept=kept is not None,
                     pools=len(owned.pools),
                     # Which pools this instance now owns (the first few by name).
                     pool_names=sorted(owned.pools)[:LOGGED_POOL_NAMES],
@@ -279,9 +291,19 @@ class Partitions:
                     continue
                 if published:
                     self.snapshot(owned)
-                for name in self.engine.take_pools(owned.pools):
-                    self.pool_partition.pop(name, None)
-                    self.telemetry.forget_pool(name)
+                    # The state is exactly the snapshot's: fit to resume here.
+                    self.parked[number] = owned
+                else:
+                    # Ahead of what was published: the snapshot before it is
+                    # where this partition resumes, here or elsewhere.
+                    self._drop([owned])
                 log.info("partition released", partition=number, pools=len(owned.pools))
             self.watermark.revoke(revoked)
             self.telemetry.assigned_partitions.set(len(self.owned))
+
+    def _drop(self, partitions: Iterable[OwnedPartition]) -> None:
+        """Take the partitions' pools out of the engine (they resume elsewhere)."""
+        for owned in partitions:
+            for name in self.engine.take_pools(owned.pools):
+                self.pool_partition.pop(name, None)
+                self.telemetry.forget_pool(name)

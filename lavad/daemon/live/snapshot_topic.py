@@ -30,6 +30,7 @@ import hashlib
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
@@ -51,6 +52,23 @@ from lavad.daemon.settings import KafkaSettings, Settings
 TOPIC_RECORD_FORMAT = "lavad.snapshot-record"
 TIMEOUT_S = 60.0
 T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What the store's reader has read of one snapshot-topic partition, up to ``position``.
+
+    The newest manifest per key, and the chunks not deleted since. A later
+    load reads on from ``position`` instead of from the start. After a load
+    the loaded snapshot's chunk bodies are let go (``partial``): this
+    instance now holds that state itself, and a load that then misses a
+    chunk reads the partition again from its start.
+    """
+
+    position: int = 0
+    manifests: dict[bytes, tuple[int, Any]] = field(default_factory=dict)
+    chunks: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)
+    partial: bool = False
 
 
 def _record(header: dict[str, Any], payload: bytes = b"") -> bytes:
@@ -76,6 +94,10 @@ class TopicSnapshotStore:
         self.create_partitions = partitions
         self._count: int | None = None
         self._producer: AIOKafkaProducer | None = None
+        # One reader for every load: starting a consumer per partition cost
+        # more than reading the snapshot (a failover restores several).
+        self._reader: AIOKafkaConsumer | None = None
+        self._seen: dict[int, _Seen] = {}
         # per partition: (snapshot id, chunk count) of the newest manifest this store
         # wrote or read, whose chunks the next save deletes once its own manifest is in
         self._current: dict[int, tuple[str, int]] = {}
@@ -102,6 +124,9 @@ class TopicSnapshotStore:
         if self._producer is not None:
             self._run(self._producer.stop())
             self._producer = None
+        if self._reader is not None:
+            self._run(self._reader.stop())
+            self._reader = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
@@ -235,39 +260,80 @@ class TopicSnapshotStore:
         self._current.pop(partition, None)
         return f"{self.topic}[{where.partition}]@{result.offset} (an 'aside' manifest)"
 
+    async def _reader_started(self) -> AIOKafkaConsumer:
+        if self._reader is None:
+            reader = AIOKafkaConsumer(
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                # A new assignment waits for the fetch in flight, which the
+                # broker may hold this long when there is nothing to read.
+                fetch_max_wait_ms=10,
+                **client_options(self.kafka),
+            )
+            await reader.start()
+            self._reader = reader
+        return self._reader
+
     async def _load(self, partition: int, fingerprint: str) -> PartitionSnapshot | None:
         where = await self._topic_partition(partition)
-        consumer = AIOKafkaConsumer(
-            enable_auto_commit=False, auto_offset_reset="earliest", **client_options(self.kafka)
-        )
-        await consumer.start()
-        try:
-            consumer.assign([where])
-            end = (await consumer.end_offsets([where]))[where]
-            await consumer.seek_to_beginning(where)
-            manifest_key = self.manifest_key(partition)
-            chunk_prefix = f"{self.group}/{partition:05d}/".encode()
-            manifest: tuple[int, Any] | None = None
-            chunks: dict[bytes, tuple[int, bytes]] = {}
-            while await consumer.position(where) < end:
-                batch = await consumer.getmany(where, timeout_ms=1000, max_records=500)
-                for record in batch.get(where, []):
-                    if record.offset >= end:
-                        break
-                    key = record.key or b""
-                    if key == manifest_key:
-                        manifest = (record.offset, self._parse(record.value, record.offset))
-                    elif key.startswith(chunk_prefix):
-                        if record.value is None:
-                            chunks.pop(key, None)  # deleted by a newer snapshot
-                        else:
-                            chunks[key] = (record.offset, record.value)
-        finally:
-            await consumer.stop()
+        seen = await self._read_on(where, self._seen.get(where.partition) or _Seen())
+        prefix = f"{self.group}/{partition:05d}/".encode()
+        manifest = seen.manifests.get(self.manifest_key(partition))
         if manifest is None:
             return None
+        chunks = {key: value for key, value in seen.chunks.items() if key.startswith(prefix)}
+        if seen.partial and not self._complete(partition, manifest[1], chunks):
+            # Chunks let go after an earlier load: read it all again.
+            seen = await self._read_on(where, _Seen())
+            manifest = seen.manifests.get(self.manifest_key(partition))
+            if manifest is None:
+                return None
+            chunks = {key: value for key, value in seen.chunks.items() if key.startswith(prefix)}
         offset, parsed = manifest
-        return self._assemble(partition, fingerprint, offset, parsed, chunks)
+        loaded = self._assemble(partition, fingerprint, offset, parsed, chunks)
+        for key in chunks:
+            del seen.chunks[key]
+        seen.partial = True
+        return loaded
+
+    def _complete(self, partition: int, manifest: Any, chunks: dict[bytes, Any]) -> bool:
+        if not isinstance(manifest, dict) or manifest.get("kind") != "manifest":
+            return True  # nothing to assemble: the manifest alone decides
+        snapshot_id, count = manifest.get("snapshot"), manifest.get("chunks")
+        if not isinstance(snapshot_id, str) or type(count) is not int:
+            return True
+        return all(self.chunk_key(partition, snapshot_id, i) in chunks for i in range(count))
+
+    async def _read_on(self, where: TopicPartition, seen: _Seen) -> _Seen:
+        """``seen`` brought up to the partition's end as of now (from its start if it is new)."""
+        reader = await self._reader_started()
+        reader.assign([where])
+        start = (await reader.beginning_offsets([where]))[where]
+        if start > seen.position:
+            # Records were removed below what was read (retention): start over.
+            seen = _Seen(position=start)
+        end = (await reader.end_offsets([where]))[where]
+        reader.seek(where, seen.position)
+        ours = f"{self.group}/".encode()
+        while seen.position < end:
+            batch = await reader.getmany(where, timeout_ms=1000, max_records=500)
+            for record in batch.get(where, []):
+                if record.offset >= end:
+                    break
+                seen.position = record.offset + 1
+                key = record.key or b""
+                if not key.startswith(ours):
+                    continue  # another group's
+                if key.endswith(b"/manifest"):
+                    seen.manifests[key] = (record.offset, self._parse(record.value, record.offset))
+                elif record.value is None:
+                    seen.chunks.pop(key, None)  # deleted by a newer snapshot
+                else:
+                    seen.chunks[key] = (record.offset, record.value)
+            if not batch:
+                seen.position = max(seen.position, await reader.position(where))
+        self._seen[where.partition] = seen
+        return seen
 
     def _parse(self, value: bytes | None, offset: int) -> Any:
         if value is None:
