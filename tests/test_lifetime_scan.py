@@ -105,6 +105,8 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("las", {"stranding_cost": True}),
         ("las", {"stranding_cost": True, "host_quantiles": 0}),
         ("lava", {"stranding_cost": True}),
+        ("lava", {"stranding_cost": True, "stranding_weight": 16.0}),
+        ("las", {"stranding_cost": True, "stranding_weight": 16.0, "tie_break": "first"}),
         ("las-oracle", {"stranding_cost": True}),
         ("lava-oracle", {"stranding_cost": True}),
     ],

@@ -42,7 +42,7 @@ MIX = [(1.0, 2.0, 0.0, 0.0)] * 3 + [(4.0, 32.0, 0.0, 0.0)]
 )
 def test_host_time_count_by_hand(vm_h: float, host_h: float, stranded: float, count: int) -> None:
     got = _host_time_count(
-        np.array([vm_h * HOUR]), np.array([[host_h * HOUR]]), 0, stranded, LAS_BUCKETS_S
+        np.array([vm_h * HOUR]), np.array([[host_h * HOUR]]), 0, 0.0, stranded, LAS_BUCKETS_S
     )
     assert got == count
 
@@ -52,7 +52,7 @@ def test_the_count_is_summed_over_both_quantile_sets() -> None:
     #   (1, 2): 0 + 0.25 * 1 = 0.25 h -> 0;   (3, 2): 1 + 0.25 * 2 = 1.5 h -> 3
     #   (1, 10): 0.25 h -> 0;                 (3, 10): 0.75 h -> 1
     got = _host_time_count(
-        np.array([1.0, 3.0]) * HOUR, np.array([[2.0, 10.0]]) * HOUR, 0, 0.25, LAS_BUCKETS_S
+        np.array([1.0, 3.0]) * HOUR, np.array([[2.0, 10.0]]) * HOUR, 0, 0.0, 0.25, LAS_BUCKETS_S
     )
     assert got == 4
 

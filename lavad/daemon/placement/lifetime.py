@@ -569,6 +569,10 @@ class LifetimeTracker(ClusterListener):
         self._cached = (request.vm_id, request.now, prediction)
         return prediction
 
+    def is_running(self, vm_id: str) -> bool:
+        """Whether the tracker holds ``vm_id`` (placed and not yet gone)."""
+        return vm_id in self._slot
+
     def vm_quantiles(self, request: PlacementRequest) -> FloatArray:
         """The remaining lifetimes LAS takes its expected cost over, for ``request``.
 
@@ -793,6 +797,12 @@ class LifetimeTracker(ClusterListener):
         if len(self._creation_known) < len(self.model.mass):
             self._grow_creation_quantiles(len(self.model.mass))
         self._refresh_host_quantiles(n_hosts)
+        return self._host_q[:n_hosts]
+
+    def current_exit_quantiles(self, n_hosts: int) -> FloatArray:
+        """``host_exit_quantiles`` without its refresh pass, for a caller that has just
+        brought every host of ``[0, n_hosts)`` up to date (a refreshed scan over them,
+        or ``host_exit_quantiles`` itself)."""
         return self._host_q[:n_hosts]
 
     def quantile_refresh(self, n_hosts: int) -> tuple[Any, ...]:

@@ -134,7 +134,16 @@ class LifetimePolicy(Policy):
         if stranding is not None and not stranding.ties_stand(
             cluster, request, self._ties, count, best_c
         ):
-            return super().place(cluster, request)
+            host_exit = self.las.tracker.latest_exits(n)
+            count, best_p, best_c, best_s = stranding.rescan(
+                cluster,
+                request,
+                self.best_fit.kernel_weights,
+                key if preference is not None else None,
+                host_exit,
+                prediction,
+                self._ties,
+            )
         if count == 1 or not self.random_ties:
             host = int(self._ties[0])
         else:

@@ -116,6 +116,12 @@ class LifetimeArgs(WasteMixArgs):
         description="LAS counts the host time a placement strands for the pool's request mix "
         "beside the host time it extends (placement/stranding_cost.py)",
     )
+    stranding_weight: float = Field(
+        default=1.0,
+        gt=0,
+        le=1000,
+        description="stranding_cost: host time stranded counts this many times its duration",
+    )
     refit_interval_s: float = Field(
         default=3600.0, gt=0, description="event time between refits of the lifetime tables"
     )
@@ -196,6 +202,8 @@ class LifetimeArgs(WasteMixArgs):
                 f"{', '.join(unused)} need waste_tolerance or stranding_cost"
                 " (otherwise no request mix is kept)"
             )
+        if "stranding_weight" in self.model_fields_set and not self.stranding_cost:
+            raise ValueError("stranding_weight needs stranding_cost")
         if self.waste_tolerance is not None and self.stranding_cost:
             raise ValueError("waste_tolerance and stranding_cost: choose one way to weigh waste")
 
@@ -323,7 +331,7 @@ def _las_cost(args: LifetimeArgs, tracker: LifetimeTracker) -> LasTemporalCost:
         return LasTemporalCost(tracker)
     mix = RequestMix(args.mix_window, args.mix_max_shapes, args.mix_refresh)
     # Best Fit's weights (the lifetime policies' Best Fit weighs each resource 1).
-    return LasStrandingCost(tracker, mix, np.ones(len(RESOURCES)))
+    return LasStrandingCost(tracker, mix, np.ones(len(RESOURCES)), args.stranding_weight)
 
 
 def _waste_guard(

@@ -40,20 +40,36 @@ import numpy as np
 
 from lavad.daemon.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
 from lavad.daemon.placement.framework import PlacementRequest
-from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, LifetimeTracker
+from lavad.daemon.placement.kernels import _bestfit_score, _fits, _las_cost
+from lavad.daemon.placement.lifetime import (
+    LAS_BUCKETS_S,
+    LasTemporalCost,
+    LifetimeTracker,
+    Prediction,
+)
 from lavad.daemon.placement.waste import RequestMix, _added_waste, _present_weights, waste_costs
+from lavad.models.lifetime.grouped import MAX_CACHED_KEYS
 
 
 @numba.njit(cache=True, nogil=True)
 def _host_time_count(
-    quantiles: FloatArray, remaining: FloatArray, host: int, stranded: float, buckets: FloatArray
+    quantiles: FloatArray,
+    exits: FloatArray,
+    host: int,
+    now: float,
+    stranded: float,
+    buckets: FloatArray,
 ) -> float:
-    """Sum over (VM quantile q, host quantile r) of the LAS bucket of
-    max(q - r, 0) + stranded * min(q, r): LAS's count with the stranded host time added."""
+    """Sum over (VM quantile q, host remaining life r) of the LAS bucket of
+    max(q - r, 0) + stranded * min(q, r): LAS's count with the stranded host time added.
+
+    ``exits[host]`` are the host's exit times (its quantiles, or its point
+    exit); r = max(exit, now) - now, as LAS takes it.
+    """
     n_buckets = len(buckets)
     count = 0
-    for j in range(remaining.shape[1]):
-        r = remaining[host, j]
+    for j in range(exits.shape[1]):
+        r = max(exits[host, j], now) - now
         for k in range(len(quantiles)):
             q = quantiles[k]
             held = max(q - r, 0.0) + stranded * min(q, r)
@@ -76,12 +92,15 @@ def stranding_costs(
     mean: FloatArray,
     minimal: FloatArray,
     quantiles: FloatArray,
-    remaining: FloatArray,
+    exits: FloatArray,
+    now: float,
     buckets: FloatArray,
+    weight: float,
     las: FloatArray,
     scratch: FloatArray,
 ) -> None:
-    """Raise ``las[h]`` (each fitting host's LAS count) to its count with stranded host time."""
+    """Raise ``las[h]`` (each fitting host's LAS count) to its count with stranded host time
+    (the stranded fraction times ``weight``)."""
     used = _present_weights(weights, present)
     total = used.sum()
     if total <= 0.0:
@@ -94,8 +113,34 @@ def stranding_costs(
         added = scratch[h]
         if added == np.inf or not added > 0.0:
             continue  # unfit (the filters' business), or strands nothing more
-        stranded = min(added / total, 1.0)
-        las[h] = max(las[h], _host_time_count(quantiles, remaining, h, stranded, buckets))
+        stranded = weight * min(added / total, 1.0)
+        las[h] = max(las[h], _host_time_count(quantiles, exits, h, now, stranded, buckets))
+
+
+@numba.njit(cache=True, nogil=True)
+def any_strands(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    present: np.ndarray,
+    hosts: np.ndarray,
+    count: int,
+    demand: FloatArray,
+    weights: FloatArray,
+    mean: FloatArray,
+    minimal: FloatArray,
+) -> bool:
+    """Whether placing ``demand`` on any of ``hosts[:count]`` adds waste."""
+    used = _present_weights(weights, present)
+    if used.sum() <= 0.0:
+        return False
+    zero = np.zeros(free.shape[0])
+    for i in range(count):
+        added = _added_waste(
+            free, hosts[i], demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
+        )
+        if added > 0.0:
+            return True
+    return False
 
 
 @numba.njit(cache=True, nogil=True)
@@ -110,8 +155,10 @@ def ties_keep_cost(
     mean: FloatArray,
     minimal: FloatArray,
     quantiles: FloatArray,
-    remaining: FloatArray,
+    exits: FloatArray,
+    now: float,
     buckets: FloatArray,
+    weight: float,
     cost: float,
 ) -> bool:
     """Whether each of ``hosts[:count]``, all at LAS count ``cost``, stays at ``cost``."""
@@ -127,10 +174,95 @@ def ties_keep_cost(
         )
         if not added > 0.0:
             continue
-        stranded = min(added / total, 1.0)
-        if _host_time_count(quantiles, remaining, h, stranded, buckets) > cost:
+        stranded = weight * min(added / total, 1.0)
+        if _host_time_count(quantiles, exits, h, now, stranded, buckets) > cost:
             return False
     return True
+
+
+@numba.njit(cache=True, nogil=True)
+def stranding_scan(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: np.ndarray,
+    present: np.ndarray,
+    n: int,
+    demand: FloatArray,
+    bestfit_weights: FloatArray,
+    waste_weights: FloatArray,
+    preference: FloatArray,
+    use_preference: bool,
+    host_exit: FloatArray,
+    now: float,
+    lifetime: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    host_q: FloatArray,
+    use_host_q: bool,
+    mean: FloatArray,
+    minimal: FloatArray,
+    quantiles: FloatArray,
+    exits: FloatArray,
+    weight: float,
+    ties: np.ndarray,
+) -> tuple[int, float, float, float]:
+    """The pipeline's decision with this score, in one pass: lexicographic in
+    (preference, LAS cost raised by stranded host time, Best Fit), each host
+    costed as ``kernels._floored_lifetime_scan`` costs it. A host whose
+    preference or LAS cost alone is already above the best is skipped (its
+    count can only raise its cost). Returns (count, best preference, best
+    cost, best Best Fit score) and the tied hosts, ascending, in ``ties``.
+    """
+    d0 = demand[0]
+    d1 = demand[1]
+    d2 = demand[2]
+    d3 = demand[3]
+    w0 = bestfit_weights[0] if present[0] else 0.0
+    w1 = bestfit_weights[1] if present[1] else 0.0
+    w2 = bestfit_weights[2] if present[2] else 0.0
+    w3 = bestfit_weights[3] if present[3] else 0.0
+    used = _present_weights(waste_weights, present)
+    total = used.sum()
+    zero = np.zeros(free.shape[0])
+    start = now + lifetime
+    best_p = np.inf
+    best_c = np.inf
+    best_s = np.inf
+    count = 0
+    for h in range(n):
+        if unschedulable[h] or not _fits(free, h, d0, d1, d2, d3, FIT_TOLERANCE):
+            continue
+        p = preference[h] if use_preference else 0.0
+        if p > best_p:
+            continue
+        cap = best_c if p == best_p else np.inf
+        c = _las_cost(
+            h, host_exit, now, start, thresholds, use_thresholds, LAS_BUCKETS_S, host_q,
+            use_host_q, cap,
+        )  # fmt: skip
+        if c > cap:
+            continue
+        if total > 0.0:
+            added = _added_waste(
+                free, h, demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
+            )
+            if added > 0.0:
+                stranded = weight * min(added / total, 1.0)
+                counted = _host_time_count(quantiles, exits, h, now, stranded, LAS_BUCKETS_S)
+                c = max(c, counted)
+                if c > cap:
+                    continue
+        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+        if p < best_p or c < best_c or score < best_s:
+            best_p = p
+            best_c = c
+            best_s = score
+            ties[0] = h
+            count = 1
+        elif score == best_s:
+            ties[count] = h
+            count += 1
+    return count, best_p, best_c, best_s
 
 
 def warm_up_stranding() -> None:
@@ -140,15 +272,27 @@ def warm_up_stranding() -> None:
     args = (np.zeros(N_RESOURCES), np.ones(N_RESOURCES), np.ones(N_RESOURCES))
     minimal = np.zeros((1, N_RESOURCES))
     quantiles = np.ones(1)
-    remaining = np.ones((1, 1))
+    exits = np.ones((1, 1))
+    hosts = np.zeros(1, dtype=np.int64)
     stranding_costs(
         free, free, np.zeros(1, dtype=np.bool_), present, 1, *args, minimal, quantiles,
-        remaining, LAS_BUCKETS_S, np.zeros(1), np.zeros(1),
+        exits, 0.0, LAS_BUCKETS_S, 1.0, np.zeros(1), np.zeros(1),
+    )  # fmt: skip
+    any_strands(free, free, present, hosts, 1, *args, minimal)
+    stranding_scan(
+        free, free, np.zeros(1, dtype=np.bool_), present, 1, args[0], args[1], args[1],
+        np.zeros(1),
+        False, np.zeros(1), 0.0, 1.0, np.zeros(0), False, np.zeros((0, 0)), False, args[2],
+        minimal, quantiles, exits, 1.0, hosts,
     )  # fmt: skip
     ties_keep_cost(
-        free, free, present, np.zeros(1, dtype=np.int64), 1, *args, minimal, quantiles,
-        remaining, LAS_BUCKETS_S, 0.0,
+        free, free, present, hosts, 1, *args, minimal, quantiles, exits, 0.0, LAS_BUCKETS_S,
+        1.0, 0.0,
     )  # fmt: skip
+
+
+_NOTHING: FloatArray = np.zeros(0)
+_NO_QUANTILES: FloatArray = np.zeros((0, 0))
 
 
 class LasStrandingCost(LasTemporalCost):
@@ -161,14 +305,39 @@ class LasStrandingCost(LasTemporalCost):
 
     name = "las"
 
-    def __init__(self, tracker: LifetimeTracker, mix: RequestMix, weights: FloatArray) -> None:
+    def __init__(
+        self, tracker: LifetimeTracker, mix: RequestMix, weights: FloatArray, weight: float = 1.0
+    ) -> None:
+        if not weight > 0:
+            raise ValueError(f"weight must be > 0, got {weight}")
         super().__init__(tracker)
+        self.weight = weight
         self.mix = mix
         self.weights = np.ascontiguousarray(weights, dtype=np.float64)
         self._demand = np.zeros(N_RESOURCES)
         self._scratch: FloatArray = np.zeros(0)
         self._last_seen: tuple[str, float] | None = None
+        # Per distribution row: the thresholds its quantiles were taken with, and them.
+        self._by_row: dict[int, tuple[FloatArray, FloatArray]] = {}
         warm_up_stranding()
+
+    def _quantiles(self, request: PlacementRequest) -> FloatArray:
+        """``tracker.vm_quantiles``, kept per distribution row while its thresholds are
+        the tracker's (a new VM's quantiles change only when its row's table does)."""
+        tracker = self.tracker
+        prediction = tracker.prediction_for(request)
+        if prediction.thresholds is None or tracker.is_running(request.vm_id):
+            # A point lifetime (its own per VM with the oracle), or a VM being
+            # moved (its quantiles depend on its uptime).
+            return tracker.vm_quantiles(request)
+        kept = self._by_row.get(prediction.row)
+        if kept is not None and kept[0] is prediction.thresholds:
+            return kept[1]
+        quantiles = tracker.vm_quantiles(request)
+        if len(self._by_row) >= MAX_CACHED_KEYS:
+            self._by_row.clear()
+        self._by_row[prediction.row] = (prediction.thresholds, quantiles)
+        return quantiles
 
     def observe(self, request: PlacementRequest) -> None:
         """Count ``request`` in the mix once, whichever path (scan, pipeline) scores it."""
@@ -177,15 +346,19 @@ class LasStrandingCost(LasTemporalCost):
             self._last_seen = seen
             self.mix.add(request.demand)
 
-    def _remaining(self, cluster: ClusterState, now: float) -> FloatArray:
-        """Per host, its remaining life as LAS costs it: (hosts, H) quantiles or (hosts, 1)."""
+    def _exits(self, cluster: ClusterState) -> FloatArray:
+        """Per host, its exit times as LAS costs it: (hosts, H) quantiles, or (hosts, 1)
+        the point exit (a host without VMs: -inf; the kernels clip at now).
+
+        Called right after LAS costed every host (the scan, or LAS's own
+        score), which brought each host's quantiles up to date.
+        """
         tracker = self.tracker
         n = cluster.n_hosts
         if tracker.uses_host_quantiles:
-            remaining: FloatArray = np.maximum(tracker.host_exit_quantiles(n), now) - now
-            return remaining
-        exits = tracker.host_exits(n, now, repredict=True)
-        return (exits - now)[:, None]
+            return tracker.current_exit_quantiles(n)
+        exits: FloatArray = tracker.latest_exits(n).reshape(-1, 1)
+        return exits
 
     def score(
         self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
@@ -211,9 +384,11 @@ class LasStrandingCost(LasTemporalCost):
             self.weights,
             mix.mean,
             mix.minimal,
-            self.tracker.vm_quantiles(request),
-            np.ascontiguousarray(self._remaining(cluster, now)),
+            self._quantiles(request),
+            self._exits(cluster),
+            now,
             LAS_BUCKETS_S,
+            self.weight,
             out,
             self._scratch,
         )
@@ -232,20 +407,75 @@ class LasStrandingCost(LasTemporalCost):
             return True
         demand = self._demand
         demand[:] = request.demand
+        free = cluster.free
+        inv_capacity = cluster.inv_capacity
+        present = cluster.resource_present
+        weights = self.weights
+        mean = mix.mean
+        minimal = mix.minimal
+        # Most choices strand nothing: the quantiles are only needed when one does.
+        if not any_strands(
+            free, inv_capacity, present, hosts, count, demand, weights, mean, minimal
+        ):
+            return True
         return bool(
             ties_keep_cost(
-                cluster.free,
-                cluster.inv_capacity,
-                cluster.resource_present,
+                free,
+                inv_capacity,
+                present,
                 hosts,
                 count,
                 demand,
-                self.weights,
-                mix.mean,
-                mix.minimal,
-                self.tracker.vm_quantiles(request),
-                np.ascontiguousarray(self._remaining(cluster, request.now)),
+                weights,
+                mean,
+                minimal,
+                self._quantiles(request),
+                self._exits(cluster),
+                request.now,
                 LAS_BUCKETS_S,
+                self.weight,
                 cost,
             )
+        )
+
+    def rescan(
+        self,
+        cluster: ClusterState,
+        request: PlacementRequest,
+        bestfit_weights: FloatArray,
+        preference: FloatArray | None,
+        host_exit: FloatArray,
+        prediction: Prediction,
+        ties: np.ndarray,
+    ) -> tuple[int, float, float, float]:
+        """``stranding_scan`` for ``request`` after LAS's scan costed every host
+        (its quantiles are current): the decision the pipeline would make."""
+        tracker = self.tracker
+        thresholds = prediction.thresholds
+        use_host_q = thresholds is not None and tracker.uses_host_quantiles
+        n = cluster.n_hosts
+        return stranding_scan(
+            cluster.free,
+            cluster.inv_capacity,
+            cluster.unschedulable,
+            cluster.resource_present,
+            n,
+            self._demand,
+            bestfit_weights,
+            self.weights,
+            _NOTHING if preference is None else preference,
+            preference is not None,
+            host_exit,
+            request.now,
+            prediction.lifetime_s,
+            _NOTHING if thresholds is None else thresholds,
+            thresholds is not None,
+            tracker.current_exit_quantiles(n) if use_host_q else _NO_QUANTILES,
+            use_host_q,
+            self.mix.mean,
+            self.mix.minimal,
+            self._quantiles(request),
+            self._exits(cluster),
+            self.weight,
+            ties,
         )
