@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.migrations.relief import ReliefConfig
 from lavad.daemon.placement.registry import validate_policy_args
@@ -133,6 +134,36 @@ def test_bad_drift_settings_are_refused_with_their_key(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the engine
 
 
+def _drift_engine(detector: str) -> Engine:
+    args = {"rho": 0.05, "min_samples": 4, "margin": False, "tie_break": "first"}
+    relief = ReliefConfig(enabled=True, drift=DriftConfig(detector=detector))  # type: ignore[arg-type]
+    engine = Engine(
+        EngineConfig(
+            policy="gpa",
+            policy_args=validate_policy_args("gpa", args),
+            pools=PoolSetup(),
+            migrations=MigrationsConfig(relief=relief),
+        )
+    )
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=5.0, memory_gib=128.0), 0.0)
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=16.0, memory_gib=128.0), 0.0)
+    for vm_id in ("a", "b"):
+        placed = VmPlaced(time=0.0, pool="p", vm_id=vm_id, host_id="h0", cores=4.0, memory_gib=8.0)
+        engine.handle(placed, 0.0)
+    return engine
+
+
+def _feed(engine: Engine, windows: range) -> list[Decision]:
+    decisions: list[Decision] = []
+    for k in windows:
+        time = 300.0 * (k + 1)
+        a = 0.2 + 0.01 * (k % 3) if k < 60 else (0.6 if k % 2 else 1.0)
+        b = 0.2 + 0.01 * ((k + 1) % 3) if k < 60 else 0.24
+        decisions += engine.handle(cpu_sample("a", time, a), time).decisions
+        decisions += engine.handle(cpu_sample("b", time, b), time).decisions
+    return decisions
+
+
 def _drift_run(detector: str) -> list[Decision]:
     """h0 (5 cores) holds a and b (4 cores each, placed by another scheduler); h1 is empty.
 
@@ -147,29 +178,7 @@ def _drift_run(detector: str) -> list[Decision]:
     only scored host is h0 learns the same change from h0's realised excess,
     widens its margin to the cap (20) and then no host accepts a.
     """
-    args = {"rho": 0.05, "min_samples": 4, "margin": False, "tie_break": "first"}
-    relief = ReliefConfig(enabled=True, drift=DriftConfig(detector=detector))  # type: ignore[arg-type]
-    engine = Engine(
-        EngineConfig(
-            policy="gpa",
-            policy_args=validate_policy_args("gpa", args),
-            pools=PoolSetup(),
-            migrations=MigrationsConfig(relief=relief),
-        )
-    )
-    decisions: list[Decision] = []
-    engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=5.0, memory_gib=128.0), 0.0)
-    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=16.0, memory_gib=128.0), 0.0)
-    for vm_id in ("a", "b"):
-        placed = VmPlaced(time=0.0, pool="p", vm_id=vm_id, host_id="h0", cores=4.0, memory_gib=8.0)
-        decisions += engine.handle(placed, 0.0).decisions
-    for k in range(90):
-        time = 300.0 * (k + 1)
-        a = 0.2 + 0.01 * (k % 3) if k < 60 else (0.6 if k % 2 else 1.0)
-        b = 0.2 + 0.01 * ((k + 1) % 3) if k < 60 else 0.24
-        decisions += engine.handle(cpu_sample("a", time, a), time).decisions
-        decisions += engine.handle(cpu_sample("b", time, b), time).decisions
-    return decisions
+    return _feed(_drift_engine(detector), range(90))
 
 
 def test_a_host_whose_vm_changed_regime_is_relieved_before_any_overflow() -> None:
@@ -183,3 +192,16 @@ def test_a_host_whose_vm_changed_regime_is_relieved_before_any_overflow() -> Non
     assert on == _drift_run("cusum")
     off = _drift_run("off")
     assert not [d for d in off if isinstance(d, Migration)]
+
+
+def test_a_pool_mid_excursion_survives_a_snapshot_and_decides_the_same() -> None:
+    """Snapshot the pool (state_codec, as the live daemon does) five windows into a's new
+    regime, its CUSUM sums half-way; the restored pool resets a and relieves h0 exactly
+    as the original."""
+    engine = _drift_engine("cusum")
+    _feed(engine, range(65))
+    twin = _drift_engine("cusum")
+    twin.pools["p"] = loads(dumps(engine.pools["p"]))
+    original, restored = _feed(engine, range(65, 90)), _feed(twin, range(65, 90))
+    assert original == restored
+    assert any(isinstance(d, Migration) and d.drain == "relief" for d in original)
