@@ -186,3 +186,29 @@ def test_one_reader_loads_again_after_letting_the_chunks_go_and_reads_on_for_new
     assert newer.offsets == {"vm-events": 3000}
     assert dumps(newer.pools) == dumps(loads(dumps(dict(engine.pools))))
     assert reader.load(0, engine.fingerprint) is None
+
+
+def test_a_load_after_a_prefetch_sees_a_snapshot_written_since_and_settle_lets_go(
+    kafka: KafkaSettings, stores: list[TopicSnapshotStore]
+) -> None:
+    """Prefetched during a rebalance, then another instance snapshots the partition it gives
+    up: the load reads on and gets that newer snapshot, and after ``settle`` (the prefetched
+    chunks let go) a load still restores it in full."""
+    engine, _ = _engine(2000)
+    writer, reader = _store(stores, kafka), _store(stores, kafka)
+    writer.save(PartitionSnapshot(1, engine.fingerprint, {"vm-events": 2000}, dict(engine.pools)))
+    assert reader.load(0, engine.fingerprint) is None  # learns the topic's partitions
+    reader.prefetch()
+    for count, event in enumerate(open_trace(AZURE_SLICE, seed=0)):
+        if count >= 2500:
+            break
+        if count >= 2000:
+            engine.handle(event, event.time)
+    newer = dict(engine.pools)
+    writer.save(PartitionSnapshot(1, engine.fingerprint, {"vm-events": 2500}, newer))
+    loaded = reader.load(1, engine.fingerprint)
+    reader.settle()
+    again = reader.load(1, engine.fingerprint)
+    assert loaded is not None and again is not None
+    assert loaded.offsets == again.offsets == {"vm-events": 2500}
+    assert dumps(loaded.pools) == dumps(again.pools) == dumps(loads(dumps(newer)))

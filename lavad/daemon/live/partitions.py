@@ -240,6 +240,7 @@ class Partitions:
                     pool_names=sorted(owned.pools)[:LOGGED_POOL_NAMES],
                     offsets=owned.positions,
                 )
+            self.store.settle()
             self.watermark.assign(assigned, time.time())
             self.snapshots_loaded = True
             self.telemetry.assigned_partitions.set(len(self.owned))
@@ -298,6 +299,9 @@ class Partitions:
                     # where this partition resumes, here or elsewhere.
                     self._drop([owned])
                 log.info("partition released", partition=number, pools=len(owned.pools))
+            # The group now waits for every member to rejoin: read the
+            # snapshots meanwhile, whichever partitions come next.
+            self.store.prefetch()
             self.watermark.revoke(revoked)
             self.telemetry.assigned_partitions.set(len(self.owned))
 

@@ -51,6 +51,9 @@ from lavad.daemon.settings import KafkaSettings, Settings
 
 TOPIC_RECORD_FORMAT = "lavad.snapshot-record"
 TIMEOUT_S = 60.0
+# A prefetch holds the snapshots it reads until the rebalance ends; past this
+# many bytes it stops (a large group's state need not fit on one instance).
+PREFETCH_MAX_BYTES = 256 * 1024 * 1024
 T = TypeVar("T")
 
 
@@ -98,6 +101,9 @@ class TopicSnapshotStore:
         # more than reading the snapshot (a failover restores several).
         self._reader: AIOKafkaConsumer | None = None
         self._seen: dict[int, _Seen] = {}
+        # The reader serves one load or prefetch at a time (on the store's loop).
+        self._reading: asyncio.Lock | None = None
+        self._prefetching: Future[None] | None = None
         # per partition: (snapshot id, chunk count) of the newest manifest this store
         # wrote or read, whose chunks the next save deletes once its own manifest is in
         self._current: dict[int, tuple[str, int]] = {}
@@ -119,6 +125,29 @@ class TopicSnapshotStore:
     def move_aside(self, partition: int) -> str:
         """Mark the partition's snapshot unusable (its records stay for inspection)."""
         return self._run(self._move_aside(partition))
+
+    def prefetch(self) -> None:
+        """Read on every partition of the topic in the background.
+
+        Called when a rebalance revokes this instance's partitions: the group
+        takes seconds to settle, and the partitions it will assign, whichever
+        they are, are then mostly read already. A load reads on from there
+        (what was written since, such as the snapshots other instances take
+        when their partitions are revoked). A failure here is left to the
+        load, which reads again and reports it.
+        """
+        if self._count is None or (self._prefetching and not self._prefetching.done()):
+            return
+        self._prefetching = asyncio.run_coroutine_threadsafe(self._prefetch(), self._loop)
+
+    def settle(self) -> None:
+        """Let go of prefetched chunks that no load used (their partitions are elsewhere)."""
+        if self._prefetching is not None:
+            # Its failure is the loads' to report: they read again.
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                self._prefetching.result(timeout=TIMEOUT_S)
+            self._prefetching = None
+        self._run(self._let_go())
 
     def close(self) -> None:
         if self._producer is not None:
@@ -274,7 +303,33 @@ class TopicSnapshotStore:
             self._reader = reader
         return self._reader
 
+    def _lock(self) -> asyncio.Lock:
+        if self._reading is None:
+            self._reading = asyncio.Lock()
+        return self._reading
+
+    async def _prefetch(self) -> None:
+        count = self._count or 0
+        for number in range(count):
+            held = sum(len(b) for seen in self._seen.values() for _, b in seen.chunks.values())
+            if held > PREFETCH_MAX_BYTES:
+                return  # the rest is read when loaded, as without a prefetch
+            async with self._lock():
+                where = TopicPartition(self.topic, number)
+                await self._read_on(where, self._seen.get(number) or _Seen())
+
+    async def _let_go(self) -> None:
+        async with self._lock():
+            for seen in self._seen.values():
+                if seen.chunks:
+                    seen.chunks.clear()
+                    seen.partial = True
+
     async def _load(self, partition: int, fingerprint: str) -> PartitionSnapshot | None:
+        async with self._lock():
+            return await self._load_locked(partition, fingerprint)
+
+    async def _load_locked(self, partition: int, fingerprint: str) -> PartitionSnapshot | None:
         where = await self._topic_partition(partition)
         seen = await self._read_on(where, self._seen.get(where.partition) or _Seen())
         prefix = f"{self.group}/{partition:05d}/".encode()

@@ -129,6 +129,12 @@ class SnapshotStorage(Protocol):
 
     def move_aside(self, partition: int) -> Path | str: ...
 
+    def prefetch(self) -> None:
+        """Start reading what a coming ``load`` may need (a rebalance is under way)."""
+
+    def settle(self) -> None:
+        """The rebalance is over: let go of what ``prefetch`` read and no load used."""
+
     def close(self) -> None: ...
 
 
@@ -175,6 +181,12 @@ class SnapshotStore:
         except orjson.JSONDecodeError as exc:
             raise SnapshotError(f"{path}: header is not JSON ({exc})") from None
         return decode_snapshot(str(path), header, body, partition, fingerprint)
+
+    def prefetch(self) -> None:
+        """Nothing to do: a file is read when it is loaded."""
+
+    def settle(self) -> None:
+        """Nothing was prefetched."""
 
     def close(self) -> None:
         """Nothing to release: every save is already on disk."""
