@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lavad.evaluation.limits import (
+    JobSeries,
     RecommenderScore,
     default_recommenders,
     dominates,
@@ -18,6 +19,7 @@ from lavad.evaluation.limits import (
     plot_pareto,
     replay_job,
     score,
+    trace_half,
 )
 from lavad.evaluation.limits_cli import app
 from lavad.models.limits import BucketScheme, MovingWindowRecommender, WindowConfig
@@ -180,3 +182,21 @@ def test_domination_can_require_changes_within_a_ratio() -> None:
     assert dominates(fewer, vpa, change_ratio=2.0)
     assert not dominates(sc(0.1, 0.01, 2.1), vpa, change_ratio=2.0)
     assert dominates(sc(0.1, 0.01, 2.1), vpa)
+
+
+def test_each_half_keeps_each_jobs_windows_on_its_side_of_the_middle_day() -> None:
+    """Two jobs over 3.5 days: the middle rounds to 2 days after the first window's end."""
+    day = 86_400.0
+    ends = np.arange(1, 1 + 7 * 72) * 600.0  # 600 s windows over 3.5 days
+    one = JobSeries("a", ends, ends * 0 + 0.1, ends * 0 + 0.2, None)
+    tail = ends[ends > 3 * day]
+    late = JobSeries("b", tail, tail * 0 + 0.3, tail * 0 + 0.4, None)
+    middle = ends[0] + 2 * day
+    first, second = trace_half([one, late], "first"), trace_half([one, late], "second")
+    assert [job.job_id for job in first] == ["a"]
+    assert [job.job_id for job in second] == ["a", "b"]
+    assert first[0].end.max() <= middle < second[0].end.min()
+    assert len(first[0].end) + len(second[0].end) == len(ends)
+    assert trace_half([one, late], "whole") == [one, late]
+    with pytest.raises(ValueError, match="part"):
+        trace_half([one], "both")

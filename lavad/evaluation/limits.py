@@ -288,6 +288,34 @@ def evaluate_jobs(
     return scores
 
 
+PARTS: Final = ("whole", "first", "second")
+
+
+def trace_half(jobs: Sequence[JobSeries], part: str) -> list[JobSeries]:
+    """Each job's windows in that half of the trace's time span (split at the day
+    boundary nearest its middle); jobs with no window there are left out.
+
+    A half is the nearest a single trace has to a month the recommenders never
+    saw: a choice that holds on one half and not the other was tuned, not learned.
+    """
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
+    if part == "whole" or not jobs:
+        return list(jobs)
+    start = min(float(job.end[0]) for job in jobs if len(job.end))
+    stop = max(float(job.end[-1]) for job in jobs if len(job.end))
+    middle = start + max(1, round((stop - start) / (2 * DAY))) * DAY
+    halves = []
+    for job in jobs:
+        keep = job.end <= middle if part == "first" else job.end > middle
+        if keep.any():
+            memory = None if job.memory is None else job.memory[keep]
+            halves.append(
+                JobSeries(job.job_id, job.end[keep], job.cpu_mean[keep], job.cpu_peak[keep], memory)
+            )
+    return halves
+
+
 def evaluate_limits(
     path: Path,
     *,
@@ -295,9 +323,10 @@ def evaluate_limits(
     seed: int = 0,
     ml: Mapping[str, MlConfig] | None = None,
     warmup_s: float = DEFAULT_WARMUP_S,
+    part: str = "whole",
 ) -> LimitsEvaluation:
-    """The full comparison on one trace."""
-    jobs = load_jobs(path, max_jobs=max_jobs, seed=seed)
+    """The full comparison on one trace, or on one half of it (``trace_half``)."""
+    jobs = trace_half(load_jobs(path, max_jobs=max_jobs, seed=seed), part)
     scores = evaluate_jobs(jobs, default_recommenders(ml), warmup_s=warmup_s)
     return LimitsEvaluation(Path(path).name, len(jobs), seed, tuple(scores))
 

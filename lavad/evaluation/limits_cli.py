@@ -59,6 +59,9 @@ def limits_command(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="write the scores as JSON")
     ] = None,
+    part: Annotated[
+        str, typer.Option(help="whole trace, or each job's windows in its first or second half")
+    ] = "whole",
 ) -> None:
     """Relative/absolute slack, overrun rate, clean job-days and limit changes per recommender."""
     overrides: dict[str, MlConfig] = {}
@@ -78,6 +81,7 @@ def limits_command(
                 seed=seed,
                 ml=overrides,
                 warmup_s=warmup_h * 3600.0,
+                part=part,
             )
         except (TraceFormatError, ValueError) as exc:
             raise fail(f"{path}: {exc}") from None
