@@ -1,6 +1,7 @@
 """Failover: kill -9 one of two ``lavad run`` instances and time until its pools decide again.
 
-``python -m benchmarks.failover`` (about a minute). An embedded broker, six
+``python -m benchmarks.failover`` (about a minute a run, three runs by default,
+then the medians). An embedded broker, six
 pools on six partitions (the bundled Azure slice once per pool, its own
 seed each), two instances in one group as child processes with the
 snapshots on the snapshot topic. The first half of the events is decided
@@ -204,7 +205,7 @@ def _first_after(lines: list[dict[str, Any]], event: str, after: float) -> dict[
     raise RuntimeError(f"the survivor never logged {event!r} after the kill")
 
 
-async def failover(args: argparse.Namespace) -> None:
+async def failover(args: argparse.Namespace) -> dict[str, float]:
     folder = Path(tempfile.mkdtemp(prefix="lavad-failover-"))
     pools = pools_on_every_partition(PARTITIONS, "pool")
     events = azure_events(pools, args.per_pool, first_seed=0)
@@ -269,18 +270,17 @@ async def failover(args: argparse.Namespace) -> None:
         for instance in instances:
             instance.stop()
         broker.close()
-    report(args, instances[1], t_kill, seen_before, arrivals, pools, folder)
+    return report(instances[1], t_kill, seen_before, arrivals, pools, folder)
 
 
 def report(
-    args: argparse.Namespace,
     survivor: Instance,
     t_kill: float,
     seen_before: set[str],
     arrivals: Arrivals,
     pools: list[str],
     folder: Path,
-) -> None:
+) -> dict[str, float]:
     lines = survivor.lines()
     taken_before = [
         line for line in lines if line.get("event") == "partitions taken" and _wall(line) < t_kill
@@ -293,8 +293,12 @@ def report(
     taken = _first_after(lines, "partitions taken", _wall(assigned))
     t_revoked, t_assigned = _wall(revoked), _wall(assigned)
     t_taken = t_assigned + float(taken["seconds"])
+    # New: first seen once the survivor held the partitions (the victim's
+    # last decisions can still reach the reader just after the kill).
     new = [
-        (at, pool) for decision, (at, pool) in arrivals.first.items() if decision not in seen_before
+        (at, pool)
+        for decision, (at, pool) in arrivals.first.items()
+        if decision not in seen_before and at >= t_assigned
     ]
     nexts = {pool: min((at for at, p in new if p == pool), default=None) for pool in moved_pools}
     if any(at is None for at in nexts.values()):
@@ -310,24 +314,30 @@ def report(
         window = [t for t in times if t >= t_kill - 2.0]
         gaps = [b - a for a, b in itertools.pairwise(window)]
         silences.append(max(gaps, default=0.0))
-    print(
-        f"failover: session timeout {args.session_ms} ms, heartbeat {args.heartbeat_ms} ms, "
-        f"{args.policy}, {args.rate:.0f} records/s, snapshots every {args.snapshot_interval_s} s"
-    )
-    print(f"  detection  {t_revoked - t_kill:6.2f} s   kill -> survivor told of the rebalance")
-    print(f"  rebalance  {t_assigned - t_revoked:6.2f} s   -> partitions assigned anew")
-    print(f"  restore    {t_taken - t_assigned:6.2f} s   -> snapshots loaded, offsets sought")
-    print(
-        f"  catch-up   {max(resumed) - t_taken:6.2f} s   -> every moved pool's next new decision "
-        f"(median pool {statistics.median(resumed) - t_taken:.2f} s; its first re-published "
-        f"one {max(again) - t_taken:.2f} s)"
-    )
-    after = max(resumed) - t_revoked
-    print(f"  total      {max(resumed) - t_kill:6.2f} s   (after detection {after:.2f} s)")
-    print(
-        f"  the survivor's own pools: longest stretch without a new decision "
-        f"{max(silences):.2f} s (at {args.rate / PARTITIONS:.0f} records/s per pool)"
-    )
+    parts = {
+        "detection": t_revoked - t_kill,
+        "rebalance": t_assigned - t_revoked,
+        "restore": t_taken - t_assigned,
+        "catch-up": max(resumed) - t_taken,
+        "total": max(resumed) - t_kill,
+        "after detection": max(resumed) - t_revoked,
+        "first re-published": max(again) - t_taken,
+        "own pools silent": max(silences),
+    }
+    print("  " + "  ".join(f"{name} {value:.2f} s" for name, value in parts.items()), flush=True)
+    return parts
+
+
+PARTS = {
+    "detection": "kill -> survivor told of the rebalance",
+    "rebalance": "-> partitions assigned anew",
+    "restore": "-> snapshots loaded, offsets sought",
+    "catch-up": "-> every moved pool's next new decision",
+    "total": "kill -> every moved pool's next new decision",
+    "after detection": "rebalance + restore + catch-up",
+    "first re-published": "restore -> a moved pool's first decision, re-published or new",
+    "own pools silent": "the survivor's own pools' longest stretch without a new decision",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -342,7 +352,17 @@ def main(argv: list[str] | None = None) -> None:
         "--steady-s", type=float, default=3.0, help="after the victim's first snapshots"
     )
     parser.add_argument("--after-s", type=float, default=25.0)
-    asyncio.run(failover(parser.parse_args(argv)))
+    parser.add_argument("--runs", type=int, default=3, help="the medians are printed")
+    args = parser.parse_args(argv)
+    print(
+        f"failover: session timeout {args.session_ms} ms, heartbeat {args.heartbeat_ms} ms, "
+        f"{args.policy}, {args.rate:.0f} records/s, snapshots every {args.snapshot_interval_s} s"
+    )
+    runs = [asyncio.run(failover(args)) for _ in range(args.runs)]
+    print(f"median of {len(runs)} runs:")
+    for name, what in PARTS.items():
+        median = statistics.median(run[name] for run in runs)
+        print(f"  {name:18s} {median:6.2f} s   {what}")
 
 
 if __name__ == "__main__":

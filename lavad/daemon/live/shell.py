@@ -119,6 +119,8 @@ class LiveDaemon:
             self.telemetry, self._backoff, settings.kafka.group_id, self._unreachable
         )
         self.broker_reachable = False
+        # A rebalance restored state: housekeeping freezes the heap next turn.
+        self.settle_heap = False
         self.http: HttpHandle | None = None
         self._consumer: Any = None
         self._producer: Any = None
@@ -386,10 +388,15 @@ class LiveDaemon:
             if time.monotonic() >= next_snapshot:
                 await self.partitions.snapshot_all()
                 heap.settle()
+                self.settle_heap = False
                 next_snapshot = time.monotonic() + live.snapshot_interval_s
+            elif self.settle_heap:
+                heap.settle()
+                self.settle_heap = False
 
     def refresh_gauges(self) -> None:
         self.telemetry.refresh(self.engine.pools.values(), self._consumer, self.partitions.owned)
+        self.telemetry.tasks.set(len(asyncio.all_tasks()))
 
     async def _shutdown(self) -> None:
         consumer, producer = self._consumer, self._producer
@@ -428,7 +435,10 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: Any) -> None:
         try:
             await self.daemon.partitions.acquire(assigned)
-            heap.settle()  # the restored state is long-lived
+            # The restored state is long-lived: freeze it, but at housekeeping's
+            # next turn rather than here, where the full collection would
+            # delay the first decisions after a failover.
+            self.daemon.settle_heap = True
         except SnapshotError as exc:
             self.daemon.fail(exc)
         except Exception as exc:  # noqa: BLE001 - raised here, it would be logged and lost

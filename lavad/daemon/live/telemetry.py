@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
 
 from lavad.daemon.engine import PoolRuntime
 from lavad.daemon.live.batch_histogram import BatchHistogram
@@ -110,6 +110,12 @@ class Telemetry:
         self.assigned_partitions = Gauge(
             "lavad_assigned_partitions", "Input partitions assigned", registry=registry
         )
+        # For watching a long run for leaks: tasks here, and the process's
+        # resident memory and open file descriptors (process_*) beside them.
+        self.tasks = Gauge(
+            "lavad_asyncio_tasks", "asyncio tasks alive in the daemon's loop", registry=registry
+        )
+        ProcessCollector(registry=registry)
         self.empty_hosts = Gauge(
             "lavad_pool_empty_hosts_ratio",
             "Hosts up with no VM / hosts up",
