@@ -23,7 +23,7 @@ from lavad.streams.schema import Decision, HostUp, Migration, VmPlaced
 
 def _moments() -> UsageMoments:
     moments = UsageMoments()
-    moments.enable_drift(DriftConfig())
+    moments.enable_drift(DriftConfig(detector="cusum"))
     return moments
 
 
@@ -79,7 +79,7 @@ def test_a_burst_shorter_than_the_persistence_never_resets() -> None:
 
 def test_the_vectorised_update_decides_as_the_scalar_one() -> None:
     """The evaluation's column update and the daemon's per-sample update, on noisy steps."""
-    config = DriftConfig(warmup=10, reseed=5)
+    config = DriftConfig(detector="cusum", warmup=10, reseed=5)
     rng = np.random.default_rng(3)
     series = np.concatenate([rng.normal(0.2, 0.02, 200), rng.normal(0.5, 0.05, 100)])
     one, many = CusumDrift(config, 1), CusumDrift(config, 1)

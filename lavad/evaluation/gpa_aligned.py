@@ -336,7 +336,7 @@ class AlignedSettings:
     relief_migration_steps: int = 4
     # gpa-drift: gpa-react with per-VM regime-change detection (``models/usage/drift.py``).
     drift: bool = True
-    drift_config: DriftConfig = field(default_factory=DriftConfig)
+    drift_config: DriftConfig = field(default_factory=lambda: DriftConfig(detector="cusum"))
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         "--cost-only", action="store_true", help="only each detector's cost per update"
     )
     args = parser.parse_args(argv)
-    config = DriftConfig(persistence=args.persistence)
+    config = DriftConfig(detector="cusum", persistence=args.persistence)
     if args.cost_only:
         for name in DETECTORS:
             out.print(f"{name}: {update_cost(name, config):.2f} us per update", markup=False)

@@ -72,7 +72,7 @@ class ReliefConfig:
         ),
     ] = 300.0
 
-    drift: DriftConfig = field(default_factory=lambda: DriftConfig(detector="off"))
+    drift: DriftConfig = field(default_factory=DriftConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.drift, DriftConfig):

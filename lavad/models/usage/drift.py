@@ -63,7 +63,7 @@ class DriftConfig:
     detector: Annotated[
         Literal["off", "cusum"],
         Field(description="per-VM change detector on CPU usage: cusum, or off"),
-    ] = "cusum"
+    ] = "off"
     threshold: Annotated[
         float, Field(gt=0, le=1000, description="CUSUM sum, in sigmas, that resets a VM")
     ] = 5.0
