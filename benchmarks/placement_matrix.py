@@ -199,11 +199,11 @@ def run_unit(
 
 
 def units(
-    windows: list[str], shapes: list[str] | None, seeds: int
+    windows: list[str], shapes: list[str] | None, seeds: int, first_seed: int = 0
 ) -> Iterator[tuple[str, str, int]]:
     for name in windows:
         for shape in shapes if shapes and name.startswith("azure") else WINDOWS[name].shapes:
-            for seed in range(seeds):
+            for seed in range(first_seed, first_seed + seeds):
                 yield name, shape, seed
 
 
@@ -274,6 +274,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shape", action="append", help="Azure shapes cores/memory (default all)")
     parser.add_argument("--fleet", action="append", choices=FLEETS)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
+    )
     parser.add_argument("--policy", action="append", help="variants; the first is the baseline")
     parser.add_argument("--oracle", default="las-oracle")
     parser.add_argument("--jobs", type=int, default=2)
@@ -288,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(ns.jobs) as pool:
         futures = [
             pool.submit(run_unit, w, s, seed, fleets, policies, scratch)
-            for w, s, seed in units(windows, ns.shape, ns.seeds)
+            for w, s, seed in units(windows, ns.shape, ns.seeds, ns.first_seed)
         ]
         for future in futures:
             cells.extend(future.result())

@@ -86,10 +86,10 @@ def _pool(
     return cluster
 
 
-def _oracle(name: str, stranding: bool) -> Policy:
-    raw: dict[str, object] = {"tie_break": "first"}
+def _oracle(name: str, stranding: bool, weight: float = 1.0) -> Policy:
+    raw: dict[str, object] = {"tie_break": "first", "stranding_cost": stranding}
     if stranding:
-        raw |= {"stranding_cost": True, "mix_refresh": 1}
+        raw |= {"mix_refresh": 1, "stranding_weight": weight}
     args = validate_policy_args(name, raw)
     return build_policy(name, args, np.random.default_rng(0))
 
@@ -120,7 +120,7 @@ def test_the_worked_pool_parts_las_from_las_counting_strands() -> None:
 
 
 def _expected_choice(
-    policy: Policy, cluster: ClusterState, request: PlacementRequest, mix: RequestMix
+    policy: Policy, cluster: ClusterState, request: PlacementRequest, mix: RequestMix, weight: float
 ) -> set[int]:
     """The hosts the definition allows, computed directly: least LAS-with-strands
     count (bucketed per quantile pair, in plain Python), then least Best Fit."""
@@ -150,7 +150,7 @@ def _expected_choice(
     for h in range(n):
         if added[h] == np.inf:
             continue
-        stranded = min(max(added[h], 0.0) / 2.0, 1.0)
+        stranded = weight * min(max(added[h], 0.0) / 2.0, 1.0)
         count = 0
         for r in remaining[h].tolist():
             for q in quantiles:
@@ -173,6 +173,7 @@ def test_las_counting_strands_picks_the_host_the_definition_picks() -> None:
     cost that strands none, nor over one whose lifetime fits worse by less.
     Not vacuous: on some pools the choice differs from plain LAS's."""
     rng = np.random.default_rng(11)
+    weight = 8.0  # the default
     shapes = [(1.0, 2.0), (4.0, 32.0), (2.0, 16.0), (8.0, 14.0), (1.0, 0.75)]
     differs = 0
     for _ in range(300):
@@ -183,7 +184,7 @@ def test_las_counting_strands_picks_the_host_the_definition_picks() -> None:
         lifetime_s = float(rng.choice([0.3, 5.0, 24.0, 100.0])) * HOUR
         chosen = {}
         for stranding in (False, True):
-            policy = _oracle("las-oracle", stranding)
+            policy = _oracle("las-oracle", stranding, weight)
             cluster = _pool(policy, free, lives)
             for i, shape in enumerate(MIX):
                 policy.place(cluster, _request(f"warm{i}", shape, float(i), HOUR))
@@ -192,7 +193,7 @@ def test_las_counting_strands_picks_the_host_the_definition_picks() -> None:
                 mix = RequestMix(window=100, max_shapes=32, refresh_every=1)
                 for shape in [*MIX, request.demand]:
                     mix.add(shape)
-                expected = _expected_choice(policy, cluster, request, mix)
+                expected = _expected_choice(policy, cluster, request, mix, weight)
             result = policy.place(cluster, request)
             chosen[stranding] = result.host if isinstance(result, Placed) else None
         if not expected:

@@ -246,7 +246,11 @@ def test_a_guarded_policy_resumes_from_its_snapshot(name: str) -> None:
         ("las", {"waste_tolerance": 0.02, "mix_refresh": 10**12}, "mix_refresh"),
         ("las", {"waste_tolerance": 0.0}, "waste_tolerance"),
         # Settings that would change nothing are refused, not ignored.
-        ("las", {"mix_window": 500}, "need waste_tolerance"),
+        ("las", {"stranding_cost": False, "mix_window": 500}, "need waste_tolerance"),
+        ("las", {"waste_tolerance": 0.02, "stranding_cost": True}, "choose one"),
+        ("las", {"stranding_cost": False, "stranding_weight": 2.0}, "needs stranding_cost"),
+        ("lava", {"stranding_weight": 0.0}, "stranding_weight"),
+        ("la-binary", {"stranding_cost": True}, "la-binary has no LAS cost"),
         ("la-binary", {"waste_tolerance": 0.02}, "la-binary takes no waste guard"),
     ],
 )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lavad.daemon.cluster import RESOURCES
 from lavad.daemon.placement.bestfit import BestFitScore
@@ -111,13 +111,17 @@ class LifetimeArgs(WasteMixArgs):
         description="the lifetime score decides only among hosts whose added waste (fractions "
         "of a host, summed over resources) is within this of the least; None: no guard",
     )
+    # On by default, weight 8: chosen by the worst cell of the placement
+    # matrix (benchmarks/placement_matrix.py; docs/results.md, "Placement on
+    # a matrix of conditions"), never by one cell.
     stranding_cost: bool = Field(
-        default=False,
+        default=True,
         description="LAS counts the host time a placement strands for the pool's request mix "
-        "beside the host time it extends (placement/stranding_cost.py)",
+        "beside the host time it extends (placement/stranding_cost.py); off when "
+        "waste_tolerance is set",
     )
     stranding_weight: float = Field(
-        default=1.0,
+        default=8.0,
         gt=0,
         le=1000,
         description="stranding_cost: host time stranded counts this many times its duration",
@@ -186,6 +190,18 @@ class LifetimeArgs(WasteMixArgs):
         default=None, gt=0, description="lifetime observations count half after this (None: never)"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _guard_replaces_stranding_cost(cls, data: Any) -> Any:
+        """A waste guard asked for replaces the default stranding cost (both: refused)."""
+        if (
+            isinstance(data, dict)
+            and data.get("waste_tolerance") is not None
+            and "stranding_cost" not in data
+        ):
+            return {**data, "stranding_cost": False}
+        return data
+
     def model_post_init(self, _context: Any) -> None:
         LIFETIME_MODELS.check(self.model)
         leaked = ORACLE_FIELDS.intersection(self.categorical) | set(USED_FEATURES).intersection(
@@ -209,6 +225,10 @@ class LifetimeArgs(WasteMixArgs):
 
 
 class LaBinaryArgs(LifetimeArgs):
+    stranding_cost: bool = Field(
+        default=False, description="la-binary has no LAS cost to add stranded host time to"
+    )
+
     def model_post_init(self, _context: Any) -> None:
         super().model_post_init(_context)
         if self.waste_tolerance is not None:

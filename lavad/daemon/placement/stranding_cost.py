@@ -118,32 +118,6 @@ def stranding_costs(
 
 
 @numba.njit(cache=True, nogil=True)
-def any_strands(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    present: np.ndarray,
-    hosts: np.ndarray,
-    count: int,
-    demand: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-) -> bool:
-    """Whether placing ``demand`` on any of ``hosts[:count]`` adds waste."""
-    used = _present_weights(weights, present)
-    if used.sum() <= 0.0:
-        return False
-    zero = np.zeros(free.shape[0])
-    for i in range(count):
-        added = _added_waste(
-            free, hosts[i], demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
-        )
-        if added > 0.0:
-            return True
-    return False
-
-
-@numba.njit(cache=True, nogil=True)
 def ties_keep_cost(
     free: FloatArray,
     inv_capacity: FloatArray,
@@ -278,7 +252,6 @@ def warm_up_stranding() -> None:
         free, free, np.zeros(1, dtype=np.bool_), present, 1, *args, minimal, quantiles,
         exits, 0.0, LAS_BUCKETS_S, 1.0, np.zeros(1), np.zeros(1),
     )  # fmt: skip
-    any_strands(free, free, present, hosts, 1, *args, minimal)
     stranding_scan(
         free, free, np.zeros(1, dtype=np.bool_), present, 1, args[0], args[1], args[1],
         np.zeros(1),
@@ -407,28 +380,17 @@ class LasStrandingCost(LasTemporalCost):
             return True
         demand = self._demand
         demand[:] = request.demand
-        free = cluster.free
-        inv_capacity = cluster.inv_capacity
-        present = cluster.resource_present
-        weights = self.weights
-        mean = mix.mean
-        minimal = mix.minimal
-        # Most choices strand nothing: the quantiles are only needed when one does.
-        if not any_strands(
-            free, inv_capacity, present, hosts, count, demand, weights, mean, minimal
-        ):
-            return True
         return bool(
             ties_keep_cost(
-                free,
-                inv_capacity,
-                present,
+                cluster.free,
+                cluster.inv_capacity,
+                cluster.resource_present,
                 hosts,
                 count,
                 demand,
-                weights,
-                mean,
-                minimal,
+                self.weights,
+                mix.mean,
+                mix.minimal,
                 self._quantiles(request),
                 self._exits(cluster),
                 request.now,
