@@ -43,8 +43,10 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # 7: the lifetime tracker's per-slot and per-host arrays packed into a few 2-D arrays,
 # LAS's floors' epochs and stamps into one (a v6 pool would fail at its first event);
 # 8: lifetime policies keep their waste guard (None when off) and its levels buffer
-# (a v7 pool would fail at its first placement)
-SNAPSHOT_VERSION = 8
+# (a v7 pool would fail at its first placement); 9: lifetime policies keep their
+# stranding cost (None when off) and LAS may be its subclass with the pool's
+# request mix (a v8 pool would fail at its first placement)
+SNAPSHOT_VERSION = 9
 
 
 class SnapshotError(Exception):
