@@ -132,7 +132,7 @@ class LifetimePolicy(Policy):
         if count == 0:
             return super().place(cluster, request)  # it explains why nothing fits
         if stranding is not None and not stranding.ties_stand(
-            cluster, request, self._ties, count, best_c
+            cluster, request, prediction, self._ties, count, best_c
         ):
             host_exit = self.las.tracker.latest_exits(n)
             count, best_p, best_c, best_s = stranding.rescan(

@@ -290,15 +290,17 @@ class LasStrandingCost(LasTemporalCost):
         self._demand = np.zeros(N_RESOURCES)
         self._scratch: FloatArray = np.zeros(0)
         self._last_seen: tuple[str, float] | None = None
+        # The tracker's settings are fixed: whether LAS costs hosts by their quantiles.
+        self._by_host_quantiles = tracker.uses_host_quantiles
         # Per distribution row: the thresholds its quantiles were taken with, and them.
         self._by_row: dict[int, tuple[FloatArray, FloatArray]] = {}
         warm_up_stranding()
 
-    def _quantiles(self, request: PlacementRequest) -> FloatArray:
-        """``tracker.vm_quantiles``, kept per distribution row while its thresholds are
-        the tracker's (a new VM's quantiles change only when its row's table does)."""
+    def _quantiles(self, request: PlacementRequest, prediction: Prediction) -> FloatArray:
+        """``tracker.vm_quantiles`` for ``request`` (whose prediction is ``prediction``),
+        kept per distribution row while its thresholds are the tracker's (a new VM's
+        quantiles change only when its row's table does)."""
         tracker = self.tracker
-        prediction = tracker.prediction_for(request)
         if prediction.thresholds is None or tracker.is_running(request.vm_id):
             # A point lifetime (its own per VM with the oracle), or a VM being
             # moved (its quantiles depend on its uptime).
@@ -328,7 +330,7 @@ class LasStrandingCost(LasTemporalCost):
         """
         tracker = self.tracker
         n = cluster.n_hosts
-        if tracker.uses_host_quantiles:
+        if self._by_host_quantiles:
             return tracker.current_exit_quantiles(n)
         exits: FloatArray = tracker.latest_exits(n).reshape(-1, 1)
         return exits
@@ -357,7 +359,7 @@ class LasStrandingCost(LasTemporalCost):
             self.weights,
             mix.mean,
             mix.minimal,
-            self._quantiles(request),
+            self._quantiles(request, self.tracker.prediction_for(request)),
             self._exits(cluster),
             now,
             LAS_BUCKETS_S,
@@ -370,6 +372,7 @@ class LasStrandingCost(LasTemporalCost):
         self,
         cluster: ClusterState,
         request: PlacementRequest,
+        prediction: Prediction,
         hosts: np.ndarray,
         count: int,
         cost: float,
@@ -391,7 +394,7 @@ class LasStrandingCost(LasTemporalCost):
                 self.weights,
                 mix.mean,
                 mix.minimal,
-                self._quantiles(request),
+                self._quantiles(request, prediction),
                 self._exits(cluster),
                 request.now,
                 LAS_BUCKETS_S,
@@ -414,7 +417,7 @@ class LasStrandingCost(LasTemporalCost):
         (its quantiles are current): the decision the pipeline would make."""
         tracker = self.tracker
         thresholds = prediction.thresholds
-        use_host_q = thresholds is not None and tracker.uses_host_quantiles
+        use_host_q = thresholds is not None and self._by_host_quantiles
         n = cluster.n_hosts
         return stranding_scan(
             cluster.free,
@@ -436,7 +439,7 @@ class LasStrandingCost(LasTemporalCost):
             use_host_q,
             self.mix.mean,
             self.mix.minimal,
-            self._quantiles(request),
+            self._quantiles(request, prediction),
             self._exits(cluster),
             self.weight,
             ties,
