@@ -117,16 +117,15 @@ def _windows(
 
     ``part`` "first" or "second" keeps that half of the grid's steps (split
     at the day boundary nearest the middle), the nearest a single trace has to
-    a month the models never saw. A half's default windows are half the
-    trace's (a day then a day becomes 12 h then 12 h), whole days where the
-    halves hold them (two weeks then one becomes 7 days then 3.5).
+    a month the models never saw. A half keeps the trace's default windows
+    when it holds one (google-2011-gcd: a day then a day); otherwise they are
+    halved (planetlab's one-day halves: 12 h then 12 h; bitbrains-rnd and
+    azure-v1-cpu: two weeks then one becomes 7 days then 3.5).
     """
     if part not in PARTS:
         raise ValueError(f"part must be one of {', '.join(PARTS)}, got {part!r}")
     trace = open_trace(path)
     default = DEFAULT_WINDOWS.get(trace.name, (DAY_STEPS, DAY_STEPS))
-    if part != "whole":
-        default = (default[0] // 2, default[1] // 2)
     history_n = default[0] if history_steps is None else history_steps
     future_n = default[1] if future_steps is None else future_steps
     if history_n < 2:
@@ -155,6 +154,9 @@ def _windows(
         # Split on a day boundary, so both halves' windows start at the same time of day.
         middle = max(1, round(full.shape[1] / (2 * DAY_STEPS))) * DAY_STEPS
         full = full[:, :middle] if part == "first" else full[:, middle:]
+        shortest = min(middle, len(grid) - middle)
+        if history_steps is None and future_steps is None and sum(default) > shortest:
+            history_n, future_n = default[0] // 2, default[1] // 2
         if full.shape[1] < history_n + future_n:
             raise ValueError(
                 f"{path}: the {part} half has {full.shape[1]} time steps, fewer than "
