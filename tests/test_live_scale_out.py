@@ -157,7 +157,7 @@ async def test_three_instances_share_the_pools_through_a_kill_a_join_and_a_rolli
     finally:
         for daemon in running:
             stopped.append(daemon.stop())
-    assert stopped == [0] * len(stopped), stopped
+    assert stopped == [0] * len(stopped), f"{stopped}: {_errors(tmp_path)}"
     published = decision_ids(records)
     assert set(published) == set(expected)
     for decision_id, bodies in published.items():
@@ -168,3 +168,13 @@ async def test_three_instances_share_the_pools_through_a_kill_a_join_and_a_rolli
         placed.setdefault((decision["pool"], decision["vm_id"]), set()).add(decision_id)
     assert set(placed) == requests
     assert all(len(ids) == 1 for ids in placed.values())
+
+
+def _errors(folder: Path) -> list[str]:
+    """Every instance's error lines, and the reason lavad printed on exit."""
+    found = []
+    for log in sorted(folder.glob("instance-*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if '"level":"error"' in line or line.startswith("lavad:"):
+                found.append(f"{log.name}: {line[:500]}")
+    return found

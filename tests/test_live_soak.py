@@ -11,6 +11,7 @@ filling with the slice's first loop.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -60,11 +61,13 @@ def test_a_short_soak_with_a_restart_keeps_descriptors_and_tasks_flat_and_lag_bo
         assert len(settled) >= 3, series
         first = settled[0]
         assert max(s["open_fds"] for s in settled) <= first["open_fds"] + 4, series
-        # Tasks come and go with each publish and commit (a few either way):
-        # no sample may set a new high by more than that, and none is far
-        # above what the daemon runs (its loops, aiokafka's, the HTTP server).
+        # Tasks come and go with each publish and commit (a few either way,
+        # more on a loaded machine): the later samples' median may not rise
+        # above the earlier ones', and none is far above what the daemon runs
+        # (its loops, aiokafka's, the HTTP server).
         tasks = [s["tasks"] for s in settled]
-        assert tasks[-1] <= max(tasks[:-1]) + 2, series
+        half = len(tasks) // 2
+        assert statistics.median(tasks[half:]) <= statistics.median(tasks[:half]) + 3, series
         assert max(tasks) <= 50, series
         # Deciding keeps up: events keep being processed, the lag stays within
         # a few seconds of input (the daemon decides tens of thousands a second).

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
+import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.live.snapshots import (
@@ -50,7 +51,13 @@ from lavad.daemon.live.snapshots import (
 from lavad.daemon.settings import KafkaSettings, Settings
 
 TOPIC_RECORD_FORMAT = "lavad.snapshot-record"
+log = structlog.get_logger("lavad.live")
+
 TIMEOUT_S = 60.0
+# Attempts at reading a snapshot while the broker answers with transient errors,
+# the first retry after LOAD_RETRY_S, each next one after twice as long.
+LOAD_ATTEMPTS = 4
+LOAD_RETRY_S = 0.5
 # A prefetch holds the snapshots it reads until the rebalance ends; past this
 # many bytes it stops (a large group's state need not fit on one instance).
 PREFETCH_MAX_BYTES = 256 * 1024 * 1024
@@ -326,8 +333,28 @@ class TopicSnapshotStore:
                     seen.partial = True
 
     async def _load(self, partition: int, fingerprint: str) -> PartitionSnapshot | None:
-        async with self._lock():
-            return await self._load_locked(partition, fingerprint)
+        # A load runs inside a rebalance, where a refused load stops the
+        # daemon (live.on_bad_snapshot): a broker slow to answer once (an
+        # offsets request past its timeout) is tried again first. What was
+        # read before the error stays read.
+        delay = LOAD_RETRY_S
+        for attempt in range(1, LOAD_ATTEMPTS + 1):
+            try:
+                async with self._lock():
+                    return await self._load_locked(partition, fingerprint)
+            except KafkaError as exc:
+                transient = exc.retriable or isinstance(exc, KafkaTimeoutError)
+                if not transient or attempt == LOAD_ATTEMPTS:
+                    raise
+                log.warning(
+                    "snapshot load failed, trying again",
+                    partition=partition,
+                    error=repr(exc),
+                    retry_in_s=delay,
+                )
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
 
     async def _load_locked(self, partition: int, fingerprint: str) -> PartitionSnapshot | None:
         where = await self._topic_partition(partition)
