@@ -9,28 +9,36 @@ shapes where hosts can strand, learned LAS strands two to three times Best
 Fit's CPU that way and gives back its gain in empty hosts. In Borg, LAS sits
 above a waste-minimising packing score; our Best Fit has no notion of waste.
 
-This score adds the other host time a placement costs, in the same unit and
-under the same buckets. While the VM shares its host, it leaves the host a
-fraction ``a`` of its capacity stranded (``waste.py``: the added waste
-of the pool's request mix, as a fraction of the host averaged over the
-resources Best Fit weighs); once the host would have emptied, it keeps the
-whole host. For a VM of remaining life q on a host of remaining life r:
+This score adds the other host time a placement costs, under the same
+buckets. While the VM shares its host, it leaves the host a fraction ``a``
+of its capacity stranded (``waste.py``: the added waste of the pool's
+request mix, as a fraction of the host averaged over the resources Best Fit
+weighs); once the host would have emptied, it keeps the whole host. For a
+VM of remaining life q on a host of remaining life r:
 
-    host time = max(q - r, 0)  +  a * min(q, r)
+    host time = max(q - r, 0)  +  w * a * min(q, r)
 
 and the cost is the LAS bucket of that host time, in expectation over the
 same quantiles LAS takes (the VM's and, with ``host_quantiles``, the
 host's), as counts of (quantile, bucket bound) pairs exactly as LAS counts
 them. A host the placement strands nothing on (a <= 0, repairs included)
 costs exactly its LAS cost; a host it strands on costs the larger of its LAS
-cost and the count above. No constant trades lifetime against packing: a
-fraction of a host held for an hour is that fraction of a host-hour.
+cost and the count above.
+
+At w = 1 a fraction of a host held for an hour is that fraction of a
+host-hour. That undercounts: a fragment also blocks the requests that would
+have used the rest of the host, and the mix's fill is an estimate. The
+default w = 8 was chosen on the placement matrix by its worst cell
+(``benchmarks/placement_matrix.py``; docs/results.md): below it learned LAS
+strands up to twice Best Fit's CPU on hosts that can strand, above it the
+gain in empty hosts falls.
 
 Departure from the paper: LAS stays a lexicographic level above Best Fit, but
-the level's cost is no longer dT alone. The fast path of the lifetime scan
-keeps LAS's decision whenever every host it tied on strands nothing more by
-this count, and otherwise the pipeline decides with this score; both give
-the same decision (``lifetime_policy.LifetimePolicy.place``).
+the level's cost is no longer dT alone. The lifetime scan keeps LAS's
+decision whenever every host it tied on strands nothing more by this count
+(``ties_keep_cost``); otherwise ``stranding_scan`` decides in one compiled
+pass. Both give the pipeline's decision with this score
+(``lifetime_policy.LifetimePolicy.place``; a test holds them equal).
 """
 
 from __future__ import annotations
