@@ -31,6 +31,7 @@ from lavad.daemon.migrations.config import MigrationsConfig
 from lavad.daemon.migrations.relief_rule import ReliefConfig
 from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.placement.registry import validate_policy_args
+from lavad.models.usage.drift import DriftConfig
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import HostUp, Migration, UsageSample, VmRequest
 
@@ -47,6 +48,8 @@ class LiveReliefRun:
     overflow: float
     hosts_mean: float
     migrations: int
+    # Relief moves the planner found no host for (the pool's fit test refused all).
+    without_target: int = 0
 
     @property
     def q_over_rho(self) -> float:
@@ -87,14 +90,17 @@ def live_relief_run(
     *,
     cores: float = 1.0,
     capacity: float = 1.0,
+    drift: DriftConfig | None = None,
 ) -> LiveReliefRun:
-    """One pass of the window through a fresh engine (see the module docstring)."""
+    """One pass of the window through a fresh engine (see the module docstring); ``drift``:
+    the relief's per-VM regime-change detection (``[migrations.relief.drift]``)."""
+    config = ReliefConfig(enabled=relief, drift=drift or DriftConfig())
     engine = Engine(
         EngineConfig(
             policy="gpa",
             policy_args=validate_policy_args("gpa", {"rho": rho}),
             pools=PoolSetup(),
-            migrations=MigrationsConfig(relief=ReliefConfig(enabled=relief)),
+            migrations=MigrationsConfig(relief=config),
         )
     )
     first = samples[0].time if samples else split
@@ -132,6 +138,7 @@ def live_relief_run(
         overflows / windows if windows else 0.0,
         float(np.mean(in_use)) if in_use else 0.0,
         migrations,
+        int(engine.pools[POOL].migrations.counters.get("relief_without_target", 0)),
     )
 
 
@@ -142,18 +149,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--history-days", type=int, default=14)
     parser.add_argument("--future-days", type=int, default=7)
     parser.add_argument("--rhos", default="0.1,0.05,0.01")
+    parser.add_argument(
+        "--drift", choices=("off", "cusum"), default="off", help="the relief's drift detector"
+    )
     args = parser.parse_args(argv)
+    drift = DriftConfig(detector=args.drift)
     samples, vms, split = window_samples(
         args.path, args.window, args.history_days, args.future_days
     )
     for rho in (float(part) for part in args.rhos.split(",")):
         for relief in (False, True):
-            run = live_relief_run(samples, vms, split, rho, relief)
+            run = live_relief_run(samples, vms, split, rho, relief, drift=drift)
             out.print(
                 f"window {args.window} rho {rho:g} relief {'on' if relief else 'off'}:"
                 f" {run.vms} VMs, {run.host_windows} host windows, overflow"
                 f" {run.overflow:.4f} (q/rho {run.q_over_rho:.2f}), hosts in use"
-                f" {run.hosts_mean:.2f}, {run.migrations} migrations",
+                f" {run.hosts_mean:.2f}, {run.migrations} migrations,"
+                f" {run.without_target} relief moves without a target",
             )
 
 
