@@ -12,5 +12,6 @@ Where a migration decision is made, by folder:
 * ``relief_rule.py`` and ``relief.py``: GPA hosts whose realised overflows
   reject their promise (an exact binomial test), and which of their VMs
   leave (the fewest, largest excess first) for hosts GPA's fit test
-  accepts.
+  accepts; with ``[migrations.relief.drift]``, also hosts that a VM's
+  change of regime (``models/usage/drift.py``) puts past the fit test.
 """
