@@ -64,8 +64,8 @@ class LifetimePolicy(Policy):
         self._levels: FloatArray = np.zeros(0)
         self.las = las
         # LAS counting stranded host time: the scan's LAS choice stands when
-        # none of its tied hosts strands more by that count; else the
-        # pipeline, which scores every host with it, decides.
+        # none of its tied hosts strands more by that count; else a compiled
+        # rescan with it decides (the pipeline's decision either way).
         self.stranding = las if isinstance(las, LasStrandingCost) else None
         if self.guard is not None and self.stranding is not None:
             raise TypeError("a lifetime policy takes a waste guard or the stranding cost, not both")
