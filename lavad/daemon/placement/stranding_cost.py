@@ -187,12 +187,15 @@ def stranding_scan(
     exits: FloatArray,
     weight: float,
     ties: np.ndarray,
+    probe: int,
 ) -> tuple[int, float, float, float]:
     """The pipeline's decision with this score, in one pass: lexicographic in
     (preference, LAS cost raised by stranded host time, Best Fit), each host
-    costed as ``kernels._floored_lifetime_scan`` costs it. A host whose
-    preference or LAS cost alone is already above the best is skipped (its
-    count can only raise its cost). Returns (count, best preference, best
+    costed as ``kernels._floored_lifetime_scan`` costs it. ``probe`` (a host
+    that fits, or -1) is costed first: the best costs no more, so a host
+    whose preference or LAS cost alone is already above it, or above the
+    best so far, is skipped (its count can only raise its cost). Which host
+    is probed changes only the speed. Returns (count, best preference, best
     cost, best Best Fit score) and the tied hosts, ascending, in ``ties``.
     """
     d0 = demand[0]
@@ -211,13 +214,36 @@ def stranding_scan(
     best_c = np.inf
     best_s = np.inf
     count = 0
+    # The probe's (preference, cost): an upper bound on the best's.
+    bound_p = np.inf
+    bound_c = np.inf
+    if (
+        0 <= probe < n
+        and not unschedulable[probe]
+        and _fits(free, probe, d0, d1, d2, d3, FIT_TOLERANCE)
+    ):
+        bound_p = preference[probe] if use_preference else 0.0
+        bound_c = _las_cost(
+            probe, host_exit, now, start, thresholds, use_thresholds, LAS_BUCKETS_S, host_q,
+            use_host_q, np.inf,
+        )  # fmt: skip
+        if total > 0.0:
+            added = _added_waste(
+                free, probe, demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
+            )
+            if added > 0.0:
+                stranded = weight * min(added / total, 1.0)
+                counted = _host_time_count(quantiles, exits, probe, now, stranded, LAS_BUCKETS_S)
+                bound_c = max(bound_c, counted)
     for h in range(n):
         if unschedulable[h] or not _fits(free, h, d0, d1, d2, d3, FIT_TOLERANCE):
             continue
         p = preference[h] if use_preference else 0.0
-        if p > best_p:
+        if p > best_p or p > bound_p:
             continue
         cap = best_c if p == best_p else np.inf
+        if p == bound_p and bound_c < cap:
+            cap = bound_c
         c = _las_cost(
             h, host_exit, now, start, thresholds, use_thresholds, LAS_BUCKETS_S, host_q,
             use_host_q, cap,
@@ -264,7 +290,7 @@ def warm_up_stranding() -> None:
         free, free, np.zeros(1, dtype=np.bool_), present, 1, args[0], args[1], args[1],
         np.zeros(1),
         False, np.zeros(1), 0.0, 1.0, np.zeros(0), False, np.zeros((0, 0)), False, args[2],
-        minimal, quantiles, exits, 1.0, hosts,
+        minimal, quantiles, exits, 1.0, hosts, -1,
     )  # fmt: skip
     ties_keep_cost(
         free, free, present, hosts, 1, *args, minimal, quantiles, exits, 0.0, LAS_BUCKETS_S,
@@ -451,4 +477,5 @@ class LasStrandingCost(LasTemporalCost):
             self._exits(cluster),
             self.weight,
             ties,
+            int(ties[0]),
         )
