@@ -250,6 +250,8 @@ def test_a_guarded_policy_resumes_from_its_snapshot(name: str) -> None:
         ("las", {"waste_tolerance": 0.02, "stranding_cost": True}, "choose one"),
         ("las", {"stranding_cost": False, "stranding_weight": 2.0}, "needs stranding_cost"),
         ("lava", {"stranding_weight": 0.0}, "stranding_weight"),
+        # The weight scales a host-time count: an absurd one is refused, not clipped.
+        ("las", {"stranding_weight": 1e12}, "stranding_weight"),
         ("la-binary", {"stranding_cost": True}, "la-binary has no LAS cost"),
         ("la-binary", {"waste_tolerance": 0.02}, "la-binary takes no waste guard"),
     ],

@@ -88,6 +88,24 @@ def _host_time_count(
     return float(count)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _strands_count(
+    added: float,
+    total: float,
+    weight: float,
+    quantiles: FloatArray,
+    exits: FloatArray,
+    host: int,
+    now: float,
+) -> float:
+    """``_host_time_count`` for a placement adding ``added`` waste (of ``total``
+    weighed resources), or -1 when it strands nothing more (or the host is unfit)."""
+    if added == np.inf or not added > 0.0:
+        return -1.0
+    stranded = weight * min(added / total, 1.0)
+    return _host_time_count(quantiles, exits, host, now, stranded, LAS_BUCKETS_S)
+
+
 @numba.njit(cache=True, nogil=True)
 def stranding_costs(
     free: FloatArray,
@@ -102,7 +120,6 @@ def stranding_costs(
     quantiles: FloatArray,
     exits: FloatArray,
     now: float,
-    buckets: FloatArray,
     weight: float,
     las: FloatArray,
     scratch: FloatArray,
@@ -118,11 +135,8 @@ def stranding_costs(
         scratch,
     )  # fmt: skip
     for h in range(n_hosts):
-        added = scratch[h]
-        if added == np.inf or not added > 0.0:
-            continue  # unfit (the filters' business), or strands nothing more
-        stranded = weight * min(added / total, 1.0)
-        las[h] = max(las[h], _host_time_count(quantiles, exits, h, now, stranded, buckets))
+        # Unfit hosts (inf) are the filters' business.
+        las[h] = max(las[h], _strands_count(scratch[h], total, weight, quantiles, exits, h, now))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -139,7 +153,6 @@ def ties_keep_cost(
     quantiles: FloatArray,
     exits: FloatArray,
     now: float,
-    buckets: FloatArray,
     weight: float,
     cost: float,
 ) -> bool:
@@ -154,10 +167,7 @@ def ties_keep_cost(
         added = _added_waste(
             free, h, demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
         )
-        if not added > 0.0:
-            continue
-        stranded = weight * min(added / total, 1.0)
-        if _host_time_count(quantiles, exits, h, now, stranded, buckets) > cost:
+        if _strands_count(added, total, weight, quantiles, exits, h, now) > cost:
             return False
     return True
 
@@ -231,10 +241,9 @@ def stranding_scan(
             added = _added_waste(
                 free, probe, demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
             )
-            if added > 0.0:
-                stranded = weight * min(added / total, 1.0)
-                counted = _host_time_count(quantiles, exits, probe, now, stranded, LAS_BUCKETS_S)
-                bound_c = max(bound_c, counted)
+            bound_c = max(
+                bound_c, _strands_count(added, total, weight, quantiles, exits, probe, now)
+            )
     for h in range(n):
         if unschedulable[h] or not _fits(free, h, d0, d1, d2, d3, FIT_TOLERANCE):
             continue
@@ -254,12 +263,9 @@ def stranding_scan(
             added = _added_waste(
                 free, h, demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
             )
-            if added > 0.0:
-                stranded = weight * min(added / total, 1.0)
-                counted = _host_time_count(quantiles, exits, h, now, stranded, LAS_BUCKETS_S)
-                c = max(c, counted)
-                if c > cap:
-                    continue
+            c = max(c, _strands_count(added, total, weight, quantiles, exits, h, now))
+            if c > cap:
+                continue
         score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
         if p < best_p or c < best_c or score < best_s:
             best_p = p
@@ -284,7 +290,7 @@ def warm_up_stranding() -> None:
     hosts = np.zeros(1, dtype=np.int64)
     stranding_costs(
         free, free, np.zeros(1, dtype=np.bool_), present, 1, *args, minimal, quantiles,
-        exits, 0.0, LAS_BUCKETS_S, 1.0, np.zeros(1), np.zeros(1),
+        exits, 0.0, 1.0, np.zeros(1), np.zeros(1),
     )  # fmt: skip
     stranding_scan(
         free, free, np.zeros(1, dtype=np.bool_), present, 1, args[0], args[1], args[1],
@@ -293,8 +299,7 @@ def warm_up_stranding() -> None:
         minimal, quantiles, exits, 1.0, hosts, -1,
     )  # fmt: skip
     ties_keep_cost(
-        free, free, present, hosts, 1, *args, minimal, quantiles, exits, 0.0, LAS_BUCKETS_S,
-        1.0, 0.0,
+        free, free, present, hosts, 1, *args, minimal, quantiles, exits, 0.0, 1.0, 0.0,
     )  # fmt: skip
 
 
@@ -396,7 +401,6 @@ class LasStrandingCost(LasTemporalCost):
             self._quantiles(request, self.tracker.prediction_for(request)),
             self._exits(cluster),
             now,
-            LAS_BUCKETS_S,
             self.weight,
             out,
             self._scratch,
@@ -431,7 +435,6 @@ class LasStrandingCost(LasTemporalCost):
                 self._quantiles(request, prediction),
                 self._exits(cluster),
                 request.now,
-                LAS_BUCKETS_S,
                 self.weight,
                 cost,
             )
