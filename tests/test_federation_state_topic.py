@@ -10,10 +10,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from lavad.daemon.settings import KafkaSettings
-from lavad.federation.messages import LaunchRequest, Task
+from lavad.federation.messages import LaunchRequest, PoolSummary, Task
 from lavad.federation.owner import PoolOwner
 from lavad.federation.state_topic import (
-    StatePublisher,
     StateTopicReader,
     ensure_state_topic,
     pool_key,
@@ -60,22 +59,23 @@ async def test_view_built_from_the_state_topic_refuses_non_owners_and_goes_on(
     owners[1].launch(LaunchRequest(1, 1, 1, 2, _task(2), False), 0.0)
     for host in range(4):
         impostor.free[host] = 0  # would make pool 0 look full
-    publisher = StatePublisher(kafka, TOPIC)
-    await publisher.start()
     raw = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers)
     await raw.start()
+
+    async def publish(summary: PoolSummary) -> None:  # as an owner does (live_owner.py)
+        await raw.send_and_wait(TOPIC, encode_summary(summary), key=pool_key(summary.pool))
+
     try:
-        await publisher.publish(owners[0].summary(1.0))
-        await publisher.publish(owners[1].summary(1.0))
-        await publisher.publish(impostor.summary(2.0))
+        await publish(owners[0].summary(1.0))
+        await publish(owners[1].summary(1.0))
+        await publish(impostor.summary(2.0))
         await raw.send_and_wait(TOPIC, b"not a summary", key=pool_key(1))
         await raw.send_and_wait(TOPIC, encode_summary(owners[1].summary(2.5)), key=pool_key(0))
         await raw.send_and_wait(TOPIC, b"{}", key=b"elsewhere")
         owners[0].end(1, 3.0)
-        await publisher.publish(owners[0].summary(3.0))  # reading goes on after the bad ones
+        await publish(owners[0].summary(3.0))  # reading goes on after the bad ones
     finally:
         await raw.stop()
-        await publisher.stop()
     view = GlobalView(0, topology, {0: "owner-0", 1: "owner-1"}, tenants=1)
     reader = StateTopicReader(kafka, TOPIC, view)
     await reader.start()

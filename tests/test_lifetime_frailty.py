@@ -18,12 +18,7 @@ from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibrated import CalibratedLifeTables
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, LEVELS
-from lavad.models.lifetime.frailty import (
-    FRAILTY_VERSION,
-    FrailtyLifeTables,
-    FrailtyStateError,
-    posterior_theta,
-)
+from lavad.models.lifetime.frailty import FrailtyLifeTables, posterior_theta
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.mixture import MixtureLifeTables
 
@@ -209,7 +204,6 @@ def test_the_snapshot_codec_round_trips_the_frailty() -> None:
     model.observe_exit(rows, 90.0, now=31 * 3600.0)  # pending until the next refit
     copy = state_codec.loads(state_codec.dumps(model))
     assert isinstance(copy, FrailtyLifeTables)
-    assert copy.version == FRAILTY_VERSION
     for m in (model, copy):
         m.observe_exit(rows, 300.0, now=31.5 * 3600.0)
         m.refit(np.array([rows]), np.array([3000.0]), now=32 * 3600.0)
@@ -231,32 +225,8 @@ def test_the_snapshot_codec_round_trips_the_recalibrated_stack() -> None:
         m.observe_exit(rows, 300.0, now=31.5 * 3600.0)
         m.refit(np.array([rows]), np.array([3000.0]), now=32 * 3600.0)
     assert model.calibrator is not None and copy.calibrator is not None
-    assert copy.calibrator.checkpoint() == model.calibrator.checkpoint()
+    assert state_codec.dumps(copy.calibrator) == state_codec.dumps(model.calibrator)
     np.testing.assert_array_equal(copy.mass[copy.choose(rows)], model.mass[model.choose(rows)])
-
-
-def test_checkpoint_round_trips_and_refuses_another_version() -> None:
-    model = FrailtyLifeTables(GroupedLifeTables(_small_bins(), min_observations=2))
-    _stream(model)
-    state = model.checkpoint()
-    assert state["version"] == FRAILTY_VERSION
-    other = FrailtyLifeTables(GroupedLifeTables(_small_bins(), min_observations=2))
-    other.restore(state)
-    np.testing.assert_array_equal(other.observed, model.observed)
-    np.testing.assert_array_equal(other.theta, model.theta)
-    assert other.pending == model.pending and other.last_scored == model.last_scored
-    with pytest.raises(FrailtyStateError, match="version"):
-        other.restore({**state, "version": FRAILTY_VERSION + 1})
-    with pytest.raises(FrailtyStateError, match="expected"):
-        other.restore({**state, "expected": [[float("nan")]] * len(model.expected)})
-    with pytest.raises(FrailtyStateError, match="observed"):
-        other.restore({**state, "observed": [[-1.0]] * len(model.observed)})
-    with pytest.raises(FrailtyStateError, match="settings"):
-        FrailtyLifeTables(GroupedLifeTables(_small_bins()), band_edges_s=(3600.0,)).restore(state)
-    with pytest.raises(FrailtyStateError, match="owners"):
-        other.restore({**state, "has_evidence": [1.0] * len(model.has_evidence)})
-    with pytest.raises(FrailtyStateError, match="pending"):
-        other.restore({**state, "pending": [[[1, 2], 0.0, 1.0, True]]})
 
 
 def test_bad_settings_fail() -> None:

@@ -58,13 +58,6 @@ def parse_configuration(name: str) -> Configuration:
     return Configuration(name, pools, schedulers)
 
 
-@dataclass
-class RunFigures:
-    configuration: str
-    workers: int
-    figures: dict[str, Any]
-
-
 def run_configuration(
     config: Configuration,
     jobs: list[Job],

@@ -1,13 +1,11 @@
 """The federation's state topic: owners publish their pools' summaries to it (keyed by
-pool, compacted: the newest summary of each pool is what stays), and a global
-scheduler builds its eventually consistent view by reading it.
+pool, compacted: the newest summary of each pool is what stays; ``live_owner.py``
+writes them), and a global scheduler builds its eventually consistent view by
+reading it.
 
 A record that is not a usable summary, or a summary that does not come from the
 pool's registered owner, is refused with the reason (kept in ``refused``) and the
 reading goes on: one bad record never stops a scheduler's view.
-
-This is the first live piece of the federation; the requests and launch topics and
-the scheduler and owner processes around it are not built yet.
 """
 
 from __future__ import annotations
@@ -15,14 +13,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import KafkaSettings
-from lavad.federation.messages import PoolSummary
-from lavad.federation.summary_codec import SummaryError, decode_summary, encode_summary
+from lavad.federation.summary_codec import SummaryError, decode_summary
 from lavad.federation.view import GlobalView
 
 MAX_REFUSALS_KEPT = 1000
@@ -44,25 +41,6 @@ async def ensure_state_topic(kafka: KafkaSettings, topic: str, partitions: int) 
                 )
     finally:
         await admin.close()
-
-
-class StatePublisher:
-    """An owner's side: each summary, keyed by its pool, acknowledged by every replica."""
-
-    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
-        self.topic = topic
-        self._producer = AIOKafkaProducer(acks="all", **client_options(kafka))
-
-    async def start(self) -> None:
-        await self._producer.start()
-
-    async def stop(self) -> None:
-        await self._producer.stop()
-
-    async def publish(self, summary: PoolSummary) -> None:
-        await self._producer.send_and_wait(
-            self.topic, encode_summary(summary), key=pool_key(summary.pool)
-        )
 
 
 class StateTopicReader:

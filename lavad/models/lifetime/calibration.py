@@ -58,8 +58,6 @@ from lavad.models.lifetime.bins import LifetimeBins
 
 GroupRows = tuple[int, ...]
 
-# The layout of a calibrator's state (``checkpoint``): bump it when fields change.
-CALIBRATION_VERSION: Final = 1
 RAW_SHARE: Final = 0.02
 CALIBRATION_HALF_LIFE_S: Final = 7 * 86_400.0
 # A creation time found again from an exit (its time minus its lifetime)
@@ -103,10 +101,6 @@ def _calibrated_tables(
             m1[i, j] = moment
 
 
-class CalibrationStateError(ValueError):
-    """A checkpoint of another version or shape than this calibrator's."""
-
-
 class SurvivalCalibrator:
     def __init__(
         self,
@@ -128,7 +122,6 @@ class SurvivalCalibrator:
         self.window_s = window_s
         # The edges learned: those within the window.
         self._window_edges = int(np.searchsorted(bins.edges[1:], window_s, side="right"))
-        self.version = CALIBRATION_VERSION
         # Survival is calibrated at the inner edges e_1 .. e_last (S(e_0 = 0) = 1).
         self.edges: FloatArray = np.asarray(bins.edges[1:], dtype=np.float64)
         self.half_life_s = half_life_s
@@ -328,78 +321,3 @@ class SurvivalCalibrator:
         after = np.concatenate([curve, np.zeros((len(curve), 1))], axis=1)
         mass: FloatArray = np.maximum(before - after, 0.0)
         return mass
-
-    # ------------------------------------------------------------ checkpoint
-
-    def checkpoint(self) -> dict[str, object]:
-        """The learned state as plain data, with its layout version."""
-        return {
-            "version": self.version,
-            "edges": self.edges.tolist(),
-            "half_life_s": self.half_life_s,
-            "prior_strength": self.prior_strength,
-            "probability_bins": self.probability_bins,
-            "weight": self.weight.tolist(),
-            "survived": self.survived.tolist(),
-            "predicted": self.predicted.tolist(),
-            "map_version": self.map_version,
-            "last_learned": self.last_learned,
-            "pending": [
-                [list(r), low, seen, left, start] for r, low, seen, left, start in self.pending
-            ],
-            "interval_starts": list(self.interval_starts),
-            "at_creation": [
-                [[list(rows), curve.tolist()] for rows, curve in interval.items()]
-                for interval in self.at_creation
-            ],
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        """Load a ``checkpoint`` of a calibrator built with the same bins and settings."""
-        if state.get("version") != CALIBRATION_VERSION:
-            raise CalibrationStateError(
-                f"calibration checkpoint version {state.get('version')!r}, this lavad reads "
-                f"{CALIBRATION_VERSION}"
-            )
-        settings = (state.get("edges"), state.get("probability_bins"))
-        if settings != (self.edges.tolist(), self.probability_bins):
-            raise CalibrationStateError("calibration checkpoint of other bins")
-        shape = self.weight.shape
-        arrays = []
-        for name in ("weight", "survived", "predicted"):
-            array = np.asarray(state.get(name), dtype=np.float64)
-            if array.shape != shape or not np.isfinite(array).all():
-                raise CalibrationStateError(f"calibration checkpoint: bad {name!r}")
-            arrays.append(array)
-        self.weight, self.survived, self.predicted = arrays
-        map_version = state.get("map_version")
-        last = state.get("last_learned")
-        pending = state.get("pending")
-        if not isinstance(map_version, int) or not isinstance(pending, list):
-            raise CalibrationStateError("calibration checkpoint: bad map_version or pending")
-        if last is not None and not isinstance(last, float | int):
-            raise CalibrationStateError("calibration checkpoint: bad last_learned")
-        self.map_version = map_version
-        self.shift_version = -1
-        self.last_learned = None if last is None else float(last)
-        starts = state.get("interval_starts")
-        at_creation = state.get("at_creation")
-        if not isinstance(starts, list) or not isinstance(at_creation, list):
-            raise CalibrationStateError("calibration checkpoint: bad intervals")
-        if len(starts) != len(at_creation):
-            raise CalibrationStateError("calibration checkpoint: intervals do not match")
-        self.pending = [
-            (tuple(int(r) for r in rows), float(low), float(seen), bool(exited), float(start))
-            for rows, low, seen, exited, start in pending
-        ]
-        self.interval_starts = [float(start) for start in starts]
-        self.at_creation = [
-            {tuple(int(r) for r in rows): self._curve(curve) for rows, curve in interval}
-            for interval in at_creation
-        ]
-
-    def _curve(self, values: object) -> FloatArray:
-        curve = np.asarray(values, dtype=np.float64)
-        if curve.shape != self.edges.shape or not np.isfinite(curve).all():
-            raise CalibrationStateError("calibration checkpoint: bad curve")
-        return curve

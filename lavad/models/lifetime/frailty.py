@@ -78,11 +78,10 @@ from lavad.models.lifetime.combos import (
 )
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
-from lavad.models.lifetime.pending import pending_as_data, restore_pending
+from lavad.models.lifetime.pending import Pending
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
-FRAILTY_VERSION: Final = 1
 # One expected death's worth of evidence: the gamma prior's shape and rate.
 PRIOR_DEATHS: Final = 1.0
 # O and E halve every day of event time.
@@ -91,10 +90,6 @@ FRAILTY_HALF_LIFE_S: Final = 24 * HOUR
 MIN_SURVIVAL: Final = 1e-12
 # As in ``shrunk.py``: combos past this many share the base model's own rows.
 MAX_COMBOS: Final = 250_000
-
-
-class FrailtyStateError(ValueError):
-    """A checkpoint of another version or shape than this model's."""
 
 
 @numba.njit(cache=True, nogil=True)
@@ -153,7 +148,6 @@ class FrailtyLifeTables(ComboLifeTables):
         self.base = base
         bins = base.bins
         super().__init__(bins, base.min_observations, max_rows=base.max_rows)
-        self.version = FRAILTY_VERSION
         self.prior_deaths = float(prior_deaths)
         self.frailty_half_life_s = half_life_s
         self.band_edges_s = band_edges_s
@@ -178,7 +172,7 @@ class FrailtyLifeTables(ComboLifeTables):
         self.theta: FloatArray = np.ones((16, bands))
         self.has_evidence = np.zeros(16, dtype=np.bool_)
         # Exits and evictions since the last refit: (group rows, start, uptime seen, exited).
-        self.pending: list[tuple[GroupRows, float, float, bool]] = []
+        self.pending: list[Pending] = []
         self.last_scored: float | None = None
         # A row per (base row, owner row or -1): its base row and owner, and
         # the epoch it was computed in (bumped whenever the base or theta changes).
@@ -349,56 +343,3 @@ class FrailtyLifeTables(ComboLifeTables):
         )
         result: np.ndarray = chosen[inverse.reshape(-1)]
         return result
-
-    # ------------------------------------------------------------ checkpoint
-
-    def checkpoint(self) -> dict[str, object]:
-        """This model's own learned state as plain data, with its layout version."""
-        return {
-            "version": self.version,
-            "prior_deaths": self.prior_deaths,
-            "half_life_s": self.frailty_half_life_s,
-            "band_edges_s": list(self.band_edges_s),
-            "observed": self.observed.tolist(),
-            "expected": self.expected.tolist(),
-            "has_evidence": self.has_evidence.tolist(),
-            "last_scored": self.last_scored,
-            "pending": pending_as_data(self.pending),
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        """Load a ``checkpoint`` of a frailty model with the same settings."""
-        if state.get("version") != FRAILTY_VERSION:
-            raise FrailtyStateError(
-                f"frailty checkpoint version {state.get('version')!r}, this lavad reads "
-                f"{FRAILTY_VERSION}"
-            )
-        settings = (state.get("prior_deaths"), state.get("half_life_s"), state.get("band_edges_s"))
-        if settings != (self.prior_deaths, self.frailty_half_life_s, list(self.band_edges_s)):
-            raise FrailtyStateError("frailty checkpoint of other settings")
-        bands = len(self.band_edges_s) + 1
-        arrays = []
-        for name in ("observed", "expected"):
-            array = np.asarray(state.get(name), dtype=np.float64)
-            if (
-                array.ndim != 2
-                or array.shape[1] != bands
-                or not np.isfinite(array).all()
-                or (array < 0).any()
-            ):
-                raise FrailtyStateError(f"frailty checkpoint: bad {name!r}")
-            arrays.append(array)
-        observed, expected = arrays
-        has_evidence = np.asarray(state.get("has_evidence"))
-        if (
-            observed.shape != expected.shape
-            or has_evidence.dtype != np.bool_
-            or has_evidence.shape != observed.shape[:1]
-        ):
-            raise FrailtyStateError("frailty checkpoint: bad owners")
-        last_scored, restored = restore_pending(state, FrailtyStateError, "frailty")
-        self.observed, self.expected, self.has_evidence = observed, expected, has_evidence
-        self.theta = posterior_theta(observed, expected, self.prior_deaths)
-        self.last_scored = last_scored
-        self.pending = restored
-        self._new_epoch()

@@ -86,7 +86,7 @@ from lavad.models.lifetime.combos import (
 )
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables, GroupRows
-from lavad.models.lifetime.pending import pending_as_data, restore_pending
+from lavad.models.lifetime.pending import Pending
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
@@ -104,13 +104,8 @@ FIXED_SHARE: Final = 0.01
 # Probabilities below this count as this in the log score: a member sure of
 # the wrong answer loses ~28 nats for it, not an infinite amount.
 MIN_PROBABILITY: Final = 1e-12
-MIXTURE_VERSION: Final = 1
 # As in ``shrunk.py``: combos past this many share the pool-wide combo.
 MAX_COMBOS: Final = 250_000
-
-
-class MixtureStateError(ValueError):
-    """A checkpoint of another version or shape than this mixture's."""
 
 
 @numba.njit(cache=True, nogil=True)
@@ -195,7 +190,6 @@ class MixtureLifeTables(ComboLifeTables):
             for half_life in half_lives_s
         ]
         super().__init__(bins, min_observations, max_rows=max_rows)
-        self.version = MIXTURE_VERSION
         self.half_lives_s = tuple(half_lives_s)
         self.band_edges_s = band_edges_s
         self.fixed_share = float(fixed_share)
@@ -214,7 +208,7 @@ class MixtureLifeTables(ComboLifeTables):
         self.owner_log_weight: FloatArray = np.zeros((16, bands, members))
         self.owner_scored = np.zeros(16, dtype=np.bool_)
         # Exits and evictions since the last refit: (group rows, start, uptime seen, exited).
-        self.pending: list[tuple[GroupRows, float, float, bool]] = []
+        self.pending: list[Pending] = []
         self.last_scored: float | None = None
         # A mixed row per tuple of the members' chosen group rows (a "combo"):
         # key tuples that back off to the same groups share it. Its rows and
@@ -408,55 +402,6 @@ class MixtureLifeTables(ComboLifeTables):
             p = np.where(died, 1.0 - lives, lives)
             scores[:, k] = np.log(np.maximum(p, MIN_PROBABILITY))
         return scores
-
-    # ------------------------------------------------------------ checkpoint
-
-    def checkpoint(self) -> dict[str, object]:
-        """The mixture's own learned state as plain data, with its layout version.
-
-        The members are life tables; a snapshot carries them as the data they are.
-        """
-        return {
-            "version": self.version,
-            "half_lives_s": list(self.half_lives_s),
-            "band_edges_s": list(self.band_edges_s),
-            "log_weight": self.log_weight.tolist(),
-            "owner_log_weight": self.owner_log_weight.tolist(),
-            "owner_scored": self.owner_scored.tolist(),
-            "last_scored": self.last_scored,
-            "pending": pending_as_data(self.pending),
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        """Load a ``checkpoint`` of a mixture with the same members and bands."""
-        if state.get("version") != MIXTURE_VERSION:
-            raise MixtureStateError(
-                f"mixture checkpoint version {state.get('version')!r}, this lavad reads "
-                f"{MIXTURE_VERSION}"
-            )
-        if state.get("half_lives_s") != list(self.half_lives_s) or state.get(
-            "band_edges_s"
-        ) != list(self.band_edges_s):
-            raise MixtureStateError("mixture checkpoint of other members or bands")
-        log_weight = np.asarray(state.get("log_weight"), dtype=np.float64)
-        if log_weight.shape != self.log_weight.shape or not np.isfinite(log_weight).all():
-            raise MixtureStateError("mixture checkpoint: bad 'log_weight'")
-        owner_log_weight = np.asarray(state.get("owner_log_weight"), dtype=np.float64)
-        owner_scored = np.asarray(state.get("owner_scored"))
-        if (
-            owner_log_weight.ndim != 3
-            or owner_log_weight.shape[1:] != self.log_weight.shape
-            or not np.isfinite(owner_log_weight).all()
-            or owner_scored.dtype != np.bool_
-            or owner_scored.shape != owner_log_weight.shape[:1]
-        ):
-            raise MixtureStateError("mixture checkpoint: bad owner weights")
-        last_scored, restored = restore_pending(state, MixtureStateError, "mixture")
-        self.log_weight = log_weight
-        self.owner_log_weight, self.owner_scored = owner_log_weight, owner_scored
-        self.last_scored = last_scored
-        self.pending = restored
-        self._new_epoch()
 
 
 def chosen_rows(observations: FloatArray, rows: np.ndarray, min_observations: int) -> np.ndarray:

@@ -68,7 +68,7 @@ of two ways:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -373,18 +373,6 @@ class ChoiceRecommender:
 
     def on_overrun(self, time: float, limit: float) -> None:
         """Each candidate hears of overruns of its own limits in ``observe``."""
-
-
-def choice_factory(
-    candidates: Sequence[tuple[str, Callable[[], LimitRecommender]]],
-    config: ChoiceConfig | None = None,
-) -> Callable[[], ChoiceRecommender]:
-    """A builder of fresh choices over fresh candidates (one per job and resource)."""
-
-    def build() -> ChoiceRecommender:
-        return ChoiceRecommender([(label, make()) for label, make in candidates], config)
-
-    return build
 
 
 # Rungs of the VPA's limit a job may step down to (see the module's docstring).
