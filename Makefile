@@ -1,13 +1,16 @@
 # Two entry points for a new user (see README.md):
 #   make run   set up .venv; embedded broker + live daemon + the bundled real
 #              trace slice published into it, with a live summary (Ctrl-C stops)
-#   make test  set up .venv and run lint, types and the whole test suite
+#   make test  set up .venv and run the strict docs build, lint, types and the
+#              whole test suite
+#   make docs  the documentation site into site/ (mkdocs, --strict)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: run replay test lint typecheck unit bench browser tls-tools clean
+.PHONY: run replay test docs lint typecheck unit bench browser tls-tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +29,20 @@ replay: $(STAMP)
 	LAVAD_METRICS__WARMUP_S=21600 $(BIN)/lavad replay data/azure-v1-vms-slice \
 		--compare bestfit,firstfit --config config/lavad.toml --plot lavad-replay.png
 
-test: $(STAMP) lint typecheck unit
+test: $(STAMP) docs lint typecheck unit
+
+# The docs extra (mkdocs, mkdocs-material, jsonschema) on top of the install above,
+# with its own stamp, so the install line stays as it is.
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# The reference pages are generated from the code first (docs/gen_reference.py:
+# configuration keys, commands, event and decision JSON Schemas), then the site
+# is built strictly: a broken link or anchor, or a page left out of the nav, fails.
+docs: $(DOCS_STAMP)
+	$(BIN)/python docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -69,4 +85,4 @@ tls-tools:
 		"password-less sudo): the TLS tests will skip"; fi
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info site docs/reference

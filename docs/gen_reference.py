@@ -343,8 +343,11 @@ def configuration_page(tables: list[Table]) -> str:
         "documented default; any key can also come from the environment as",
         "`LAVAD_<TABLE>__<KEY>` (the variable is given with each key). An unknown key,",
         "an unknown `LAVAD_*` variable or a bad value stops lavad at start-up, naming",
-        "the key; `lavad config check FILE` runs that check alone. The arguments of",
-        "each policy (`[policies.<name>]`, `[admission] args`) are on",
+        "the key: a typo such as `LAVAD_HOSTZ__CORES`, or one underscore where two",
+        "belong, is refused, not ignored. `lavad config check FILE` runs that check",
+        "alone, the same check `lavad run` makes (`--replay` checks for `lavad replay`,",
+        "which also accepts the oracle policies). Secrets are never printed or logged.",
+        "The arguments of each policy (`[policies.<name>]`, `[admission] args`) are on",
         "[Policy arguments](policy-arguments.md).",
         "",
     ]
