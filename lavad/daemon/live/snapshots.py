@@ -47,6 +47,10 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # stranding cost (None when off) and LAS may be its subclass with the pool's
 # request mix (a v8 pool would fail at its first placement)
 SNAPSHOT_VERSION = 9
+# The fingerprint of the fields every snapshotted class holds, as
+# tests/test_snapshot_layout.py records them: a layout change under the same
+# version fails that test, which says how to bump and record.
+SNAPSHOT_LAYOUT = "e28d0716646a5e19"
 
 
 class SnapshotError(Exception):
