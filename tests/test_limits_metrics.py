@@ -1,4 +1,4 @@
-"""The capped usage stores' evictions as Prometheus counters (daemon/metrics/limits.py)."""
+"""The capped usage stores' evictions (daemon/metrics/limits.py) as Prometheus counters."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from support import PROJECT_ROOT
 from lavad.daemon.engine import Engine
 from lavad.daemon.limits.service import LimitsConfig
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.live.telemetry import Telemetry
-from lavad.daemon.metrics.limits import EvictionMetrics
+from lavad.daemon.live.telemetry import EvictionMetrics, Telemetry
 from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.settings import load_settings
 from lavad.streams.schema import HostUp, UsageSample, UsageStats, VmPlaced

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollecto
 
 from lavad.daemon.engine import PoolRuntime
 from lavad.daemon.live.batch_histogram import BatchHistogram
-from lavad.daemon.metrics.limits import EvictionMetrics
+from lavad.daemon.metrics.limits import eviction_counts
 from lavad.daemon.metrics.pool import CORES, MEMORY
 from lavad.daemon.placement.gpa import UsageHooks
 
@@ -196,6 +196,46 @@ class Telemetry:
             for resource in ("cpu", "memory"):
                 _remove(gauge, name, resource)
         self.evictions.forget_pool(name)
+
+
+class EvictionMetrics:
+    """``lavad_state_evicted_total{pool, state}``: entries a capped store forgot."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.evicted = Counter(
+            "lavad_state_evicted",
+            "Entries a capped per-pool store evicted (least recently seen first): state ="
+            " usage_histories (GPA's histories of VMs not placed), limit_jobs ([limits]"
+            " max_jobs), replica_deployments ([limits] max_deployments)",
+            ["pool", "state"],
+            registry=registry,
+        )
+        # The count each (pool, state) had at the last refresh.
+        self._exported: dict[tuple[str, str], int] = {}
+
+    def refresh(self, pool: PoolRuntime) -> None:
+        """Add to each counter what its store evicted since the last refresh."""
+        for state, count in eviction_counts(pool).items():
+            key = (pool.name, state)
+            # A pool reopened from an older snapshot counts from less than
+            # was exported: a counter never goes down, so it waits for the
+            # count to pass what it showed.
+            grown = count - self._exported.get(key, 0)
+            if grown > 0:
+                self.evicted.labels(pool.name, state).inc(grown)
+                self._exported[key] = count
+            elif key not in self._exported:
+                self.evicted.labels(pool.name, state)
+                self._exported[key] = count
+
+    def forget_pool(self, name: str) -> None:
+        """A pool moved to another instance: stop exporting its counters here."""
+        for pool, state in [key for key in self._exported if key[0] == name]:
+            del self._exported[(pool, state)]
+            try:
+                self.evicted.remove(pool, state)
+            except KeyError:
+                continue
 
 
 def _remove(gauge: Gauge, *labels: str) -> None:
