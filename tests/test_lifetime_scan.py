@@ -26,6 +26,7 @@ from lavad.daemon.placement.lava import preference_cost
 from lavad.daemon.placement.lifetime import LAS_BUCKETS_S
 from lavad.daemon.placement.lifetime_policy import LifetimePolicy
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
+from lavad.daemon.placement.strand_kernels import no_stranding
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 
@@ -181,6 +182,8 @@ def test_direct_entry_points_decide_as_the_dispatchers() -> None:
     assert dispatched[0] >= 1
     # Any probe host, or none, gives the same answer (it only bounds the search).
     for probe in (-1, 0, 1, 2, 7):
-        direct = Direct.lifetime_scan(*common, 3600, 5400, *rest, ties_direct, probe)
+        direct = Direct.lifetime_scan(
+            *common, 3600, 5400, *rest, ties_direct, probe, no_stranding()
+        )
         assert direct == dispatched
         assert ties_direct.tolist() == ties_dispatch.tolist()

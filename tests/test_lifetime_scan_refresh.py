@@ -38,6 +38,7 @@ from lavad.daemon.placement.kernels import (
     _refreshed_lifetime_scan,
     warm_up_lifetime,
 )
+from lavad.daemon.placement.strand_kernels import no_stranding
 
 HOSTS = 40
 ROWS = 6
@@ -144,6 +145,7 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
         separate_marks[1], s["host_ints"][QUANTILES_STAMP], epoch, True,
         False, unused, unused_ints, unused_ints, unused, unused, unused, unused_ints,
         unused_ints, s["host_q"], unschedulable, s["host_q"], s["host_q"], unused, 0.0, unused,
+        no_stranding(),
     )  # fmt: skip
 
     fused = _copy(state)
@@ -155,7 +157,7 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
         free, inv_capacity, unschedulable, HOSTS, *demand, weights, present, 0.0, preference,
         False, now, lifetime, thresholds, fused_ties, probe, fused_floor, fused_marks, epoch,
         f["slot_times"], f["slot_ints"], f["host_times"], f["host_ints"], f["host_q"],
-        f["creation_q"], f["creation_known"], f["mass"], f["m0"], *tail,
+        f["creation_q"], f["creation_known"], f["mass"], f["m0"], *tail, no_stranding(),
     )  # fmt: skip
 
     assert got == expected

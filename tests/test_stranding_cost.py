@@ -10,7 +10,7 @@ from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState
 from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy
 from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LifetimeTracker
 from lavad.daemon.placement.registry import build_policy, validate_policy_args
-from lavad.daemon.placement.stranding_cost import _host_time_count
+from lavad.daemon.placement.strand_kernels import host_time_count
 from lavad.daemon.placement.waste import RequestMix, waste_costs
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
@@ -41,8 +41,14 @@ MIX = [(1.0, 2.0, 0.0, 0.0)] * 3 + [(4.0, 32.0, 0.0, 0.0)]
     ],
 )
 def test_host_time_count_by_hand(vm_h: float, host_h: float, stranded: float, count: int) -> None:
-    got = _host_time_count(
-        np.array([vm_h * HOUR]), np.array([[host_h * HOUR]]), 0, 0.0, stranded, LAS_BUCKETS_S
+    got = host_time_count(
+        np.array([vm_h * HOUR]),
+        np.array([[host_h * HOUR]]),
+        0,
+        0.0,
+        stranded,
+        LAS_BUCKETS_S,
+        np.inf,
     )
     assert got == count
 
@@ -51,10 +57,37 @@ def test_the_count_is_summed_over_both_quantile_sets() -> None:
     # VM quantiles 1 h and 3 h, host quantiles 2 h and 10 h, a quarter stranded:
     #   (1, 2): 0 + 0.25 * 1 = 0.25 h -> 0;   (3, 2): 1 + 0.25 * 2 = 1.5 h -> 3
     #   (1, 10): 0.25 h -> 0;                 (3, 10): 0.75 h -> 1
-    got = _host_time_count(
-        np.array([1.0, 3.0]) * HOUR, np.array([[2.0, 10.0]]) * HOUR, 0, 0.0, 0.25, LAS_BUCKETS_S
-    )
-    assert got == 4
+    vm = np.array([1.0, 3.0]) * HOUR
+    host = np.array([[2.0, 10.0]]) * HOUR
+    assert host_time_count(vm, host, 0, 0.0, 0.25, LAS_BUCKETS_S, np.inf) == 4
+    # The walk over ascending quantiles restarts on a smaller one: same sum.
+    assert host_time_count(vm[::-1].copy(), host, 0, 0.0, 0.25, LAS_BUCKETS_S, np.inf) == 4
+    # Capped: host quantile 2 h alone counts 3, already above a cap of 2, so
+    # the count stops there (a number above the cap); at cap 4 it is exact.
+    assert host_time_count(vm, host, 0, 0.0, 0.25, LAS_BUCKETS_S, 2.0) == 3
+    assert host_time_count(vm, host, 0, 0.0, 0.25, LAS_BUCKETS_S, 4.0) == 4
+
+
+def _pairwise_count(vm: np.ndarray, host: np.ndarray, stranded: float) -> int:
+    """The definition, pair by pair, in plain Python."""
+    total = 0
+    for r in host:
+        for q in vm:
+            held = max(q - r, 0.0) + stranded * min(q, r)
+            total += int(np.searchsorted(LAS_BUCKETS_S, held, side="right")) - 1
+    return total
+
+
+def test_the_walk_equals_the_pairwise_definition_in_any_order() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        vm = rng.exponential(6 * HOUR, size=int(rng.integers(1, 12)))
+        if rng.random() < 0.5:
+            vm.sort()
+        host = rng.exponential(6 * HOUR, size=(1, int(rng.integers(1, 6))))
+        stranded = float(rng.random())
+        expected = _pairwise_count(vm, host[0], stranded)
+        assert host_time_count(vm, host, 0, 0.0, stranded, LAS_BUCKETS_S, np.inf) == expected
 
 
 def _request(vm: str, shape: tuple[float, ...], now: float, lifetime_s: float) -> PlacementRequest:

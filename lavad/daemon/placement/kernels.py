@@ -23,6 +23,12 @@ import numba
 import numpy as np
 
 from lavad.daemon.cluster import BoolArray, FloatArray, IntArray
+from lavad.daemon.placement.strand_kernels import (
+    Stranding,
+    host_strand_count,
+    no_stranding,
+    present_weights,
+)
 from lavad.models.lifetime.features import LEVELS
 
 BESTFIT: Final = 0
@@ -366,6 +372,7 @@ def _floored_lifetime_scan(
     edges: FloatArray,
     open_lifetime: float,
     levels: FloatArray,
+    strand: Stranding,
 ) -> tuple[int, float, float, float]:
     """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
 
@@ -404,9 +411,25 @@ def _floored_lifetime_scan(
     own entries, so this gives the same quantiles and stamps as a pass of
     its own before the scan, without that pass's second walk over the hosts.
 
+    ``strand`` (weight > 0): LAS's cost is raised to the count with the
+    host time the placement strands (``stranding_cost.py``). When a host
+    LAS alone would choose strands more, a second pass decides, raising
+    each host's cost once LAS's alone leaves it in the running: the floors
+    stay LAS's own costs, lower bounds of the raised ones. The result is
+    the pipeline's with that score either way.
+
     Returns (count, best preference, best LAS cost, best Best Fit score) and
     the tied hosts, ascending, in ``ties[:count]``.
     """
+    used = present_weights(strand[0], present)
+    total = used.sum()
+    counts_strands = strand[6] > 0.0 and total > 0.0
+    demand = np.empty(4)
+    demand[0] = d0
+    demand[1] = d1
+    demand[2] = d2
+    demand[3] = d3
+    zero = np.zeros(4)
     w0 = weights[0] if present[0] else 0.0
     w1 = weights[1] if present[1] else 0.0
     w2 = weights[2] if present[2] else 0.0
@@ -416,82 +439,119 @@ def _floored_lifetime_scan(
     best_s = np.inf
     count = 0
     start = now + lifetime
-    # The probe's (preference, LAS cost): an upper bound on the best's.
-    bound_p = np.inf
-    bound_c = np.inf
-    # Only a stale host is refreshed (its exit moved, or is NaN, for which
-    # != is true as in the pass): most are not, and a call per host (its
-    # arrays' reference counts) would cost more than the comparison.
-    if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
-        _refresh_host(
-            probe, host_exit, quantiles_exit, holder, head, stamp, slot_start, predicted_exit,
-            predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known, mass,
-            m0, edges, open_lifetime, levels,
-        )  # fmt: skip
-    if (
-        0 <= probe < n
-        and not unschedulable[probe]
-        and _fits(free, probe, d0, d1, d2, d3, tolerance)
-    ):
-        bound_p = preference[probe] if use_preference else 0.0
-        bound_c = _las_cost(
-            probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-            use_host_q, np.inf,
-        )  # fmt: skip
-        if use_floor:
-            floor[probe] = bound_c
-            floor_epoch[probe] = epoch
-            floor_stamp[probe] = stamp[probe]
-    for h in range(n):
-        if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
+    # Pass 0 is LAS's; pass 1, counting stranded host time, runs only when a
+    # host LAS chose strands more by that count (most placements it does
+    # not: the stranded count costs far more than LAS's). It is probed with
+    # LAS's choice, a close bound, and reads the floors pass 0 left.
+    for counting in range(2):
+        if counting:
+            if not counts_strands or count == 0:
+                break
+            stands = True
+            for i in range(count):
+                raised = host_strand_count(
+                    free, inv_capacity, ties[i], demand, zero, used, total, strand, now, best_c
+                )
+                if raised > best_c:
+                    stands = False
+                    break
+            if stands:
+                break
+            probe = ties[0]
+            refresh = False  # pass 0 brought every host up to date
+            best_p = np.inf
+            best_c = np.inf
+            best_s = np.inf
+            count = 0
+        # The probe's (preference, cost): an upper bound on the best's.
+        bound_p = np.inf
+        bound_c = np.inf
+        # Only a stale host is refreshed (its exit moved, or is NaN, for which
+        # != is true as in the pass): most are not, and a call per host (its
+        # arrays' reference counts) would cost more than the comparison.
+        if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
             _refresh_host(
-                h, host_exit, quantiles_exit, holder, head, stamp, slot_start, predicted_exit,
-                predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known,
-                mass, m0, edges, open_lifetime, levels,
+                probe, host_exit, quantiles_exit, holder, head, stamp, slot_start, predicted_exit,
+                predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known, mass,
+                m0, edges, open_lifetime, levels,
             )  # fmt: skip
-        if unschedulable[h]:
-            continue
-        if not _fits(free, h, d0, d1, d2, d3, tolerance):
-            continue
-        p = preference[h] if use_preference else 0.0
-        if p > best_p or p > bound_p:
-            continue
-        cap = np.inf
-        if p == best_p:
-            cap = best_c
-        if p == bound_p and bound_c < cap:
-            cap = bound_c
-        if use_floor:
-            kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
-            if kept and floor[h] > cap:
+        if (
+            0 <= probe < n
+            and not unschedulable[probe]
+            and _fits(free, probe, d0, d1, d2, d3, tolerance)
+        ):
+            bound_p = preference[probe] if use_preference else 0.0
+            bound_c = _las_cost(
+                probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                use_host_q, np.inf,
+            )  # fmt: skip
+            if use_floor:
+                floor[probe] = bound_c
+                floor_epoch[probe] = epoch
+                floor_stamp[probe] = stamp[probe]
+            if counting:
+                raised = host_strand_count(
+                    free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
+                )
+                bound_c = max(bound_c, raised)
+        for h in range(n):
+            if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
+                _refresh_host(
+                    h, host_exit, quantiles_exit, holder, head, stamp, slot_start,
+                    predicted_exit, predicted_at, row, next_on_host, host_q, creation_quantiles,
+                    creation_known, mass, m0, edges, open_lifetime, levels,
+                )  # fmt: skip
+            if unschedulable[h]:
                 continue
-            # A host costed before in this epoch and still in the running is
-            # costed in full: its exact cost is the floor that lets the next
-            # scans of the epoch skip it.
-            c = _las_cost(
-                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                use_host_q, np.inf if kept else cap,
-            )  # fmt: skip
-            floor[h] = c
-            floor_epoch[h] = epoch
-            floor_stamp[h] = stamp[h]
-        else:
-            c = _las_cost(
-                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                use_host_q, cap,
-            )  # fmt: skip
-        if c > cap:
-            continue
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        if p < best_p or c < best_c or score < best_s:
-            best_p = p
-            best_c = c
-            best_s = score
-            ties[0] = h
-            count = 1
-        elif score == best_s:
-            ties[count] = h
-            count += 1
+            if not _fits(free, h, d0, d1, d2, d3, tolerance):
+                continue
+            p = preference[h] if use_preference else 0.0
+            if p > best_p or p > bound_p:
+                continue
+            cap = np.inf
+            if p == best_p:
+                cap = best_c
+            if p == bound_p and bound_c < cap:
+                cap = bound_c
+            if use_floor:
+                kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
+                if kept and floor[h] > cap:
+                    continue
+                # A host costed before in this epoch and still in the running is
+                # costed in full: its exact cost is the floor that lets the next
+                # scans of the epoch skip it. Pass 1's caps are above pass 0's,
+                # so there a bound above the cap is a floor as good.
+                c = _las_cost(
+                    h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                    use_host_q, np.inf if kept and not counting else cap,
+                )  # fmt: skip
+                floor[h] = c
+                floor_epoch[h] = epoch
+                floor_stamp[h] = stamp[h]
+            else:
+                c = _las_cost(
+                    h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                    use_host_q, cap,
+                )  # fmt: skip
+            if c > cap:
+                continue
+            if counting:
+                raised = host_strand_count(
+                    free, inv_capacity, h, demand, zero, used, total, strand, now, cap
+                )
+                c = max(c, raised)
+                if c > cap:
+                    continue
+            score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+            if p < best_p or c < best_c or score < best_s:
+                best_p = p
+                best_c = c
+                best_s = score
+                ties[0] = h
+                count = 1
+            elif score == best_s:
+                ties[count] = h
+                count += 1
     return count, best_p, best_c, best_s
 
 
@@ -520,6 +580,7 @@ def _probed_lifetime_scan(
     use_host_q: bool,
     ties: IntArray,
     probe: int,
+    strand: Stranding,
 ) -> tuple[int, float, float, float]:
     """``_floored_lifetime_scan`` without floors or a refresh."""
     no_floor = np.empty(0)
@@ -530,7 +591,7 @@ def _probed_lifetime_scan(
         preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
         buckets, host_q, use_host_q, ties, probe, no_floor, no_epoch, no_epoch, no_epoch, -1,
         False, False, no_floor, no_epoch, no_epoch, no_floor, no_floor, no_floor, no_epoch,
-        no_epoch, host_q, unschedulable, host_q, host_q, no_floor, 0.0, no_floor,
+        no_epoch, host_q, unschedulable, host_q, host_q, no_floor, 0.0, no_floor, strand,
     )  # fmt: skip
 
 
@@ -559,11 +620,15 @@ def _lifetime_scan(
     use_host_q: bool,
     ties: IntArray,
 ) -> tuple[int, float, float, float]:
-    """``_probed_lifetime_scan`` without a probe."""
+    """``_probed_lifetime_scan`` without a probe or stranded host time."""
+    nothing = (
+        np.zeros(4), np.zeros(4), np.zeros((0, 4)), np.zeros(1), np.zeros((0, 1)), np.zeros(1),
+        0.0,
+    )  # fmt: skip
     return _probed_lifetime_scan(
         free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
         preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
-        buckets, host_q, use_host_q, ties, -1,
+        buckets, host_q, use_host_q, ties, -1, nothing,
     )  # fmt: skip
 
 
@@ -634,17 +699,20 @@ def warm_up_lifetime() -> None:
             one, True, one, 0.0, 0.0, one, use_thresholds, one, host_q, use_host_q, ties,
         )  # fmt: skip
         _lifetime_scan(*scan)
-        _probed_lifetime_scan(*scan, 0)
-    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, (*scan, 0))
+        _probed_lifetime_scan(*scan, 0, no_stranding())
+    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, (*scan, 0, no_stranding()))
     floors = (np.zeros(1), np.full(1, -1), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     ints = np.zeros(1, dtype=np.int64)
     no_refresh = (False, one, ints, ints, one, one, one, ints, ints, host_q, unschedulable)
-    floored = (*scan, 0, *floors, 0, True, *no_refresh, host_q, host_q, one, 0.0, one)
+    floored = (
+        *scan, 0, *floors, 0, True, *no_refresh, host_q, host_q, one, 0.0, one, no_stranding(),
+    )  # fmt: skip
     _floored_lifetime_scan(*floored)
     Direct.floored_lifetime_scan = entry_point(_floored_lifetime_scan, floored)
     refreshed = (
         free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0, one, True, 0.0,
         0.0, one, ties, 0, np.zeros(1), np.full((2, 1), -1), 0, *packed, *model,
+        no_stranding(),
     )  # fmt: skip
     _refreshed_lifetime_scan(*refreshed)
     Direct.refreshed_lifetime_scan = entry_point(_refreshed_lifetime_scan, refreshed)
@@ -1182,6 +1250,7 @@ def _refreshed_lifetime_scan(
     edges: FloatArray,
     open_lifetime: float,
     levels: FloatArray,
+    strand: Stranding,
 ) -> tuple[int, float, float, float]:
     """``_refresh_host_quantiles`` of hosts ``[0, n)``, then ``_floored_lifetime_scan``
     by the host quantiles, with floors: the refresh done host by host inside
@@ -1200,7 +1269,7 @@ def _refreshed_lifetime_scan(
         host_ints[QUANTILES_STAMP], epoch, True, True, host_times[QUANTILES_EXIT],
         host_ints[HOLDER], host_ints[HEAD], slot_times[START], slot_times[PREDICTED_EXIT],
         slot_times[PREDICTED_AT], slot_ints[ROW], slot_ints[NEXT_ON_HOST], creation_quantiles,
-        creation_known, mass, m0, edges, open_lifetime, levels,
+        creation_known, mass, m0, edges, open_lifetime, levels, strand,
     )  # fmt: skip
 
 

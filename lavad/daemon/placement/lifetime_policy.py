@@ -29,11 +29,13 @@ from lavad.daemon.placement.framework import (
 )
 from lavad.daemon.placement.kernels import Direct, warm_up_lifetime
 from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
+from lavad.daemon.placement.strand_kernels import Stranding, no_stranding
 from lavad.daemon.placement.stranding_cost import LasStrandingCost
 from lavad.daemon.placement.waste import WasteGuard
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
 _NO_HOST_QUANTILES: FloatArray = np.zeros((0, 0))
+_NO_STRANDING: Stranding = no_stranding()
 
 
 class LifetimePolicy(Policy):
@@ -63,9 +65,7 @@ class LifetimePolicy(Policy):
         self.guard = self.preference if isinstance(self.preference, WasteGuard) else None
         self._levels: FloatArray = np.zeros(0)
         self.las = las
-        # LAS counting stranded host time: the scan's LAS choice stands when
-        # none of its tied hosts strands more by that count; else a compiled
-        # rescan with it decides (the pipeline's decision either way).
+        # LAS counting stranded host time: the scan counts it itself.
         self.stranding = las if isinstance(las, LasStrandingCost) else None
         if self.guard is not None and self.stranding is not None:
             raise TypeError("a lifetime policy takes a waste guard or the stranding cost, not both")
@@ -111,7 +111,6 @@ class LifetimePolicy(Policy):
         preference = guard.below if guard is not None else self.preference
         if guard is not None:
             guard.observe(request)
-        stranding = self.stranding
         if preference is not None:
             preference.score(cluster, request, key, scratch)
         tracker = self.las.tracker
@@ -131,19 +130,6 @@ class LifetimePolicy(Policy):
             count, best_p, best_c, best_s = self._scan(cluster, request, key, True, prediction)
         if count == 0:
             return super().place(cluster, request)  # it explains why nothing fits
-        if stranding is not None and not stranding.ties_stand(
-            cluster, request, prediction, self._ties, count, best_c
-        ):
-            host_exit = self.las.tracker.latest_exits(n)
-            count, best_p, best_c, best_s = stranding.rescan(
-                cluster,
-                request,
-                self.best_fit.kernel_weights,
-                key if preference is not None else None,
-                host_exit,
-                prediction,
-                self._ties,
-            )
         if count == 1 or not self.random_ties:
             host = int(self._ties[0])
         else:
@@ -174,6 +160,7 @@ class LifetimePolicy(Policy):
         now = request.now
         thresholds = prediction.thresholds
         d0, d1, d2, d3 = request.demand
+        stranding = self.stranding
         if thresholds is not None and self._by_host_quantiles:
             if thresholds is not self._epoch_thresholds or now < self._epoch_now:
                 self._epoch += 1
@@ -181,6 +168,14 @@ class LifetimePolicy(Policy):
             self._epoch_now = now
             if len(self._floor) < n:
                 self._grow_floors(n)
+            # Grows the tracker's arrays first: the stranded count reads the
+            # host quantiles the scan refreshes, so the same array.
+            refresh = tracker.quantile_refresh(n)
+            strand = (
+                None
+                if stranding is None
+                else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
+            )
             # ``kernels._refreshed_lifetime_scan`` without numba's type dispatch
             # (the arrays are the ones its warm-up typed: float64, bool, int64;
             # C order): the scan, bringing each stale host's quantiles up to
@@ -208,11 +203,17 @@ class LifetimePolicy(Policy):
                 self._floor,
                 self._floor_marks,
                 self._epoch,
-                *tracker.quantile_refresh(n),
+                *refresh,
+                _NO_STRANDING if strand is None else strand,
             )
         else:
             # ``kernels.compiled_lifetime_scan`` as above, by the hosts' point
             # exits (unclipped: the scan takes max(exit, now) itself).
+            strand = (
+                None
+                if stranding is None
+                else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
+            )
             count, best_p, best_c, best_s = Direct.lifetime_scan(
                 cluster.free,
                 cluster.inv_capacity,
@@ -237,6 +238,7 @@ class LifetimePolicy(Policy):
                 False,
                 self._ties,
                 self._probe,
+                _NO_STRANDING if strand is None else strand,
             )
         return count, best_p, best_c, best_s
 

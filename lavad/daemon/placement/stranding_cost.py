@@ -34,11 +34,10 @@ strands up to twice Best Fit's CPU on hosts that can strand, above it the
 gain in empty hosts falls.
 
 Departure from the paper: LAS stays a lexicographic level above Best Fit, but
-the level's cost is no longer dT alone. The lifetime scan keeps LAS's
-decision whenever every host it tied on strands nothing more by this count
-(``ties_keep_cost``); otherwise ``stranding_scan`` decides in one compiled
-pass. Both give the pipeline's decision with this score
-(``lifetime_policy.LifetimePolicy.place``; a test holds them equal).
+the level's cost is no longer dT alone. The lifetime scan counts a host's
+stranded time only once LAS's cost alone leaves the host in the running
+(``kernels._floored_lifetime_scan``, from ``kernel_input``), in the same
+pass; a test holds its decisions equal to the pipeline's (``score``).
 """
 
 from __future__ import annotations
@@ -48,62 +47,15 @@ import numpy as np
 
 from lavad.daemon.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
 from lavad.daemon.placement.framework import PlacementRequest
-from lavad.daemon.placement.kernels import _bestfit_score, _fits, _las_cost
 from lavad.daemon.placement.lifetime import (
     LAS_BUCKETS_S,
     LasTemporalCost,
     LifetimeTracker,
     Prediction,
 )
-from lavad.daemon.placement.waste import RequestMix, _added_waste, _present_weights, waste_costs
+from lavad.daemon.placement.strand_kernels import Stranding, present_weights, strands_count
+from lavad.daemon.placement.waste import RequestMix, waste_costs
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS
-
-
-@numba.njit(cache=True, nogil=True)
-def _host_time_count(
-    quantiles: FloatArray,
-    exits: FloatArray,
-    host: int,
-    now: float,
-    stranded: float,
-    buckets: FloatArray,
-) -> float:
-    """Sum over (VM quantile q, host remaining life r) of the LAS bucket of
-    max(q - r, 0) + stranded * min(q, r): LAS's count with the stranded host time added.
-
-    ``exits[host]`` are the host's exit times (its quantiles, or its point
-    exit); r = max(exit, now) - now, as LAS takes it.
-    """
-    n_buckets = len(buckets)
-    count = 0
-    for j in range(exits.shape[1]):
-        r = max(exits[host, j], now) - now
-        for k in range(len(quantiles)):
-            q = quantiles[k]
-            held = max(q - r, 0.0) + stranded * min(q, r)
-            b = 1
-            while b < n_buckets and buckets[b] <= held:
-                b += 1
-            count += b - 1
-    return float(count)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _strands_count(
-    added: float,
-    total: float,
-    weight: float,
-    quantiles: FloatArray,
-    exits: FloatArray,
-    host: int,
-    now: float,
-) -> float:
-    """``_host_time_count`` for a placement adding ``added`` waste (of ``total``
-    weighed resources), or -1 when it strands nothing more (or the host is unfit)."""
-    if added == np.inf or not added > 0.0:
-        return -1.0
-    stranded = weight * min(added / total, 1.0)
-    return _host_time_count(quantiles, exits, host, now, stranded, LAS_BUCKETS_S)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -114,197 +66,37 @@ def stranding_costs(
     present: np.ndarray,
     n_hosts: int,
     demand: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    quantiles: FloatArray,
-    exits: FloatArray,
-    now: float,
-    weight: float,
+    strand: Stranding,
     las: FloatArray,
+    now: float,
     scratch: FloatArray,
 ) -> None:
-    """Raise ``las[h]`` (each fitting host's LAS count) to its count with stranded host time
-    (the stranded fraction times ``weight``)."""
-    used = _present_weights(weights, present)
+    """Raise ``las[h]`` (each fitting host's LAS count) to its count with stranded host time."""
+    used = present_weights(strand[0], present)
     total = used.sum()
     if total <= 0.0:
         return
     waste_costs(
-        free, inv_capacity, unschedulable, n_hosts, demand, used, mean, minimal, FIT_TOLERANCE,
-        scratch,
+        free, inv_capacity, unschedulable, n_hosts, demand, used, strand[1], strand[2],
+        FIT_TOLERANCE, scratch,
     )  # fmt: skip
     for h in range(n_hosts):
         # Unfit hosts (inf) are the filters' business.
-        las[h] = max(las[h], _strands_count(scratch[h], total, weight, quantiles, exits, h, now))
-
-
-@numba.njit(cache=True, nogil=True)
-def ties_keep_cost(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    present: np.ndarray,
-    hosts: np.ndarray,
-    count: int,
-    demand: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    quantiles: FloatArray,
-    exits: FloatArray,
-    now: float,
-    weight: float,
-    cost: float,
-) -> bool:
-    """Whether each of ``hosts[:count]``, all at LAS count ``cost``, stays at ``cost``."""
-    used = _present_weights(weights, present)
-    total = used.sum()
-    if total <= 0.0:
-        return True
-    zero = np.zeros(free.shape[0])
-    for i in range(count):
-        h = hosts[i]
-        added = _added_waste(
-            free, h, demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
-        )
-        if _strands_count(added, total, weight, quantiles, exits, h, now) > cost:
-            return False
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def stranding_scan(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: np.ndarray,
-    present: np.ndarray,
-    n: int,
-    demand: FloatArray,
-    bestfit_weights: FloatArray,
-    waste_weights: FloatArray,
-    preference: FloatArray,
-    use_preference: bool,
-    host_exit: FloatArray,
-    now: float,
-    lifetime: float,
-    thresholds: FloatArray,
-    use_thresholds: bool,
-    host_q: FloatArray,
-    use_host_q: bool,
-    mean: FloatArray,
-    minimal: FloatArray,
-    quantiles: FloatArray,
-    exits: FloatArray,
-    weight: float,
-    ties: np.ndarray,
-    probe: int,
-) -> tuple[int, float, float, float]:
-    """The pipeline's decision with this score, in one pass: lexicographic in
-    (preference, LAS cost raised by stranded host time, Best Fit), each host
-    costed as ``kernels._floored_lifetime_scan`` costs it. ``probe`` (a host
-    that fits, or -1) is costed first: the best costs no more, so a host
-    whose preference or LAS cost alone is already above it, or above the
-    best so far, is skipped (its count can only raise its cost). Which host
-    is probed changes only the speed. Returns (count, best preference, best
-    cost, best Best Fit score) and the tied hosts, ascending, in ``ties``.
-    """
-    d0 = demand[0]
-    d1 = demand[1]
-    d2 = demand[2]
-    d3 = demand[3]
-    w0 = bestfit_weights[0] if present[0] else 0.0
-    w1 = bestfit_weights[1] if present[1] else 0.0
-    w2 = bestfit_weights[2] if present[2] else 0.0
-    w3 = bestfit_weights[3] if present[3] else 0.0
-    used = _present_weights(waste_weights, present)
-    total = used.sum()
-    zero = np.zeros(free.shape[0])
-    start = now + lifetime
-    best_p = np.inf
-    best_c = np.inf
-    best_s = np.inf
-    count = 0
-    # The probe's (preference, cost): an upper bound on the best's.
-    bound_p = np.inf
-    bound_c = np.inf
-    if (
-        0 <= probe < n
-        and not unschedulable[probe]
-        and _fits(free, probe, d0, d1, d2, d3, FIT_TOLERANCE)
-    ):
-        bound_p = preference[probe] if use_preference else 0.0
-        bound_c = _las_cost(
-            probe, host_exit, now, start, thresholds, use_thresholds, LAS_BUCKETS_S, host_q,
-            use_host_q, np.inf,
-        )  # fmt: skip
-        if total > 0.0:
-            added = _added_waste(
-                free, probe, demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
-            )
-            bound_c = max(
-                bound_c, _strands_count(added, total, weight, quantiles, exits, probe, now)
-            )
-    for h in range(n):
-        if unschedulable[h] or not _fits(free, h, d0, d1, d2, d3, FIT_TOLERANCE):
-            continue
-        p = preference[h] if use_preference else 0.0
-        if p > best_p or p > bound_p:
-            continue
-        cap = best_c if p == best_p else np.inf
-        if p == bound_p and bound_c < cap:
-            cap = bound_c
-        c = _las_cost(
-            h, host_exit, now, start, thresholds, use_thresholds, LAS_BUCKETS_S, host_q,
-            use_host_q, cap,
-        )  # fmt: skip
-        if c > cap:
-            continue
-        if total > 0.0:
-            added = _added_waste(
-                free, h, demand, zero, inv_capacity, used, mean, minimal, FIT_TOLERANCE
-            )
-            c = max(c, _strands_count(added, total, weight, quantiles, exits, h, now))
-            if c > cap:
-                continue
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        if p < best_p or c < best_c or score < best_s:
-            best_p = p
-            best_c = c
-            best_s = score
-            ties[0] = h
-            count = 1
-        elif score == best_s:
-            ties[count] = h
-            count += 1
-    return count, best_p, best_c, best_s
+        las[h] = max(las[h], strands_count(scratch[h], total, strand, h, now, np.inf))
 
 
 def warm_up_stranding() -> None:
     """Compile (or load from numba's cache) before the first placement is timed."""
     free = np.ones((N_RESOURCES, 1))
     present = np.ones(N_RESOURCES, dtype=np.bool_)
-    args = (np.zeros(N_RESOURCES), np.ones(N_RESOURCES), np.ones(N_RESOURCES))
-    minimal = np.zeros((1, N_RESOURCES))
-    quantiles = np.ones(1)
-    exits = np.ones((1, 1))
-    hosts = np.zeros(1, dtype=np.int64)
+    strand: Stranding = (
+        np.ones(N_RESOURCES), np.ones(N_RESOURCES), np.zeros((1, N_RESOURCES)), np.ones(1),
+        np.ones((1, 1)), LAS_BUCKETS_S, 1.0,
+    )  # fmt: skip
     stranding_costs(
-        free, free, np.zeros(1, dtype=np.bool_), present, 1, *args, minimal, quantiles,
-        exits, 0.0, 1.0, np.zeros(1), np.zeros(1),
+        free, free, np.zeros(1, dtype=np.bool_), present, 1, np.zeros(N_RESOURCES), strand,
+        np.zeros(1), 0.0, np.zeros(1),
     )  # fmt: skip
-    stranding_scan(
-        free, free, np.zeros(1, dtype=np.bool_), present, 1, args[0], args[1], args[1],
-        np.zeros(1),
-        False, np.zeros(1), 0.0, 1.0, np.zeros(0), False, np.zeros((0, 0)), False, args[2],
-        minimal, quantiles, exits, 1.0, hosts, -1,
-    )  # fmt: skip
-    ties_keep_cost(
-        free, free, present, hosts, 1, *args, minimal, quantiles, exits, 0.0, 1.0, 0.0,
-    )  # fmt: skip
-
-
-_NOTHING: FloatArray = np.zeros(0)
-_NO_QUANTILES: FloatArray = np.zeros((0, 0))
 
 
 class LasStrandingCost(LasTemporalCost):
@@ -360,13 +152,29 @@ class LasStrandingCost(LasTemporalCost):
             self._last_seen = seen
             self.mix.add(request.demand)
 
-    def _exits(self, cluster: ClusterState) -> FloatArray:
-        """Per host, its exit times as LAS costs it: (hosts, H) quantiles, or (hosts, 1)
-        the point exit (a host without VMs: -inf; the kernels clip at now).
+    def kernel_input(
+        self, request: PlacementRequest, prediction: Prediction, exits: FloatArray
+    ) -> Stranding | None:
+        """The ``Stranding`` the kernels count ``request``'s stranded host time with
+        (``prediction`` is its prediction; ``exits`` the hosts' exits as LAS costs them,
+        the array the scan reads and refreshes); None before the pool has a mix."""
+        mix = self.mix
+        if not mix.known:
+            return None
+        return (
+            self.weights,
+            mix.mean,
+            mix.minimal,
+            self._quantiles(request, prediction),
+            exits,
+            LAS_BUCKETS_S,
+            self.weight,
+        )
 
-        Called right after LAS costed every host (the scan, or LAS's own
-        score), which brought each host's quantiles up to date.
-        """
+    def scan_exits(self, cluster: ClusterState) -> FloatArray:
+        """Per host, its exit times as LAS costs them: (hosts, H) quantiles, or (hosts, 1)
+        the point exit (a host without VMs: -inf; the kernels clip at now). Not copies:
+        the scan reads each host's after bringing it up to date."""
         tracker = self.tracker
         n = cluster.n_hosts
         if self._by_host_quantiles:
@@ -379,15 +187,17 @@ class LasStrandingCost(LasTemporalCost):
     ) -> None:
         self.observe(request)
         super().score(cluster, request, out, scratch)
-        mix = self.mix
-        if not mix.known:
+        # LAS's own score just brought every host's quantiles up to date.
+        strand = self.kernel_input(
+            request, self.tracker.prediction_for(request), self.scan_exits(cluster)
+        )
+        if strand is None:
             return
         n = cluster.n_hosts
         if len(self._scratch) < n:
             self._scratch = np.zeros(max(n, 2 * len(self._scratch), 64))
         demand = self._demand
         demand[:] = request.demand
-        now = request.now
         stranding_costs(
             cluster.free,
             cluster.inv_capacity,
@@ -395,90 +205,8 @@ class LasStrandingCost(LasTemporalCost):
             cluster.resource_present,
             n,
             demand,
-            self.weights,
-            mix.mean,
-            mix.minimal,
-            self._quantiles(request, self.tracker.prediction_for(request)),
-            self._exits(cluster),
-            now,
-            self.weight,
+            strand,
             out,
-            self._scratch,
-        )
-
-    def ties_stand(
-        self,
-        cluster: ClusterState,
-        request: PlacementRequest,
-        prediction: Prediction,
-        hosts: np.ndarray,
-        count: int,
-        cost: float,
-    ) -> bool:
-        """Whether LAS's tied choice ``hosts[:count]`` (LAS cost ``cost``) costs the same here."""
-        mix = self.mix
-        if not mix.known:
-            return True
-        demand = self._demand
-        demand[:] = request.demand
-        return bool(
-            ties_keep_cost(
-                cluster.free,
-                cluster.inv_capacity,
-                cluster.resource_present,
-                hosts,
-                count,
-                demand,
-                self.weights,
-                mix.mean,
-                mix.minimal,
-                self._quantiles(request, prediction),
-                self._exits(cluster),
-                request.now,
-                self.weight,
-                cost,
-            )
-        )
-
-    def rescan(
-        self,
-        cluster: ClusterState,
-        request: PlacementRequest,
-        bestfit_weights: FloatArray,
-        preference: FloatArray | None,
-        host_exit: FloatArray,
-        prediction: Prediction,
-        ties: np.ndarray,
-    ) -> tuple[int, float, float, float]:
-        """``stranding_scan`` for ``request`` after LAS's scan costed every host
-        (its quantiles are current): the decision the pipeline would make."""
-        tracker = self.tracker
-        thresholds = prediction.thresholds
-        use_host_q = thresholds is not None and self._by_host_quantiles
-        n = cluster.n_hosts
-        return stranding_scan(
-            cluster.free,
-            cluster.inv_capacity,
-            cluster.unschedulable,
-            cluster.resource_present,
-            n,
-            self._demand,
-            bestfit_weights,
-            self.weights,
-            _NOTHING if preference is None else preference,
-            preference is not None,
-            host_exit,
             request.now,
-            prediction.lifetime_s,
-            _NOTHING if thresholds is None else thresholds,
-            thresholds is not None,
-            tracker.current_exit_quantiles(n) if use_host_q else _NO_QUANTILES,
-            use_host_q,
-            self.mix.mean,
-            self.mix.minimal,
-            self._quantiles(request, prediction),
-            self._exits(cluster),
-            self.weight,
-            ties,
-            int(ties[0]),
+            self._scratch,
         )

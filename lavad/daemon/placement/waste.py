@@ -46,6 +46,7 @@ import numpy as np
 
 from lavad.daemon.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
 from lavad.daemon.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
+from lavad.daemon.placement.strand_kernels import added_waste, present_weights
 
 Shape = tuple[float, float, float, float]
 
@@ -91,7 +92,7 @@ class RequestMix:
     def check_restored(self) -> None:
         """Raise ValueError if a restored mix could make the compiled score read past an array.
 
-        ``_waste`` indexes ``mean`` and ``minimal`` by resource without a
+        ``leftover_waste`` indexes ``mean`` and ``minimal`` by resource without a
         bounds check; a snapshot is checksummed, not signed.
         """
         for name, array, ndim in (("mean", self.mean, 1), ("minimal", self.minimal, 2)):
@@ -151,74 +152,6 @@ class RequestMix:
 
 
 @numba.njit(cache=True, nogil=True)
-def _waste(
-    free: FloatArray,
-    host: int,
-    demand: FloatArray,
-    inv_capacity: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    tolerance: float,
-) -> float:
-    """Stranded capacity (Best Fit's units) of host ``host``'s free vector minus ``demand``."""
-    n_resources = free.shape[0]
-    fits_any = False
-    for m in range(minimal.shape[0]):
-        fits = True
-        for r in range(n_resources):
-            if free[r, host] - demand[r] < minimal[m, r] - tolerance:
-                fits = False
-                break
-        if fits:
-            fits_any = True
-            break
-    total = 0.0
-    if not fits_any:
-        for r in range(n_resources):
-            if weights[r] > 0.0:
-                total += weights[r] * max(free[r, host] - demand[r], 0.0) * inv_capacity[r, host]
-        return total
-    fill = np.inf
-    for r in range(n_resources):
-        if mean[r] > 0.0:
-            fill = min(fill, max(free[r, host] - demand[r], 0.0) / mean[r])
-    for r in range(n_resources):
-        if weights[r] > 0.0:
-            left = max(free[r, host] - demand[r], 0.0) - fill * mean[r]
-            total += weights[r] * max(left, 0.0) * inv_capacity[r, host]
-    return total
-
-
-@numba.njit(cache=True, nogil=True)
-def _added_waste(
-    free: FloatArray,
-    host: int,
-    demand: FloatArray,
-    zero: FloatArray,
-    inv_capacity: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    tolerance: float,
-) -> float:
-    """``waste(free - demand) - waste(free)`` of one host."""
-    after = _waste(free, host, demand, inv_capacity, weights, mean, minimal, tolerance)
-    before = _waste(free, host, zero, inv_capacity, weights, mean, minimal, tolerance)
-    return after - before
-
-
-@numba.njit(cache=True, nogil=True)
-def _present_weights(weights: FloatArray, present: np.ndarray) -> FloatArray:
-    """The weights of the resources some host of the pool has (the others count 0)."""
-    used = np.zeros(weights.shape[0])
-    for r in range(weights.shape[0]):
-        if present[r]:
-            used[r] = weights[r]
-    return used
-
-
-@numba.njit(cache=True, nogil=True)
 def waste_costs(
     free: FloatArray,
     inv_capacity: FloatArray,
@@ -251,7 +184,7 @@ def waste_costs(
         if not fits:
             out[h] = np.inf
             continue
-        cost = _added_waste(free, h, demand, zero, inv_capacity, weights, mean, minimal, tolerance)
+        cost = added_waste(free, h, demand, zero, inv_capacity, weights, mean, minimal, tolerance)
         out[h] = cost
         best = min(best, cost)
     return best
@@ -293,7 +226,7 @@ def guard_keys(
     out: FloatArray,
 ) -> None:
     """``waste_costs`` then ``guard_levels`` in one call (one dispatch per placement)."""
-    used = _present_weights(weights, present)
+    used = present_weights(weights, present)
     best = waste_costs(
         free, inv_capacity, unschedulable, n_hosts, demand, used, mean, minimal, tolerance, out
     )
@@ -323,10 +256,10 @@ def all_within(
     Such a host is at level 0 whatever the best host adds (level 0 reaches
     max(best, 0) + step), so an unguarded choice among them stands.
     """
-    used = _present_weights(weights, present)
+    used = present_weights(weights, present)
     zero = np.zeros(free.shape[0])
     for i in range(count):
-        cost = _added_waste(
+        cost = added_waste(
             free, hosts[i], demand, zero, inv_capacity, used, mean, minimal, tolerance
         )
         if cost > step:
