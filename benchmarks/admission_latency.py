@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lavad.daemon.admission import ClusterModel, build_admission_policy
+from lavad.core.admission import ClusterModel, build_admission_policy
 from lavad.evaluation.admission import fit_samples, load_vm_events
 from lavad.models.deployments import DeploymentState
 from lavad.models.deployments.fit import fit_priors

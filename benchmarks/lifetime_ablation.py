@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from lavad.daemon.placement.registry import needs_true_lifetimes
+from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.settings import load_settings
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL

@@ -13,9 +13,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
-from lavad.daemon.migrations.config import MigrationsConfig, RollingConfig
-from lavad.daemon.placement.registry import validate_policy_args
+from lavad.core.engine import EngineConfig, HostShape, PoolSetup
+from lavad.core.migrations.config import MigrationsConfig, RollingConfig
+from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.replay import replay
 from lavad.evaluation.migrations import COMPARED
 from lavad.streams.adapters import open_trace

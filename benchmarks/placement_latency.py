@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest
-from lavad.daemon.placement.registry import build_policy, validate_policy_args
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest
+from lavad.core.placement.registry import build_policy, validate_policy_args
 
 HOST = (48.0, 192.0, 0.0, 0.0)
 

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from benchmarks.lifetime_ablation import CONFIG, parse_variant
-from lavad.daemon.placement.registry import needs_true_lifetimes
+from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon.replay import on_common_pool, replay
 from lavad.daemon.settings import HostSettings, load_settings
 from lavad.streams.adapters import open_trace

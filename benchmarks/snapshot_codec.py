@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from lavad.daemon.engine import Engine
+from lavad.core.engine import Engine
 from lavad.daemon.live.state_codec import default_registry, dumps, loads
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace

@@ -368,12 +368,12 @@ def configuration_page(tables: list[Table]) -> str:
 
 def registries() -> list[tuple[str, str, Any]]:
     """Every registry the configuration chooses from by name, as `lavad policies` lists them."""
-    from lavad.daemon.admission.registry import ADMISSION_POLICIES  # noqa: PLC0415
-    from lavad.daemon.limits.service import RECOMMENDER_REGISTRY  # noqa: PLC0415
-    from lavad.daemon.migrations.lifetimes import LIFETIME_SOURCES  # noqa: PLC0415
-    from lavad.daemon.migrations.orders import ORDERS  # noqa: PLC0415
-    from lavad.daemon.placement.lifetime import LIFETIME_MODELS  # noqa: PLC0415
-    from lavad.daemon.placement.registry import REGISTRY  # noqa: PLC0415
+    from lavad.core.admission.registry import ADMISSION_POLICIES  # noqa: PLC0415
+    from lavad.core.limits.service import RECOMMENDER_REGISTRY  # noqa: PLC0415
+    from lavad.core.migrations.lifetimes import LIFETIME_SOURCES  # noqa: PLC0415
+    from lavad.core.migrations.orders import ORDERS  # noqa: PLC0415
+    from lavad.core.placement.lifetime import LIFETIME_MODELS  # noqa: PLC0415
+    from lavad.core.placement.registry import REGISTRY  # noqa: PLC0415
 
     return [
         ("Placement policies", "policies.<name>", REGISTRY),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest, Policy
 from lavad.streams.schema import UsageSample, UsageStats
 
 

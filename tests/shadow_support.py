@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from lavad.daemon.engine import EngineConfig
+from lavad.core.engine import EngineConfig
 from lavad.daemon.settings import Settings, load_settings
 from lavad.daemon.shadow.placed import placed_events
 from lavad.streams.adapters import open_trace

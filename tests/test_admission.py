@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lavad.daemon.admission import (
+from lavad.core.admission import (
     AdmissionConfigError,
     AdmissionPolicy,
     ClusterModel,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lavad.daemon.admission import ZerothMoment
+from lavad.core.admission import ZerothMoment
 from lavad.evaluation.admission import (
     choose_capacity,
     fit_samples,

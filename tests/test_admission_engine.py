@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import PROJECT_ROOT
 
-from lavad.daemon.engine import Engine
+from lavad.core.engine import Engine
 from lavad.daemon.settings import ConfigError, load_settings
 from lavad.streams.schema import (
     Admission,

@@ -10,11 +10,11 @@ from gpa_support import cpu_sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
+from lavad.core.engine import Engine, EngineConfig, PoolSetup
+from lavad.core.migrations.config import MigrationsConfig
+from lavad.core.migrations.relief import ReliefConfig
+from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.migrations.config import MigrationsConfig
-from lavad.daemon.migrations.relief import ReliefConfig
-from lavad.daemon.placement.registry import validate_policy_args
 from lavad.daemon.settings import ConfigError, load_settings
 from lavad.models.usage.drift import CusumDrift, DriftConfig
 from lavad.models.usage.moments import CPU, UsageMoments

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
-from lavad.daemon.placement.registry import validate_policy_args
+from lavad.core.engine import Engine, EngineConfig, PoolSetup
+from lavad.core.placement.registry import validate_policy_args
 from lavad.streams.schema import (
     DeploymentArrival,
     HostDown,

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
-from lavad.daemon.input_bounds import InputBounds, PoolNames
-from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
-from lavad.daemon.migrations.config import MigrationsConfig
-from lavad.daemon.placement.registry import validate_policy_args
+from lavad.core.cluster import ClusterState
+from lavad.core.engine import Engine, EngineConfig, PoolSetup
+from lavad.core.input_bounds import InputBounds, PoolNames
+from lavad.core.metrics.pool import MetricsConfig, PoolMetrics
+from lavad.core.migrations.config import MigrationsConfig
+from lavad.core.placement.registry import validate_policy_args
 from lavad.streams import ids
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord, encode
@@ -115,8 +115,8 @@ def test_the_poison_pill_replay_finishes_and_dead_letters_the_absurd_record(
 def test_a_quiet_gap_of_any_length_costs_two_samples() -> None:
     """Metrics over a gap of 1e12 s: bounded work, and the weights count every hour."""
     code = """
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.metrics.pool import MetricsConfig, PoolMetrics
+from lavad.core.cluster import ClusterState
+from lavad.core.metrics.pool import MetricsConfig, PoolMetrics
 import numpy as np
 cluster = ClusterState()
 cluster.add_host("h", (8.0, 8.0, 0.0, 0.0))

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lavad.daemon.cluster import FIT_TOLERANCE
-from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
-from lavad.daemon.metrics.pool import MetricsConfig
-from lavad.daemon.placement.registry import REGISTRY, validate_policy_args
+from lavad.core.cluster import FIT_TOLERANCE
+from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.core.metrics.pool import MetricsConfig
+from lavad.core.placement.registry import REGISTRY, validate_policy_args
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import Placement, Reprediction, VmExit, VmRequest
 

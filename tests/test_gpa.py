@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from gpa_support import cpu_sample, place_and_book
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.gpa import (
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.gpa import (
     UsageHooks,
     gpa_fits,
     overflow_probability,
     quantile_factor,
     standardized_headroom,
 )
-from lavad.daemon.placement.registry import PolicyConfigError, build_policy, validate_policy_args
+from lavad.core.placement.registry import PolicyConfigError, build_policy, validate_policy_args
 from lavad.evaluation.gpa_sweep import (
     ObservedStats,
     load_usage_series,

@@ -10,10 +10,10 @@ from gpa_support import cpu_sample, place_and_book
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Policy
-from lavad.daemon.placement.gpa import UsageHooks, quantile_factor
-from lavad.daemon.placement.registry import PolicyConfigError, build_policy, validate_policy_args
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import Policy
+from lavad.core.placement.gpa import UsageHooks, quantile_factor
+from lavad.core.placement.registry import PolicyConfigError, build_policy, validate_policy_args
 from lavad.evaluation.gpa_tail import EmpiricalFitTest, TailFitTest, task_cumulants
 from lavad.evaluation.stochastic_packing import GpaFitTest, pack
 from lavad.models.usage.hosts import HostUsage, UsagePrior

@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.kernels import compiled_lifetime_scan, compiled_remaining_quantiles
-from lavad.daemon.placement.lifetime import (
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.kernels import compiled_lifetime_scan, compiled_remaining_quantiles
+from lavad.core.placement.lifetime import (
     LAS_BUCKETS_S,
     LifetimeSettings,
     LifetimeTracker,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import PlacementRequest
-from lavad.daemon.placement.lava import (
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import PlacementRequest
+from lavad.core.placement.lava import (
     NO_CLASS,
     HostPhase,
     LavaHosts,
@@ -19,7 +19,7 @@ from lavad.daemon.placement.lava import (
     lifetime_class,
     preference_cost,
 )
-from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
+from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 

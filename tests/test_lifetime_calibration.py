@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from lavad.core.placement.lifetime import LIFETIME_MODELS, LifetimeSettings
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.placement.lifetime import LIFETIME_MODELS, LifetimeSettings
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import RAW_SHARE, SurvivalCalibrator
 from lavad.models.lifetime.grouped import GroupedLifeTables

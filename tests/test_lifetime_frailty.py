@@ -11,9 +11,9 @@ from support import PROJECT_ROOT
 from test_lifetime_no_oracle_leak import _replay
 from typer.testing import CliRunner
 
+from lavad.core.placement.lifetime import LIFETIME_MODELS, LifetimeSettings
 from lavad.daemon.cli import app
 from lavad.daemon.live import state_codec
-from lavad.daemon.placement.lifetime import LIFETIME_MODELS, LifetimeSettings
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibrated import CalibratedLifeTables
 from lavad.models.lifetime.calibration import SurvivalCalibrator

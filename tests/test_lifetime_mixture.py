@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from test_lifetime_no_oracle_leak import _replay
 
+from lavad.core.placement.lifetime import LIFETIME_MODELS, LifetimeSettings
 from lavad.daemon.live import state_codec
-from lavad.daemon.placement.lifetime import LIFETIME_MODELS, LifetimeSettings
 from lavad.evaluation.lifetime import evaluate_lifetime_model
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, LEVELS

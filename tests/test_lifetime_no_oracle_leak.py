@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest
-from lavad.daemon.placement.lava import LavaHosts
-from lavad.daemon.placement.lifetime import LifetimeTracker
-from lavad.daemon.placement.registry import (
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest
+from lavad.core.placement.lava import LavaHosts
+from lavad.core.placement.lifetime import LifetimeTracker
+from lavad.core.placement.registry import (
     PolicyConfigError,
     build_policy,
     validate_policy_args,

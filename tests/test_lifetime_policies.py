@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import PlacementRequest
-from lavad.daemon.placement.lifetime import (
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import PlacementRequest
+from lavad.core.placement.lifetime import (
     LaBinaryClass,
     LifetimeSettings,
     LifetimeTracker,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import PlacementRequest
-from lavad.daemon.placement.lifetime import (
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import PlacementRequest
+from lavad.core.placement.lifetime import (
     LasTemporalCost,
     LifetimeSettings,
     LifetimeTracker,
@@ -15,7 +15,7 @@ from lavad.daemon.placement.lifetime import (
     expected_cost_counts,
     temporal_cost,
 )
-from lavad.daemon.placement.registry import PolicyConfigError, validate_policy_args
+from lavad.core.placement.registry import PolicyConfigError, validate_policy_args
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.survival import (
     creation_quantiles,

@@ -13,20 +13,20 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest, PlacementResult
-from lavad.daemon.placement.kernels import (
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest, PlacementResult
+from lavad.core.placement.kernels import (
     Direct,
     _count_exceeds,
     compiled_lava_preference,
     compiled_lifetime_scan,
     warm_up_lifetime,
 )
-from lavad.daemon.placement.lava import preference_cost
-from lavad.daemon.placement.lifetime import LAS_BUCKETS_S
-from lavad.daemon.placement.lifetime_policy import LifetimePolicy
-from lavad.daemon.placement.registry import build_policy, validate_policy_args
-from lavad.daemon.placement.strand_kernels import no_stranding
+from lavad.core.placement.lava import preference_cost
+from lavad.core.placement.lifetime import LAS_BUCKETS_S
+from lavad.core.placement.lifetime_policy import LifetimePolicy
+from lavad.core.placement.registry import build_policy, validate_policy_args
+from lavad.core.placement.strand_kernels import no_stranding
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 

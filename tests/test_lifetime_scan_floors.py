@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest, PlacementResult
-from lavad.daemon.placement.lifetime_policy import LifetimePolicy
-from lavad.daemon.placement.registry import build_policy, validate_policy_args
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest, PlacementResult
+from lavad.core.placement.lifetime_policy import LifetimePolicy
+from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.streams.schema import VmRequest
 
 SHAPES = [(1.0, 2.0), (2.0, 4.0), (4.0, 16.0), (8.0, 32.0)]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lavad.daemon.placement.kernels import (
+from lavad.core.placement.kernels import (
     HEAD,
     HOLDER,
     HOST,
@@ -38,7 +38,7 @@ from lavad.daemon.placement.kernels import (
     _refreshed_lifetime_scan,
     warm_up_lifetime,
 )
-from lavad.daemon.placement.strand_kernels import no_stranding
+from lavad.core.placement.strand_kernels import no_stranding
 
 HOSTS = 40
 ROWS = 6

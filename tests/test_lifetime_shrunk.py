@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables

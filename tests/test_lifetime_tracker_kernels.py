@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lavad.daemon.cluster import ClusterState, VmRecord
-from lavad.daemon.placement.framework import PlacementRequest
-from lavad.daemon.placement.kernels import (
+from lavad.core.cluster import ClusterState, VmRecord
+from lavad.core.placement.framework import PlacementRequest
+from lavad.core.placement.kernels import (
     HEAD,
     HOLDER,
     HOST,
@@ -30,8 +30,8 @@ from lavad.daemon.placement.kernels import (
     rebuild_host_exits,
     warm_up_lifetime,
 )
-from lavad.daemon.placement.kernels import _leave_host as leave_host
-from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker
+from lavad.core.placement.kernels import _leave_host as leave_host
+from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.grouped import (

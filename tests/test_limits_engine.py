@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from support import PROJECT_ROOT
 
-from lavad.daemon.engine import Engine
-from lavad.daemon.limits.service import LimitsConfig
+from lavad.core.engine import Engine
+from lavad.core.limits.service import LimitsConfig
+from lavad.core.placement.gpa import UsageHooks
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.settings import ConfigError, load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord

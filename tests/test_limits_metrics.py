@@ -1,4 +1,4 @@
-"""The capped usage stores' evictions (daemon/metrics/limits.py) as Prometheus counters."""
+"""The capped usage stores' evictions (core/metrics/limits.py) as Prometheus counters."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry
 from support import PROJECT_ROOT
 
-from lavad.daemon.engine import Engine
-from lavad.daemon.limits.service import LimitsConfig
+from lavad.core.engine import Engine
+from lavad.core.limits.service import LimitsConfig
+from lavad.core.placement.gpa import UsageHooks
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.live.telemetry import EvictionMetrics, Telemetry
-from lavad.daemon.placement.gpa import UsageHooks
 from lavad.daemon.settings import load_settings
 from lavad.streams.schema import HostUp, UsageSample, UsageStats, VmPlaced
 

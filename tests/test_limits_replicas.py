@@ -10,8 +10,8 @@ import pytest
 from replicas_support import SLICES, link_slices, slice_events, slice_of
 from support import PROJECT_ROOT
 
-from lavad.daemon.engine import Engine, EngineConfig
-from lavad.daemon.limits.service import LimitsConfig
+from lavad.core.engine import Engine, EngineConfig
+from lavad.core.limits.service import LimitsConfig
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.settings import ConfigError, load_settings
 from lavad.models.limits.horizontal import HorizontalConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from live_support import AZURE_SLICE, PROJECT_ROOT
 
-from lavad.daemon.engine import Engine
+from lavad.core.engine import Engine
 from lavad.daemon.live.shell import live_engine_config
 from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
 from lavad.daemon.live.watermark import Watermark

@@ -7,10 +7,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
-from lavad.daemon.metrics.pool import MetricsConfig
-from lavad.daemon.metrics.stranding import inflate
-from lavad.daemon.placement.registry import validate_policy_args
+from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.core.metrics.pool import MetricsConfig
+from lavad.core.metrics.stranding import inflate
+from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.replay import ReplayResult, on_common_pool
 from lavad.streams.schema import VmExit, VmRequest
 

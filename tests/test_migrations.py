@@ -10,21 +10,21 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from lavad.daemon.cli import app
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.engine import Engine, EngineConfig, HostShape, PoolSetup
-from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.migrations.config import (
+from lavad.core.cluster import ClusterState
+from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.core.migrations.config import (
     DefragConfig,
     LifetimeSource,
     MigrationsConfig,
     OrderName,
     RollingConfig,
 )
-from lavad.daemon.migrations.orders import Queued, RandomOrder
-from lavad.daemon.migrations.triggers import RollingDrains, choose_hosts_to_drain
-from lavad.daemon.placement.framework import UniformDraws
-from lavad.daemon.placement.registry import validate_policy_args
+from lavad.core.migrations.orders import Queued, RandomOrder
+from lavad.core.migrations.triggers import RollingDrains, choose_hosts_to_drain
+from lavad.core.placement.framework import UniformDraws
+from lavad.core.placement.registry import validate_policy_args
+from lavad.daemon.cli import app
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.replay import ReplayResult, replay
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.adapters import open_trace

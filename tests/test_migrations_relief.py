@@ -10,12 +10,10 @@ import pytest
 from gpa_support import cpu_sample
 from typer.testing import CliRunner
 
-from lavad.daemon.cli import app
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
-from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.migrations.config import DefragConfig, MigrationsConfig
-from lavad.daemon.migrations.relief import (
+from lavad.core.cluster import ClusterState
+from lavad.core.engine import Engine, EngineConfig, PoolSetup
+from lavad.core.migrations.config import DefragConfig, MigrationsConfig
+from lavad.core.migrations.relief import (
     MIN_OVERFLOWS,
     OverflowEvidence,
     ReliefConfig,
@@ -27,9 +25,11 @@ from lavad.daemon.migrations.relief import (
     plan_relief,
     promise_rejected,
 )
-from lavad.daemon.migrations.relief_rule import overflow_thresholds
-from lavad.daemon.placement.gpa import UsageHooks
-from lavad.daemon.placement.registry import build_policy, validate_policy_args
+from lavad.core.migrations.relief_rule import overflow_thresholds
+from lavad.core.placement.gpa import UsageHooks
+from lavad.core.placement.registry import build_policy, validate_policy_args
+from lavad.daemon.cli import app
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.settings import ConfigError, check_live_settings, load_settings
 from lavad.evaluation.gpa_react import RunningCumulants, react
 from lavad.evaluation.gpa_tail import task_cumulants

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import PlacementRequest
-from lavad.daemon.placement.gpa import UsageHooks
-from lavad.daemon.placement.lava import NO_CLASS, HostPhase, LavaHosts, LavaPreference
-from lavad.daemon.placement.lifetime import LifetimeSettings, LifetimeTracker
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import PlacementRequest
+from lavad.core.placement.gpa import UsageHooks
+from lavad.core.placement.lava import NO_CLASS, HostPhase, LavaHosts, LavaPreference
+from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker
 from lavad.models.lifetime.features import LEVELS, ORACLE_FEATURE
 from lavad.models.usage.hosts import HostUsage, UsagePrior
 from lavad.models.usage.moments import CPU, UsageMoments

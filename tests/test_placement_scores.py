@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest, Unfit
-from lavad.daemon.placement.registry import build_policy, validate_policy_args
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest, Unfit
+from lavad.core.placement.registry import build_policy, validate_policy_args
 
 
 def _cluster(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest
-from lavad.daemon.placement.registry import REGISTRY, build_policy, validate_policy_args
+from lavad.core.cluster import FIT_TOLERANCE, ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest
+from lavad.core.placement.registry import REGISTRY, build_policy, validate_policy_args
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 

@@ -7,24 +7,24 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from lavad.daemon.admission.registry import ADMISSION_POLICIES
-from lavad.daemon.limits.service import RECOMMENDER_REGISTRY, RECOMMENDERS, RecommenderFactory
-from lavad.daemon.migrations.config import LifetimeSource, OrderName
-from lavad.daemon.migrations.lifetimes import (
+from lavad.core.admission.registry import ADMISSION_POLICIES
+from lavad.core.limits.service import RECOMMENDER_REGISTRY, RECOMMENDERS, RecommenderFactory
+from lavad.core.migrations.config import LifetimeSource, OrderName
+from lavad.core.migrations.lifetimes import (
     LIFETIME_SOURCES,
     NoLifetimes,
     OracleLifetimes,
     OwnLifetimes,
 )
-from lavad.daemon.migrations.orders import (
+from lavad.core.migrations.orders import (
     ORDERS,
     ArrivalOrder,
     LongestRemainingFirst,
     RandomOrder,
     ShortestRemainingFirst,
 )
-from lavad.daemon.placement.framework import UniformDraws
-from lavad.daemon.registry import Entry, Registry, RegistryError
+from lavad.core.placement.framework import UniformDraws
+from lavad.core.registry import Entry, Registry, RegistryError
 from lavad.daemon.settings import AdmissionSettings
 from lavad.models.limits.choice import ChoiceRecommender
 from lavad.models.limits.ml import MlRecommender

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from live_support import AZURE_SLICE, PROJECT_ROOT
 
-from lavad.daemon.cluster import ClusterState
-from lavad.daemon.engine import Engine
+from lavad.core.cluster import ClusterState
+from lavad.core.engine import Engine
+from lavad.core.placement.kernels import HEAD, HOLDER, HOST, NEXT_ON_HOST, PREV_ON_HOST, ROW
+from lavad.core.placement.lifetime import LifetimeTracker
+from lavad.core.placement.tracker_state import check_tracker_state
 from lavad.daemon.live.state_codec import Registry, StateCodecError, dumps, loads
-from lavad.daemon.placement.kernels import HEAD, HOLDER, HOST, NEXT_ON_HOST, PREV_ON_HOST, ROW
-from lavad.daemon.placement.lifetime import LifetimeTracker
-from lavad.daemon.placement.tracker_state import check_tracker_state
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lavad.daemon.input_bounds import InputBounds, PoolNames
+from lavad.core.input_bounds import InputBounds, PoolNames
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import ConfigError, check_live_settings, load_settings
 

@@ -201,7 +201,7 @@ def test_a_snapshot_restores_both_sides(tmp_path: Path) -> None:
 
 def test_a_plain_engines_snapshot_is_not_a_shadow_one() -> None:
     config = engine_config(fixed_pool_settings(), "lava")
-    from lavad.daemon.engine import Engine  # noqa: PLC0415
+    from lavad.core.engine import Engine  # noqa: PLC0415
 
     assert ShadowEngine(config).fingerprint != Engine(config).fingerprint
 
@@ -301,7 +301,7 @@ def test_timer_decisions_on_an_events_time_come_out_in_one_order(shared_data: Pa
     before it in a replay: found by the dev split's shadow run over Kafka."""
     import itertools  # noqa: PLC0415
 
-    from lavad.daemon.engine import Engine  # noqa: PLC0415
+    from lavad.core.engine import Engine  # noqa: PLC0415
     from lavad.streams.codec import BadRecord  # noqa: PLC0415
 
     config = engine_config(fixed_pool_settings(hosts=950), "lava")

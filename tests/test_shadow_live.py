@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from shadow_support import engine_config, firstfit_stream, fixed_pool_settings
 
-from lavad.daemon.engine import Engine
+from lavad.core.engine import Engine
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.shadow.engine import ShadowEngine
 from lavad.daemon.shadow.live import (

@@ -18,7 +18,9 @@ import orjson
 import pytest
 from live_support import AZURE_SLICE, PROJECT_ROOT
 
-from lavad.daemon.engine import Engine, HostShape, PoolRuntime
+from lavad.core.engine import Engine, HostShape, PoolRuntime
+from lavad.core.migrations.lifetimes import PolicyLifetimes
+from lavad.core.placement.lava import HostPhase, LavaHosts
 from lavad.daemon.live.snapshots import (
     SNAPSHOT_FORMAT,
     SNAPSHOT_VERSION,
@@ -27,8 +29,6 @@ from lavad.daemon.live.snapshots import (
     SnapshotStore,
 )
 from lavad.daemon.live.state_codec import StateCodecError, dumps, loads
-from lavad.daemon.migrations.lifetimes import PolicyLifetimes
-from lavad.daemon.placement.lava import HostPhase, LavaHosts
 from lavad.daemon.settings import Settings, load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord, encode
@@ -245,12 +245,12 @@ CRAFTED = [
     (
         [
             "D",
-            {"east": ["o", "lavad.daemon.engine.HostShape", {"__class__": ["T", "builtins.str"]}]},
+            {"east": ["o", "lavad.core.engine.HostShape", {"__class__": ["T", "builtins.str"]}]},
         ],
         "field name '__class__' refused",
     ),
     (
-        ["D", {"east": ["o", "lavad.daemon.engine.HostShape", {"colour": 1}]}],
+        ["D", {"east": ["o", "lavad.core.engine.HostShape", {"colour": 1}]}],
         "HostShape has no field 'colour'",
     ),
     # Arrays of Python objects (np.load's pickle path) and bytes past the end.
@@ -285,7 +285,7 @@ def test_a_garbage_body_is_refused(body: bytes, tmp_path: Path) -> None:
 
 def test_a_body_that_is_not_pools_is_refused(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path, "group")
-    _write(store, _codec_body(["D", {"east": ["o", "lavad.daemon.engine.HostShape", {}]}]))
+    _write(store, _codec_body(["D", {"east": ["o", "lavad.core.engine.HostShape", {}]}]))
     with pytest.raises(SnapshotError, match="does not match its header"):
         store.load(0, "f")
 

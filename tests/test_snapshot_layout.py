@@ -32,12 +32,12 @@ import orjson
 import pytest
 from support import PROJECT_ROOT
 
-from lavad.daemon.engine import Engine
-from lavad.daemon.limits.service import RECOMMENDER_REGISTRY, LimitsConfig
+from lavad.core.engine import Engine
+from lavad.core.limits.service import RECOMMENDER_REGISTRY, LimitsConfig
+from lavad.core.placement.lifetime import LIFETIME_MODELS
+from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.live.snapshots import SNAPSHOT_LAYOUT, SNAPSHOT_VERSION
 from lavad.daemon.live.state_codec import Registry, default_registry
-from lavad.daemon.placement.lifetime import LIFETIME_MODELS
-from lavad.daemon.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.settings import Settings, load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from lavad.daemon.engine import Engine
+from lavad.core.engine import Engine
 from lavad.daemon.live.snapshot_topic import TopicSnapshotStore, snapshot_store
 from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
 from lavad.daemon.live.state_codec import dumps, loads

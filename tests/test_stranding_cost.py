@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState
-from lavad.daemon.placement.framework import Placed, PlacementRequest, Policy
-from lavad.daemon.placement.lifetime import LAS_BUCKETS_S, LifetimeTracker
-from lavad.daemon.placement.registry import build_policy, validate_policy_args
-from lavad.daemon.placement.strand_kernels import host_time_count
-from lavad.daemon.placement.waste import RequestMix, waste_costs
+from lavad.core.cluster import FIT_TOLERANCE, ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest, Policy
+from lavad.core.placement.lifetime import LAS_BUCKETS_S, LifetimeTracker
+from lavad.core.placement.registry import build_policy, validate_policy_args
+from lavad.core.placement.strand_kernels import host_time_count
+from lavad.core.placement.waste import RequestMix, waste_costs
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lavad.daemon.cluster import FIT_TOLERANCE, ClusterState
+from lavad.core.cluster import FIT_TOLERANCE, ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest
+from lavad.core.placement.registry import build_policy, validate_policy_args
+from lavad.core.placement.waste import RequestMix, WasteGuard, waste_costs
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.placement.framework import Placed, PlacementRequest
-from lavad.daemon.placement.registry import build_policy, validate_policy_args
-from lavad.daemon.placement.waste import RequestMix, WasteGuard, waste_costs
 
 # Hosts of 32 cores and 128 GiB. The mix: three requests of (1, 2) and one of
 # (4, 32), so its mean is m = ((3 + 4) / 4, (6 + 32) / 4) = (1.75, 9.5) and

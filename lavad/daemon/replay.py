@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from lavad.daemon.engine import Engine, EngineConfig
-from lavad.daemon.placement.kernels import warm_up
+from lavad.core.engine import Engine, EngineConfig
+from lavad.core.placement.kernels import warm_up
 from lavad.streams.codec import BadRecord, encode
 from lavad.streams.schema import Decision, Event
 

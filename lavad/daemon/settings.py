@@ -41,15 +41,15 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from lavad.daemon.admission.registry import AdmissionConfigError, validate_admission_args
-from lavad.daemon.admission.service import AdmissionConfig
-from lavad.daemon.config_errors import first_error
-from lavad.daemon.engine import EngineConfig, HostShape, PoolSetup
-from lavad.daemon.input_bounds import InputBounds, PoolNames
-from lavad.daemon.limits.service import LimitsConfig
-from lavad.daemon.metrics.pool import MetricsConfig
-from lavad.daemon.migrations.config import MigrationsConfig
-from lavad.daemon.placement.registry import (
+from lavad.core.admission.registry import AdmissionConfigError, validate_admission_args
+from lavad.core.admission.service import AdmissionConfig
+from lavad.core.config_errors import first_error
+from lavad.core.engine import EngineConfig, HostShape, PoolSetup
+from lavad.core.input_bounds import InputBounds, PoolNames
+from lavad.core.limits.service import LimitsConfig
+from lavad.core.metrics.pool import MetricsConfig
+from lavad.core.migrations.config import MigrationsConfig
+from lavad.core.placement.registry import (
     REGISTRY,
     PolicyArgs,
     PolicyConfigError,

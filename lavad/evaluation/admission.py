@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from lavad.daemon.admission import AdmissionPolicy, ZerothMoment, build_admission_policy
+from lavad.core.admission import AdmissionPolicy, ZerothMoment, build_admission_policy
 from lavad.evaluation.admission_replay import (
     EXIT,
     REQUEST,

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lavad.daemon.admission.cluster import PAPER_HORIZONS_S, ClusterModel, LookaheadGrid
-from lavad.daemon.admission.policies import AdmissionDecision, AdmissionPolicy
+from lavad.core.admission.cluster import PAPER_HORIZONS_S, ClusterModel, LookaheadGrid
+from lavad.core.admission.policies import AdmissionDecision, AdmissionPolicy
 from lavad.models.deployments import DeploymentPriors
 
 REQUEST = 1

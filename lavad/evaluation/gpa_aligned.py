@@ -49,8 +49,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from lavad.daemon.cluster import FloatArray
-from lavad.daemon.migrations.relief import ReliefConfig
+from lavad.core.cluster import FloatArray
+from lavad.core.migrations.relief import ReliefConfig
 from lavad.evaluation.gpa_react import react
 from lavad.evaluation.gpa_sweep import (
     PAPER_AV_FACTORS,

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from lavad.daemon.cluster import FloatArray
+from lavad.core.cluster import FloatArray
 from lavad.daemon.console import out
 from lavad.evaluation.gpa_aligned import DAY_STEPS, _windows
 from lavad.evaluation.river_lifetime import river_module

@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from lavad.daemon.console import out
-from lavad.daemon.engine import Engine, EngineConfig, PoolSetup
-from lavad.daemon.migrations.config import MigrationsConfig
-from lavad.daemon.migrations.relief_rule import ReliefConfig
-from lavad.daemon.placement.gpa import UsageHooks
-from lavad.daemon.placement.registry import validate_policy_args
+from lavad.core.engine import Engine, EngineConfig, PoolSetup
+from lavad.core.migrations.config import MigrationsConfig
+from lavad.core.migrations.relief_rule import ReliefConfig
+from lavad.core.placement.gpa import UsageHooks
+from lavad.core.placement.registry import validate_policy_args
 from lavad.models.usage.drift import DriftConfig
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import HostUp, Migration, UsageSample, VmRequest

@@ -1,7 +1,7 @@
 """GPA that reacts: the time-aligned future played out with the live relief rule.
 
 ``gpa-online rho`` packs the future once and never moves a VM. A live pool
-can: ``daemon/migrations/relief.py`` relieves a host whose realised
+can: ``core/migrations/relief.py`` relieves a host whose realised
 overflows reject its promise. ``gpa-react rho`` packs like gpa-online, then
 steps through the future in time order, one 300 s step a window:
 
@@ -34,15 +34,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lavad.daemon.cluster import FloatArray
-from lavad.daemon.migrations.relief import (
+from lavad.core.cluster import FloatArray
+from lavad.core.migrations.relief import (
     OverflowEvidence,
     ReliefConfig,
     TailFit,
     new_host_indices,
     plan_relief,
 )
-from lavad.daemon.placement.gpa import quantile_factor
+from lavad.core.placement.gpa import quantile_factor
 from lavad.evaluation.stochastic_packing import RELATIVE_TOLERANCE, Packing
 from lavad.models.usage.drift import CusumDrift, DriftConfig
 from lavad.models.usage.margin import HostWindow, TailCalibration

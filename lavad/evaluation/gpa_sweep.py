@@ -37,7 +37,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
-from lavad.daemon.cluster import FloatArray, IntArray
+from lavad.core.cluster import FloatArray, IntArray
 from lavad.evaluation.stochastic_packing import (
     FitTest,
     GpaFitTest,

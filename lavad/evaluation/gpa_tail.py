@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lavad.daemon.cluster import BoolArray, FloatArray
-from lavad.daemon.placement.gpa import gpa_fits, quantile_factor, standardized_headroom
+from lavad.core.cluster import BoolArray, FloatArray
+from lavad.core.placement.gpa import gpa_fits, quantile_factor, standardized_headroom
 from lavad.evaluation.stochastic_packing import (
     RELATIVE_TOLERANCE,
     GpaFitTest,

@@ -7,7 +7,7 @@ pool needed plus ``headroom``: a defragmenter needs room to move VMs to):
 * **Same drains** (the paper's section 5.1 protocol). One replay in which
   the defragmentation trigger drains hosts and the arrival order acts,
   while every compared order (``COMPARED``) runs beside it on the same
-  drains and the same exits (``daemon/migrations/shadow.py``): the drains
+  drains and the same exits (``core/migrations/shadow.py``): the drains
   are fixed and only the order changes, as in the paper ("LARS does not
   affect which hosts are picked"). Counted: migrations, VMs that exited
   before their turn, and the reduction against each baseline order.
@@ -33,14 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from lavad.daemon.engine import EngineConfig, PoolSetup
-from lavad.daemon.migrations.config import (
+from lavad.core.engine import EngineConfig, PoolSetup
+from lavad.core.migrations.config import (
     DefragConfig,
     LifetimeSource,
     OrderName,
     RollingConfig,
 )
-from lavad.daemon.placement.registry import validate_policy_args
+from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.replay import ReplayResult, replay
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import Event

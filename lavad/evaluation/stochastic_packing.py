@@ -30,8 +30,8 @@ from typing import Final, Protocol
 
 import numpy as np
 
-from lavad.daemon.cluster import BoolArray, FloatArray, IntArray
-from lavad.daemon.placement.gpa import gpa_fits, quantile_factor, standardized_headroom
+from lavad.core.cluster import BoolArray, FloatArray, IntArray
+from lavad.core.placement.gpa import gpa_fits, quantile_factor, standardized_headroom
 
 # Loads are sums of floats; a bin filled exactly to c must still fit.
 RELATIVE_TOLERANCE: Final = 1e-9

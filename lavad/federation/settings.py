@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lavad.daemon.config_errors import first_error
+from lavad.core.config_errors import first_error
 from lavad.daemon.settings import ConfigError, KafkaSettings
 from lavad.federation.fairness import Shares
 

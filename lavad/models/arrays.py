@@ -1,6 +1,6 @@
 """Array types shared by the models and the daemon.
 
-Here, not in ``daemon/cluster.py``, so that the models depend on nothing of
+Here, not in ``core/cluster.py``, so that the models depend on nothing of
 the daemon: the daemon imports the models, never the other way round.
 """
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from lavad.daemon.engine import Engine
+from lavad.core.engine import Engine
 from lavad.daemon.live.parsed_records import FetchedRecord
 from lavad.daemon.live.partitions import OwnedPartition, Partitions
 from lavad.daemon.live.publisher import Outgoing

@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 from aiokafka import TopicPartition
 
-from lavad.daemon.engine import Engine
+from lavad.core.engine import Engine
 from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStorage
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark

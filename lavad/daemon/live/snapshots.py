@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from lavad.daemon.engine import PoolRuntime
+from lavad.core.engine import PoolRuntime
 from lavad.daemon.live.state_codec import StateCodecError, dumps, loads
 
 SNAPSHOT_FORMAT = "lavad.partition-snapshot"
@@ -45,12 +45,13 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # 8: lifetime policies keep their waste guard (None when off) and its levels buffer
 # (a v7 pool would fail at its first placement); 9: lifetime policies keep their
 # stranding cost (None when off) and LAS may be its subclass with the pool's
-# request mix (a v8 pool would fail at its first placement)
-SNAPSHOT_VERSION = 9
+# request mix (a v8 pool would fail at its first placement); 10: the decision
+# core's classes live in lavad.core (a v9 snapshot names them under lavad.daemon)
+SNAPSHOT_VERSION = 10
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "e28d0716646a5e19"
+SNAPSHOT_LAYOUT = "088cf469487516eb"
 
 
 class SnapshotError(Exception):

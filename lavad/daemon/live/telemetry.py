@@ -12,11 +12,11 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
 
-from lavad.daemon.engine import PoolRuntime
+from lavad.core.engine import PoolRuntime
 from lavad.daemon.live.batch_histogram import BatchHistogram
-from lavad.daemon.metrics.limits import eviction_counts
-from lavad.daemon.metrics.pool import CORES, MEMORY
-from lavad.daemon.placement.gpa import UsageHooks
+from lavad.core.metrics.limits import eviction_counts
+from lavad.core.metrics.pool import CORES, MEMORY
+from lavad.core.placement.gpa import UsageHooks
 
 # Decision latency = input record timestamp -> decision acknowledged by the
 # broker; the buckets straddle the 50 ms goal.

@@ -41,17 +41,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from lavad.daemon.engine import (
+from lavad.core.engine import (
     Engine,
     EngineConfig,
     Handled,
     InvalidEvent,
     PoolRuntime,
 )
-from lavad.daemon.limits.service import LimitsConfig
-from lavad.daemon.migrations.config import MigrationsConfig
-from lavad.daemon.placement.lava import NO_CLASS, LavaHosts
-from lavad.daemon.placement.registry import validate_policy_args
+from lavad.core.limits.service import LimitsConfig
+from lavad.core.migrations.config import MigrationsConfig
+from lavad.core.placement.lava import NO_CLASS, LavaHosts
+from lavad.core.placement.registry import validate_policy_args
 from lavad.streams.schema import (
     Decision,
     DeploymentArrival,

@@ -15,9 +15,9 @@ from typing import Any, Final
 from prometheus_client import Gauge
 from pydantic import Field
 
-from lavad.daemon.engine import Engine, EngineConfig, PoolRuntime
+from lavad.core.engine import Engine, EngineConfig, PoolRuntime
 from lavad.daemon.live.telemetry import Telemetry
-from lavad.daemon.metrics.pool import CORES, MEMORY
+from lavad.core.metrics.pool import CORES, MEMORY
 from lavad.daemon.settings import Settings
 from lavad.daemon.shadow.compare import empty_hosts_difference
 from lavad.daemon.shadow.engine import ShadowEngine, ShadowPool

@@ -25,8 +25,8 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
-from lavad.daemon.engine import Engine, EngineConfig
-from lavad.daemon.migrations.config import MigrationsConfig
+from lavad.core.engine import Engine, EngineConfig
+from lavad.core.migrations.config import MigrationsConfig
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import Event, HostUp, Placement, VmPlaced, VmRequest
 

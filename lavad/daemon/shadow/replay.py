@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lavad.daemon.engine import EngineConfig
+from lavad.core.engine import EngineConfig
 from lavad.daemon.replay import BinarySink, ProgressCallback, ReplayResult, on_common_pool, replay
 from lavad.daemon.shadow.compare import empty_hosts_difference
 from lavad.daemon.shadow.engine import ACTUAL_POLICY, ShadowEngine, ShadowPool

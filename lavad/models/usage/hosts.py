@@ -4,7 +4,7 @@ Assuming independent VMs, a host's total usage has mean sum(mu_i) and
 variance sum(sigma_i^2) (the GPA paper's estimate), so a fit test needs only
 these two sums per host and resource (and the sums of third and fourth
 cumulants, for the Cornish-Fisher percentile of ``tail.py``). They are kept like the free capacity
-in ``daemon/cluster.py``: one column per host, changed in O(1) when a VM is
+in ``core/cluster.py``: one column per host, changed in O(1) when a VM is
 placed, leaves, or its estimate moves with a new sample, never recomputed
 from the VM list.
 

@@ -1,0 +1,176 @@
+"""Admission policies (paper 002, section 4 and 6.1): zeroth, first and second moment.
+
+- zeroth: admit if active cores after admission stay below ``threshold x capacity``;
+- first (Markov): admit if, at every look-ahead time, the expected cluster cores
+  with the candidate stay below ``threshold x capacity``;
+- second (Cantelli): admit if, at every look-ahead time, the Cantelli bound
+  ``Var / (Var + (capacity - E)^2)`` on running over capacity stays below
+  ``threshold`` (1 when the mean already reaches capacity).
+
+The marginal heuristic (section 6.1) lets a moment policy ignore a look-ahead
+time at which the candidate is marginal. The paper's bound for "marginal" did
+not survive in our copy of the text; we call the candidate marginal at a
+look-ahead time when its expected cores there are below
+``marginal_fraction x capacity`` (0 switches the heuristic off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from lavad.core.admission.cluster import ClusterModel, LookaheadGrid
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """One admission decision, explained.
+
+    ``binding_horizon_s`` is the sub-policy horizon whose look-ahead time was
+    tightest (rejected: the one that failed), ``binding_lookahead_s`` that time;
+    ``failure_probability`` the policy's estimate there of running over
+    capacity (Markov or Cantelli bound; None for the zeroth moment policy).
+    """
+
+    deployment_id: str
+    time: float
+    admitted: bool
+    policy: str
+    threshold: float
+    cores: float
+    binding_horizon_s: float | None
+    binding_lookahead_s: float | None
+    failure_probability: float | None
+    reason: str
+
+
+@runtime_checkable
+class AdmissionPolicy(Protocol):
+    """Decides whether a deployment arriving with ``cores`` cores may join the cluster.
+
+    ``grid`` is the look-ahead grid the policy reads moments on (None: it needs none).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def threshold(self) -> float: ...
+
+    @property
+    def grid(self) -> LookaheadGrid | None: ...
+
+    def decide(
+        self, cluster: ClusterModel, deployment_id: str, cores: float, now: float
+    ) -> AdmissionDecision: ...
+
+
+@dataclass(slots=True)
+class ZerothMoment:
+    """Threshold on active cores (the industry baseline)."""
+
+    threshold: float
+    name: str = "zeroth"
+    grid: LookaheadGrid | None = None
+
+    def decide(
+        self, cluster: ClusterModel, deployment_id: str, cores: float, now: float
+    ) -> AdmissionDecision:
+        after = cluster.active_cores + cores
+        limit = self.threshold * cluster.capacity
+        admitted = after < limit
+        return AdmissionDecision(
+            deployment_id,
+            now,
+            admitted,
+            self.name,
+            self.threshold,
+            cores,
+            None,
+            None,
+            None,
+            f"active cores after admission {after:g} {'<' if admitted else '>='} {limit:g}",
+        )
+
+
+def _marginal(cand_mean: np.ndarray, capacity: float, fraction: float) -> np.ndarray:
+    return cand_mean < fraction * capacity
+
+
+@dataclass(slots=True)
+class FirstMoment:
+    """Markov: expected cores below ``threshold x capacity`` at every look-ahead time."""
+
+    threshold: float
+    grid: LookaheadGrid
+    marginal_fraction: float = 0.0
+    name: str = "first"
+
+    def decide(
+        self, cluster: ClusterModel, deployment_id: str, cores: float, now: float
+    ) -> AdmissionDecision:
+        total, _ = cluster.totals(now)
+        cand, _ = cluster.candidate(cores)
+        mean = total + cand
+        limit = self.threshold * cluster.capacity
+        ratio = mean / limit
+        ratio = np.where(_marginal(cand, cluster.capacity, self.marginal_fraction), 0.0, ratio)
+        worst = int(np.argmax(ratio))
+        admitted = bool(ratio[worst] < 1.0)
+        markov = float(min(1.0, mean[worst] / cluster.capacity))
+        return AdmissionDecision(
+            deployment_id,
+            now,
+            admitted,
+            self.name,
+            self.threshold,
+            cores,
+            float(cluster.horizon_of[worst]),
+            float(cluster.taus[worst]),
+            markov,
+            f"max expected cores / (threshold x capacity) = {ratio[worst]:.4g}",
+        )
+
+
+@dataclass(slots=True)
+class SecondMoment:
+    """Cantelli: bound on P(cores >= capacity) below ``threshold`` at every look-ahead time."""
+
+    threshold: float
+    grid: LookaheadGrid
+    marginal_fraction: float = 0.0
+    name: str = "second"
+
+    def decide(
+        self, cluster: ClusterModel, deployment_id: str, cores: float, now: float
+    ) -> AdmissionDecision:
+        total_mean, total_var = cluster.totals(now)
+        cand_mean, cand_var = cluster.candidate(cores)
+        mean = total_mean + cand_mean
+        var = total_var + cand_var
+        bound = cantelli(mean, var, cluster.capacity)
+        bound = np.where(_marginal(cand_mean, cluster.capacity, self.marginal_fraction), 0.0, bound)
+        worst = int(np.argmax(bound))
+        admitted = bool(bound[worst] < self.threshold)
+        return AdmissionDecision(
+            deployment_id,
+            now,
+            admitted,
+            self.name,
+            self.threshold,
+            cores,
+            float(cluster.horizon_of[worst]),
+            float(cluster.taus[worst]),
+            float(bound[worst]),
+            f"max Cantelli bound {bound[worst]:.4g} vs threshold {self.threshold:g}",
+        )
+
+
+def cantelli(mean: np.ndarray, var: np.ndarray, capacity: float) -> np.ndarray:
+    """Cantelli's bound on P(X >= capacity); 1 where the mean is not below capacity."""
+    gap = capacity - mean
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bound = np.where(gap > 0, var / (var + gap * gap), 1.0)
+    return np.asarray(np.nan_to_num(bound, nan=0.0), dtype=np.float64)

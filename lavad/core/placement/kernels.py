@@ -1,0 +1,1313 @@
+"""Compiled inner loop for the common placement pipelines (numba).
+
+The numpy pipeline in ``framework.py`` costs about a dozen array operations
+per request, and with pools of a few hundred to a few thousand hosts the
+per-call overhead of numpy, not the arithmetic, dominates: ~30 us at 1,000
+hosts, far too slow for a replay of 10^5 events per second. When a policy's
+filters are the default ones (schedulable, fit, no anti-affinity in play) and
+it has a single scorer this module knows (Best Fit, First Fit), one compiled
+pass over the hosts filters, scores and collects the tie set.
+
+It computes exactly what the numpy pipeline does, in the same floating-point
+order (sum over resources in index order, starting from 0.0; no fastmath), so
+both give bit-identical scores and the same seeded tie-break; a test holds
+them equal on random states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, cast
+
+import numba
+import numpy as np
+
+from lavad.core.cluster import BoolArray, FloatArray, IntArray
+from lavad.core.placement.strand_kernels import (
+    Stranding,
+    host_strand_count,
+    no_stranding,
+    present_weights,
+)
+from lavad.models.lifetime.features import LEVELS
+
+BESTFIT: Final = 0
+FIRSTFIT: Final = 1
+
+# The lifetime tracker's per-slot and per-host columns, packed into a few 2-D
+# arrays (one row per column, one column per slot or host) so that a compiled
+# call takes a few arrays instead of one per column: taking in an array costs
+# a call about 50 ns. A row is a contiguous view (``slot_times[START]``).
+# Rows of ``slot_times`` (float64): when the VM was placed, its exit predicted
+# at creation, its latest predicted exit, and when that was predicted.
+START: Final = 0
+INITIAL_EXIT: Final = 1
+PREDICTED_EXIT: Final = 2
+PREDICTED_AT: Final = 3
+SLOT_TIMES: Final = 4
+# Rows of ``slot_ints`` (int64): the VM's host, its distribution row, the
+# slot's generation, and the next and previous slots on its host's list.
+HOST: Final = 0
+ROW: Final = 1
+GENERATION: Final = 2
+NEXT_ON_HOST: Final = 3
+PREV_ON_HOST: Final = 4
+SLOT_INTS: Final = 5
+# Rows of ``slot_flags`` (bool): whether the slot holds a running VM, and
+# whether the model learns from it.
+ALIVE: Final = 0
+LEARNS: Final = 1
+SLOT_FLAGS: Final = 2
+# Rows of ``host_times`` (float64): the host's latest predicted exit, its
+# latest exit as predicted at creation, and the exit its quantiles were
+# computed for (NaN: stale).
+HOST_EXIT: Final = 0
+HOST_INITIAL_EXIT: Final = 1
+QUANTILES_EXIT: Final = 2
+HOST_TIMES: Final = 3
+# Rows of ``host_ints`` (int64): the slot holding the host's latest exit
+# (-1: none or unknown), the first slot of its list (-1: empty), and how
+# many times its quantiles were rewritten.
+HOLDER: Final = 0
+HEAD: Final = 1
+QUANTILES_STAMP: Final = 2
+HOST_INTS: Final = 3
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_cores_memory(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    w0: float,
+    w1: float,
+    tolerance: float,
+    kind: int,
+    ties: IntArray,
+) -> tuple[int, float]:
+    """The common case: only cores and memory are asked for and present."""
+    best = np.inf
+    count = 0
+    need0 = d0 - tolerance
+    need1 = d1 - tolerance
+    for h in range(n):
+        if unschedulable[h]:
+            continue
+        f0 = free[0, h]
+        f1 = free[1, h]
+        if f0 < need0 or f1 < need1:
+            continue
+        if kind == FIRSTFIT:
+            ties[0] = h
+            return 1, float(h)
+        # x * 1.0 == x exactly, so weights need no branch; x * 0.0 adds +-0.0.
+        score = 0.0
+        score += (f0 - d0) * inv_capacity[0, h] * w0
+        score += (f1 - d1) * inv_capacity[1, h] * w1
+        if score < best:
+            best = score
+            ties[0] = h
+            count = 1
+        elif score == best:
+            ties[count] = h
+            count += 1
+    return count, best
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fits(
+    free: FloatArray, h: int, d0: float, d1: float, d2: float, d3: float, tolerance: float
+) -> bool:
+    """Host ``h`` has room for the demand in every resource (within rounding)."""
+    if free[0, h] < d0 - tolerance or free[1, h] < d1 - tolerance:
+        return False
+    if d2 != 0.0 and free[2, h] < d2 - tolerance:
+        return False
+    return not (d3 != 0.0 and free[3, h] < d3 - tolerance)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bestfit_score(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    h: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    w0: float,
+    w1: float,
+    w2: float,
+    w3: float,
+) -> float:
+    """Best Fit's weighted free fraction left on host ``h``, summed as the numpy scorer sums."""
+    score: float = 0.0
+    score += (free[0, h] - d0) * inv_capacity[0, h] * w0
+    score += (free[1, h] - d1) * inv_capacity[1, h] * w1
+    if w2 != 0.0:
+        score += (free[2, h] - d2) * inv_capacity[2, h] * w2
+    if w3 != 0.0:
+        score += (free[3, h] - d3) * inv_capacity[3, h] * w3
+    return score
+
+
+@numba.njit(cache=True, nogil=True)
+def _filter_and_score(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    kind: int,
+    ties: IntArray,
+) -> tuple[int, float]:
+    # Unrolled over the four resources (cores, memory, disk, GPUs): a loop
+    # over resources with an early break ran 4x slower per host. A resource
+    # no host has is skipped, as the numpy scorer does.
+    w0 = weights[0] if present[0] else 0.0
+    w1 = weights[1] if present[1] else 0.0
+    w2 = weights[2] if present[2] else 0.0
+    w3 = weights[3] if present[3] else 0.0
+    if d2 == 0.0 and d3 == 0.0 and w2 == 0.0 and w3 == 0.0:
+        return _scan_cores_memory(
+            free, inv_capacity, unschedulable, n, d0, d1, w0, w1, tolerance, kind, ties
+        )
+    best = np.inf
+    count = 0
+    for h in range(n):
+        if unschedulable[h]:
+            continue
+        if not _fits(free, h, d0, d1, d2, d3, tolerance):
+            continue
+        if kind == FIRSTFIT:
+            ties[0] = h
+            return 1, float(h)
+        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+        if score < best:
+            best = score
+            ties[0] = h
+            count = 1
+        elif score == best:
+            ties[count] = h
+            count += 1
+    return count, best
+
+
+# The compiled function itself, typed: a Python wrapper around it would cost
+# as much per call as the whole scan of a 1,000-host pool.
+compiled_filter_and_score: Callable[
+    [
+        FloatArray,
+        FloatArray,
+        BoolArray,
+        int,
+        float,
+        float,
+        float,
+        float,
+        FloatArray,
+        BoolArray,
+        float,
+        int,
+        IntArray,
+    ],
+    tuple[int, float],
+] = _filter_and_score
+"""(free, inv_capacity, unschedulable, n, d0..d3, weights, present, tolerance, kind, ties).
+
+Fills ``ties[:count]`` with the best hosts (ascending) and returns (count,
+best score); count 0 means no host passed the filters.
+"""
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the scan before anything is timed.
+
+    The first call otherwise pays for compilation inside the first placement,
+    which would land in a replay's throughput and a live decision's latency.
+    """
+    free = np.zeros((4, 1))
+    ties = np.zeros(1, dtype=np.int64)
+    weights = np.ones(4)
+    present = np.ones(4, dtype=np.bool_)
+    unschedulable = np.zeros(1, dtype=np.bool_)
+    for d2 in (0.0, 1.0):  # both the cores+memory scan and the general one
+        _filter_and_score(
+            free, free, unschedulable, 1, 1.0, 1.0, d2, 0.0, weights, present, 0.0, BESTFIT, ties
+        )
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_below(thresholds: FloatArray, remaining: float) -> int:
+    """searchsorted(thresholds, remaining, side="left")."""
+    lo = 0
+    hi = len(thresholds)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if thresholds[mid] < remaining:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _count_exceeds(thresholds: FloatArray, remaining: float, budget: float) -> bool:
+    """Whether len(thresholds) - searchsorted(thresholds, remaining) > budget, in one comparison.
+
+    ``budget`` is a whole number >= 0. The count of thresholds at or above
+    ``remaining`` exceeds it exactly when the (n - budget)-th smallest
+    threshold is at or above ``remaining`` (NaN compares false both ways,
+    as the search's does).
+    """
+    k = len(thresholds) - int(budget)
+    return k >= 1 and thresholds[k - 1] >= remaining
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _las_cost(
+    h: int,
+    host_exit: FloatArray,
+    now: float,
+    start: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    buckets: FloatArray,
+    host_q: FloatArray,
+    use_host_q: bool,
+    cap: float,
+) -> float:
+    """Host ``h``'s LAS cost, or as soon as it is known to exceed ``cap`` (a whole number),
+    a number above ``cap``: with host quantiles a lower bound of the cost, else inf.
+
+    The quantile costs are counts, whole numbers, so their sum is the same
+    float in any order and a term can be bounded by one comparison
+    (``_count_exceeds``) before it is searched.
+    """
+    n_thresholds = len(thresholds)
+    exit_h = max(host_exit[h], now)
+    if use_thresholds and use_host_q:
+        c = 0.0
+        for j in range(host_q.shape[1]):
+            remaining = max(host_q[h, j], now) - now
+            if cap < np.inf and _count_exceeds(thresholds, remaining, cap - c):
+                return cap + 1.0  # this term alone is over the budget left, by 1 or more
+            c += float(n_thresholds - _count_below(thresholds, remaining))
+            if c > cap:
+                return c  # the terms are >= 0: this host already costs more
+        return c
+    if use_thresholds:
+        remaining = exit_h - now
+        if cap < np.inf and _count_exceeds(thresholds, remaining, cap):
+            return np.inf
+        return float(n_thresholds - _count_below(thresholds, remaining))
+    n_buckets = len(buckets)
+    delta = start - exit_h
+    if np.isnan(delta):
+        # NaN (an infinite lifetime on a host whose exit is infinite):
+        # numpy's maximum keeps it and searchsorted puts it last.
+        index = n_buckets
+    else:
+        # searchsorted(buckets, max(delta, 0), side="right")
+        delta = max(delta, 0.0)
+        index = 0
+        while index < n_buckets and buckets[index] <= delta:
+            index += 1
+    return float(index - 1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _floored_lifetime_scan(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    preference: FloatArray,
+    use_preference: bool,
+    host_exit: FloatArray,
+    now: float,
+    lifetime: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    buckets: FloatArray,
+    host_q: FloatArray,
+    use_host_q: bool,
+    ties: IntArray,
+    probe: int,
+    floor: FloatArray,
+    floor_epoch: IntArray,
+    floor_stamp: IntArray,
+    stamp: IntArray,
+    epoch: int,
+    use_floor: bool,
+    refresh: bool,
+    quantiles_exit: FloatArray,
+    holder: IntArray,
+    head: IntArray,
+    slot_start: FloatArray,
+    predicted_exit: FloatArray,
+    predicted_at: FloatArray,
+    row: IntArray,
+    next_on_host: IntArray,
+    creation_quantiles: FloatArray,
+    creation_known: BoolArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
+    strand: Stranding,
+) -> tuple[int, float, float, float]:
+    """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
+
+    Lexicographic in (preference, LAS cost, Best Fit score), each computed as
+    the numpy scorers compute it, in the same floating-point order:
+
+    * LAS, point: the bucket of (now + lifetime) - max(host_exit, now),
+      clipped at 0 (``lifetime.temporal_cost``);
+    * LAS, quantiles: the thresholds at or above max(host_exit, now) - now
+      (``lifetime.expected_cost_counts``); with ``use_host_q``, that count
+      summed over the host's quantile exits ``host_q[h]`` instead;
+    * Best Fit: as ``_filter_and_score``.
+
+    ``probe``, a host (or -1), is costed first: the best host costs no more
+    than it does, so any host that costs more in (preference, LAS) is skipped
+    without its LAS cost. Which host is probed changes only the speed (the
+    policy probes its previous choice, often as good for the next VM).
+
+    ``use_floor`` (host quantiles only): ``floor[h]`` is a lower bound of
+    host ``h``'s LAS cost, kept from earlier scans, valid while
+    ``floor_epoch[h]`` is ``epoch`` and ``floor_stamp[h]`` is ``stamp[h]``
+    (the version of ``host_q[h]``). The caller starts a new epoch unless
+    the thresholds are the same array as in the last scan and ``now`` has
+    not gone back: then a host's cost can only have grown since (each
+    remaining life max(q, now) - now shrinks or stays as now grows, in
+    floating point too, so each count of thresholds above it grows or
+    stays). A host whose floor is above the best cost so far is skipped
+    without a search; every cost or bound computed becomes its floor (the
+    first time in an epoch a bound above the cap, after that the exact cost).
+
+    ``refresh`` (host quantiles only): each host of ``[0, n)`` is first
+    brought up to date as ``_refresh_host_quantiles`` would (``_refresh_host``,
+    whose arguments follow ``refresh``; ``stamp`` is the quantile stamps),
+    the probe before it is costed and every other host at the top of its
+    iteration, before it can be skipped. A host's refresh touches only its
+    own entries, so this gives the same quantiles and stamps as a pass of
+    its own before the scan, without that pass's second walk over the hosts.
+
+    ``strand`` (weight > 0): LAS's cost is raised to the count with the
+    host time the placement strands (``stranding_cost.py``). When a host
+    LAS alone would choose strands more, a second pass decides, raising
+    each host's cost once LAS's alone leaves it in the running: the floors
+    stay LAS's own costs, lower bounds of the raised ones. The result is
+    the pipeline's with that score either way.
+
+    Returns (count, best preference, best LAS cost, best Best Fit score) and
+    the tied hosts, ascending, in ``ties[:count]``.
+    """
+    used = present_weights(strand[0], present)
+    total = used.sum()
+    counts_strands = strand[6] > 0.0 and total > 0.0
+    demand = np.empty(4)
+    demand[0] = d0
+    demand[1] = d1
+    demand[2] = d2
+    demand[3] = d3
+    zero = np.zeros(4)
+    w0 = weights[0] if present[0] else 0.0
+    w1 = weights[1] if present[1] else 0.0
+    w2 = weights[2] if present[2] else 0.0
+    w3 = weights[3] if present[3] else 0.0
+    best_p = np.inf
+    best_c = np.inf
+    best_s = np.inf
+    count = 0
+    start = now + lifetime
+    # Pass 0 is LAS's; pass 1, counting stranded host time, runs only when a
+    # host LAS chose strands more by that count (most placements it does
+    # not: the stranded count costs far more than LAS's). It is probed with
+    # LAS's choice, a close bound, and reads the floors pass 0 left.
+    for counting in range(2):
+        if counting:
+            if not counts_strands or count == 0:
+                break
+            stands = True
+            for i in range(count):
+                raised = host_strand_count(
+                    free, inv_capacity, ties[i], demand, zero, used, total, strand, now, best_c
+                )
+                if raised > best_c:
+                    stands = False
+                    break
+            if stands:
+                break
+            probe = ties[0]
+            refresh = False  # pass 0 brought every host up to date
+            best_p = np.inf
+            best_c = np.inf
+            best_s = np.inf
+            count = 0
+        # The probe's (preference, cost): an upper bound on the best's.
+        bound_p = np.inf
+        bound_c = np.inf
+        # Only a stale host is refreshed (its exit moved, or is NaN, for which
+        # != is true as in the pass): most are not, and a call per host (its
+        # arrays' reference counts) would cost more than the comparison.
+        if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
+            _refresh_host(
+                probe, host_exit, quantiles_exit, holder, head, stamp, slot_start, predicted_exit,
+                predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known, mass,
+                m0, edges, open_lifetime, levels,
+            )  # fmt: skip
+        if (
+            0 <= probe < n
+            and not unschedulable[probe]
+            and _fits(free, probe, d0, d1, d2, d3, tolerance)
+        ):
+            bound_p = preference[probe] if use_preference else 0.0
+            bound_c = _las_cost(
+                probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                use_host_q, np.inf,
+            )  # fmt: skip
+            if use_floor:
+                floor[probe] = bound_c
+                floor_epoch[probe] = epoch
+                floor_stamp[probe] = stamp[probe]
+            if counting:
+                raised = host_strand_count(
+                    free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
+                )
+                bound_c = max(bound_c, raised)
+        for h in range(n):
+            if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
+                _refresh_host(
+                    h, host_exit, quantiles_exit, holder, head, stamp, slot_start,
+                    predicted_exit, predicted_at, row, next_on_host, host_q, creation_quantiles,
+                    creation_known, mass, m0, edges, open_lifetime, levels,
+                )  # fmt: skip
+            if unschedulable[h]:
+                continue
+            if not _fits(free, h, d0, d1, d2, d3, tolerance):
+                continue
+            p = preference[h] if use_preference else 0.0
+            if p > best_p or p > bound_p:
+                continue
+            cap = np.inf
+            if p == best_p:
+                cap = best_c
+            if p == bound_p and bound_c < cap:
+                cap = bound_c
+            if use_floor:
+                kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
+                if kept and floor[h] > cap:
+                    continue
+                # A host costed before in this epoch and still in the running is
+                # costed in full: its exact cost is the floor that lets the next
+                # scans of the epoch skip it. Pass 1's caps are above pass 0's,
+                # so there a bound above the cap is a floor as good.
+                c = _las_cost(
+                    h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                    use_host_q, np.inf if kept and not counting else cap,
+                )  # fmt: skip
+                floor[h] = c
+                floor_epoch[h] = epoch
+                floor_stamp[h] = stamp[h]
+            else:
+                c = _las_cost(
+                    h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                    use_host_q, cap,
+                )  # fmt: skip
+            if c > cap:
+                continue
+            if counting:
+                raised = host_strand_count(
+                    free, inv_capacity, h, demand, zero, used, total, strand, now, cap
+                )
+                c = max(c, raised)
+                if c > cap:
+                    continue
+            score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+            if p < best_p or c < best_c or score < best_s:
+                best_p = p
+                best_c = c
+                best_s = score
+                ties[0] = h
+                count = 1
+            elif score == best_s:
+                ties[count] = h
+                count += 1
+    return count, best_p, best_c, best_s
+
+
+@numba.njit(cache=True, nogil=True)
+def _probed_lifetime_scan(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    preference: FloatArray,
+    use_preference: bool,
+    host_exit: FloatArray,
+    now: float,
+    lifetime: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    buckets: FloatArray,
+    host_q: FloatArray,
+    use_host_q: bool,
+    ties: IntArray,
+    probe: int,
+    strand: Stranding,
+) -> tuple[int, float, float, float]:
+    """``_floored_lifetime_scan`` without floors or a refresh."""
+    no_floor = np.empty(0)
+    no_epoch = np.empty(0, dtype=np.int64)
+    # Without a refresh its arrays are never read: the scan's own stand in.
+    return _floored_lifetime_scan(
+        free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
+        preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
+        buckets, host_q, use_host_q, ties, probe, no_floor, no_epoch, no_epoch, no_epoch, -1,
+        False, False, no_floor, no_epoch, no_epoch, no_floor, no_floor, no_floor, no_epoch,
+        no_epoch, host_q, unschedulable, host_q, host_q, no_floor, 0.0, no_floor, strand,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def _lifetime_scan(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    preference: FloatArray,
+    use_preference: bool,
+    host_exit: FloatArray,
+    now: float,
+    lifetime: float,
+    thresholds: FloatArray,
+    use_thresholds: bool,
+    buckets: FloatArray,
+    host_q: FloatArray,
+    use_host_q: bool,
+    ties: IntArray,
+) -> tuple[int, float, float, float]:
+    """``_probed_lifetime_scan`` without a probe or stranded host time."""
+    nothing = (
+        np.zeros(4), np.zeros(4), np.zeros((0, 4)), np.zeros(1), np.zeros((0, 1)), np.zeros(1),
+        0.0,
+    )  # fmt: skip
+    return _probed_lifetime_scan(
+        free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
+        preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
+        buckets, host_q, use_host_q, ties, -1, nothing,
+    )  # fmt: skip
+
+
+# Typed as ``compiled_filter_and_score`` is, for the same reason.
+compiled_lifetime_scan: Callable[
+    [
+        FloatArray,
+        FloatArray,
+        BoolArray,
+        int,
+        float,
+        float,
+        float,
+        float,
+        FloatArray,
+        BoolArray,
+        float,
+        FloatArray,
+        bool,
+        FloatArray,
+        float,
+        float,
+        FloatArray,
+        bool,
+        FloatArray,
+        FloatArray,
+        bool,
+        IntArray,
+    ],
+    tuple[int, float, float, float],
+] = _lifetime_scan
+
+
+def warm_up_lifetime() -> None:
+    """Compile (or load) the lifetime kernels before anything is timed; resolve ``Direct``."""
+    free = np.zeros((4, 1))
+    ties = np.zeros(1, dtype=np.int64)
+    ones = np.ones(4)
+    present = np.ones(4, dtype=np.bool_)
+    unschedulable = np.zeros(1, dtype=np.bool_)
+    one = np.zeros(1)
+    host_q = np.zeros((1, 1))
+    preference = (
+        np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
+        1, 0, one,
+    )  # fmt: skip
+    _lava_preference(*preference)
+    edges = np.array([0.0, 1.0])
+    slot_times = np.zeros((SLOT_TIMES, 1))
+    slot_ints = np.zeros((SLOT_INTS, 1), dtype=np.int64)
+    host_times = np.zeros((HOST_TIMES, 1))
+    host_times[QUANTILES_EXIT] = np.nan  # stale: the refresh runs over host 0
+    host_ints = np.zeros((HOST_INTS, 1), dtype=np.int64)
+    host_ints[HEAD] = -1
+    # The refresh's arguments after the host count: the tracker's packed
+    # arrays and quantiles, then the creation quantiles' and the model's.
+    packed = (slot_times, slot_ints, host_times, host_ints, host_q.copy())
+    model = (
+        host_q.copy(), np.zeros(1, dtype=np.bool_), np.ones((1, 2)), np.ones((1, 3)), edges, 2.0,
+        one,
+    )  # fmt: skip
+    refresh = (1, *packed, *model)
+    _refresh_host_quantiles(*refresh)
+    scan: tuple[Any, ...] = ()
+    for use_thresholds, use_host_q in ((False, False), (True, False), (True, True)):
+        scan = (
+            free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0,
+            one, True, one, 0.0, 0.0, one, use_thresholds, one, host_q, use_host_q, ties,
+        )  # fmt: skip
+        _lifetime_scan(*scan)
+        _probed_lifetime_scan(*scan, 0, no_stranding())
+    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, (*scan, 0, no_stranding()))
+    floors = (np.zeros(1), np.full(1, -1), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    ints = np.zeros(1, dtype=np.int64)
+    no_refresh = (False, one, ints, ints, one, one, one, ints, ints, host_q, unschedulable)
+    floored = (
+        *scan, 0, *floors, 0, True, *no_refresh, host_q, host_q, one, 0.0, one, no_stranding(),
+    )  # fmt: skip
+    _floored_lifetime_scan(*floored)
+    Direct.floored_lifetime_scan = entry_point(_floored_lifetime_scan, floored)
+    refreshed = (
+        free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0, one, True, 0.0,
+        0.0, one, ties, 0, np.zeros(1), np.full((2, 1), -1), 0, *packed, *model,
+        no_stranding(),
+    )  # fmt: skip
+    _refreshed_lifetime_scan(*refreshed)
+    Direct.refreshed_lifetime_scan = entry_point(_refreshed_lifetime_scan, refreshed)
+    Direct.book_slot, Direct.release_slot = _warm_up_hooks()
+    Direct.lava_preference = entry_point(_lava_preference, preference)
+    threshold = (free, free, 0, 0.9)
+    _over_threshold(*threshold)
+    Direct.over_threshold = entry_point(_over_threshold, threshold)
+    Direct.refresh_host_quantiles = entry_point(_refresh_host_quantiles, refresh)
+
+
+@numba.njit(cache=True, nogil=True)
+def _lava_preference(
+    phase: np.ndarray,
+    host_class: np.ndarray,
+    vm_count: np.ndarray,
+    n: int,
+    vm_class: int,
+    out: FloatArray,
+) -> None:
+    """``lava.preference_cost`` in one pass (phases: 1 open, 2 recycling; counts as held)."""
+    for h in range(n):
+        klass = host_class[h]
+        if vm_count[h] == 0:
+            out[h] = 6.0
+        elif phase[h] == 1 and klass == vm_class:
+            out[h] = 4.0
+        elif phase[h] == 2 and klass > vm_class:
+            out[h] = float(klass - vm_class - 1)
+        else:
+            out[h] = 5.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _over_threshold(capacity: FloatArray, free: FloatArray, host: int, above: float) -> bool:
+    """``LavaHosts._over_threshold``: CPU or memory booked above ``above`` of the capacity."""
+    for r in range(2):
+        total = capacity[r, host]
+        if total > 0 and total - free[r, host] > above * total:
+            return True
+    return False
+
+
+compiled_lava_preference: Callable[
+    [np.ndarray, np.ndarray, np.ndarray, int, int, FloatArray], None
+] = _lava_preference
+"""(phase, host_class, vm_count, n, vm_class, out): the LAVA preference cost per host."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _remaining_quantiles(
+    mass: FloatArray,
+    m0: FloatArray,
+    row: int,
+    u: float,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
+    out: FloatArray,
+    h: int,
+) -> None:
+    """``survival.remaining_quantiles`` of one VM (its row and uptime u) into ``out[h]``.
+
+    The same operations in the same order as numpy's (a bin's mass times 1.0
+    or 0.0, a sequential cumulative sum, no fused multiply-add), so the same
+    numbers; a test holds them equal on random tables and uptimes.
+    """
+    width = mass.shape[1]
+    last = len(edges) - 1  # the open bin
+    # searchsorted(edges, u, side="right") - 1, at most the open bin
+    lo_i = 0
+    hi_i = len(edges)
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) // 2
+        if u < edges[mid]:
+            hi_i = mid
+        else:
+            lo_i = mid + 1
+    j = min(lo_i - 1, last)
+    # survival._ahead: the mass ahead of u
+    inner = j < last
+    lo_edge = edges[min(j, last - 1)]
+    hi_edge = edges[min(j + 1, last)]
+    part = min(max((hi_edge - u) / (hi_edge - lo_edge), 0.0), 1.0) if inner else 1.0
+    ahead = mass[row, j] * part + m0[row, j + 1]
+    here = np.empty(width)
+    cumulative = np.empty(width)
+    for c in range(width):
+        here[c] = mass[row, c] * (1.0 if c >= j else 0.0)
+    here[j] = ahead - m0[row, min(j + 1, width)]
+    total = 0.0
+    for c in range(width):
+        total += here[c]
+        cumulative[c] = total
+    for q in range(len(levels)):
+        target = levels[q] * ahead
+        k = 0
+        for c in range(width):
+            if cumulative[c] < target - 1e-15:
+                k += 1
+        k = min(k, last)
+        in_bin = here[k]
+        before = cumulative[k] - in_bin
+        k_inner = min(k, last - 1)
+        lo = u if k == j else edges[k_inner]
+        hi = edges[k_inner + 1]
+        share = min(max((target - before) / in_bin, 0.0), 1.0) if in_bin > 1e-15 else 0.0
+        t = lo + share * (hi - lo)
+        if k >= last:
+            t = max(open_lifetime, 2.0 * u)
+        if not ahead > 1e-12:
+            t = 2.0 * u
+        out[h, q] = max(t - u, 0.0)
+
+
+compiled_remaining_quantiles: Callable[
+    [FloatArray, FloatArray, int, float, FloatArray, float, FloatArray, FloatArray, int], None
+] = _remaining_quantiles
+"""(mass, m0, row, uptime, edges, open-bin lifetime, levels, out, h): one VM's
+``remaining_quantiles`` into ``out[h]``."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _refresh_host(
+    h: int,
+    host_exit: FloatArray,
+    quantiles_exit: FloatArray,
+    holder: IntArray,
+    head: IntArray,
+    stamp: IntArray,
+    start: FloatArray,
+    predicted_exit: FloatArray,
+    predicted_at: FloatArray,
+    row: IntArray,
+    next_on_host: IntArray,
+    host_q: FloatArray,
+    creation_quantiles: FloatArray,
+    creation_known: BoolArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
+) -> int:
+    """Host ``h``'s part of ``_refresh_host_quantiles``: 1 if its holder was found again.
+
+    It reads and writes only host ``h``'s entries (and the row cache
+    ``creation_quantiles``, whose rows are the same whichever host fills
+    them), so the hosts can be refreshed in any order.
+    """
+    exit_h = host_exit[h]
+    if exit_h == quantiles_exit[h]:
+        return 0
+    stamp[h] += 1
+    width = host_q.shape[1]
+    if exit_h == -np.inf:
+        for j in range(width):
+            host_q[h, j] = -np.inf
+        quantiles_exit[h] = exit_h
+        return 0
+    found = 0
+    slot = holder[h]
+    if slot < 0:
+        member = head[h]
+        latest = -np.inf
+        # At most one step per slot: a list is never longer (bounded by
+        # work even if a damaged snapshot made one circular).
+        steps = len(next_on_host)
+        while member >= 0 and steps > 0:
+            exit_m = predicted_exit[member]
+            if exit_m > latest or (exit_m == latest and member < slot):
+                latest = exit_m
+                slot = member
+            member = next_on_host[member]
+            steps -= 1
+        holder[h] = slot
+        found = 1
+    at = predicted_at[slot]
+    r = row[slot]
+    uptime = at - start[slot]
+    if uptime == 0.0 and r < len(creation_known):
+        if not creation_known[r]:
+            _remaining_quantiles(
+                mass, m0, r, uptime, edges, open_lifetime, levels, creation_quantiles, r
+            )
+            creation_known[r] = True
+        for j in range(width):
+            host_q[h, j] = at + creation_quantiles[r, j]
+    else:
+        # Written in place, then made times: the same sums as through a copy.
+        _remaining_quantiles(mass, m0, r, uptime, edges, open_lifetime, levels, host_q, h)
+        for j in range(width):
+            host_q[h, j] = at + host_q[h, j]
+    quantiles_exit[h] = exit_h
+    return found
+
+
+@numba.njit(cache=True, nogil=True)
+def _refresh_host_quantiles(
+    n: int,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+    host_q: FloatArray,
+    creation_quantiles: FloatArray,
+    creation_known: BoolArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
+) -> int:
+    """``LifetimeTracker.host_exit_quantiles`` in one pass over the hosts ``[0, n)``.
+
+    A host whose exit (``host_times[HOST_EXIT]``) differs from the one its
+    quantiles were computed for (``host_times[QUANTILES_EXIT]``; NaN is
+    stale) gets -inf when it has no VM, else its holder's remaining-life
+    quantiles at the uptime its exit was predicted at, as times: from
+    ``creation_quantiles`` when the holder was never repredicted and its
+    row's are known, else computed (and kept for the row when at uptime 0).
+    A host whose holder is unknown (-1) gets it found again from its list
+    of VMs: the lowest slot among those with the latest predicted exit.
+    Each host whose quantiles are rewritten has its stamp moved on (so the
+    LAS floors of ``_floored_lifetime_scan`` kept for it lapse). Returns
+    how many holders were found again.
+    """
+    host_exit = host_times[HOST_EXIT]
+    quantiles_exit = host_times[QUANTILES_EXIT]
+    holder = host_ints[HOLDER]
+    head = host_ints[HEAD]
+    stamp = host_ints[QUANTILES_STAMP]
+    start = slot_times[START]
+    predicted_exit = slot_times[PREDICTED_EXIT]
+    predicted_at = slot_times[PREDICTED_AT]
+    row = slot_ints[ROW]
+    next_on_host = slot_ints[NEXT_ON_HOST]
+    count = 0
+    for h in range(n):
+        count += _refresh_host(
+            h, host_exit, quantiles_exit, holder, head, stamp, start, predicted_exit,
+            predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known, mass,
+            m0, edges, open_lifetime, levels,
+        )  # fmt: skip
+    return count
+
+
+compiled_refresh_host_quantiles: Callable[
+    [
+        int,
+        FloatArray,
+        IntArray,
+        FloatArray,
+        IntArray,
+        FloatArray,
+        FloatArray,
+        BoolArray,
+        FloatArray,
+        FloatArray,
+        FloatArray,
+        float,
+        FloatArray,
+    ],
+    int,
+] = _refresh_host_quantiles
+"""(n, slot_times, slot_ints, host_times, host_ints, host_q, creation quantiles, creation
+known, mass, m0, edges, open-bin lifetime, levels) -> how many holders were found again."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _join_host(
+    slot: int,
+    host: int,
+    exit_time: float,
+    initial_exit_time: float,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+) -> None:
+    """``slot`` joins ``host``'s list with these exits: the host's latest exits and holder.
+
+    The holder is the lowest slot among the VMs with the latest exit.
+    """
+    next_on_host = slot_ints[NEXT_ON_HOST]
+    prev_on_host = slot_ints[PREV_ON_HOST]
+    head = host_ints[HEAD]
+    holder = host_ints[HOLDER]
+    first = head[host]
+    next_on_host[slot] = first
+    prev_on_host[slot] = -1
+    if first >= 0:
+        prev_on_host[first] = slot
+    head[host] = slot
+    slot_ints[HOST, slot] = host
+    latest = host_times[HOST_EXIT, host]
+    if exit_time > latest:
+        host_times[HOST_EXIT, host] = exit_time
+        holder[host] = slot
+    elif exit_time == latest and 0 <= slot < holder[host]:
+        holder[host] = slot
+    host_times[HOST_INITIAL_EXIT, host] = max(
+        host_times[HOST_INITIAL_EXIT, host], initial_exit_time
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _leave_host(
+    slot: int,
+    host: int,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+) -> None:
+    """Take ``slot`` off ``host``'s list; the host's latest exits from the VMs left.
+
+    Unless another VM holds both maxima (``slot``'s exits are below them),
+    they are the maxima over the VMs left (-inf with none), and the holder
+    is unknown (-1: found again when next needed).
+    """
+    predicted_exit = slot_times[PREDICTED_EXIT]
+    initial_exit = slot_times[INITIAL_EXIT]
+    next_on_host = slot_ints[NEXT_ON_HOST]
+    prev_on_host = slot_ints[PREV_ON_HOST]
+    head = host_ints[HEAD]
+    before = prev_on_host[slot]
+    after = next_on_host[slot]
+    if before >= 0:
+        next_on_host[before] = after
+    else:
+        head[host] = after
+    if after >= 0:
+        prev_on_host[after] = before
+    next_on_host[slot] = -1
+    prev_on_host[slot] = -1
+    member = head[host]
+    if (
+        member >= 0
+        and predicted_exit[slot] < host_times[HOST_EXIT, host]
+        and initial_exit[slot] < host_times[HOST_INITIAL_EXIT, host]
+    ):
+        return
+    host_ints[HOLDER, host] = -1
+    if member < 0:
+        host_times[HOST_EXIT, host] = -np.inf
+        host_times[HOST_INITIAL_EXIT, host] = -np.inf
+        return
+    latest = predicted_exit[member]
+    latest_initial = initial_exit[member]
+    member = next_on_host[member]
+    steps = len(next_on_host)  # at most one step per slot, as in the refresh
+    while member >= 0 and steps > 0:
+        # np.maximum's order (no NaN among exits): the larger, the first on a tie.
+        latest = max(latest, predicted_exit[member])
+        latest_initial = max(latest_initial, initial_exit[member])
+        member = next_on_host[member]
+        steps -= 1
+    host_times[HOST_EXIT, host] = latest
+    host_times[HOST_INITIAL_EXIT, host] = latest_initial
+
+
+@numba.njit(cache=True, nogil=True)
+def _book_slot(
+    slot: int,
+    host: int,
+    placed_at: float,
+    chosen_row: int,
+    rows: Any,
+    exit_time: float,
+    learns: bool,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    slot_flags: BoolArray,
+    levels: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+) -> int:
+    """``LifetimeTracker.on_booked``'s writes to the slot and host arrays, in one call;
+    the slot's generation (its heap entry's)."""
+    slot_times[START, slot] = placed_at
+    slot_times[INITIAL_EXIT, slot] = exit_time
+    slot_times[PREDICTED_EXIT, slot] = exit_time
+    slot_times[PREDICTED_AT, slot] = placed_at
+    slot_ints[ROW, slot] = chosen_row
+    for k in range(len(rows)):
+        levels[slot, k] = rows[k]
+    slot_flags[ALIVE, slot] = True
+    slot_flags[LEARNS, slot] = learns
+    _join_host(slot, host, exit_time, exit_time, slot_ints, host_times, host_ints)
+    generation: int = slot_ints[GENERATION, slot]
+    return generation
+
+
+@numba.njit(cache=True, nogil=True)
+def _release_slot(
+    slot: int,
+    now: float,
+    exited: bool,
+    count: bool,
+    deaths: FloatArray,
+    censored: FloatArray,
+    edges: FloatArray,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    slot_flags: BoolArray,
+    levels: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+) -> tuple[int, bool]:
+    """``LifetimeTracker.on_released``'s writes, in one call: (the VM's host, whether it learns).
+
+    With ``count`` (the model ``counts_plainly``), a VM the model learns
+    from adds 1.0 to its rows' deaths (``exited``) or censorings at the
+    column of its lifetime, max(now - start, 0), as ``observe_exit`` adds.
+    """
+    learned = slot_flags[LEARNS, slot]
+    if learned and count:
+        lived = now - slot_times[START, slot]
+        lived = max(lived, 0.0)
+        # bisect.bisect_right(edges, lived) - 1, as ``GroupedLifeTables._column``.
+        lo = 0
+        hi = len(edges)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if lived < edges[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        column = lo - 1
+        counts = deaths if exited else censored
+        for k in range(levels.shape[1]):
+            counts[levels[slot, k], column] += 1.0
+    host = slot_ints[HOST, slot]
+    slot_flags[ALIVE, slot] = False
+    slot_ints[HOST, slot] = -1
+    slot_ints[GENERATION, slot] += 1
+    _leave_host(slot, host, slot_times, slot_ints, host_times, host_ints)
+    return host, learned
+
+
+@numba.njit(cache=True, nogil=True)
+def rebuild_host_exits(
+    alive: IntArray,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+) -> None:
+    """Every host's latest predicted exit and holder, from its running VMs only.
+
+    ``alive`` is the running VMs' slots, ascending. What a refit's
+    ``np.maximum.at`` over the hosts and its ``lexsort`` by (host, latest
+    exit, slot) gave: the maximum (NaN once any exit is NaN, as
+    np.maximum keeps it; -inf for a host without VMs) and the lowest slot
+    among those with the latest exit (a NaN exit last, as the sort puts it;
+    -1 without VMs).
+    """
+    host_exit = host_times[HOST_EXIT]
+    holder = host_ints[HOLDER]
+    host_exit[:] = -np.inf
+    holder[:] = -1
+    predicted_exit = slot_times[PREDICTED_EXIT]
+    host_of = slot_ints[HOST]
+    for slot in alive:
+        h = host_of[slot]
+        exit_time = predicted_exit[slot]
+        latest = host_exit[h]
+        if np.isnan(exit_time) or np.isnan(latest):
+            host_exit[h] = np.nan
+        elif exit_time > latest:
+            host_exit[h] = exit_time
+        held = holder[h]
+        if held < 0:
+            holder[h] = slot
+        else:
+            exit_held = predicted_exit[held]
+            # A later slot takes over only with a strictly later exit (or a
+            # number where the holder's exit is NaN): ties keep the lower slot.
+            if not np.isnan(exit_time) and (np.isnan(exit_held) or exit_time > exit_held):
+                holder[h] = slot
+
+
+def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
+    """The compiled code ``kernel`` runs for arguments of these types, callable without dispatch.
+
+    numba's dispatcher works out every argument's type on each call, about
+    80 ns an argument: 1.8 us for the lifetime scan's 22, as much as the
+    scan itself over a few hundred hosts. The entry point skips that: it
+    converts scalars as the signature says (a Python int where a float64 is
+    expected becomes a float) but unboxes arrays without checking their
+    dtype, dimensions or layout, so its callers pass the arrays they always
+    pass (float64, int64, int8, int32 or bool, C-contiguous). Without a
+    compiled signature for exactly these types, the dispatcher itself.
+    """
+    typeof: Callable[[Any], Any] = numba.typeof  # untyped in numba
+    signature = tuple(typeof(arg) for arg in args)
+    overload = kernel.overloads.get(signature)
+    if overload is None:
+        return cast("Callable[..., Any]", kernel)
+    return cast("Callable[..., Any]", overload.entry_point)
+
+
+@numba.njit(cache=True, nogil=True)
+def _refreshed_lifetime_scan(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: BoolArray,
+    n: int,
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    weights: FloatArray,
+    present: BoolArray,
+    tolerance: float,
+    preference: FloatArray,
+    use_preference: bool,
+    now: float,
+    lifetime: float,
+    thresholds: FloatArray,
+    ties: IntArray,
+    probe: int,
+    floor: FloatArray,
+    floor_marks: IntArray,
+    epoch: int,
+    slot_times: FloatArray,
+    slot_ints: IntArray,
+    host_times: FloatArray,
+    host_ints: IntArray,
+    host_q: FloatArray,
+    creation_quantiles: FloatArray,
+    creation_known: BoolArray,
+    mass: FloatArray,
+    m0: FloatArray,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
+    strand: Stranding,
+) -> tuple[int, float, float, float]:
+    """``_refresh_host_quantiles`` of hosts ``[0, n)``, then ``_floored_lifetime_scan``
+    by the host quantiles, with floors: the refresh done host by host inside
+    the scan's own pass (its ``refresh``).
+
+    One call instead of two, on the tracker's packed arrays: each call's
+    arrays cost about 50 ns apiece to take in. ``host_q`` is the tracker's
+    whole array (the scan reads its first ``n`` rows); ``floor_marks`` is
+    the floors' epochs (row 0) and the stamps they were costed at (row 1).
+    """
+    return _floored_lifetime_scan(
+        free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
+        preference, use_preference, host_times[HOST_EXIT], now, lifetime, thresholds, True,
+        thresholds,  # the buckets: not read when costing by thresholds
+        host_q, True, ties, probe, floor, floor_marks[0], floor_marks[1],
+        host_ints[QUANTILES_STAMP], epoch, True, True, host_times[QUANTILES_EXIT],
+        host_ints[HOLDER], host_ints[HEAD], slot_times[START], slot_times[PREDICTED_EXIT],
+        slot_times[PREDICTED_AT], slot_ints[ROW], slot_ints[NEXT_ON_HOST], creation_quantiles,
+        creation_known, mass, m0, edges, open_lifetime, levels, strand,
+    )  # fmt: skip
+
+
+def _warm_up_hooks() -> tuple[Callable[..., int], Callable[..., tuple[int, bool]]]:
+    """Compile (or load) the tracker's booking and release kernels; their entry points."""
+    slot_times = np.zeros((SLOT_TIMES, 2))
+    slot_ints = np.full((SLOT_INTS, 2), -1, dtype=np.int64)
+    slot_flags = np.zeros((SLOT_FLAGS, 2), dtype=np.bool_)
+    levels = np.zeros((2, LEVELS), dtype=np.int64)
+    host_times = np.full((HOST_TIMES, 1), -np.inf)
+    host_ints = np.full((HOST_INTS, 1), -1, dtype=np.int64)
+    packed = (slot_times, slot_ints, slot_flags, levels, host_times, host_ints)
+    book = (0, 0, 0.0, 0, (0,) * LEVELS, 1.0, True, *packed)
+    _book_slot(*book)
+    table = np.zeros((2, 2))
+    release = (0, 1.0, True, True, table, table.copy(), np.array([0.0, 1.0]), *packed)
+    _release_slot(*release)
+    return entry_point(_book_slot, book), entry_point(_release_slot, release)
+
+
+class Direct:
+    """The lifetime kernels' entry points (``entry_point``), set by ``warm_up_lifetime``.
+
+    Until then, the dispatchers. Each signature is the warm-up's: the
+    arguments' types the policies use, scalars as float64, int64 or bool.
+    """
+
+    # ``_probed_lifetime_scan``: ``compiled_lifetime_scan``'s arguments and a probe host.
+    lifetime_scan: Callable[..., tuple[int, float, float, float]] = _probed_lifetime_scan
+    # ``_floored_lifetime_scan``: the probed scan's arguments and the floors'.
+    floored_lifetime_scan: Callable[..., tuple[int, float, float, float]] = _floored_lifetime_scan
+    # ``_refreshed_lifetime_scan``: the scan by host quantiles with floors, on the
+    # tracker's packed arrays, after refreshing them.
+    refreshed_lifetime_scan: Callable[..., tuple[int, float, float, float]] = (
+        _refreshed_lifetime_scan
+    )
+    lava_preference: Callable[..., None] = _lava_preference
+    over_threshold: Callable[..., bool] = _over_threshold
+    refresh_host_quantiles: Callable[..., int] = _refresh_host_quantiles
+    book_slot: Callable[..., int] = _book_slot
+    release_slot: Callable[..., tuple[int, bool]] = _release_slot

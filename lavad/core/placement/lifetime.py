@@ -1,0 +1,1155 @@
+"""Lifetime-aware placement: the VM lifetime tracker and the LAS and LA-Binary scores.
+
+``LifetimeTracker`` is a policy's hooks: it keeps, per running VM, its host,
+start time, feature groups and predicted exit, feeds exits (deaths) and
+evictions (censorings) to the online model, and runs two kinds of timers:
+
+* a refit of the model's life tables every ``refit_interval_s`` of event
+  time, with the running VMs censored at their uptimes, after which every
+  running VM is repredicted (not published: it would be one decision per VM
+  per hour);
+* a VM's predicted exit: when a VM outlives it, it is repredicted from its
+  uptime, start + uptime + E[T_r | T_u], and that is published (a
+  reprediction decision). This is the paper's adaptation to mispredictions.
+
+With ``oracle`` the prediction is the VM's true lifetime, attached to the
+request by the replay (``streams/oracle.py``); no model is fitted and no
+reprediction is needed. Oracle policies are upper bounds for a replay.
+
+The score plugins read it:
+
+* ``LasTemporalCost`` (LAVA paper, section 4.2): dT = max(vm_exit -
+  host_exit, 0), host_exit the latest *repredicted* exit of the host's VMs,
+  quantised into the buckets {0m, 30m, 60m, 90m, 2h, 3h, 4h, 6h, 12h, 24h,
+  168h}; the bucket index is the cost, one lexicographic level above Best
+  Fit. An empty host's exit is "now", so it costs the VM's whole predicted
+  lifetime. With quantile scoring the VM's lifetime is a distribution (the
+  expected bucket over its quantiles) and, with ``host_quantiles``, so is
+  the host's exit: the quantiles of the remaining life of the VM holding
+  the host's exit (the "expected extension of the host's life" the
+  design asks distribution-aware scoring to weigh). That VM stands for the
+  host: the max over all its VMs would be later still, which the point exit
+  ignores too.
+* ``LaBinaryClass`` (Barbalho et al., as the paper's sections 2.4 and 5.3
+  describe it): one prediction at creation, E[T] from the same model, no
+  reprediction; a VM is long when that exceeds 2 hours; a host is long when
+  the longest remaining time of its VMs *by their initial predictions*
+  exceeds 2 hours. Cost 0 for a non-empty host of the VM's class, 1 for
+  another non-empty host, 2 for an empty host; Best Fit below it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lavad.core.cluster import BoolArray, ClusterState, FloatArray, IntArray, VmRecord
+from lavad.core.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
+from lavad.core.placement.kernels import (
+    ALIVE,
+    GENERATION,
+    HEAD,
+    HOLDER,
+    HOST,
+    HOST_EXIT,
+    HOST_INITIAL_EXIT,
+    HOST_INTS,
+    HOST_TIMES,
+    INITIAL_EXIT,
+    LEARNS,
+    NEXT_ON_HOST,
+    PREDICTED_AT,
+    PREDICTED_EXIT,
+    PREV_ON_HOST,
+    QUANTILES_EXIT,
+    QUANTILES_STAMP,
+    ROW,
+    SLOT_FLAGS,
+    SLOT_INTS,
+    SLOT_TIMES,
+    START,
+    Direct,
+    rebuild_host_exits,
+)
+from lavad.core.placement.kernels import _join_host as join_host
+from lavad.core.placement.kernels import _leave_host as leave_host
+from lavad.core.placement.tracker_state import check_tracker_state
+from lavad.core.registry import Entry, Registry
+from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibrated import CalibratedLifeTables
+from lavad.models.lifetime.calibration import SurvivalCalibrator
+from lavad.models.lifetime.features import (
+    LEVELS,
+    ORACLE_FEATURE,
+    left_truncated,
+    lifetime_keys,
+)
+from lavad.models.lifetime.frailty import FrailtyLifeTables
+from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.mixture import MixtureLifeTables
+from lavad.models.lifetime.shrunk import ShrunkLifeTables
+from lavad.models.lifetime.survival import (
+    creation_quantiles,
+    expected_remaining,
+    median_remaining,
+    midpoint_levels,
+    remaining_quantiles,
+)
+from lavad.streams.schema import VmPlaced, VmRequest
+
+HOUR = 3600.0
+LAS_BUCKETS_S: FloatArray = (
+    np.array([0, 30, 60, 90, 120, 180, 240, 360, 720, 1440, 10080], dtype=np.float64) * 60.0
+)
+LA_BINARY_CUTOFF_S = 2 * HOUR
+
+
+def temporal_cost(delta_s: FloatArray) -> FloatArray:
+    """LAS temporal cost: the index of the bucket dT falls in (70 min -> 2)."""
+    index = np.searchsorted(LAS_BUCKETS_S, np.maximum(delta_s, 0.0), side="right") - 1
+    return index.astype(np.float64)
+
+
+def cost_thresholds(remaining_s: FloatArray) -> FloatArray:
+    """The VM's expected LAS cost as a step function of a host's remaining life d.
+
+    With the VM's remaining lifetime taking each value q_k of ``remaining_s``
+    with probability 1/Q, E[cost](d) = 1/Q sum_k temporal_cost(q_k - d), and
+    temporal_cost(x) counts the bucket bounds B_b > 0 with B_b <= x. So
+    Q * E[cost](d) = #{(k, b): d <= q_k - B_b}: the number of these sorted
+    thresholds at or above d (``expected_cost_counts``). The per-placement
+    cost is then one search of each host in Q x 10 numbers, O(hosts log Q),
+    and integer counts tie exactly where the costs do.
+    """
+    pairs = np.asarray(remaining_s, dtype=np.float64)[:, None] - LAS_BUCKETS_S[None, 1:]
+    thresholds: FloatArray = np.sort(pairs, axis=None)
+    return thresholds
+
+
+def expected_cost_counts(thresholds: FloatArray, host_remaining_s: FloatArray) -> FloatArray:
+    """Q x E[LAS cost] per host, from ``cost_thresholds`` and each host's remaining life."""
+    above = len(thresholds) - np.searchsorted(thresholds, host_remaining_s, side="left")
+    return above.astype(np.float64)
+
+
+class OracleMissing(ValueError):
+    """An oracle policy got a request without its true lifetime."""
+
+
+@dataclass(frozen=True, slots=True)
+class LifetimeSettings:
+    refit_interval_s: float = 3600.0
+    min_observations: int = 30
+    # Publish and act on repredictions when a VM outlives its prediction
+    # (LAS, LAVA); LA-Binary predicts once.
+    repredict: bool = True
+    oracle: bool = False
+    # The point a distribution is summarised by: "mean" (E[T_r | T_u], the
+    # paper's) or "median" (see ``median_remaining``).
+    estimate: Literal["mean", "median"] = "mean"
+    # How LAS scores a host: "mean" buckets dT of the point estimate above;
+    # "quantiles" takes the expected bucket over ``quantiles`` evenly spread
+    # quantiles of the VM's lifetime distribution (the host keeps its point
+    # exit), so a VM the model is unsure about is not placed by one number.
+    scoring: Literal["mean", "quantiles"] = "mean"
+    quantiles: int = 32
+    # With quantile scoring, how a host's remaining life enters the cost: 0
+    # is its point exit; H > 0 takes H evenly spread quantiles of the
+    # remaining life of the VM holding that exit and averages the VM's
+    # expected cost over them (``host_exit_quantiles``). The policies' default
+    # is 8 (``registry.LifetimeArgs``); 0 here keeps a bare tracker's point exit.
+    host_quantiles: int = 0
+    # The class-valued request features the feature groups are keyed by
+    # (``features.DECLARED_CATEGORICAL`` for those the adapters declare).
+    categorical: tuple[str, ...] = ()
+    # The online model (``LIFETIME_MODELS``): "tables" backs off to the finest
+    # group with ``min_observations``; "shrunk" blends every level's hazards,
+    # each shrunk towards the coarser one with a prior of ``prior_strength`` VMs.
+    model: str = "tables"
+    prior_strength: float = 10.0
+    # Sibling evidence: when a VM exits, its owner group
+    # (tenant or deployment, and shape: an Azure batch) is recounted at once
+    # with its running siblings censored at their uptimes, and those siblings
+    # are repredicted from it, through the model's own shrinkage towards the
+    # coarser groups, instead of waiting for the next refit. Milestones: the
+    # group's 1st, 2nd, 4th, 8th... exit.
+    siblings: bool = False
+    # Forgetting: observations count half as much every ``half_life_s`` of
+    # event time (None: never forgotten), for workloads that drift.
+    half_life_s: float | None = None
+
+
+# The online lifetime models a tracker can learn with; a factory gets the
+# bins and the tracker's settings. Both refit at event times only (the
+# tracker's timers), so a replay and the live daemon learn the same tables.
+LIFETIME_MODELS: Registry[GroupedLifeTables] = Registry(
+    "lifetime model",
+    [
+        Entry(
+            "tables",
+            "life tables per feature group, censoring-aware; the finest group with "
+            "min_observations predicts",
+            lambda _args, bins, settings: GroupedLifeTables(
+                bins, settings.min_observations, half_life_s=settings.half_life_s
+            ),
+        ),
+        Entry(
+            "shrunk",
+            "every group level's hazards, bin by bin, shrunk from the pool to the owner "
+            "(a Beta prior of prior_strength VMs at each level); censoring-aware",
+            lambda _args, bins, settings: ShrunkLifeTables(
+                bins,
+                settings.min_observations,
+                prior_strength=settings.prior_strength,
+                half_life_s=settings.half_life_s,
+            ),
+        ),
+        Entry(
+            "tables-calibrated",
+            "model 'tables', its P(T > e) recalibrated online from the outcomes of its "
+            "predictions at creation (calibration.py)",
+            lambda _args, bins, settings: GroupedLifeTables(
+                bins,
+                settings.min_observations,
+                half_life_s=settings.half_life_s,
+                calibrator=SurvivalCalibrator(bins),
+            ),
+        ),
+        Entry(
+            "shrunk-calibrated",
+            "model 'shrunk', recalibrated online as 'tables-calibrated'",
+            lambda _args, bins, settings: ShrunkLifeTables(
+                bins,
+                settings.min_observations,
+                prior_strength=settings.prior_strength,
+                half_life_s=settings.half_life_s,
+                calibrator=SurvivalCalibrator(bins),
+            ),
+        ),
+        Entry(
+            "mixture",
+            "life tables with no forgetting and with half-lives of 7 d, 72 h and 24 h, mixed "
+            "per uptime band by each one's recent log score on resolved VMs (mixture.py)",
+            lambda _args, bins, settings: MixtureLifeTables(bins, settings.min_observations),
+        ),
+        Entry(
+            "frailty",
+            "model 'tables', each owner's hazard times its frailty: the gamma posterior of its "
+            "recent deaths over the hazard the tables expected for them (frailty.py)",
+            lambda _args, bins, settings: FrailtyLifeTables(
+                GroupedLifeTables(bins, settings.min_observations, half_life_s=settings.half_life_s)
+            ),
+        ),
+        Entry(
+            "mixture-frailty",
+            "model 'mixture', each owner's hazard times its frailty as in 'frailty'",
+            lambda _args, bins, settings: FrailtyLifeTables(
+                MixtureLifeTables(bins, settings.min_observations)
+            ),
+        ),
+        Entry(
+            "mixture-calibrated",
+            "model 'mixture', recalibrated online as 'tables-calibrated' (calibrated.py)",
+            lambda _args, bins, settings: CalibratedLifeTables(
+                MixtureLifeTables(bins, settings.min_observations), SurvivalCalibrator(bins)
+            ),
+        ),
+        Entry(
+            "mixture-frailty-calibrated",
+            "model 'mixture-frailty', recalibrated online as 'tables-calibrated'",
+            lambda _args, bins, settings: CalibratedLifeTables(
+                FrailtyLifeTables(MixtureLifeTables(bins, settings.min_observations)),
+                SurvivalCalibrator(bins),
+            ),
+        ),
+    ],
+)
+
+
+_Scalar = TypeVar("_Scalar", bound=np.generic)
+
+
+def _row(packed: NDArray[_Scalar], index: int) -> NDArray[_Scalar]:
+    """Row ``index`` of a packed 2-D array: one column of the tracker, a contiguous view."""
+    row: NDArray[_Scalar] = packed[index]
+    return row
+
+
+@dataclass(slots=True)
+class Prediction:
+    rows: GroupRows
+    row: int
+    lifetime_s: float
+    # ``cost_thresholds`` of the VM's lifetime quantiles (quantile scoring only).
+    thresholds: FloatArray | None = None
+
+
+class LifetimeTracker(ClusterListener):
+    """Per-VM lifetime state of one pool, and the model it feeds (a policy's hooks).
+
+    Cost per placement is O(hosts): each VM keeps its predicted exit, and
+    each host the latest of its VMs' (``host_exit``), updated on booking,
+    release, migration and reprediction. A reprediction only moves a VM's exit later
+    (it outlived the old one), so the host maximum stays exact without a
+    rescan; a refit rebuilds it.
+    """
+
+    # An overdue VM is given at least this much more life, so that a table
+    # saying "ending now" does not reschedule it at the same instant forever.
+    MIN_REMAINING_S = 60.0
+
+    def __init__(self, settings: LifetimeSettings, bins: LifetimeBins | None = None) -> None:
+        self.settings = settings
+        self.model = LIFETIME_MODELS.build(
+            settings.model, None, bins or LifetimeBins.log_spaced(), settings
+        )
+        size = 64
+        # Per slot (one column each), packed by type so that a compiled call
+        # takes three arrays, not ten (``kernels.START`` ... name the rows;
+        # ``start``, ``host`` ... below are views of them).
+        self._slot_times: FloatArray = np.zeros((SLOT_TIMES, size))
+        self._slot_ints = np.zeros((SLOT_INTS, size), dtype=np.int64)
+        self._slot_ints[[HOST, NEXT_ON_HOST, PREV_ON_HOST]] = -1
+        self._slot_flags = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
+        self.levels = np.zeros((size, LEVELS), dtype=np.int64)
+        self.vm_ids: list[str] = [""] * size
+        # Each slot's group rows as the tuple the model takes (``levels`` as
+        # Python ints): a release hands them to the model without a numpy read.
+        self.slot_rows: list[GroupRows] = [()] * size
+        # Per host (one column each), packed as the slots' are: the latest
+        # exits, the holder, the head of the host's list, and its quantiles'
+        # exit and stamp (views below).
+        self._host_times: FloatArray = np.zeros((HOST_TIMES, 0))
+        self._host_ints = np.zeros((HOST_INTS, 0), dtype=np.int64)
+        # Per host, the absolute exit times at ``host_quantiles`` levels of the
+        # VM holding ``host_exit``, and the host_exit they were computed for
+        # (``_host_q_exit``, NaN: stale), brought up to date lazily before a
+        # placement; how many times they were rewritten (``host_q_stamp``: the
+        # version of its row of ``_host_q``, which a policy's kept LAS floors name).
+        self._host_q: FloatArray = np.full((0, settings.host_quantiles), -np.inf)
+        self._host_levels = midpoint_levels(max(settings.host_quantiles, 1))
+        # The open bin's lifetime, as the quantile kernels take it.
+        self._open_lifetime = float(self.model.bins.representative[-1])
+        # Per distribution row, its host quantiles at uptime 0 and whether
+        # they are known (until the next refit): most holders are VMs just
+        # booked, never repredicted.
+        self._creation_q: FloatArray = np.zeros((0, settings.host_quantiles))
+        self._creation_known = np.zeros(0, dtype=np.bool_)
+        # Whether a release may add the VM's exit or censoring to the model's
+        # counts itself (``GroupedLifeTables.counts_plainly``), in the same call.
+        self._counts_plainly = self.model.counts_plainly()
+        self._slot: dict[str, int] = {}
+        self._free: list[int] = list(range(size - 1, -1, -1))
+        self._next_refit = float("inf") if settings.oracle else float("-inf")
+        # (predicted exit, slot, generation) of VMs that may outlive it before
+        # the next refit. An exit at or after it is not kept: the refit
+        # repredicts every running VM and rebuilds this heap first, so such
+        # an entry would never be due (``_earliest_exit`` stands in for them).
+        self._exits: list[tuple[float, int, int]] = []
+        # ``next_deadline`` as last computed (None: to recompute). The engine
+        # reads it several times per event; it changes only when the heap, a
+        # generation or the next refit does.
+        self._deadline: float | None = None
+        self._cached: tuple[str, float, Prediction] | None = None
+        # Per distribution row, its lifetime at creation (the mean or median)
+        # and the LAS cost thresholds of its quantiles at creation (quantile
+        # scoring), until the next refit: a row's table changes only then.
+        self._at_creation: dict[int, tuple[float, FloatArray | None]] = {}
+        self._levels = midpoint_levels(settings.quantiles)
+        # The prediction at creation of each keys tuple, until the model's
+        # distributions or choices change (a refit, a sibling's recount):
+        # ``rows_for`` and ``choose`` give the same rows and row until then.
+        # Only for models whose ``choose`` records nothing (no recalibration);
+        # never with the oracle (its lifetime is the request's own).
+        model_type = type(self.model)
+        plain_choice = model_type.choose in (GroupedLifeTables.choose, ShrunkLifeTables.choose)
+        self._by_keys: (
+            dict[tuple[object, ...], tuple[Prediction, tuple[float, FloatArray | None]]] | None
+        ) = {} if plain_choice and self.model.calibrator is None and not settings.oracle else None
+        # Owner group row -> its running VMs the model learns from, and how
+        # many of its VMs have exited (``siblings``).
+        self._siblings: dict[int, set[int]] = {}
+        self._sibling_exits: dict[int, int] = {}
+        # The settings a booking reads, once (they are frozen).
+        self._learns_siblings = settings.siblings and not settings.oracle
+        self._repredicts = settings.repredict and not settings.oracle
+        self.repredictions = 0
+        # The initial lifetime of the VM booked last (``initial_lifetime``).
+        self.booked_lifetime = 0.0
+        self.notices: list[Notice] = []
+
+    # ------------------------------------------- views of the packed columns
+
+    @property
+    def start(self) -> FloatArray:
+        """Per slot, when its VM was placed."""
+        return _row(self._slot_times, START)
+
+    @property
+    def initial_exit(self) -> FloatArray:
+        """Per slot, E[T] at creation as an exit (LA-Binary's one-shot prediction)."""
+        return _row(self._slot_times, INITIAL_EXIT)
+
+    @property
+    def predicted_exit(self) -> FloatArray:
+        """Per slot, its VM's latest predicted exit."""
+        return _row(self._slot_times, PREDICTED_EXIT)
+
+    @property
+    def predicted_at(self) -> FloatArray:
+        """Per slot, when ``predicted_exit`` was last set: its remaining-life
+        quantiles are those of T_r | T_u at that uptime."""
+        return _row(self._slot_times, PREDICTED_AT)
+
+    @property
+    def host(self) -> IntArray:
+        """Per slot, its VM's host (-1: free)."""
+        return _row(self._slot_ints, HOST)
+
+    @property
+    def row(self) -> IntArray:
+        """Per slot, its VM's chosen distribution row."""
+        return _row(self._slot_ints, ROW)
+
+    @property
+    def generation(self) -> IntArray:
+        """Per slot, its generation: heap entries of a former occupant are stale."""
+        return _row(self._slot_ints, GENERATION)
+
+    @property
+    def _next_on_host(self) -> IntArray:
+        """Per slot, the next slot on its host's list (-1 ends it): each host's
+        VMs are a doubly linked list, so the compiled booking and release find
+        a host's latest exits without Python sets."""
+        return _row(self._slot_ints, NEXT_ON_HOST)
+
+    @property
+    def _prev_on_host(self) -> IntArray:
+        """Per slot, the previous slot on its host's list (-1: the first)."""
+        return _row(self._slot_ints, PREV_ON_HOST)
+
+    @property
+    def alive(self) -> BoolArray:
+        """Per slot, whether it holds a running VM."""
+        return _row(self._slot_flags, ALIVE)
+
+    @property
+    def learns(self) -> BoolArray:
+        """Per slot, whether the model learns from its VM (not when it is
+        left-truncated: ``features.left_truncated``)."""
+        return _row(self._slot_flags, LEARNS)
+
+    @property
+    def host_exit(self) -> FloatArray:
+        """Per host, the latest predicted exit of its VMs (-inf: none)."""
+        return _row(self._host_times, HOST_EXIT)
+
+    @property
+    def host_initial_exit(self) -> FloatArray:
+        """Per host, the latest exit of its VMs as predicted at their creation."""
+        return _row(self._host_times, HOST_INITIAL_EXIT)
+
+    @property
+    def _host_q_exit(self) -> FloatArray:
+        """Per host, the ``host_exit`` its quantiles were computed for (NaN: stale)."""
+        return _row(self._host_times, QUANTILES_EXIT)
+
+    @property
+    def _holder(self) -> IntArray:
+        """Per host, the slot holding ``host_exit``: the lowest slot among its VMs
+        with the latest predicted exit (-1: none, or to be found again from
+        the host's VMs when next needed)."""
+        return _row(self._host_ints, HOLDER)
+
+    @property
+    def _host_head(self) -> IntArray:
+        """Per host, the first slot of its list of VMs (-1: none)."""
+        return _row(self._host_ints, HEAD)
+
+    @property
+    def host_q_stamp(self) -> IntArray:
+        """Per host, how many times its quantiles were rewritten."""
+        return _row(self._host_ints, QUANTILES_STAMP)
+
+    # ------------------------------------------------------------ predicting
+
+    def predict(self, event: VmRequest | VmPlaced | None) -> Prediction:
+        """The VM's groups, its chosen distribution row and its lifetime at creation."""
+        if event is None:
+            keys: tuple[object, ...] = (None,) * (LEVELS - 1) + ((),)
+        else:
+            keys = lifetime_keys(
+                event.tenant,
+                event.cores,
+                event.memory_gib,
+                event.flavor,
+                event.features,
+                deployment=event.deployment,
+                categorical=self.settings.categorical,
+            )
+        memo = self._by_keys
+        if memo is not None:
+            known = memo.get(keys)
+            # Valid while its row's answers at creation are those it was made with.
+            if known is not None and self._at_creation.get(known[0].row) is known[1]:
+                return known[0]
+        rows = self.model.rows_for(keys)
+        chosen = self.model.choose(rows)
+        if self.settings.oracle:
+            return Prediction(rows, chosen, self._true_lifetime(event))
+        at_creation = self._at_creation.get(chosen)
+        if at_creation is None:
+            at_creation = self._at_creation[chosen] = self._creation_prediction(chosen)
+        prediction = Prediction(rows, chosen, at_creation[0], at_creation[1])
+        if memo is not None:
+            if len(memo) >= MAX_CACHED_KEYS:
+                memo.clear()
+            memo[keys] = (prediction, at_creation)
+        return prediction
+
+    def _forget_predictions(self) -> None:
+        """The model's distributions or choices changed: per-row and per-keys caches go."""
+        self._at_creation.clear()
+        if self._by_keys is not None:
+            self._by_keys.clear()
+
+    def _creation_prediction(self, chosen: int) -> tuple[float, FloatArray | None]:
+        """A distribution row's lifetime at creation and LAS thresholds (kept until a refit)."""
+        model = self.model
+        thresholds = None
+        if self.settings.scoring == "quantiles":
+            # remaining_quantiles at uptime 0, compiled (the same numbers).
+            quantiles = creation_quantiles(model.bins, model.mass, model.m0, chosen, self._levels)
+            thresholds = cost_thresholds(quantiles)
+        if self.settings.estimate == "median":
+            lifetime = float(self.remaining_estimate(np.array([chosen]), np.zeros(1))[0])
+        else:
+            # E[T | T > 0] is the first moment of the whole table.
+            lifetime = float(model.m1[chosen, 0] / model.m0[chosen, 0])
+        return lifetime, thresholds
+
+    def remaining_quantiles(self, row: int, uptime: float) -> FloatArray:
+        """The ``settings.quantiles`` quantiles of one VM's T_r | T_u."""
+        model = self.model
+        quantiles: FloatArray = remaining_quantiles(
+            model.bins,
+            model.mass,
+            model.m0,
+            model.m1,
+            np.array([row]),
+            np.array([uptime]),
+            self._levels,
+        )[0]
+        return quantiles
+
+    def prediction_for(self, request: PlacementRequest) -> Prediction:
+        """``predict`` for a placement, computed once for all of a policy's scorers."""
+        cached = self._cached
+        if cached is not None and cached[0] == request.vm_id and cached[1] == request.now:
+            return cached[2]
+        slot = self._slot.get(request.vm_id)
+        if slot is None:
+            prediction = self.predict(request.event)
+        else:
+            # A running VM asking for a host is being migrated: LAS and LAVA
+            # place it by its repredicted remaining lifetime, not its lifetime
+            # at creation.
+            remaining = max(float(self.predicted_exit[slot]) - request.now, self.MIN_REMAINING_S)
+            rows = self.slot_rows[slot]
+            row = int(self.row[slot])
+            thresholds = None
+            if self.settings.scoring == "quantiles" and not self.settings.oracle:
+                uptime = request.now - float(self.start[slot])
+                thresholds = cost_thresholds(self.remaining_quantiles(row, uptime))
+            prediction = Prediction(rows, row, remaining, thresholds)
+        self._cached = (request.vm_id, request.now, prediction)
+        return prediction
+
+    def is_running(self, vm_id: str) -> bool:
+        """Whether the tracker holds ``vm_id`` (placed and not yet gone)."""
+        return vm_id in self._slot
+
+    def vm_quantiles(self, request: PlacementRequest) -> FloatArray:
+        """The remaining lifetimes LAS takes its expected cost over, for ``request``.
+
+        The quantiles behind ``prediction_for(request).thresholds`` (those of
+        T at creation, or of T_r | T_u for a running VM being moved); the
+        point lifetime alone where LAS scores by a point.
+        """
+        prediction = self.prediction_for(request)
+        if prediction.thresholds is None:
+            return np.array([prediction.lifetime_s])
+        slot = self._slot.get(request.vm_id)
+        if slot is not None:
+            return self.remaining_quantiles(prediction.row, request.now - float(self.start[slot]))
+        model = self.model
+        quantiles: FloatArray = creation_quantiles(
+            model.bins, model.mass, model.m0, prediction.row, self._levels
+        )
+        return quantiles
+
+    @staticmethod
+    def _true_lifetime(event: VmRequest | VmPlaced | None) -> float:
+        value = None if event is None else event.features.get(ORACLE_FEATURE)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise OracleMissing(
+                f"an oracle policy needs each request's true lifetime in features"
+                f"[{ORACLE_FEATURE!r}] (attached by `lavad replay`; the live daemon has none),"
+                f" got {value!r}"
+            )
+        return float(value)
+
+    def remaining_estimate(self, rows: np.ndarray, uptimes: FloatArray) -> FloatArray:
+        """Each VM's remaining lifetime from its uptime: the mean or the median of T_r | T_u."""
+        model = self.model
+        estimator = median_remaining if self.settings.estimate == "median" else expected_remaining
+        return estimator(model.bins, model.mass, model.m0, model.m1, rows, uptimes)
+
+    # ---------------------------------------------------------------- timers
+
+    def _first_exit(self) -> float:
+        exits = self._exits
+        generation = self._slot_ints[GENERATION]
+        while exits and exits[0][2] != generation[exits[0][1]]:
+            heapq.heappop(exits)
+        return exits[0][0] if exits else float("inf")
+
+    @property
+    def next_deadline(self) -> float:
+        deadline = self._deadline
+        if deadline is None:
+            deadline = self._deadline = min(self._next_refit, self._first_exit())
+        return deadline
+
+    def advance(self, cluster: ClusterState, now: float) -> None:
+        """Refits and repredictions due by ``now``, in time order (a refit first on a tie)."""
+        self._deadline = None
+        while True:
+            first_exit = self._first_exit()
+            refit = self._next_refit
+            if refit <= now and refit <= first_exit:
+                # A refit rebuilds the tables, so of several refits due with
+                # nothing between them only the last counts: jump to it (an
+                # idle gap of days would otherwise cost one refit per hour).
+                # The heap keeps no exit at or after the refit: the earliest
+                # one, whether it holds it or not, is every running VM's.
+                until = min(now, self._earliest_exit())
+                if refit == float("-inf"):  # the first one: on the first event
+                    self._refit(until)
+                else:
+                    interval = self.settings.refit_interval_s
+                    self._refit(refit + (until - refit) // interval * interval)
+            elif first_exit <= now:
+                self._repredict_overdue(now, refit)
+            else:
+                return
+
+    def _earliest_exit(self) -> float:
+        """The earliest predicted exit of a running VM (inf: none, or no repredictions).
+
+        What the heap's first entry would be if it held every running VM's
+        exit: each running VM's one current entry is its ``predicted_exit``.
+        """
+        if not self.settings.repredict or self.settings.oracle or not self.alive.any():
+            return float("inf")
+        return float(self.predicted_exit[self.alive].min())
+
+    def refresh(self, cluster: ClusterState, now: float) -> None:
+        """Catch up when used outside an engine (which fires the timers itself)."""
+        deadline = self._deadline  # ``next_deadline`` without its call when known
+        if deadline is None:
+            deadline = self.next_deadline
+        if now >= deadline:
+            self.advance(cluster, now)
+
+    def lifetime_tracker(self) -> LifetimeTracker:
+        return self
+
+    def take_notices(self) -> list[Notice]:
+        """The notices in time order: a VM repredicted twice in one advance (its
+        new exit was also due) is reported after VMs due earlier in the batch."""
+        notices = self.notices
+        if not notices:
+            return []
+        self.notices = []
+        notices.sort(key=lambda notice: notice.time)
+        return notices
+
+    def _repredict_overdue(self, now: float, refit: float) -> None:
+        """Repredict, each at its own predicted exit, the VMs whose exit is due by ``now``.
+
+        Only those due before the next refit: the refit changes the model.
+        Batched, since the VMs do not depend on each other between refits.
+        """
+        self._deadline = None
+        exits = self._exits
+        generation = self.generation
+        due_times: list[float] = []
+        slots: list[int] = []
+        while exits and exits[0][0] <= now and exits[0][0] < refit:
+            due, slot, gen = heapq.heappop(exits)
+            if gen == generation[slot]:
+                due_times.append(due)
+                slots.append(slot)
+        if not slots:
+            return
+        at = np.asarray(due_times)
+        index = np.asarray(slots, dtype=np.int64)
+        uptimes = at - self.start[index]
+        remaining = np.maximum(
+            self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
+        )
+        new_exits = at + remaining
+        previous = self.predicted_exit[index].copy()
+        self.predicted_exit[index] = new_exits
+        self.predicted_at[index] = at
+        hosts = self.host[index]
+        np.maximum.at(self.host_exit, hosts, new_exits)
+        self._holder[hosts] = -1  # found again from the hosts' VMs when needed
+        self.repredictions += len(index)
+        for i, slot in enumerate(slots):
+            exit_time = float(new_exits[i])
+            if exit_time < refit:  # else the refit repredicts it first
+                heapq.heappush(exits, (exit_time, slot, int(generation[slot])))
+            self.notices.append(
+                Notice(
+                    float(at[i]),
+                    "vm",
+                    self.vm_ids[slot],
+                    "outlived its predicted exit: repredicted from its uptime",
+                    {
+                        "uptime_s": float(uptimes[i]),
+                        "predicted_remaining_s": float(remaining[i]),
+                        "predicted_exit": exit_time,
+                        "previous_exit": float(previous[i]),
+                    },
+                )
+            )
+
+    def _refit(self, now: float) -> None:
+        self._deadline = None
+        alive = np.flatnonzero(self.alive)
+        # Censor only the VMs the model learns from; bring every running VM's
+        # distribution row up to date (they are all repredicted below).
+        counted = alive[self.learns[alive]]
+        self.model.refit(self.levels[counted], now - self.start[counted], self.row[alive], now=now)
+        self._forget_predictions()
+        self._creation_known.fill(False)
+        # The model changed: every host's quantiles are recomputed when next read.
+        self._host_q_exit.fill(np.nan)
+        self._next_refit = now + self.settings.refit_interval_s
+        if not self.settings.repredict:
+            return
+        if len(alive):
+            remaining = self.remaining_estimate(self.row[alive], now - self.start[alive])
+            self.predicted_exit[alive] = now + np.maximum(remaining, self.MIN_REMAINING_S)
+            self.predicted_at[alive] = now
+            self.repredictions += len(alive)
+        # Each host's latest exit and holder (the lowest slot with it), compiled.
+        rebuild_host_exits(
+            alive, self._slot_times, self._slot_ints, self._host_times, self._host_ints
+        )
+        exits = self.predicted_exit[alive]
+        generation = self.generation
+        # The same tuples as one per slot would give, built column-wise, for
+        # the VMs that may outlive their exit before the next refit.
+        due = alive[exits < self._next_refit]
+        self._exits = list(
+            zip(
+                self.predicted_exit[due].tolist(),
+                due.tolist(),
+                generation[due].tolist(),
+                strict=True,
+            )
+        )
+        heapq.heapify(self._exits)
+
+    def host_exits(self, n_hosts: int, now: float, *, repredict: bool) -> FloatArray:
+        """Per host, the latest predicted exit of its VMs (``now`` for a host without any).
+
+        ``repredict``: the current predictions (LAS); else each VM's exit as
+        predicted at its creation (LA-Binary).
+        """
+        self._grow_hosts(n_hosts)
+        exits = self.host_exit if repredict else self.host_initial_exit
+        return np.maximum(exits[:n_hosts], now)
+
+    def latest_exits(self, n_hosts: int) -> FloatArray:
+        """``host_exits(repredict=True)`` unclipped (-inf for a host without VMs), not a copy."""
+        self._grow_hosts(n_hosts)
+        return self.host_exit
+
+    def host_exit_quantiles(self, n_hosts: int) -> FloatArray:
+        """Per host, (hosts, H) absolute exit times: H quantiles of the host's remaining life.
+
+        The host's life is taken as that of the VM holding ``host_exit`` (its
+        latest predicted exit): the quantiles of its T_r | T_u at the uptime
+        its exit was last predicted at, as times. A host without VMs has
+        -inf everywhere (the caller clips at now, as for the point exit).
+        Recomputed only for hosts whose ``host_exit`` changed since (all of
+        them after a refit), so the cost per placement is one comparison.
+        """
+        self._grow_hosts(n_hosts)
+        if len(self._creation_known) < len(self.model.mass):
+            self._grow_creation_quantiles(len(self.model.mass))
+        self._refresh_host_quantiles(n_hosts)
+        return self._host_q[:n_hosts]
+
+    def current_exit_quantiles(self, n_hosts: int) -> FloatArray:
+        """``host_exit_quantiles`` without its refresh pass, for a caller that has just
+        brought every host of ``[0, n_hosts)`` up to date (a refreshed scan over them,
+        or ``host_exit_quantiles`` itself)."""
+        return self._host_q[:n_hosts]
+
+    def quantile_refresh(self, n_hosts: int) -> tuple[Any, ...]:
+        """The arguments of ``kernels._refreshed_lifetime_scan`` after the floors'
+        epoch: the tracker's packed arrays and host quantiles (all hosts, not
+        yet refreshed), then what refreshing them reads.
+
+        For a scan that brings ``host_exit_quantiles`` up to date itself, in
+        the same call: the hosts grown to ``n_hosts`` first, as it would.
+        """
+        if n_hosts > self._host_times.shape[1]:
+            self._grow_hosts(n_hosts)
+        model = self.model
+        if len(self._creation_known) < len(model.mass):
+            self._grow_creation_quantiles(len(model.mass))
+        return (
+            self._slot_times,
+            self._slot_ints,
+            self._host_times,
+            self._host_ints,
+            self._host_q,
+            self._creation_q,
+            self._creation_known,
+            model.mass,
+            model.m0,
+            model.bins.edges,
+            self._open_lifetime,
+            self._host_levels,
+        )
+
+    def _refresh_host_quantiles(self, n_hosts: int) -> int:
+        """The compiled pass of ``host_exit_quantiles``: how many holders it found again."""
+        model = self.model
+        # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
+        return Direct.refresh_host_quantiles(
+            n_hosts,
+            self._slot_times,
+            self._slot_ints,
+            self._host_times,
+            self._host_ints,
+            self._host_q,
+            self._creation_q,
+            self._creation_known,
+            model.mass,
+            model.m0,
+            model.bins.edges,
+            self._open_lifetime,
+            self._host_levels,
+        )
+
+    def _grow_creation_quantiles(self, rows: int) -> None:
+        size = max(rows, 2 * len(self._creation_known), 64)
+        grown = size - len(self._creation_known)
+        self._creation_q = np.concatenate(
+            [self._creation_q, np.zeros((grown, self._creation_q.shape[1]))]
+        )
+        self._creation_known = np.concatenate(
+            [self._creation_known, np.zeros(grown, dtype=np.bool_)]
+        )
+
+    @property
+    def uses_host_quantiles(self) -> bool:
+        """Whether LAS costs a host by its remaining-life quantiles (not its point exit)."""
+        settings = self.settings
+        quantile_scoring = settings.scoring == "quantiles" and not settings.oracle
+        return settings.host_quantiles > 0 and quantile_scoring
+
+    def initial_lifetime(self, vm_id: str) -> float:
+        slot = self._slot[vm_id]
+        return float(self.initial_exit[slot] - self.start[slot])
+
+    def remaining(self, vm_id: str, now: float) -> float:
+        """The VM's current predicted remaining lifetime (0 when its exit has passed)."""
+        return max(float(self.predicted_exit[self._slot[vm_id]]) - now, 0.0)
+
+    # ----------------------------------------------------------------- hooks
+
+    def on_booked(
+        self,
+        cluster: ClusterState,
+        record: VmRecord,
+        now: float,
+        event: VmRequest | VmPlaced | None,
+    ) -> None:
+        cached = self._cached
+        if cached is not None and cached[0] == record.vm_id and cached[1] == now:
+            prediction = cached[2]  # scored a moment ago
+        else:
+            prediction = self.predict(event)
+        slot = self._take_slot()
+        host = record.host
+        if host >= self._host_times.shape[1]:
+            self._grow_hosts(host + 1)
+        vm_id = record.vm_id
+        self._slot[vm_id] = slot
+        self.vm_ids[slot] = vm_id
+        rows = self.slot_rows[slot] = prediction.rows
+        placed_at = record.placed_at
+        exit_time = placed_at + prediction.lifetime_s
+        # ``initial_lifetime`` of this VM, for LAVA's class without a lookup.
+        self.booked_lifetime = exit_time - placed_at
+        learns = event is None or not left_truncated(event.features)
+        # The slot's and host's arrays, the host's list, latest exits and holder.
+        generation = Direct.book_slot(
+            slot, host, placed_at, prediction.row, rows, exit_time, learns, self._slot_times,
+            self._slot_ints, self._slot_flags, self.levels, self._host_times, self._host_ints,
+        )  # fmt: skip
+        if learns and self._learns_siblings:
+            self._siblings.setdefault(rows[0], set()).add(slot)
+        if self._repredicts and exit_time < self._next_refit:
+            heapq.heappush(self._exits, (exit_time, slot, generation))
+            deadline = self._deadline
+            if deadline is not None and exit_time < deadline:
+                self._deadline = exit_time  # a new entry only brings the first one earlier
+
+    def on_released(
+        self, cluster: ClusterState, record: VmRecord, now: float, *, exited: bool
+    ) -> None:
+        slot = self._slot.pop(record.vm_id, None)
+        if slot is None:
+            return
+        rows = self.slot_rows[slot]
+        model = self.model
+        count = self._counts_plainly
+        if not count and self._slot_flags[LEARNS, slot]:
+            # (Not when left-truncated: its age is unknown, so is its lifetime.)
+            lived = max(now - self._slot_times[START, slot], 0.0)
+            if exited:
+                model.observe_exit(rows, lived, now)
+            else:
+                # Evicted (host down): it lived at least this long; not an exit.
+                model.observe_censored(rows, lived, now)
+        # The exit or censoring counted (``count``), the slot freed, the host's
+        # latest exits from the VMs left on it: one compiled call.
+        _, learns = Direct.release_slot(
+            slot, now, exited, count, model.deaths, model.censored, model.bins.edges,
+            self._slot_times, self._slot_ints, self._slot_flags, self.levels, self._host_times,
+            self._host_ints,
+        )  # fmt: skip
+        if count and learns:
+            model.touch(rows)
+        cached = self._cached
+        if cached is not None and cached[0] == record.vm_id:
+            # A running VM's cached prediction must not serve a new VM reusing its id.
+            self._cached = None
+        heap = self._exits
+        if heap and heap[0][1] == slot:
+            self._deadline = None  # the first entry went stale: a later one is first
+        self._free.append(slot)
+        if self._siblings and learns:
+            owner = rows[0]
+            siblings = self._siblings.get(owner)
+            if siblings is not None:
+                siblings.discard(slot)
+                exits = self._sibling_exits.get(owner, 0) + exited
+                if not siblings:
+                    del self._siblings[owner]
+                    self._sibling_exits.pop(owner, None)
+                    return
+                self._sibling_exits[owner] = exits
+                # At the 1st, 2nd, 4th, 8th... exit: the evidence changes by a
+                # factor each time, and a batch of n costs O(n log n)
+                # repredictions, not O(n^2) (Azure V1 dev has batches of 587
+                # VMs of one shape: 11 million repredictions at every exit).
+                if exited and exits & (exits - 1) == 0:
+                    self._repredict_siblings(owner, sorted(siblings), now, record.vm_id)
+
+    def _repredict_siblings(self, row: int, slots: list[int], now: float, exited: str) -> None:
+        """A sibling exited: recount the owner group now and repredict its running VMs.
+
+        Their exits may move earlier, so each host's latest exit is recomputed
+        from its VMs, and their old heap entries are made stale.
+        """
+        self._deadline = None
+        index = np.asarray(slots, dtype=np.int64)
+        uptimes = now - self.start[index]
+        model = self.model
+        model.observe_running(row, uptimes, now)
+        # The group may now be the one chosen (tables), or a combo to recompute.
+        self.row[index] = [model.choose(tuple(levels)) for levels in self.levels[index].tolist()]
+        # The model's distributions changed between refits: per-row caches go.
+        self._forget_predictions()
+        self._creation_known.fill(False)
+        remaining = np.maximum(
+            self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
+        )
+        new_exits = now + remaining
+        self.predicted_exit[index] = new_exits
+        self.predicted_at[index] = now
+        self.repredictions += len(index)
+        self.generation[index] += 1
+        generation = self.generation
+        hosts = set()
+        next_refit = self._next_refit
+        for i, slot in enumerate(slots):
+            if new_exits[i] < next_refit:
+                heapq.heappush(self._exits, (float(new_exits[i]), slot, int(generation[slot])))
+            hosts.add(int(self.host[slot]))
+            self.notices.append(
+                Notice(
+                    now,
+                    "vm",
+                    self.vm_ids[slot],
+                    "a sibling exited: repredicted from its owner group",
+                    {
+                        "uptime_s": float(uptimes[i]),
+                        "predicted_remaining_s": float(remaining[i]),
+                        "predicted_exit": float(new_exits[i]),
+                        "sibling": exited,
+                    },
+                )
+            )
+        for host in sorted(hosts):
+            members = np.asarray(self._members(host), dtype=np.int64)
+            self.host_exit[host] = self.predicted_exit[members].max()
+            self._host_q_exit[host] = np.nan
+            self._holder[host] = -1
+
+    def on_moved(
+        self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
+    ) -> None:
+        """The VM keeps its slot, start and predictions; only the host maxima change.
+
+        Its heap entry stays valid (same slot and generation), and a
+        reprediction reads ``self.host`` when due, so it lands on the new host.
+        """
+        slot = self._slot.get(after.vm_id)
+        if slot is None:
+            return
+        new_host = after.host
+        self._grow_hosts(new_host + 1)
+        # Rare: the compiled helpers through numba's dispatch.
+        times = self._slot_times
+        ints = self._slot_ints
+        leave_host(slot, int(ints[HOST, slot]), times, ints, self._host_times, self._host_ints)
+        join_host(
+            slot, new_host, float(times[PREDICTED_EXIT, slot]), float(times[INITIAL_EXIT, slot]),
+            ints, self._host_times, self._host_ints,
+        )  # fmt: skip
+
+    def _members(self, host: int) -> list[int]:
+        """The slots of ``host``'s VMs, in its list's order."""
+        members: list[int] = []
+        following = self._next_on_host
+        head = self._host_head
+        slot = int(head[host]) if host < len(head) else -1
+        while slot >= 0 and len(members) < len(following):  # a list holds each slot once
+            members.append(slot)
+            slot = int(following[slot])
+        return members
+
+    @property
+    def _on_host(self) -> dict[int, set[int]]:
+        """Each host with VMs and its VMs' slots (for inspection; the lists are the state)."""
+        hosts = np.flatnonzero(self._host_head >= 0).tolist()
+        return {host: set(self._members(host)) for host in hosts}
+
+    def check_restored(self) -> None:
+        """Refuse (ValueError) restored arrays the compiled kernels could overrun.
+
+        The snapshot codec calls this once per restored tracker.
+        """
+        check_tracker_state(self)
+
+    def _grow_hosts(self, n_hosts: int) -> None:
+        hosts = self._host_times.shape[1]
+        if n_hosts > hosts:
+            grown = max(n_hosts, 2 * hosts, 64) - hosts
+            times = np.full((HOST_TIMES, grown), -np.inf)
+            times[QUANTILES_EXIT] = np.nan
+            self._host_times = np.concatenate([self._host_times, times], axis=1)
+            ints = np.full((HOST_INTS, grown), -1, dtype=np.int64)
+            ints[QUANTILES_STAMP] = 0
+            self._host_ints = np.concatenate([self._host_ints, ints], axis=1)
+            self._host_q = np.concatenate(
+                [self._host_q, np.full((grown, self._host_q.shape[1]), -np.inf)]
+            )
+
+    def _take_slot(self) -> int:
+        if not self._free:
+            size = self._slot_times.shape[1]
+            times = np.zeros((SLOT_TIMES, size))
+            self._slot_times = np.concatenate([self._slot_times, times], axis=1)
+            ints = np.zeros((SLOT_INTS, size), dtype=np.int64)
+            ints[[HOST, NEXT_ON_HOST, PREV_ON_HOST]] = -1
+            self._slot_ints = np.concatenate([self._slot_ints, ints], axis=1)
+            flags = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
+            self._slot_flags = np.concatenate([self._slot_flags, flags], axis=1)
+            self.levels = np.concatenate([self.levels, np.zeros((size, LEVELS), dtype=np.int64)])
+            self.vm_ids.extend([""] * size)
+            self.slot_rows.extend([()] * size)
+            self._free = list(range(2 * size - 1, size - 1, -1))
+        return self._free.pop()
+
+
+class LasTemporalCost(NumpyScorer):
+    """LAS: bucketed dT between the VM's predicted exit and the host's repredicted exit."""
+
+    name = "las"
+
+    def __init__(self, tracker: LifetimeTracker) -> None:
+        self.tracker = tracker
+
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
+        tracker = self.tracker
+        now = request.now
+        tracker.refresh(cluster, now)
+        prediction = tracker.prediction_for(request)
+        host_exit = tracker.host_exits(cluster.n_hosts, now, repredict=True)
+        if prediction.thresholds is not None and tracker.uses_host_quantiles:
+            # The sum over the host's quantiles, in the compiled scan's order.
+            host_q = np.maximum(tracker.host_exit_quantiles(cluster.n_hosts), now) - now
+            total = np.zeros(cluster.n_hosts)
+            for j in range(host_q.shape[1]):
+                total += expected_cost_counts(prediction.thresholds, host_q[:, j])
+            out[:] = total
+        elif prediction.thresholds is not None:
+            out[:] = expected_cost_counts(prediction.thresholds, host_exit - now)
+        else:
+            # An infinite (oracle) lifetime on a host with an infinite exit is
+            # NaN, which searchsorted puts in the last bucket: the most costly.
+            with np.errstate(invalid="ignore"):
+                out[:] = temporal_cost(now + prediction.lifetime_s - host_exit)
+
+
+class LaBinaryClass(NumpyScorer):
+    """LA-Binary: same class (short/long at 2 h, initial predictions) first, empty hosts last."""
+
+    name = "la_binary"
+
+    def __init__(self, tracker: LifetimeTracker) -> None:
+        self.tracker = tracker
+
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
+        tracker = self.tracker
+        now = request.now
+        # The model learns as for LAS; only the initial predictions are used.
+        tracker.refresh(cluster, now)
+        lifetime = tracker.prediction_for(request).lifetime_s
+        n = cluster.n_hosts
+        remaining = tracker.host_exits(n, now, repredict=False) - now
+        host_long = remaining > LA_BINARY_CUTOFF_S
+        vm_long = lifetime > LA_BINARY_CUTOFF_S
+        out[:] = np.where(host_long == vm_long, 0.0, 1.0)
+        empty = cluster.vm_count[:n] == 0
+        out[empty] = 2.0

@@ -1,0 +1,252 @@
+"""LAS and LAVA placement in one compiled pass over the hosts (``kernels.compiled_lifetime_scan``).
+
+The policies stay the numpy pipeline of ``framework.Policy`` (filters, then
+the lexicographic scorers LAVA preference -> LAS -> Best Fit); this subclass
+only computes the same decision faster where the pipeline's general path
+would run a dozen numpy passes per request: with the default filters and no
+anti-affinity in play, the preference (LAVA's, numpy, as its scorer writes
+it) goes to one compiled scan that filters, costs LAS and Best Fit and
+collects the ties, in the pipeline's floating-point order. The decision,
+its tie count, its scores and the seeded draw are the pipeline's; a test
+holds them equal on replayed states. Anything else (anti-affinity, no host
+fitting, whose explanation the pipeline gives) goes to the pipeline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
+from lavad.core.placement.bestfit import BestFitScore
+from lavad.core.placement.framework import (
+    DEFAULT_FILTERS,
+    Placed,
+    PlacementHooks,
+    PlacementRequest,
+    PlacementResult,
+    Policy,
+    ScorePlugin,
+)
+from lavad.core.placement.kernels import Direct, warm_up_lifetime
+from lavad.core.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
+from lavad.core.placement.strand_kernels import Stranding, no_stranding
+from lavad.core.placement.stranding_cost import LasStrandingCost
+from lavad.core.placement.waste import WasteGuard
+
+_NO_THRESHOLDS: FloatArray = np.zeros(0)
+_NO_HOST_QUANTILES: FloatArray = np.zeros((0, 0))
+_NO_STRANDING: Stranding = no_stranding()
+
+
+class LifetimePolicy(Policy):
+    """``Policy`` for [preference,] LAS, Best Fit scorers, with the compiled scan."""
+
+    def __init__(
+        self,
+        name: str,
+        scorers: tuple[ScorePlugin, ...],
+        rng: np.random.Generator,
+        *,
+        random_ties: bool = True,
+        hooks: PlacementHooks | None = None,
+        compiled: bool = True,
+    ) -> None:
+        super().__init__(name, scorers, rng, random_ties=random_ties, hooks=hooks)
+        *first, las, best_fit = scorers
+        if not isinstance(las, LasTemporalCost) or not isinstance(best_fit, BestFitScore):
+            raise TypeError("a lifetime policy's last scorers are LAS and Best Fit")
+        if len(first) > 1:
+            raise TypeError("a lifetime policy has at most one scorer above LAS")
+        self.preference = first[0] if first else None
+        # A waste guard above LAS (and above LAVA's preference, which it
+        # wraps): the scan runs unguarded first, and again with the guard's
+        # levels only when a tied choice would add more waste than the
+        # tolerance; the decision is the guarded pipeline's either way.
+        self.guard = self.preference if isinstance(self.preference, WasteGuard) else None
+        self._levels: FloatArray = np.zeros(0)
+        self.las = las
+        # LAS counting stranded host time: the scan counts it itself.
+        self.stranding = las if isinstance(las, LasStrandingCost) else None
+        if self.guard is not None and self.stranding is not None:
+            raise TypeError("a lifetime policy takes a waste guard or the stranding cost, not both")
+        self.best_fit = best_fit
+        self.scan = compiled
+        # The tracker's settings are fixed: whether LAS costs hosts by their quantiles.
+        self._by_host_quantiles = las.tracker.uses_host_quantiles
+        # The host the scan costs first (its last choice): only a bound, for speed.
+        self._probe = -1
+        # Per host, a lower bound of its LAS cost from earlier scans (host
+        # quantiles only), valid in the epoch it names while the host's
+        # quantiles keep the stamp it names (``kernels._floored_lifetime_scan``).
+        # An epoch lasts while the VMs placed score with the same thresholds
+        # array (a batch of one group, or one group between refits) and time
+        # does not go back; then a host's cost can only have grown, so a host
+        # whose floor is above the best so far needs no search.
+        # ``_floor_marks``: per host, the epoch (row 0) and the stamp (row 1)
+        # its floor was costed in, packed to be one argument of the scan.
+        self._floor: FloatArray = np.zeros(0)
+        self._floor_marks = np.zeros((2, 0), dtype=np.int64)
+        self._epoch = 0
+        self._epoch_thresholds: FloatArray | None = None
+        self._epoch_now = float("-inf")
+        if compiled:
+            # Compile (or load from numba's cache) before the first placement is timed.
+            warm_up_lifetime()
+
+    def place(self, cluster: ClusterState, request: PlacementRequest) -> PlacementResult:
+        n = cluster.n_hosts
+        if self.stranding is not None:
+            # Every request enters the mix, whichever path decides it (under
+            # LAVA the pipeline stops before LAS when no host fits).
+            self.stranding.observe(request)
+        if (
+            not self.scan
+            or n == 0
+            or self.filters != DEFAULT_FILTERS
+            or (request.max_per_host is not None and request.deployment)
+        ):
+            return super().place(cluster, request)
+        _, key, scratch = self._buffers(n)
+        guard = self.guard
+        preference = guard.below if guard is not None else self.preference
+        if guard is not None:
+            guard.observe(request)
+        if preference is not None:
+            preference.score(cluster, request, key, scratch)
+        tracker = self.las.tracker
+        tracker.refresh(cluster, request.now)
+        prediction = tracker.prediction_for(request)
+        count, best_p, best_c, best_s = self._scan(
+            cluster, request, key, preference is not None, prediction
+        )
+        rescanned = False
+        if guard is not None and count and not guard.admits(cluster, request, self._ties, count):
+            rescanned = True
+            if len(self._levels) < n:
+                self._levels = np.zeros(len(self._key))
+            levels = self._levels[:n]
+            guard.levels(cluster, request, levels)
+            guard.pack(levels, key if preference is not None else None, key)
+            count, best_p, best_c, best_s = self._scan(cluster, request, key, True, prediction)
+        if count == 0:
+            return super().place(cluster, request)  # it explains why nothing fits
+        if count == 1 or not self.random_ties:
+            host = int(self._ties[0])
+        else:
+            host = int(self._ties[self._draw.index(count)])
+        self._probe = host
+        scores: dict[str, float] = {}
+        if guard is not None:
+            # The pipeline's key: the guard's level (0 unless rescanned) packed
+            # above the preference's best.
+            scores[guard.name] = best_p if preference is not None or rescanned else 0.0
+        elif preference is not None:
+            scores[preference.name] = best_p
+        scores[self.las.name] = best_c
+        scores[self.best_fit.name] = best_s
+        return Placed(host=host, ties=count, scores=scores)
+
+    def _scan(
+        self,
+        cluster: ClusterState,
+        request: PlacementRequest,
+        key: FloatArray,
+        has_preference: bool,
+        prediction: Prediction,
+    ) -> tuple[int, float, float, float]:
+        """The compiled scan: filters, then (preference,) LAS, Best Fit; ties into ``_ties``."""
+        n = cluster.n_hosts
+        tracker = self.las.tracker
+        now = request.now
+        thresholds = prediction.thresholds
+        d0, d1, d2, d3 = request.demand
+        stranding = self.stranding
+        if thresholds is not None and self._by_host_quantiles:
+            if thresholds is not self._epoch_thresholds or now < self._epoch_now:
+                self._epoch += 1
+                self._epoch_thresholds = thresholds
+            self._epoch_now = now
+            if len(self._floor) < n:
+                self._grow_floors(n)
+            # Grows the tracker's arrays first: the stranded count reads the
+            # host quantiles the scan refreshes, so the same array.
+            refresh = tracker.quantile_refresh(n)
+            strand = (
+                None
+                if stranding is None
+                else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
+            )
+            # ``kernels._refreshed_lifetime_scan`` without numba's type dispatch
+            # (the arrays are the ones its warm-up typed: float64, bool, int64;
+            # C order): the scan, bringing each stale host's quantiles up to
+            # date as it reaches it, costing the previous choice first to skip
+            # hosts that cost more.
+            count, best_p, best_c, best_s = Direct.refreshed_lifetime_scan(
+                cluster.free,
+                cluster.inv_capacity,
+                cluster.unschedulable,
+                n,
+                d0,
+                d1,
+                d2,
+                d3,
+                self.best_fit.kernel_weights,
+                cluster.resource_present,
+                FIT_TOLERANCE,
+                key,
+                has_preference,
+                now,
+                prediction.lifetime_s,
+                thresholds,
+                self._ties,
+                self._probe,
+                self._floor,
+                self._floor_marks,
+                self._epoch,
+                *refresh,
+                _NO_STRANDING if strand is None else strand,
+            )
+        else:
+            # ``kernels.compiled_lifetime_scan`` as above, by the hosts' point
+            # exits (unclipped: the scan takes max(exit, now) itself).
+            strand = (
+                None
+                if stranding is None
+                else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
+            )
+            count, best_p, best_c, best_s = Direct.lifetime_scan(
+                cluster.free,
+                cluster.inv_capacity,
+                cluster.unschedulable,
+                n,
+                d0,
+                d1,
+                d2,
+                d3,
+                self.best_fit.kernel_weights,
+                cluster.resource_present,
+                FIT_TOLERANCE,
+                key,
+                has_preference,
+                tracker.latest_exits(n),
+                now,
+                prediction.lifetime_s,
+                _NO_THRESHOLDS if thresholds is None else thresholds,
+                thresholds is not None,
+                LAS_BUCKETS_S,
+                _NO_HOST_QUANTILES,
+                False,
+                self._ties,
+                self._probe,
+                _NO_STRANDING if strand is None else strand,
+            )
+        return count, best_p, best_c, best_s
+
+    def _grow_floors(self, n_hosts: int) -> None:
+        size = max(n_hosts, 2 * len(self._floor), 64)
+        grown = size - len(self._floor)
+        self._floor = np.concatenate([self._floor, np.zeros(grown)])
+        # Epoch -1 is never current: a new host has no floor yet.
+        marks = np.zeros((2, grown), dtype=np.int64)
+        marks[0] = -1
+        self._floor_marks = np.concatenate([self._floor_marks, marks], axis=1)

@@ -1,0 +1,415 @@
+"""Waste-aware packing: what a placement leaves that the pool's request mix cannot use.
+
+Borg's waste minimisation (LAVA paper, section 2.2) scores a host by the free
+shapes a placement leaves against the workload the pool expects; the LAVA
+paper measures the outcome by an inflation simulation (``metrics.stranding``):
+fill every host with the pool's recent request mix until nothing fits, and
+what is left is stranded. This module scores a host by a closed form of that
+same simulation, so the score and the metric speak of one thing:
+
+* The mix is the pool's last ``window`` request shapes, their ``max_shapes``
+  most common ones, as the stranding metric keeps it (``RequestMix``).
+* ``waste(f)`` of a free vector f: when no shape of the mix fits f, all of f
+  is stranded. Otherwise the inflation fills f by draws from the mix, so (up
+  to the last VM) it consumes resources in the mix's mean proportions m until
+  one resource runs out: t = min_r f_r / m_r, and what strands is f - t m.
+  Each resource counts as its fraction of the host's capacity (weighted as
+  Best Fit weights it), so the units are Best Fit's.
+* A placement's cost is how much it adds to the pool's stranded capacity:
+  ``waste(free - d) - waste(free)``. A roomy host with a balanced remainder
+  adds nothing, unlike under Best Fit, which prefers the tightest host
+  whatever it leaves; a request that uses a host's surplus resource lowers
+  that host's waste.
+
+Where we depart from Borg (whose score is not public in detail) and from an
+exact simulation: the fill follows the mix's mean direction instead of
+simulating draws, which is exact while several VMs still fit and off by at
+most the last VM's granularity; that keeps the score O(resources) per host,
+cheap enough to run before every lifetime-aware placement.
+
+The guard (``WasteGuard``) turns the cost into a lexicographic level: hosts
+whose cost is within ``tolerance`` of the best feasible host's share level 0,
+the next ``tolerance`` level 1, and so on. Below it LAS (or LAVA's preference
+then LAS) decides among level-0 hosts and Best Fit breaks their ties, so a
+lifetime score can pick any host that strands no more than the least
+stranding host plus the tolerance, and never one that strands more when such
+a host fits. Alone above Best Fit it is the ``waste`` packing policy.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+
+import numba
+import numpy as np
+
+from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
+from lavad.core.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
+from lavad.core.placement.strand_kernels import added_waste, present_weights
+
+Shape = tuple[float, float, float, float]
+
+# A lexicographic key packs the guard's level above the preference below it
+# (LAVA's costs are small integers, at most 6 plus a class difference): the
+# level times this stays exact in float64 for any level the tolerance bounds.
+_LEVEL_STRIDE = 1024.0
+
+
+class RequestMix:
+    """The pool's recent request shapes, as the stranding inflation keeps them.
+
+    A ring of the last ``window`` shapes with their counts kept as they enter
+    and leave, so each request costs O(1). The mean direction and the
+    shapes a fragment must fit are refreshed every ``refresh_every`` requests,
+    not per placement (the mix moves slowly), and while the mix is young at
+    its 1st, 2nd, 4th, 8th... request, so a young mix is known early at a
+    logarithmic number of refreshes. A refresh costs O(distinct shapes in
+    the window), at most ``window`` whatever the stream sends.
+    """
+
+    def __init__(self, window: int, max_shapes: int, refresh_every: int) -> None:
+        if window < 1 or max_shapes < 1 or refresh_every < 1:
+            raise ValueError("window, max_shapes and refresh_every must be >= 1")
+        self.window = window
+        self.max_shapes = max_shapes
+        self.refresh_every = refresh_every
+        self._ring: list[Shape] = []
+        self._next = 0
+        self._counts: Counter[Shape] = Counter()
+        self._since_refresh = 0
+        self._seen = 0
+        # The mix's mean demand per resource (zeros: no mix yet).
+        self.mean: FloatArray = np.zeros(N_RESOURCES)
+        # Shapes no other shape of the mix is smaller than in every resource:
+        # a free vector fits some shape of the mix iff it fits one of these.
+        self.minimal: FloatArray = np.zeros((0, N_RESOURCES))
+
+    @property
+    def known(self) -> bool:
+        return len(self.minimal) > 0
+
+    def check_restored(self) -> None:
+        """Raise ValueError if a restored mix could make the compiled score read past an array.
+
+        ``leftover_waste`` indexes ``mean`` and ``minimal`` by resource without a
+        bounds check; a snapshot is checksummed, not signed.
+        """
+        for name, array, ndim in (("mean", self.mean, 1), ("minimal", self.minimal, 2)):
+            if not isinstance(array, np.ndarray) or array.dtype != np.float64:
+                raise ValueError(f"{name} is not a float64 array")
+            if array.ndim != ndim or array.shape[-1] != N_RESOURCES:
+                raise ValueError(f"{name} has shape {array.shape}")
+            if not array.flags.c_contiguous:
+                raise ValueError(f"{name} is not C-contiguous")
+        if len(self._ring) > self.window or not 0 <= self._next < max(self.window, 1):
+            raise ValueError("the ring does not fit its window")
+        if Counter(self._ring) != self._counts:
+            raise ValueError("the shape counts do not match the ring")
+
+    def add(self, shape: Shape) -> None:
+        ring = self._ring
+        if len(ring) < self.window:
+            ring.append(shape)
+        else:
+            old = ring[self._next]
+            left = self._counts[old] - 1
+            if left:
+                self._counts[old] = left
+            else:
+                del self._counts[old]
+            ring[self._next] = shape
+            self._next = (self._next + 1) % self.window
+        self._counts[shape] += 1
+        self._since_refresh += 1
+        self._seen += 1
+        seen = self._seen
+        young = seen < self.refresh_every and seen & (seen - 1) == 0
+        if young or self._since_refresh >= self.refresh_every:
+            self.refresh()
+
+    def refresh(self) -> None:
+        self._since_refresh = 0
+        # Equal counts rank by shape (the smaller first), so the mix is the
+        # same in every run.
+        common = heapq.nlargest(
+            self.max_shapes,
+            self._counts.items(),
+            key=lambda item: (item[1], tuple(-x for x in item[0])),
+        )
+        if not common:
+            self.mean = np.zeros(N_RESOURCES)
+            self.minimal = np.zeros((0, N_RESOURCES))
+            return
+        shapes = np.array([shape for shape, _ in common], dtype=np.float64)
+        weights = np.array([count for _, count in common], dtype=np.float64)
+        self.mean = weights @ shapes / weights.sum()
+        dominated = np.zeros(len(shapes), dtype=np.bool_)
+        for i in range(len(shapes)):
+            smaller = np.all(shapes <= shapes[i], axis=1) & np.any(shapes < shapes[i], axis=1)
+            dominated[i] = bool(smaller.any())
+        self.minimal = np.ascontiguousarray(shapes[~dominated])
+
+
+@numba.njit(cache=True, nogil=True)
+def waste_costs(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: np.ndarray,
+    n_hosts: int,
+    demand: FloatArray,
+    weights: FloatArray,
+    mean: FloatArray,
+    minimal: FloatArray,
+    tolerance: float,
+    out: FloatArray,
+) -> float:
+    """Each host's added waste ``waste(free - d) - waste(free)`` into ``out``; the least.
+
+    Hosts that are unschedulable or where ``demand`` does not fit get inf.
+    Returns the least cost over the hosts that fit (inf: none fits).
+    """
+    n_resources = free.shape[0]
+    zero = np.zeros(n_resources)
+    best = np.inf
+    for h in range(n_hosts):
+        if unschedulable[h]:
+            out[h] = np.inf
+            continue
+        fits = True
+        for r in range(n_resources):
+            if demand[r] > 0.0 and free[r, h] < demand[r] - tolerance:
+                fits = False
+                break
+        if not fits:
+            out[h] = np.inf
+            continue
+        cost = added_waste(free, h, demand, zero, inv_capacity, weights, mean, minimal, tolerance)
+        out[h] = cost
+        best = min(best, cost)
+    return best
+
+
+@numba.njit(cache=True, nogil=True)
+def guard_levels(out: FloatArray, n_hosts: int, best: float, step: float) -> None:
+    """Replace each cost in ``out`` by its level; an unfit host (inf) becomes 0.
+
+    Level 0 is every host whose cost is at most max(best, 0) + step, level k
+    the next k steps. A host that adds no waste is always level 0: another
+    host that would *repair* existing waste does not take the choice away
+    from the levels below (that would force small CPU-heavy VMs onto
+    memory-poor hosts whatever their lifetimes). Unfit hosts are the
+    filters' business; their key only has to be finite.
+    """
+    base = max(best, 0.0)
+    for h in range(n_hosts):
+        cost = out[h]
+        if cost == np.inf:
+            out[h] = 0.0
+        else:
+            out[h] = max(0.0, np.ceil((cost - base) / step) - 1.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def guard_keys(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: np.ndarray,
+    present: np.ndarray,
+    n_hosts: int,
+    demand: FloatArray,
+    weights: FloatArray,
+    mean: FloatArray,
+    minimal: FloatArray,
+    tolerance: float,
+    step: float,
+    out: FloatArray,
+) -> None:
+    """``waste_costs`` then ``guard_levels`` in one call (one dispatch per placement)."""
+    used = present_weights(weights, present)
+    best = waste_costs(
+        free, inv_capacity, unschedulable, n_hosts, demand, used, mean, minimal, tolerance, out
+    )
+    if best == np.inf:
+        for h in range(n_hosts):
+            out[h] = 0.0  # nothing fits: the filters say why
+    else:
+        guard_levels(out, n_hosts, best, step)
+
+
+@numba.njit(cache=True, nogil=True)
+def all_within(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    present: np.ndarray,
+    hosts: np.ndarray,
+    count: int,
+    demand: FloatArray,
+    weights: FloatArray,
+    mean: FloatArray,
+    minimal: FloatArray,
+    tolerance: float,
+    step: float,
+) -> bool:
+    """Whether each of ``hosts[:count]`` adds at most ``step`` of waste.
+
+    Such a host is at level 0 whatever the best host adds (level 0 reaches
+    max(best, 0) + step), so an unguarded choice among them stands.
+    """
+    used = present_weights(weights, present)
+    zero = np.zeros(free.shape[0])
+    for i in range(count):
+        cost = added_waste(
+            free, hosts[i], demand, zero, inv_capacity, used, mean, minimal, tolerance
+        )
+        if cost > step:
+            return False
+    return True
+
+
+def warm_up_waste() -> None:
+    """Compile (or load from numba's cache) before the first placement is timed."""
+    free = np.ones((N_RESOURCES, 1))
+    guard_keys(
+        free,
+        free,
+        np.zeros(1, dtype=np.bool_),
+        np.ones(N_RESOURCES, dtype=np.bool_),
+        1,
+        np.zeros(N_RESOURCES),
+        np.ones(N_RESOURCES),
+        np.ones(N_RESOURCES),
+        np.zeros((1, N_RESOURCES)),
+        FIT_TOLERANCE,
+        1.0,
+        np.zeros(1),
+    )
+    all_within(
+        free,
+        free,
+        np.ones(N_RESOURCES, dtype=np.bool_),
+        np.zeros(1, dtype=np.int64),
+        1,
+        np.zeros(N_RESOURCES),
+        np.ones(N_RESOURCES),
+        np.ones(N_RESOURCES),
+        np.zeros((1, N_RESOURCES)),
+        FIT_TOLERANCE,
+        1.0,
+    )
+
+
+class WasteGuard(NumpyScorer):
+    """The waste level of each host (0: within ``tolerance`` of the least waste), above ``below``.
+
+    ``below`` is a preference that the guard outranks (LAVA's); its costs are
+    packed under the level in one key, so the compiled lifetime scan still
+    sees one preference. With no mix yet (the pool's first request), every
+    host is level 0: nothing is known to strand.
+    """
+
+    name = "waste"
+
+    def __init__(
+        self,
+        mix: RequestMix,
+        tolerance: float,
+        weights: FloatArray,
+        below: ScorePlugin | None = None,
+    ) -> None:
+        if not tolerance > 0:
+            raise ValueError(f"tolerance must be > 0, got {tolerance}")
+        self.mix = mix
+        self.tolerance = tolerance
+        self.weights = np.ascontiguousarray(weights, dtype=np.float64)
+        self.below = below
+        self._demand = np.zeros(N_RESOURCES)
+        self._below_out: FloatArray = np.zeros(0)
+        self._last_seen: tuple[str, float] | None = None
+        warm_up_waste()
+
+    def observe(self, request: PlacementRequest) -> None:
+        """Count ``request`` in the mix, once however many times it is scored.
+
+        A lifetime policy may score one request twice (its compiled scan, then
+        the pipeline that explains why nothing fits); the mix must not depend
+        on which path a placement took.
+        """
+        seen = (request.vm_id, request.now)
+        if seen != self._last_seen:
+            self._last_seen = seen
+            self.mix.add(request.demand)
+
+    def levels(self, cluster: ClusterState, request: PlacementRequest, out: FloatArray) -> None:
+        """Each host's waste level for ``request`` into ``out[:n_hosts]`` (no preference)."""
+        n = cluster.n_hosts
+        mix = self.mix
+        if not mix.known:
+            out[:n] = 0.0
+            return
+        demand = self._demand
+        demand[:] = request.demand
+        guard_keys(
+            cluster.free,
+            cluster.inv_capacity,
+            cluster.unschedulable,
+            cluster.resource_present,
+            n,
+            demand,
+            self.weights,
+            mix.mean,
+            mix.minimal,
+            FIT_TOLERANCE,
+            self.tolerance,
+            out,
+        )
+
+    def admits(
+        self, cluster: ClusterState, request: PlacementRequest, hosts: np.ndarray, count: int
+    ) -> bool:
+        """Whether every host of ``hosts[:count]`` is surely at level 0 for ``request``."""
+        mix = self.mix
+        if not mix.known:
+            return True
+        demand = self._demand
+        demand[:] = request.demand
+        return bool(
+            all_within(
+                cluster.free,
+                cluster.inv_capacity,
+                cluster.resource_present,
+                hosts,
+                count,
+                demand,
+                self.weights,
+                mix.mean,
+                mix.minimal,
+                FIT_TOLERANCE,
+                self.tolerance,
+            )
+        )
+
+    def pack(self, levels: FloatArray, below: FloatArray | None, out: FloatArray) -> None:
+        """The key of level then preference, level * stride + preference, into ``out``.
+
+        ``levels`` is overwritten; ``out`` may be ``below`` itself.
+        """
+        np.multiply(levels, _LEVEL_STRIDE, out=levels)
+        if below is None:
+            np.copyto(out, levels)
+        else:
+            np.add(levels, below, out=out)
+
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
+        n = cluster.n_hosts
+        self.observe(request)
+        self.levels(cluster, request, out)
+        below = self.below
+        if below is not None:
+            if len(self._below_out) < n:
+                self._below_out = np.zeros(max(n, 2 * len(self._below_out), 64))
+            mine = self._below_out[:n]
+            below.score(cluster, request, mine, scratch)
+            self.pack(out[:n], mine, out[:n])
