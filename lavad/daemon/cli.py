@@ -17,10 +17,14 @@ import typer
 from pydantic import BaseModel
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lavad.daemon import heap
 from lavad.core.admission.registry import ADMISSION_POLICIES
-from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.core.limits.service import RECOMMENDER_REGISTRY
+from lavad.core.migrations.lifetimes import LIFETIME_SOURCES
+from lavad.core.migrations.orders import ORDERS
+from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.core.registry import Registry
+from lavad.daemon import heap
+from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.live.cli import (
     broker_command,
     demo_command,
@@ -29,11 +33,7 @@ from lavad.daemon.live.cli import (
     tail_command,
     topics_create_command,
 )
-from lavad.core.migrations.lifetimes import LIFETIME_SOURCES
-from lavad.core.migrations.orders import ORDERS
-from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.plotting import PlotsUnavailable
-from lavad.core.registry import Registry
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lavad.daemon.console import out
 from lavad.core.engine import Engine, EngineConfig, PoolSetup
 from lavad.core.migrations.config import MigrationsConfig
 from lavad.core.migrations.relief_rule import ReliefConfig
 from lavad.core.placement.gpa import UsageHooks
 from lavad.core.placement.registry import validate_policy_args
+from lavad.daemon.console import out
 from lavad.models.usage.drift import DriftConfig
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import HostUp, Migration, UsageSample, VmRequest

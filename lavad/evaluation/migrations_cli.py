@@ -15,9 +15,9 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.core.migrations.config import RollingConfig
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.settings import ConfigError
 from lavad.evaluation.migrations import (
     BASELINES,

@@ -34,8 +34,9 @@ import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
-from lavad.daemon import heap
 from lavad.core.engine import Engine, EngineConfig
+from lavad.core.placement.kernels import warm_up
+from lavad.daemon import heap
 from lavad.daemon.live.connection import (
     SecurityRefusal,
     check_security,
@@ -52,7 +53,6 @@ from lavad.daemon.live.snapshot_topic import snapshot_store
 from lavad.daemon.live.snapshots import SnapshotError
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
-from lavad.core.placement.kernels import warm_up
 from lavad.daemon.settings import KafkaSettings, Settings
 from lavad.daemon.shadow.live import build_engine, build_telemetry, topic_names
 from lavad.streams.kafka.topics import TopicNames, check_copartitioned

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
 
 from lavad.core.engine import PoolRuntime
-from lavad.daemon.live.batch_histogram import BatchHistogram
 from lavad.core.metrics.limits import eviction_counts
 from lavad.core.metrics.pool import CORES, MEMORY
 from lavad.core.placement.gpa import UsageHooks
+from lavad.daemon.live.batch_histogram import BatchHistogram
 
 # Decision latency = input record timestamp -> decision acknowledged by the
 # broker; the buckets straddle the 50 ms goal.

@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError, Settings

@@ -16,8 +16,8 @@ from prometheus_client import Gauge
 from pydantic import Field
 
 from lavad.core.engine import Engine, EngineConfig, PoolRuntime
-from lavad.daemon.live.telemetry import Telemetry
 from lavad.core.metrics.pool import CORES, MEMORY
+from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.settings import Settings
 from lavad.daemon.shadow.compare import empty_hosts_difference
 from lavad.daemon.shadow.engine import ShadowEngine, ShadowPool
