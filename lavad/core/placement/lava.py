@@ -34,14 +34,12 @@ change the host's class. The LAS level below the preference scores with
 distributions on both sides (32 quantiles of the VM's lifetime, 8 of the
 host's remaining life), where the paper compares two point predictions.
 
-Why learned LAVA trails learned LAS (Azure V1 dev, 950 hosts; pp of empty
-hosts over Best Fit, seed 0 and seed 1): with the host's point exit LAS
-+1.33/+1.10 against LAVA +1.14/+0.93, and with the host-side quantiles
-+1.36/+1.31 against +1.26/+1.01, while the oracles are level (+3.46/+3.50).
-A longer deadline (2.0x the class bound: +1.07/+1.27) or recycling from 80%
-(+1.12 on seed 0) did not win on both seeds, so the paper's 1.1x and 90%
-stay. Open: the class of a host is that of its first VM's E[T], which a
-heavy-tailed distribution inflates; untested.
+Learned LAVA trails learned LAS on Azure V1 while their oracles are level
+(docs/results/lifetimes.md): its classes amplify a lifetime prediction's
+errors, which LAS's quantile costs average out. A longer deadline or an
+earlier recycling did not win on both seeds measured, so the paper's 1.1x
+and 90% stay. Open: the class of a host is that of its first VM's E[T],
+which a heavy-tailed distribution inflates; untested.
 """
 
 from __future__ import annotations
@@ -77,8 +75,8 @@ class HostPhase(IntEnum):
 
 
 # The phases as plain ints for the per-event paths: comparing a numpy int8
-# with an IntEnum member goes through Python 3.11's EnumType.__getattr__
-# (about a dozen lookups per event, ~15% of a LAVA replay).
+# with an IntEnum member goes through Python 3.11's EnumType.__getattr__, a
+# dozen lookups per event on LAVA's hottest path.
 _EMPTY: Final = int(HostPhase.EMPTY)
 _OPEN: Final = int(HostPhase.OPEN)
 _RECYCLING: Final = int(HostPhase.RECYCLING)

@@ -112,8 +112,8 @@ class LifetimeArgs(WasteMixArgs):
         "of a host, summed over resources) is within this of the least; None: no guard",
     )
     # On by default, weight 8: chosen by the worst cell of the placement
-    # matrix (benchmarks/placement_matrix.py; docs/results.md, "Placement on
-    # a matrix of conditions"), never by one cell.
+    # matrix (benchmarks/placement_matrix.py; docs/results/placement-matrix.md),
+    # never by one cell.
     stranding_cost: bool = Field(
         default=True,
         description="LAS counts the host time a placement strands for the pool's request mix "
@@ -139,11 +139,11 @@ class LifetimeArgs(WasteMixArgs):
         default="mean",
         description="a VM's predicted (remaining) lifetime: the mean of T_r | T_u or its median",
     )
-    # Quantiles are the default: on Azure V1 dev (950 hosts) LAS gains +1.33 pp
-    # over Best Fit with 32 of them (+1.17 with 16) against +0.93 with the mean
-    # (LAVA, 16: +1.16 against +0.92), and on OpenB they change nothing
-    # measurable. More quantiles only approach the exact expectation. LA-Binary
-    # ignores it.
+    # Quantiles are the default: the expected bucket over the distribution
+    # gains more empty hosts than the bucket of a point estimate for LAS and
+    # LAVA, and changes nothing measurable where lifetimes barely vary
+    # (docs/results/lifetimes.md). More quantiles only approach the exact
+    # expectation. LA-Binary ignores it.
     scoring: Literal["mean", "quantiles"] = Field(
         default="quantiles",
         description="LAS cost of a host: the bucket of the VM's point estimate, or the expected "
@@ -152,11 +152,11 @@ class LifetimeArgs(WasteMixArgs):
     quantiles: int = Field(
         default=32, ge=1, le=256, description="quantiles of the VM's lifetime quantile scoring uses"
     )
-    # 8 by default: Azure V1 dev (950 hosts), pp over Best Fit seed 0 (seed 1):
-    # LAS +1.36 (+1.31) against +1.33 (+1.10) with the point exit, LAVA +1.26
-    # (+1.01) against +1.14 (+0.93); 4 was better for LAVA but lost for LAS on
-    # seed 0 (+1.19). The scan prunes a host once its partial sum exceeds the
-    # best; it still costs LAS 4-13% of its throughput (docs/results.md).
+    # 8 by default: a host's point exit ignores how unsure its longest-lived
+    # VM's remaining life is, and 8 quantiles of it beat the point exit for
+    # LAS and LAVA on both seeds, where 4 lost for LAS on one
+    # (docs/results/lifetimes.md). The scan prunes a host once its partial
+    # sum exceeds the best, so the quantiles cost little throughput.
     host_quantiles: int = Field(
         default=8,
         ge=0,
@@ -238,11 +238,9 @@ class LaBinaryArgs(LifetimeArgs):
 
 
 class LavaArgs(LifetimeArgs):
-    # LAVA's own default: 4 host quantiles. Azure V1 dev (950 hosts), pp over
-    # Best Fit seed 0 (1): +1.26 (+1.29) against +1.26 (+1.01) with 8; the
-    # last 500 lines replayed alone (820 hosts): +1.12 against +0.86; OpenB
-    # (6 hosts) +0.07 against -0.00; DLRM (2,500 hosts) -0.99 against -0.97.
-    # LAS keeps 8 (4 lost on seed 0 there: +1.19 against +1.36).
+    # LAVA's own default: 4 host quantiles, no worse than 8 on any window or
+    # seed measured and better on some (docs/results/lifetimes.md); LAS keeps
+    # 8, where 4 lost on one seed.
     host_quantiles: int = Field(
         default=4,
         ge=0,

@@ -5,8 +5,9 @@ dT = max(vm_exit - host_exit, 0): the host time a placement adds by keeping
 its host busy after the host would have emptied. It knows nothing of the
 shape a placement leaves, so a host that outlives the VM wins even when the
 VM leaves it a fragment no request of the pool's mix can use; on Azure
-shapes where hosts can strand, learned LAS strands two to three times Best
-Fit's CPU that way and gives back its gain in empty hosts. In Borg, LAS sits
+shapes where hosts can strand, learned LAS strands a multiple of Best Fit's
+CPU that way and gives back its gain in empty hosts
+(docs/results/placement-matrix.md). In Borg, LAS sits
 above a waste-minimising packing score; our Best Fit has no notion of waste.
 
 This score adds the other host time a placement costs, under the same
@@ -29,8 +30,8 @@ At w = 1 a fraction of a host held for an hour is that fraction of a
 host-hour. That undercounts: a fragment also blocks the requests that would
 have used the rest of the host, and the mix's fill is an estimate. The
 default w = 8 was chosen on the placement matrix by its worst cell
-(``benchmarks/placement_matrix.py``; docs/results.md): below it learned LAS
-strands up to twice Best Fit's CPU on hosts that can strand, above it the
+(``benchmarks/placement_matrix.py``; docs/results/placement-matrix.md):
+below it learned LAS strands more on hosts that can strand, above it the
 gain in empty hosts falls.
 
 Departure from the paper: LAS stays a lexicographic level above Best Fit, but
