@@ -31,7 +31,7 @@ from lavad.core.placement.kernels import (
     warm_up_lifetime,
 )
 from lavad.core.placement.kernels import _leave_host as leave_host
-from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker
+from lavad.core.placement.lifetime import LIFETIME_MODELS, LifetimeSettings, LifetimeTracker
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.grouped import (
@@ -146,12 +146,11 @@ def test_models_that_weigh_or_recalibrate_count_for_themselves() -> None:
     assert GroupedLifeTables(bins).counts_plainly()
     assert not GroupedLifeTables(bins, half_life_s=86_400.0).counts_plainly()
     assert not GroupedLifeTables(bins, calibrator=SurvivalCalibrator(bins)).counts_plainly()
-
-    class Weighed(GroupedLifeTables):
-        def observe_exit(self, rows: tuple[int, ...], lifetime: float, now: float = 0.0) -> None:
-            super().observe_exit(rows, 2 * lifetime, now)
-
-    assert not Weighed(bins).counts_plainly()
+    # The wrappers learn from each exit themselves: they declare it.
+    for name in ("mixture", "mixture-calibrated", "mixture-frailty-calibrated"):
+        model = LIFETIME_MODELS.build(name, None, bins, LifetimeSettings())
+        assert not model.counts_plainly()
+        assert not model.pure_choice
 
 
 def test_a_prediction_at_creation_is_kept_until_the_model_changes() -> None:

@@ -53,8 +53,9 @@ from lavad.models.lifetime.calibrated import CalibratedLifeTables
 from lavad.models.lifetime.calibration import CALIBRATION_HALF_LIFE_S, SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS, left_truncated, lifetime_keys
 from lavad.models.lifetime.frailty import FRAILTY_HALF_LIFE_S, FrailtyLifeTables
-from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
+from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.mixture import BAND_EDGES_S, MixtureLifeTables
+from lavad.models.lifetime.protocol import GroupRows
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
     expected_remaining,

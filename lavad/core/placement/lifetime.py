@@ -89,8 +89,9 @@ from lavad.models.lifetime.features import (
     lifetime_keys,
 )
 from lavad.models.lifetime.frailty import FrailtyLifeTables
-from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables
 from lavad.models.lifetime.mixture import MixtureLifeTables
+from lavad.models.lifetime.protocol import GroupRows, LifetimeModel
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
     creation_quantiles,
@@ -186,7 +187,7 @@ class LifetimeSettings:
 # The online lifetime models a tracker can learn with; a factory gets the
 # bins and the tracker's settings. Both refit at event times only (the
 # tracker's timers), so a replay and the live daemon learn the same tables.
-LIFETIME_MODELS: Registry[GroupedLifeTables] = Registry(
+LIFETIME_MODELS: Registry[LifetimeModel] = Registry(
     "lifetime model",
     [
         Entry(
@@ -340,7 +341,7 @@ class LifetimeTracker(ClusterListener):
         self._creation_q: FloatArray = np.zeros((0, settings.host_quantiles))
         self._creation_known = np.zeros(0, dtype=np.bool_)
         # Whether a release may add the VM's exit or censoring to the model's
-        # counts itself (``GroupedLifeTables.counts_plainly``), in the same call.
+        # counts itself (``LifetimeModel.counts_plainly``), in the same call.
         self._counts_plainly = self.model.counts_plainly()
         self._slot: dict[str, int] = {}
         self._free: list[int] = list(range(size - 1, -1, -1))
@@ -363,13 +364,11 @@ class LifetimeTracker(ClusterListener):
         # The prediction at creation of each keys tuple, until the model's
         # distributions or choices change (a refit, a sibling's recount):
         # ``rows_for`` and ``choose`` give the same rows and row until then.
-        # Only for models whose ``choose`` records nothing (no recalibration);
+        # Only for models whose ``choose`` records nothing (``pure_choice``);
         # never with the oracle (its lifetime is the request's own).
-        model_type = type(self.model)
-        plain_choice = model_type.choose in (GroupedLifeTables.choose, ShrunkLifeTables.choose)
         self._by_keys: (
             dict[tuple[object, ...], tuple[Prediction, tuple[float, FloatArray | None]]] | None
-        ) = {} if plain_choice and self.model.calibrator is None and not settings.oracle else None
+        ) = {} if self.model.pure_choice and not settings.oracle else None
         # Owner group row -> its running VMs the model learns from, and how
         # many of its VMs have exited (``siblings``).
         self._siblings: dict[int, set[int]] = {}

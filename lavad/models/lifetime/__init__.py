@@ -1,5 +1,8 @@
 """Online models of VM lifetimes as distributions.
 
+- ``protocol.py``: ``LifetimeModel``, what every model gives its users (learn from
+  exits and censorings, predict a distribution, checkpoint as plain data), and
+  what a caller may skip, declared by the model.
 - ``bins.py``: log-spaced lifetime bins, the support of every distribution.
 - ``survival.py``: the life-table (binned Kaplan-Meier) estimator and the
   repredictions it gives: E[T_r | T_u] and P(T > t | T_u), vectorised.

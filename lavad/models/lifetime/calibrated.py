@@ -20,7 +20,8 @@ from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.combos import CountsOf, grown
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.grouped import GroupedLifeTables, GroupRows
+from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.protocol import GroupRows
 
 
 class CalibratedLifeTables(CountsOf):

@@ -20,8 +20,9 @@ import numpy as np
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables
 from lavad.models.lifetime.pending import Pending
+from lavad.models.lifetime.protocol import GroupRows
 
 
 def check_band_edges(band_edges_s: tuple[float, ...]) -> tuple[float, ...]:
@@ -94,6 +95,16 @@ class CountsOf(GroupedLifeTables):
     def counted(self) -> GroupedLifeTables:
         """The model whose counts these are."""
         raise NotImplementedError
+
+    @property
+    def pure_choice(self) -> bool:
+        # A wrapper computes its rows per epoch, or records what it predicted.
+        return False
+
+    def counts_plainly(self) -> bool:
+        # A wrapper learns from each exit itself (weights, frailty, calibration),
+        # not only through the wrapped model's counts.
+        return False
 
     @property
     def deaths(self) -> FloatArray:

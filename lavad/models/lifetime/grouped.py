@@ -24,9 +24,8 @@ from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
+from lavad.models.lifetime.protocol import GroupRows
 from lavad.models.lifetime.survival import fill_suffix_sums, life_table, suffix_sums
-
-GroupRows = tuple[int, ...]
 
 # Groups are named by the input (tenants, deployments, feature values), so a
 # stream of new names must not grow the tables for ever. Past ``max_rows``
@@ -242,21 +241,25 @@ class GroupedLifeTables:
         if self.calibrator is not None:
             self.calibrator.defer(rows, lifetime, now, exited=True)
 
+    @property
+    def pure_choice(self) -> bool:
+        """Whether ``choose`` records nothing (``LifetimeModel.pure_choice``): not recalibrating.
+
+        A subclass whose ``choose`` records or computes per epoch says so by
+        overriding this.
+        """
+        return self.calibrator is None
+
     def counts_plainly(self) -> bool:
         """Whether an exit or a censoring only adds 1.0 to its rows' counts at its column.
 
-        So without forgetting or recalibration, and with these two methods
-        as defined here: a compiled caller may then add to ``deaths`` or
-        ``censored`` itself (column ``bins.index`` of the lifetime) and
-        ``touch`` the rows, which is what ``observe_exit`` would do.
+        So without forgetting or recalibration: a compiled caller may then
+        add to ``deaths`` or ``censored`` itself (column ``bins.index`` of
+        the lifetime) and ``touch`` the rows, which is what ``observe_exit``
+        would do. A subclass that counts otherwise says so by overriding
+        this.
         """
-        cls = type(self)
-        return (
-            not self.decay
-            and self.calibrator is None
-            and cls.observe_exit is GroupedLifeTables.observe_exit
-            and cls.observe_censored is GroupedLifeTables.observe_censored
-        )
+        return not self.decay and self.calibrator is None
 
     def touch(self, rows: GroupRows) -> None:
         """Rows whose counts a caller changed (``counts_plainly``): the next refit rebuilds them."""

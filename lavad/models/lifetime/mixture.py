@@ -85,8 +85,9 @@ from lavad.models.lifetime.combos import (
     interval_outcomes,
 )
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables
 from lavad.models.lifetime.pending import Pending
+from lavad.models.lifetime.protocol import GroupRows
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0

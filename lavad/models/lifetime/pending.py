@@ -8,6 +8,6 @@ refits: the VMs still running, and those that left in between, each kept as
 
 from __future__ import annotations
 
-from lavad.models.lifetime.grouped import GroupRows
+from lavad.models.lifetime.protocol import GroupRows
 
 Pending = tuple[GroupRows, float, float, bool]

@@ -50,7 +50,8 @@ from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables, GroupRows
+from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables
+from lavad.models.lifetime.protocol import GroupRows
 from lavad.models.lifetime.survival import fill_suffix_sums
 
 # Combos past this many share the pool-wide combo (hostile input: key tuples

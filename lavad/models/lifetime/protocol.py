@@ -1,0 +1,116 @@
+"""What a lifetime model is to its users: the tracker, the evaluation and the contract suite.
+
+A model learns from exits (deaths) and from VMs seen alive (censorings:
+evictions, and the running VMs at each refit), and predicts each VM a
+distribution over ``bins``: row ``choose(rows_for(keys))`` of ``mass``, with
+its suffix sums ``m0`` and ``m1`` for the repredictions (``survival.py``).
+It checkpoints as plain data: every field is something the snapshot codec
+writes and reads back (``lavad/daemon/live/state_codec.py``), and the model
+read back predicts what the one written did.
+
+What a caller may skip is declared, not guessed from which methods a class
+overrides: ``pure_choice`` (a keys tuple's prediction may be cached until the
+next refit or recount) and ``counts_plainly`` (a caller may add an exit or a
+censoring to ``deaths`` or ``censored`` itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from lavad.models.arrays import FloatArray
+from lavad.models.lifetime.bins import LifetimeBins
+
+GroupRows = tuple[int, ...]
+
+
+@runtime_checkable
+class LifetimeModel(Protocol):
+    """An online, censoring-aware model of VM lifetimes as distributions over bins."""
+
+    @property
+    def bins(self) -> LifetimeBins:
+        """The support of every distribution."""
+        ...
+
+    @property
+    def mass(self) -> FloatArray:
+        """Per distribution row, the probability of each bin."""
+        ...
+
+    @property
+    def m0(self) -> FloatArray:
+        """Per row, the mass at or after each bin (``survival.suffix_sums``)."""
+        ...
+
+    @property
+    def m1(self) -> FloatArray:
+        """Per row, the first moment of the mass at or after each bin."""
+        ...
+
+    @property
+    def deaths(self) -> FloatArray:
+        """Per group row and bin, the exits counted (``counts_plainly``: a caller may add)."""
+        ...
+
+    @property
+    def censored(self) -> FloatArray:
+        """Per group row and bin, the censorings counted."""
+        ...
+
+    @property
+    def pure_choice(self) -> bool:
+        """Whether ``choose`` records nothing and answers alike until the next refit or recount.
+
+        A caller may then keep a keys tuple's prediction until either; a
+        model that learns from its own predictions (recalibration) or
+        computes rows per epoch says False.
+        """
+        ...
+
+    def rows_for(self, keys: tuple[Hashable, ...]) -> GroupRows:
+        """The group row of each level's key (``features.lifetime_keys``); new groups get rows."""
+        ...
+
+    def choose(self, rows: GroupRows) -> int:
+        """The distribution row a VM of these group rows is predicted with."""
+        ...
+
+    def observe_exit(self, rows: GroupRows, lifetime: float, now: float = 0.0) -> None:
+        """A death at ``lifetime``, seen at ``now``."""
+        ...
+
+    def observe_censored(self, rows: GroupRows, seen: float, now: float = 0.0) -> None:
+        """A VM seen alive for ``seen`` and then lost (evicted), at ``now``."""
+        ...
+
+    def observe_running(self, row: int, uptimes: FloatArray, now: float = 0.0) -> None:
+        """Recount group ``row`` between refits, its running VMs censored at ``uptimes``."""
+        ...
+
+    def refit(
+        self,
+        running_rows: np.ndarray,
+        running_uptimes: FloatArray,
+        running_chosen: np.ndarray | None = None,
+        *,
+        now: float = 0.0,
+    ) -> None:
+        """Rebuild the distributions with the running VMs (rows, uptimes) censored."""
+        ...
+
+    def counts_plainly(self) -> bool:
+        """Whether an exit or censoring only adds 1.0 at its rows and column of the counts.
+
+        A caller may then add it to ``deaths`` or ``censored`` itself and
+        ``touch`` the rows, instead of calling ``observe_exit`` or
+        ``observe_censored``.
+        """
+        ...
+
+    def touch(self, rows: GroupRows) -> None:
+        """Rows whose counts a caller changed (``counts_plainly``): the next refit rebuilds them."""
+        ...
