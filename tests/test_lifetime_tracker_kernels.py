@@ -176,7 +176,7 @@ def test_a_prediction_at_creation_is_kept_until_the_model_changes() -> None:
 
 def test_recalibrated_models_are_asked_each_time() -> None:
     """A recalibrating model records each prediction it is asked for: no keys cache."""
-    settings = LifetimeSettings(model="tables-calibrated")
+    settings = LifetimeSettings(model="mixture-calibrated")
     assert LifetimeTracker(settings)._by_keys is None
     assert LifetimeTracker(LifetimeSettings(oracle=True))._by_keys is None
     assert LifetimeTracker(LifetimeSettings())._by_keys is not None

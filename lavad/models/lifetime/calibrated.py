@@ -1,8 +1,8 @@
 """Any lifetime model's P(T > e) recalibrated online (``calibration.py``), as a wrapper.
 
-The life tables take a ``calibrator`` themselves (``"tables-calibrated"``);
-a model that computes its own rows (the mixture, the frailty) is wrapped
-instead: row i of this model is the base model's row i through the
+The life tables take a ``calibrator`` themselves (the evaluation's
+``"tables-calibrated"``); a model that computes its own rows (the mixture,
+the frailty) is wrapped instead: row i of this model is the base model's row i through the
 calibrator's current map, brought up to date on its first use after a
 refit. What is calibrated, and when it learns, is the calibrator's: each
 VM's curve at creation is recorded by its group rows (``record``), exits
