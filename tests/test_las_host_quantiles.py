@@ -57,10 +57,14 @@ def test_cost_by_hand(host_remaining: list[float], expected: float) -> None:
     # The compiled scan on that host alone gives the same count.
     host_q = NOW + np.array([host_remaining])
     count, _, cost, _ = compiled_lifetime_scan(
-        np.full((4, 1), 10.0), np.ones((4, 1)), np.zeros(1, dtype=np.bool_), 1,
-        1.0, 1.0, 0.0, 0.0, np.ones(4), np.array([True, True, False, False]), 0.0,
-        np.zeros(1), False, np.full(1, NOW), NOW, 0.0, cost_thresholds(VM_REMAINING), True,
-        LAS_BUCKETS_S, host_q, True, np.zeros(1, dtype=np.int64),
+        (
+            np.full((4, 1), 10.0), np.ones((4, 1)), np.zeros(1, dtype=np.bool_),
+            np.array([True, True, False, False]), np.ones(4),
+        ),
+        (1, 1.0, 1.0, 0.0, 0.0, 0.0, NOW, 0.0),
+        (np.zeros(1), False),
+        (np.full(1, NOW), cost_thresholds(VM_REMAINING), True, LAS_BUCKETS_S, host_q, True),
+        np.zeros(1, dtype=np.int64),
     )  # fmt: skip
     assert count == 1
     assert cost == expected
@@ -70,10 +74,14 @@ def test_scan_picks_the_cheapest_host() -> None:
     host_q = NOW + np.array([h for h, _ in HOSTS])
     ties = np.zeros(4, dtype=np.int64)
     count, _, cost, _ = compiled_lifetime_scan(
-        np.full((4, 4), 10.0), np.ones((4, 4)), np.zeros(4, dtype=np.bool_), 4,
-        1.0, 1.0, 0.0, 0.0, np.ones(4), np.array([True, True, False, False]), 0.0,
-        np.zeros(4), False, np.full(4, NOW), NOW, 0.0, cost_thresholds(VM_REMAINING), True,
-        LAS_BUCKETS_S, host_q, True, ties,
+        (
+            np.full((4, 4), 10.0), np.ones((4, 4)), np.zeros(4, dtype=np.bool_),
+            np.array([True, True, False, False]), np.ones(4),
+        ),
+        (4, 1.0, 1.0, 0.0, 0.0, 0.0, NOW, 0.0),
+        (np.zeros(4), False),
+        (np.full(4, NOW), cost_thresholds(VM_REMAINING), True, LAS_BUCKETS_S, host_q, True),
+        ties,
     )  # fmt: skip
     assert (count, cost, int(ties[0])) == (1, 7.0, 2)
 

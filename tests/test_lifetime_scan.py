@@ -173,17 +173,36 @@ def test_direct_entry_points_decide_as_the_dispatchers() -> None:
     exits = np.array([7200.0, 100.0, -np.inf])
     ties_direct = np.zeros(3, dtype=np.int64)
     ties_dispatch = np.zeros(3, dtype=np.int64)
-    common = (
-        free, inv_capacity, np.zeros(3, dtype=np.bool_), 3, 2, 8, 0.0, 0.0, np.ones(4),
-        np.array([True, True, False, False]), 1e-9, np.zeros(3), False, exits,
+    pool = (
+        free, inv_capacity, np.zeros(3, dtype=np.bool_), np.array([True, True, False, False]),
+        np.ones(4),
     )  # fmt: skip
-    rest = (np.zeros(0), False, LAS_BUCKETS_S, np.zeros((0, 0)), False)
-    dispatched = compiled_lifetime_scan(*common, 3600.0, 5400.0, *rest, ties_dispatch)
+    las = (exits, np.zeros(0), False, LAS_BUCKETS_S, np.zeros((0, 0)), False)
+    preferred = (np.zeros(3), False)
+    request = (3, 2.0, 8.0, 0.0, 0.0, 1e-9, 3600.0, 5400.0)
+    dispatched = compiled_lifetime_scan(pool, request, preferred, las, ties_dispatch)
     assert dispatched[0] >= 1
     # Any probe host, or none, gives the same answer (it only bounds the search).
+    whole = (3, 2, 8, 0.0, 0.0, 1e-9, 3600, 5400)
     for probe in (-1, 0, 1, 2, 7):
         direct = Direct.lifetime_scan(
-            *common, 3600, 5400, *rest, ties_direct, probe, no_stranding()
+            pool, whole, preferred, las, ties_direct, probe, no_stranding()
         )
         assert direct == dispatched
         assert ties_direct.tolist() == ties_dispatch.tolist()
+
+
+def test_an_entry_point_refuses_arguments_of_other_types_on_its_first_call() -> None:
+    """Without dispatch an array of another type would be read as the wrong memory:
+    the first call after a warm-up checks the types and names the one that differs."""
+    warm_up_lifetime()
+    free = np.ones((4, 2))
+    pool = (
+        free, free, np.zeros(2, dtype=np.bool_), np.ones(4, dtype=np.bool_),
+        np.ones(4, dtype=np.float32),  # Best Fit's weights as float32, not float64
+    )  # fmt: skip
+    las = (np.zeros(2), np.zeros(0), False, LAS_BUCKETS_S, np.zeros((0, 0)), False)
+    request = (2, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 60.0)
+    ties = np.zeros(2, dtype=np.int64)
+    with pytest.raises(TypeError, match="argument 0"):
+        Direct.lifetime_scan(pool, request, (np.zeros(2), False), las, ties, -1, no_stranding())

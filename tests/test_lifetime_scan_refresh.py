@@ -136,15 +136,19 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
         HOSTS, s["slot_times"], s["slot_ints"], s["host_times"], s["host_ints"], s["host_q"],
         s["creation_q"], s["creation_known"], s["mass"], s["m0"], *tail,
     )  # fmt: skip
-    unused = np.zeros(0)
-    unused_ints = np.zeros(0, dtype=np.int64)
+    pool = (free, inv_capacity, unschedulable, present, weights)
+    request = (HOSTS, *demand, 0.0, now, lifetime)
+    preferred = (preference, False)
+    las = (s["host_times"][HOST_EXIT], thresholds, True, thresholds, s["host_q"], True)
+    floors = (
+        separate_floor, separate_marks[0], separate_marks[1], s["host_ints"][QUANTILES_STAMP],
+        epoch, True,
+    )  # fmt: skip
+    tracker = (s["slot_times"], s["slot_ints"], s["host_times"], s["host_ints"], s["host_q"])
+    model = (s["creation_q"], s["creation_known"], s["mass"], s["m0"], *tail)
+    # Refreshed by the pass before: the scan itself does not refresh.
     expected = _floored_lifetime_scan(
-        free, inv_capacity, unschedulable, HOSTS, *demand, weights, present, 0.0, preference,
-        False, s["host_times"][HOST_EXIT], now, lifetime, thresholds, True, thresholds,
-        s["host_q"], True, separate_ties, probe, separate_floor, separate_marks[0],
-        separate_marks[1], s["host_ints"][QUANTILES_STAMP], epoch, True,
-        False, unused, unused_ints, unused_ints, unused, unused, unused, unused_ints,
-        unused_ints, s["host_q"], unschedulable, s["host_q"], s["host_q"], unused, 0.0, unused,
+        pool, request, preferred, las, separate_ties, probe, floors, False, tracker, model,
         no_stranding(),
     )  # fmt: skip
 
@@ -154,10 +158,9 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
     fused_ties = np.zeros(HOSTS, dtype=np.int64)
     f = fused
     got = _refreshed_lifetime_scan(
-        free, inv_capacity, unschedulable, HOSTS, *demand, weights, present, 0.0, preference,
-        False, now, lifetime, thresholds, fused_ties, probe, fused_floor, fused_marks, epoch,
-        f["slot_times"], f["slot_ints"], f["host_times"], f["host_ints"], f["host_q"],
-        f["creation_q"], f["creation_known"], f["mass"], f["m0"], *tail, no_stranding(),
+        pool, request, preferred, thresholds, fused_ties, probe, fused_floor, fused_marks, epoch,
+        (f["slot_times"], f["slot_ints"], f["host_times"], f["host_ints"], f["host_q"]),
+        (f["creation_q"], f["creation_known"], f["mass"], f["m0"], *tail), no_stranding(),
     )  # fmt: skip
 
     assert got == expected

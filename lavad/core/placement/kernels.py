@@ -73,6 +73,26 @@ HEAD: Final = 1
 QUANTILES_STAMP: Final = 2
 HOST_INTS: Final = 3
 
+# The lifetime scan's arguments in groups (a tuple is one argument to numba,
+# typed once): the pool's arrays and Best Fit's weights (free, inverse
+# capacity, unschedulable, resources present, weights); the request (hosts
+# to scan, the demand's four resources, the fit tolerance, now, the VM's
+# predicted lifetime); LAVA's preference per host and whether it applies;
+# how LAS costs a host (the hosts' exits, the VM's thresholds and whether
+# they apply, the point buckets, the host quantiles and whether they apply);
+# the floors (lower bounds of LAS costs, their epochs and stamps, the hosts'
+# quantile stamps, the current epoch, whether they apply); the tracker's
+# packed arrays (slot times, slot ints, host times, host ints, host
+# quantiles) and the model's (creation quantiles and whether each row's are
+# known, the mass tables, the bin edges, the open bin's lifetime, the levels).
+ScanPool = tuple[FloatArray, FloatArray, BoolArray, BoolArray, FloatArray]
+ScanRequest = tuple[int, float, float, float, float, float, float, float]
+Preference = tuple[FloatArray, bool]
+LasInput = tuple[FloatArray, FloatArray, bool, FloatArray, FloatArray, bool]
+Floors = tuple[FloatArray, IntArray, IntArray, IntArray, int, bool]
+TrackerArrays = tuple[FloatArray, IntArray, FloatArray, IntArray, FloatArray]
+ModelArrays = tuple[FloatArray, BoolArray, FloatArray, FloatArray, FloatArray, float, FloatArray]
+
 
 @numba.njit(cache=True, nogil=True)
 def _scan_cores_memory(
@@ -327,51 +347,16 @@ def _las_cost(
 
 @numba.njit(cache=True, nogil=True)
 def _floored_lifetime_scan(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: BoolArray,
-    n: int,
-    d0: float,
-    d1: float,
-    d2: float,
-    d3: float,
-    weights: FloatArray,
-    present: BoolArray,
-    tolerance: float,
-    preference: FloatArray,
-    use_preference: bool,
-    host_exit: FloatArray,
-    now: float,
-    lifetime: float,
-    thresholds: FloatArray,
-    use_thresholds: bool,
-    buckets: FloatArray,
-    host_q: FloatArray,
-    use_host_q: bool,
+    pool: ScanPool,
+    request: ScanRequest,
+    preferred: Preference,
+    las: LasInput,
     ties: IntArray,
     probe: int,
-    floor: FloatArray,
-    floor_epoch: IntArray,
-    floor_stamp: IntArray,
-    stamp: IntArray,
-    epoch: int,
-    use_floor: bool,
+    floors: Floors,
     refresh: bool,
-    quantiles_exit: FloatArray,
-    holder: IntArray,
-    head: IntArray,
-    slot_start: FloatArray,
-    predicted_exit: FloatArray,
-    predicted_at: FloatArray,
-    row: IntArray,
-    next_on_host: IntArray,
-    creation_quantiles: FloatArray,
-    creation_known: BoolArray,
-    mass: FloatArray,
-    m0: FloatArray,
-    edges: FloatArray,
-    open_lifetime: float,
-    levels: FloatArray,
+    tracker: TrackerArrays,
+    model: ModelArrays,
     strand: Stranding,
 ) -> tuple[int, float, float, float]:
     """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
@@ -404,8 +389,8 @@ def _floored_lifetime_scan(
     first time in an epoch a bound above the cap, after that the exact cost).
 
     ``refresh`` (host quantiles only): each host of ``[0, n)`` is first
-    brought up to date as ``_refresh_host_quantiles`` would (``_refresh_host``,
-    whose arguments follow ``refresh``; ``stamp`` is the quantile stamps),
+    brought up to date as ``_refresh_host_quantiles`` would (``_refresh_host``
+    on ``tracker`` and ``model``; the floors' ``stamp`` is the quantile stamps),
     the probe before it is costed and every other host at the top of its
     iteration, before it can be skipped. A host's refresh touches only its
     own entries, so this gives the same quantiles and stamps as a pass of
@@ -421,6 +406,15 @@ def _floored_lifetime_scan(
     Returns (count, best preference, best LAS cost, best Best Fit score) and
     the tied hosts, ascending, in ``ties[:count]``.
     """
+    free, inv_capacity, unschedulable, present, weights = pool
+    n, d0, d1, d2, d3, tolerance, now, lifetime = request
+    preference, use_preference = preferred
+    host_exit, thresholds, use_thresholds, buckets, host_q, use_host_q = las
+    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
+    # Read only when refreshing: without a refresh ``tracker`` may be empty.
+    quantiles_exit = host_exit
+    if refresh:
+        quantiles_exit = tracker[2][QUANTILES_EXIT]
     used = present_weights(strand[0], present)
     total = used.sum()
     counts_strands = strand[6] > 0.0 and total > 0.0
@@ -470,11 +464,7 @@ def _floored_lifetime_scan(
         # != is true as in the pass): most are not, and a call per host (its
         # arrays' reference counts) would cost more than the comparison.
         if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
-            _refresh_host(
-                probe, host_exit, quantiles_exit, holder, head, stamp, slot_start, predicted_exit,
-                predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known, mass,
-                m0, edges, open_lifetime, levels,
-            )  # fmt: skip
+            _refresh_host(probe, tracker, model)
         if (
             0 <= probe < n
             and not unschedulable[probe]
@@ -496,11 +486,7 @@ def _floored_lifetime_scan(
                 bound_c = max(bound_c, raised)
         for h in range(n):
             if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
-                _refresh_host(
-                    h, host_exit, quantiles_exit, holder, head, stamp, slot_start,
-                    predicted_exit, predicted_at, row, next_on_host, host_q, creation_quantiles,
-                    creation_known, mass, m0, edges, open_lifetime, levels,
-                )  # fmt: skip
+                _refresh_host(h, tracker, model)
             if unschedulable[h]:
                 continue
             if not _fits(free, h, d0, d1, d2, d3, tolerance):
@@ -557,67 +543,38 @@ def _floored_lifetime_scan(
 
 @numba.njit(cache=True, nogil=True)
 def _probed_lifetime_scan(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: BoolArray,
-    n: int,
-    d0: float,
-    d1: float,
-    d2: float,
-    d3: float,
-    weights: FloatArray,
-    present: BoolArray,
-    tolerance: float,
-    preference: FloatArray,
-    use_preference: bool,
-    host_exit: FloatArray,
-    now: float,
-    lifetime: float,
-    thresholds: FloatArray,
-    use_thresholds: bool,
-    buckets: FloatArray,
-    host_q: FloatArray,
-    use_host_q: bool,
+    pool: ScanPool,
+    request: ScanRequest,
+    preferred: Preference,
+    las: LasInput,
     ties: IntArray,
     probe: int,
     strand: Stranding,
 ) -> tuple[int, float, float, float]:
     """``_floored_lifetime_scan`` without floors or a refresh."""
-    no_floor = np.empty(0)
-    no_epoch = np.empty(0, dtype=np.int64)
-    # Without a refresh its arrays are never read: the scan's own stand in.
-    return _floored_lifetime_scan(
-        free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
-        preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
-        buckets, host_q, use_host_q, ties, probe, no_floor, no_epoch, no_epoch, no_epoch, -1,
-        False, False, no_floor, no_epoch, no_epoch, no_floor, no_floor, no_floor, no_epoch,
-        no_epoch, host_q, unschedulable, host_q, host_q, no_floor, 0.0, no_floor, strand,
+    no_floats = np.empty(0)
+    no_ints = np.empty(0, dtype=np.int64)
+    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False)
+    # Without a refresh these are never read.
+    no_tracker = (
+        np.empty((0, 0)), np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
+        np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
     )  # fmt: skip
+    no_model = (
+        np.empty((0, 0)), np.empty(0, dtype=np.bool_), np.empty((0, 0)), np.empty((0, 0)),
+        no_floats, 0.0, no_floats,
+    )  # fmt: skip
+    return _floored_lifetime_scan(
+        pool, request, preferred, las, ties, probe, no_floors, False, no_tracker, no_model, strand
+    )
 
 
 @numba.njit(cache=True, nogil=True)
 def _lifetime_scan(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: BoolArray,
-    n: int,
-    d0: float,
-    d1: float,
-    d2: float,
-    d3: float,
-    weights: FloatArray,
-    present: BoolArray,
-    tolerance: float,
-    preference: FloatArray,
-    use_preference: bool,
-    host_exit: FloatArray,
-    now: float,
-    lifetime: float,
-    thresholds: FloatArray,
-    use_thresholds: bool,
-    buckets: FloatArray,
-    host_q: FloatArray,
-    use_host_q: bool,
+    pool: ScanPool,
+    request: ScanRequest,
+    preferred: Preference,
+    las: LasInput,
     ties: IntArray,
 ) -> tuple[int, float, float, float]:
     """``_probed_lifetime_scan`` without a probe or stranded host time."""
@@ -625,40 +582,12 @@ def _lifetime_scan(
         np.zeros(4), np.zeros(4), np.zeros((0, 4)), np.zeros(1), np.zeros((0, 1)), np.zeros(1),
         0.0,
     )  # fmt: skip
-    return _probed_lifetime_scan(
-        free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
-        preference, use_preference, host_exit, now, lifetime, thresholds, use_thresholds,
-        buckets, host_q, use_host_q, ties, -1, nothing,
-    )  # fmt: skip
+    return _probed_lifetime_scan(pool, request, preferred, las, ties, -1, nothing)
 
 
 # Typed as ``compiled_filter_and_score`` is, for the same reason.
 compiled_lifetime_scan: Callable[
-    [
-        FloatArray,
-        FloatArray,
-        BoolArray,
-        int,
-        float,
-        float,
-        float,
-        float,
-        FloatArray,
-        BoolArray,
-        float,
-        FloatArray,
-        bool,
-        FloatArray,
-        float,
-        float,
-        FloatArray,
-        bool,
-        FloatArray,
-        FloatArray,
-        bool,
-        IntArray,
-    ],
-    tuple[int, float, float, float],
+    [ScanPool, ScanRequest, Preference, LasInput, IntArray], tuple[int, float, float, float]
 ] = _lifetime_scan
 
 
@@ -685,34 +614,26 @@ def warm_up_lifetime() -> None:
     host_ints[HEAD] = -1
     # The refresh's arguments after the host count: the tracker's packed
     # arrays and quantiles, then the creation quantiles' and the model's.
-    packed = (slot_times, slot_ints, host_times, host_ints, host_q.copy())
+    tracker = (slot_times, slot_ints, host_times, host_ints, host_q.copy())
     model = (
         host_q.copy(), np.zeros(1, dtype=np.bool_), np.ones((1, 2)), np.ones((1, 3)), edges, 2.0,
         one,
     )  # fmt: skip
-    refresh = (1, *packed, *model)
+    refresh = (1, *tracker, *model)
     _refresh_host_quantiles(*refresh)
-    scan: tuple[Any, ...] = ()
+    pool = (free, free, unschedulable, present, ones)
+    request = (1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    preferred = (one, True)
+    probed: tuple[Any, ...] = ()
     for use_thresholds, use_host_q in ((False, False), (True, False), (True, True)):
-        scan = (
-            free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0,
-            one, True, one, 0.0, 0.0, one, use_thresholds, one, host_q, use_host_q, ties,
-        )  # fmt: skip
-        _lifetime_scan(*scan)
-        _probed_lifetime_scan(*scan, 0, no_stranding())
-    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, (*scan, 0, no_stranding()))
-    floors = (np.zeros(1), np.full(1, -1), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
-    ints = np.zeros(1, dtype=np.int64)
-    no_refresh = (False, one, ints, ints, one, one, one, ints, ints, host_q, unschedulable)
-    floored = (
-        *scan, 0, *floors, 0, True, *no_refresh, host_q, host_q, one, 0.0, one, no_stranding(),
-    )  # fmt: skip
-    _floored_lifetime_scan(*floored)
-    Direct.floored_lifetime_scan = entry_point(_floored_lifetime_scan, floored)
+        las = (one, one, use_thresholds, one, host_q, use_host_q)
+        _lifetime_scan(pool, request, preferred, las, ties)
+        probed = (pool, request, preferred, las, ties, 0, no_stranding())
+        _probed_lifetime_scan(*probed)
+    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, probed)
     refreshed = (
-        free, free, unschedulable, 1, 0.0, 0.0, 0.0, 0.0, ones, present, 0.0, one, True, 0.0,
-        0.0, one, ties, 0, np.zeros(1), np.full((2, 1), -1), 0, *packed, *model,
-        no_stranding(),
+        pool, request, preferred, one, ties, 0, np.zeros(1), np.full((2, 1), -1), 0, tracker,
+        model, no_stranding(),
     )  # fmt: skip
     _refreshed_lifetime_scan(*refreshed)
     Direct.refreshed_lifetime_scan = entry_point(_refreshed_lifetime_scan, refreshed)
@@ -836,33 +757,25 @@ compiled_remaining_quantiles: Callable[
 
 
 @numba.njit(cache=True, nogil=True)
-def _refresh_host(
-    h: int,
-    host_exit: FloatArray,
-    quantiles_exit: FloatArray,
-    holder: IntArray,
-    head: IntArray,
-    stamp: IntArray,
-    start: FloatArray,
-    predicted_exit: FloatArray,
-    predicted_at: FloatArray,
-    row: IntArray,
-    next_on_host: IntArray,
-    host_q: FloatArray,
-    creation_quantiles: FloatArray,
-    creation_known: BoolArray,
-    mass: FloatArray,
-    m0: FloatArray,
-    edges: FloatArray,
-    open_lifetime: float,
-    levels: FloatArray,
-) -> int:
+def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
     """Host ``h``'s part of ``_refresh_host_quantiles``: 1 if its holder was found again.
 
     It reads and writes only host ``h``'s entries (and the row cache
     ``creation_quantiles``, whose rows are the same whichever host fills
     them), so the hosts can be refreshed in any order.
     """
+    slot_times, slot_ints, host_times, host_ints, host_q = tracker
+    creation_quantiles, creation_known, mass, m0, edges, open_lifetime, levels = model
+    host_exit = host_times[HOST_EXIT]
+    quantiles_exit = host_times[QUANTILES_EXIT]
+    holder = host_ints[HOLDER]
+    head = host_ints[HEAD]
+    stamp = host_ints[QUANTILES_STAMP]
+    start = slot_times[START]
+    predicted_exit = slot_times[PREDICTED_EXIT]
+    predicted_at = slot_times[PREDICTED_AT]
+    row = slot_ints[ROW]
+    next_on_host = slot_ints[NEXT_ON_HOST]
     exit_h = host_exit[h]
     if exit_h == quantiles_exit[h]:
         return 0
@@ -940,23 +853,11 @@ def _refresh_host_quantiles(
     LAS floors of ``_floored_lifetime_scan`` kept for it lapse). Returns
     how many holders were found again.
     """
-    host_exit = host_times[HOST_EXIT]
-    quantiles_exit = host_times[QUANTILES_EXIT]
-    holder = host_ints[HOLDER]
-    head = host_ints[HEAD]
-    stamp = host_ints[QUANTILES_STAMP]
-    start = slot_times[START]
-    predicted_exit = slot_times[PREDICTED_EXIT]
-    predicted_at = slot_times[PREDICTED_AT]
-    row = slot_ints[ROW]
-    next_on_host = slot_ints[NEXT_ON_HOST]
+    tracker = (slot_times, slot_ints, host_times, host_ints, host_q)
+    model = (creation_quantiles, creation_known, mass, m0, edges, open_lifetime, levels)
     count = 0
     for h in range(n):
-        count += _refresh_host(
-            h, host_exit, quantiles_exit, holder, head, stamp, start, predicted_exit,
-            predicted_at, row, next_on_host, host_q, creation_quantiles, creation_known, mass,
-            m0, edges, open_lifetime, levels,
-        )  # fmt: skip
+        count += _refresh_host(h, tracker, model)
     return count
 
 
@@ -1196,81 +1097,92 @@ def rebuild_host_exits(
 
 
 def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
-    """The compiled code ``kernel`` runs for arguments of these types, callable without dispatch.
+    """The compiled code ``kernel`` runs for arguments of these types, callable without
+    numba's dispatch, its arguments' types checked on its first call.
 
     numba's dispatcher works out every argument's type on each call, about
-    80 ns an argument: 1.8 us for the lifetime scan's 22, as much as the
-    scan itself over a few hundred hosts. The entry point skips that: it
-    converts scalars as the signature says (a Python int where a float64 is
-    expected becomes a float) but unboxes arrays without checking their
-    dtype, dimensions or layout, so its callers pass the arrays they always
-    pass (float64, int64, int8, int32 or bool, C-contiguous). Without a
-    compiled signature for exactly these types, the dispatcher itself.
+    80 ns an argument, as much as a scan over a few hundred hosts. The entry
+    point skips that: it converts scalars as the signature says but unboxes
+    arrays without checking their dtype, dimensions or layout, so an array
+    of another type would be read as the wrong memory. Its callers pass the
+    arrays they always pass; the first call (after each warm-up) checks every
+    argument's type against the signature and raises TypeError naming the
+    first that differs, so a caller that passes anything else fails loudly
+    there, in the tests, not later. Raises TypeError at once if there is no
+    compiled code for the warm-up's own arguments.
     """
     typeof: Callable[[Any], Any] = numba.typeof  # untyped in numba
     signature = tuple(typeof(arg) for arg in args)
     overload = kernel.overloads.get(signature)
     if overload is None:
-        return cast("Callable[..., Any]", kernel)
-    return cast("Callable[..., Any]", overload.entry_point)
+        raise TypeError(f"{kernel.__name__}: no compiled code for {signature}")
+    compiled = cast("Callable[..., Any]", overload.entry_point)
+    checked = False
+
+    def first_checked(*given: Any) -> Any:
+        nonlocal checked
+        if not checked:
+            if len(given) != len(signature):
+                raise TypeError(
+                    f"{kernel.__name__}: {len(given)} arguments, compiled for {len(signature)}"
+                )
+            for index, (arg, expected) in enumerate(zip(given, signature, strict=True)):
+                found = typeof(arg)
+                if found != expected and not _converts(found, expected):
+                    raise TypeError(
+                        f"{kernel.__name__}: argument {index} is {found}, compiled for {expected}"
+                    )
+            checked = True
+        return compiled(*given)
+
+    return first_checked
+
+
+def _converts(found: Any, expected: Any) -> bool:
+    """Whether the entry point converts a value of type ``found`` to ``expected`` exactly:
+    an int where a float64 is taken (as Python's own arithmetic would), in a tuple too."""
+    types: Any = numba.types  # untyped in numba
+    if isinstance(found, types.BaseTuple) and isinstance(expected, types.BaseTuple):
+        given: tuple[Any, ...] = tuple(found)
+        wanted: tuple[Any, ...] = tuple(expected)
+        return len(given) == len(wanted) and all(
+            f == e or _converts(f, e) for f, e in zip(given, wanted, strict=True)
+        )
+    return isinstance(found, types.Integer) and bool(expected == types.float64)
 
 
 @numba.njit(cache=True, nogil=True)
 def _refreshed_lifetime_scan(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: BoolArray,
-    n: int,
-    d0: float,
-    d1: float,
-    d2: float,
-    d3: float,
-    weights: FloatArray,
-    present: BoolArray,
-    tolerance: float,
-    preference: FloatArray,
-    use_preference: bool,
-    now: float,
-    lifetime: float,
+    pool: ScanPool,
+    request: ScanRequest,
+    preferred: Preference,
     thresholds: FloatArray,
     ties: IntArray,
     probe: int,
     floor: FloatArray,
     floor_marks: IntArray,
     epoch: int,
-    slot_times: FloatArray,
-    slot_ints: IntArray,
-    host_times: FloatArray,
-    host_ints: IntArray,
-    host_q: FloatArray,
-    creation_quantiles: FloatArray,
-    creation_known: BoolArray,
-    mass: FloatArray,
-    m0: FloatArray,
-    edges: FloatArray,
-    open_lifetime: float,
-    levels: FloatArray,
+    tracker: TrackerArrays,
+    model: ModelArrays,
     strand: Stranding,
 ) -> tuple[int, float, float, float]:
     """``_refresh_host_quantiles`` of hosts ``[0, n)``, then ``_floored_lifetime_scan``
     by the host quantiles, with floors: the refresh done host by host inside
     the scan's own pass (its ``refresh``).
 
-    One call instead of two, on the tracker's packed arrays: each call's
-    arrays cost about 50 ns apiece to take in. ``host_q`` is the tracker's
-    whole array (the scan reads its first ``n`` rows); ``floor_marks`` is
-    the floors' epochs (row 0) and the stamps they were costed at (row 1).
+    One call instead of two, on the tracker's packed arrays. ``tracker``'s
+    host quantiles are the tracker's whole array (the scan reads its first
+    ``n`` rows); ``floor_marks`` is the floors' epochs (row 0) and the
+    stamps they were costed at (row 1).
     """
+    host_times = tracker[2]
+    host_q = tracker[4]
+    # The buckets (``las[3]``) are not read when costing by thresholds.
+    las = (host_times[HOST_EXIT], thresholds, True, thresholds, host_q, True)
+    floors = (floor, floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True)
     return _floored_lifetime_scan(
-        free, inv_capacity, unschedulable, n, d0, d1, d2, d3, weights, present, tolerance,
-        preference, use_preference, host_times[HOST_EXIT], now, lifetime, thresholds, True,
-        thresholds,  # the buckets: not read when costing by thresholds
-        host_q, True, ties, probe, floor, floor_marks[0], floor_marks[1],
-        host_ints[QUANTILES_STAMP], epoch, True, True, host_times[QUANTILES_EXIT],
-        host_ints[HOLDER], host_ints[HEAD], slot_times[START], slot_times[PREDICTED_EXIT],
-        slot_times[PREDICTED_AT], slot_ints[ROW], slot_ints[NEXT_ON_HOST], creation_quantiles,
-        creation_known, mass, m0, edges, open_lifetime, levels, strand,
-    )  # fmt: skip
+        pool, request, preferred, las, ties, probe, floors, True, tracker, model, strand
+    )
 
 
 def _warm_up_hooks() -> tuple[Callable[..., int], Callable[..., tuple[int, bool]]]:
@@ -1297,10 +1209,9 @@ class Direct:
     arguments' types the policies use, scalars as float64, int64 or bool.
     """
 
-    # ``_probed_lifetime_scan``: ``compiled_lifetime_scan``'s arguments and a probe host.
+    # ``_probed_lifetime_scan``: ``compiled_lifetime_scan``'s arguments, a probe
+    # host and the stranded host time to count.
     lifetime_scan: Callable[..., tuple[int, float, float, float]] = _probed_lifetime_scan
-    # ``_floored_lifetime_scan``: the probed scan's arguments and the floors'.
-    floored_lifetime_scan: Callable[..., tuple[int, float, float, float]] = _floored_lifetime_scan
     # ``_refreshed_lifetime_scan``: the scan by host quantiles with floors, on the
     # tracker's packed arrays, after refreshing them.
     refreshed_lifetime_scan: Callable[..., tuple[int, float, float, float]] = (

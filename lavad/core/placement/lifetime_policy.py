@@ -161,6 +161,15 @@ class LifetimePolicy(Policy):
         thresholds = prediction.thresholds
         d0, d1, d2, d3 = request.demand
         stranding = self.stranding
+        pool = (
+            cluster.free,
+            cluster.inv_capacity,
+            cluster.unschedulable,
+            cluster.resource_present,
+            self.best_fit.kernel_weights,
+        )
+        scanned = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s)
+        preferred = (key, has_preference)
         if thresholds is not None and self._by_host_quantiles:
             if thresholds is not self._epoch_thresholds or now < self._epoch_now:
                 self._epoch += 1
@@ -177,33 +186,22 @@ class LifetimePolicy(Policy):
                 else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
             )
             # ``kernels._refreshed_lifetime_scan`` without numba's type dispatch
-            # (the arrays are the ones its warm-up typed: float64, bool, int64;
-            # C order): the scan, bringing each stale host's quantiles up to
-            # date as it reaches it, costing the previous choice first to skip
-            # hosts that cost more.
+            # (the types its warm-up compiled, checked on the first call): the
+            # scan, bringing each stale host's quantiles up to date as it
+            # reaches it, costing the previous choice first to skip hosts that
+            # cost more.
             count, best_p, best_c, best_s = Direct.refreshed_lifetime_scan(
-                cluster.free,
-                cluster.inv_capacity,
-                cluster.unschedulable,
-                n,
-                d0,
-                d1,
-                d2,
-                d3,
-                self.best_fit.kernel_weights,
-                cluster.resource_present,
-                FIT_TOLERANCE,
-                key,
-                has_preference,
-                now,
-                prediction.lifetime_s,
+                pool,
+                scanned,
+                preferred,
                 thresholds,
                 self._ties,
                 self._probe,
                 self._floor,
                 self._floor_marks,
                 self._epoch,
-                *refresh,
+                refresh[:5],
+                refresh[5:],
                 _NO_STRANDING if strand is None else strand,
             )
         else:
@@ -214,28 +212,19 @@ class LifetimePolicy(Policy):
                 if stranding is None
                 else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
             )
-            count, best_p, best_c, best_s = Direct.lifetime_scan(
-                cluster.free,
-                cluster.inv_capacity,
-                cluster.unschedulable,
-                n,
-                d0,
-                d1,
-                d2,
-                d3,
-                self.best_fit.kernel_weights,
-                cluster.resource_present,
-                FIT_TOLERANCE,
-                key,
-                has_preference,
+            las = (
                 tracker.latest_exits(n),
-                now,
-                prediction.lifetime_s,
                 _NO_THRESHOLDS if thresholds is None else thresholds,
                 thresholds is not None,
                 LAS_BUCKETS_S,
                 _NO_HOST_QUANTILES,
                 False,
+            )
+            count, best_p, best_c, best_s = Direct.lifetime_scan(
+                pool,
+                scanned,
+                preferred,
+                las,
                 self._ties,
                 self._probe,
                 _NO_STRANDING if strand is None else strand,
