@@ -24,8 +24,9 @@ from lavad.daemon.shadow.compare import empty_hosts_difference, mean_with_ci, t9
 from lavad.daemon.shadow.engine import (
     ADVICE_PREFIX,
     FollowedPool,
-    ShadowEngine,
     ShadowPool,
+    shadow_engine,
+    shadow_of,
     without_advice,
 )
 from lavad.daemon.shadow.replay import ShadowResult, shadow_replay
@@ -142,13 +143,13 @@ def _small_config() -> Any:
 
 
 def test_requests_the_existing_scheduler_never_placed_are_its_failures() -> None:
-    engine = ShadowEngine(_small_config())
+    engine = shadow_engine(_small_config())
     out: list[Placement] = []
     for event in _small_stream():
         handled = engine.handle(event, event.time)
         assert handled.rejection is None
         out.extend(d for d in handled.decisions if isinstance(d, Placement))
-    sides = engine.sides(60.0)["p"]
+    sides = shadow_of(engine).sides(engine, 60.0)["p"]
     actual, lavad = sides["actual"], sides["lavad"]
     assert actual["requests"] == lavad["requests"] == 3
     assert actual["placed"] == 2 and actual["placement_failures"] == 1
@@ -166,7 +167,7 @@ def test_requests_the_existing_scheduler_never_placed_are_its_failures() -> None
 
 
 def test_an_event_the_actual_cluster_refuses_is_refused_for_both_sides() -> None:
-    engine = ShadowEngine(_small_config())
+    engine = shadow_engine(_small_config())
     for event in _small_stream()[:3]:
         engine.handle(event, event.time)
     handled = engine.handle(
@@ -182,28 +183,28 @@ def test_a_snapshot_restores_both_sides(tmp_path: Path) -> None:
     settings = fixed_pool_settings()
     config = engine_config(settings, "lava")
     stream = firstfit_stream(settings, limit=12_000)
-    whole = ShadowEngine(config)
+    whole = shadow_engine(config)
     expected = [encode(d) for e in stream for d in whole.handle(e, e.time).decisions]
 
-    first = ShadowEngine(config)
+    first = shadow_engine(config)
     got = [encode(d) for e in stream[:6_000] for d in first.handle(e, e.time).decisions]
     store = SnapshotStore(tmp_path, "g")
     store.save(PartitionSnapshot(0, first.fingerprint, {}, dict(first.pools)))
-    second = ShadowEngine(config)
+    second = shadow_engine(config)
     snapshot = store.load(0, second.fingerprint)
     assert snapshot is not None
     second.adopt_pools(snapshot.pools)
     got += [encode(d) for e in stream[6_000:] for d in second.handle(e, e.time).decisions]
     assert got == expected
     end = stream[-1].time
-    assert second.sides(end) == whole.sides(end)
+    assert shadow_of(second).sides(second, end) == shadow_of(whole).sides(whole, end)
 
 
 def test_a_plain_engines_snapshot_is_not_a_shadow_one() -> None:
     config = engine_config(fixed_pool_settings(), "lava")
     from lavad.core.engine import Engine  # noqa: PLC0415
 
-    assert ShadowEngine(config).fingerprint != Engine(config).fingerprint
+    assert shadow_engine(config).fingerprint != Engine(config).fingerprint
 
 
 def test_batch_means_interval_by_hand() -> None:

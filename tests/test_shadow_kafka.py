@@ -18,7 +18,7 @@ from shadow_support import SLICE_HOSTS, firstfit_stream
 
 from lavad.daemon.live.shell import LiveDaemon, live_engine_config
 from lavad.daemon.settings import Settings
-from lavad.daemon.shadow.engine import ShadowEngine
+from lavad.daemon.shadow.engine import Shadow, shadow_of
 from lavad.daemon.shadow.live import ShadowTelemetry, topic_names
 from lavad.daemon.shadow.replay import shadow_replay
 from lavad.streams.kafka.embedded import EmbeddedBroker
@@ -75,7 +75,7 @@ async def test_shadow_over_kafka_equals_the_shadow_replay(
     # The first instance stops halfway (snapshotting both sides); a second
     # one restores them and finishes.
     first = LiveDaemon(settings, live_engine_config(settings))
-    assert isinstance(first.engine, ShadowEngine)
+    assert isinstance(first.engine.strategy, Shadow)
     assert isinstance(first.telemetry, ShadowTelemetry)
     await _serve_until(first, EVENTS // 2)
     assert first.records_processed < EVENTS
@@ -97,9 +97,8 @@ async def test_shadow_over_kafka_equals_the_shadow_replay(
     # Both sides came back from the snapshot: the restored instance's actual
     # side holds every VM First Fit placed and has not exited.
     engine = second.engine
-    assert isinstance(engine, ShadowEngine)
     running = _running(events)
-    assert set(engine.follower.pools["default"].cluster.vms) == running
+    assert set(shadow_of(engine).follower.pools["default"].cluster.vms) == running
     assert set(engine.pools["default"].cluster.vms) == running
 
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client import generate_latest
 from shadow_support import engine_config, firstfit_stream, fixed_pool_settings
 
-from lavad.core.engine import Engine
+from lavad.core.engine import PlainStrategy
+from lavad.daemon.live.shell import LiveDaemon
 from lavad.daemon.live.telemetry import Telemetry
-from lavad.daemon.shadow.engine import ShadowEngine
-from lavad.daemon.shadow.live import (
-    ShadowTelemetry,
-    ShadowTopicNames,
-    build_engine,
-    build_telemetry,
-    topic_names,
-)
+from lavad.daemon.settings import Settings
+from lavad.daemon.shadow.engine import Shadow, shadow_engine, shadow_of
+from lavad.daemon.shadow.live import ShadowTelemetry, ShadowTopicNames, topic_names
 
 
 def test_every_decision_kind_goes_to_the_shadow_topic_and_dead_letters_stay() -> None:
@@ -29,20 +27,27 @@ def test_every_decision_kind_goes_to_the_shadow_topic_and_dead_letters_stay() ->
     assert set(names.all) == {*settings.topics.inputs, "ops.advice", names.dead_letters}
 
 
-def test_without_shadow_the_daemon_is_built_as_before() -> None:
-    settings = fixed_pool_settings()
-    config = engine_config(settings, "bestfit")
-    assert type(build_engine(settings, config)) is Engine
-    assert type(build_telemetry(settings)) is Telemetry
-    assert type(topic_names(settings)).__name__ == "TopicNames"
-    shadow = fixed_pool_settings(enabled=True)
-    assert isinstance(build_engine(shadow, config), ShadowEngine)
-    assert isinstance(build_telemetry(shadow), ShadowTelemetry)
+def _daemon(settings: Settings, snapshots: Path) -> LiveDaemon:
+    settings = settings.model_copy(
+        update={"live": settings.live.model_copy(update={"snapshot_dir": snapshots})}
+    )
+    return LiveDaemon(settings, engine_config(settings, "bestfit"))
+
+
+def test_without_shadow_the_daemon_is_built_as_before(tmp_path: Path) -> None:
+    plain = _daemon(fixed_pool_settings(), tmp_path / "plain")
+    assert type(plain.engine.strategy) is PlainStrategy
+    assert type(plain.telemetry) is Telemetry
+    assert type(plain.names).__name__ == "TopicNames"
+    shadow = _daemon(fixed_pool_settings(enabled=True), tmp_path / "shadow")
+    assert isinstance(shadow.engine.strategy, Shadow)
+    assert isinstance(shadow.telemetry, ShadowTelemetry)
+    assert isinstance(shadow.names, ShadowTopicNames)
 
 
 def test_gauges_carry_a_side_label() -> None:
     settings = fixed_pool_settings(enabled=True)
-    engine = ShadowEngine(engine_config(settings, "lava"))
+    engine = shadow_engine(engine_config(settings, "lava"))
     for event in firstfit_stream(settings, limit=6_000):
         engine.handle(event, event.time)
     telemetry = ShadowTelemetry()
@@ -53,7 +58,7 @@ def test_gauges_carry_a_side_label() -> None:
         assert f'lavad_shadow_pool_hosts_used{{pool="default",side="{side}"}}' in text
     assert 'lavad_shadow_agreement_ratio{match="host",pool="default"}' in text
     pool = engine.pools["default"]
-    actual = engine.follower.pools["default"]
+    actual = shadow_of(engine).follower.pools["default"]
     # The plain gauges describe the actual cluster.
     value = telemetry.hosts_up.labels("default")._value.get()
     assert value == actual.cluster.hosts_up == pool.cluster.hosts_up

@@ -26,6 +26,12 @@ Time going backwards within a pool: an event at most ``max_behind_s`` older
 than the pool's clock (the latest event time it handled) is handled at the
 pool's clock, as if it had arrived just now; its decisions carry that time.
 A pool's state never goes back in time, so timers and metrics stay ordered.
+
+An engine takes an ``EngineStrategy`` at construction, its one extension
+point: which handler takes each event type, what a new pool keeps, and what
+happens around ``handle`` and ``advance``. ``PlainStrategy`` (the default) is
+the engine on its own; shadow mode (``daemon/shadow``) passes one that keeps
+the actual cluster beside lavad's pools and marks lavad's decisions as advice.
 """
 
 from __future__ import annotations
@@ -34,15 +40,15 @@ import fnmatch
 import hashlib
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from lavad.core.admission.service import AdmissionConfig, PoolAdmission
 from lavad.core.cluster import ClusterError, ClusterState, HostState, VmRecord
-from lavad.core.input_bounds import InputBounds, PoolNames
+from lavad.core.input_bounds import NEVER, InputBounds, PoolNames
 from lavad.core.limits.replicas import PoolReplicas
 from lavad.core.limits.service import LimitsConfig, PoolLimits
 from lavad.core.metrics.pool import MetricsConfig, PoolMetrics
@@ -150,6 +156,11 @@ class Handled:
     decisions: list[Decision]
     rejection: Rejection | None = None
 
+    @property
+    def time_refused(self) -> bool:
+        """The event's time was implausible: it must not move a shell's timer clock either."""
+        return self.rejection is not None and self.rejection.stage == "time"
+
 
 @dataclass(frozen=True, slots=True)
 class HostShape:
@@ -232,11 +243,90 @@ def _stable_seed(seed: int, pool: str, stream: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(pool.encode()), stream])
 
 
+# How an engine takes one event type: (pool, event, event time) -> decisions.
+# It raises InvalidEvent, before changing anything, for an event that
+# contradicts the pool's state.
+Handler = Callable[[PoolRuntime, Any, float], list[Decision]]
+Handlers = Mapping[type[Event], Handler]
+
+
+class EngineStrategy(Protocol):
+    """What an engine does beyond deciding by its own policy: its one extension point.
+
+    The engine asks it once for its handlers, once per pool it opens, and
+    around every ``handle`` and ``advance``; pools and timers the strategy
+    keeps itself (shadow mode's actual cluster) come and go with the engine's.
+    """
+
+    def handlers(self, plain: Handlers) -> Handlers:
+        """The handler per event type: ``plain`` (the engine's own), some replaced."""
+        ...
+
+    def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
+        """What the engine keeps for a pool it just built: ``pool``, or a runtime around it."""
+        ...
+
+    def handle(self, engine: Engine, event: Event, now: float) -> Handled:
+        """One event; ``engine.decide`` is the engine's own handling of it."""
+        ...
+
+    def advance(self, engine: Engine, now: float) -> list[Decision]:
+        """The timers due by ``now``; ``engine.decide_timers`` runs the engine's own."""
+        ...
+
+    @property
+    def next_deadline(self) -> float:
+        """The earliest timer the strategy keeps itself (inf when none)."""
+        ...
+
+    def take_pools(self, names: list[str]) -> None:
+        """The pools of these names leave the engine (their partition moved)."""
+        ...
+
+    def adopt_pools(self, pools: Mapping[str, PoolRuntime]) -> None:
+        """Restored pools join the engine; ValueError when they are not the strategy's kind."""
+        ...
+
+    def identity(self, config: EngineConfig) -> str:
+        """What identifies the engine's state: a snapshot made under another is refused."""
+        ...
+
+
+class PlainStrategy:
+    """The engine on its own: its handlers, its pools, its timers."""
+
+    def handlers(self, plain: Handlers) -> Handlers:
+        return plain
+
+    def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
+        return pool
+
+    def handle(self, engine: Engine, event: Event, now: float) -> Handled:
+        return engine.decide(event, now)
+
+    def advance(self, engine: Engine, now: float) -> list[Decision]:
+        return engine.decide_timers(now)
+
+    @property
+    def next_deadline(self) -> float:
+        return float("inf")
+
+    def take_pools(self, names: list[str]) -> None:
+        return None
+
+    def adopt_pools(self, pools: Mapping[str, PoolRuntime]) -> None:
+        return None
+
+    def identity(self, config: EngineConfig) -> str:
+        return repr(config)
+
+
 class Engine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, strategy: EngineStrategy | None = None) -> None:
         self.config = config
+        self.strategy: EngineStrategy = PlainStrategy() if strategy is None else strategy
         self.pools: dict[str, PoolRuntime] = {}
-        self._handlers: dict[type[Any], Callable[[PoolRuntime, Any, float], list[Decision]]] = {
+        plain: dict[type[Event], Handler] = {
             VmRequest: self._on_request,
             VmExit: self._on_exit,
             VmPlaced: self._on_placed,
@@ -248,48 +338,28 @@ class Engine:
             DeploymentScaleOut: self._on_deployment,
             DeploymentScaleIn: self._on_deployment,
         }
+        self._handlers: dict[type[Event], Handler] = dict(self.strategy.handlers(plain))
 
     # ------------------------------------------------------------ interface
 
     def handle(self, event: Event, now: float) -> Handled:
         """Decide on one event at event time ``now``; see the module docstring on refusals."""
-        bounds = self.config.input
-        if not now <= bounds.max_time:  # also refuses NaN
-            return Handled(
-                [],
-                Rejection(
-                    "time",
-                    f"event time {now!r} is past input.max_time ({bounds.max_time!r}): "
-                    "an absurd time (milliseconds sent as seconds?)",
-                ),
-            )
+        return self.strategy.handle(self, event, now)
+
+    def decide(self, event: Event, now: float) -> Handled:
+        """The engine's own handling of one event (``handle`` under the plain strategy)."""
         pool = self.pools.get(event.pool)
+        clock = NEVER if pool is None else pool.clock
+        implausible = self.config.input.time_refusal(now, clock, event.pool)
+        if implausible is not None:
+            return Handled([], Rejection("time", implausible))
         if pool is None:
             refused = self._refuse_pool(event.pool)
             if refused is not None:
                 return Handled([], refused)
             pool = self._open_pool(event.pool)
-        clock = pool.clock
         if now >= clock:
-            if bounds.max_ahead_s and clock != float("-inf") and now - clock > bounds.max_ahead_s:
-                return Handled(
-                    [],
-                    Rejection(
-                        "time",
-                        f"event time {now!r} is {now - clock:.0f} s ahead of pool {pool.name!r}'s "
-                        f"clock {clock!r} (input.max_ahead_s = {bounds.max_ahead_s:g})",
-                    ),
-                )
             pool.clock = now
-        elif clock - now > bounds.max_behind_s:
-            return Handled(
-                [],
-                Rejection(
-                    "time",
-                    f"event time {now!r} is {clock - now:.0f} s behind pool {pool.name!r}'s "
-                    f"clock {clock!r} (input.max_behind_s = {bounds.max_behind_s:g})",
-                ),
-            )
         else:
             # A little late: handled as if it arrived now (the pool never goes back).
             pool.counters["late_events"] += 1
@@ -374,12 +444,8 @@ class Engine:
 
     @property
     def next_deadline(self) -> float:
-        """The earliest time ``advance`` has work to do (inf when no timer is set).
-
-        Shells call ``advance`` only once event time reaches it, so an engine
-        without timers costs nothing per event.
-        """
-        earliest = float("inf")
+        """The earliest time ``advance`` has work to do (inf when no timer is set)."""
+        earliest = self.strategy.next_deadline
         for pool in self.pools.values():
             earliest = min(earliest, pool.policy.hooks.next_deadline, pool.migrations.next_deadline)
         return earliest
@@ -389,11 +455,19 @@ class Engine:
 
         Timers: lifetime refits, VMs outliving their predictions, LAVA
         deadlines (repredictions); migrations finishing, defragmentation
-        checks (migrations).
+        checks (migrations). Before the earliest of them nothing runs, so a
+        shell may call this as often as its clock moves and an engine
+        without timers costs nothing.
 
         Pool metrics do not need this: they catch up lazily on each pool's
         next event and in ``summary``.
         """
+        if now < self.next_deadline:
+            return []
+        return self.strategy.advance(self, now)
+
+    def decide_timers(self, now: float) -> list[Decision]:
+        """The engine's own timers due by ``now`` (``advance`` under the plain strategy)."""
         out: list[Decision] = []
         for pool in self.pools.values():
             timed = self._run_timers(pool, now)
@@ -434,10 +508,11 @@ class Engine:
         return out
 
     def summary(self, end: float) -> dict[str, Any]:
-        return {name: self._pool_summary(pool, end) for name, pool in sorted(self.pools.items())}
+        return {name: self.pool_summary(pool, end) for name, pool in sorted(self.pools.items())}
 
     @staticmethod
-    def _pool_summary(pool: PoolRuntime, end: float) -> dict[str, Any]:
+    def pool_summary(pool: PoolRuntime, end: float) -> dict[str, Any]:
+        """One pool's metrics, counters and policy summary, up to ``end``."""
         summary = {
             **pool.metrics.summary(pool.cluster, end),
             "counters": dict(pool.counters),
@@ -463,14 +538,18 @@ class Engine:
         A snapshot taken under another policy, seed or host setup would resume
         a different run; the live shell refuses it instead of mixing the two.
         """
-        return hashlib.sha256(repr(self.config).encode()).hexdigest()[:16]
+        identity = self.strategy.identity(self.config)
+        return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
     def take_pools(self, names: Iterable[str]) -> dict[str, PoolRuntime]:
         """Remove and return pools (their partition moved to another instance)."""
+        names = list(names)
+        self.strategy.take_pools(names)
         return {name: self.pools.pop(name) for name in names if name in self.pools}
 
     def adopt_pools(self, pools: dict[str, PoolRuntime]) -> None:
         """Resume pools restored from a snapshot; their RNG streams continue where they were."""
+        self.strategy.adopt_pools(pools)
         clash = sorted(set(pools) & set(self.pools))
         if clash:
             raise ValueError(f"pools already held by this engine: {', '.join(clash)}")
@@ -537,6 +616,16 @@ class Engine:
             out.extend(_replicas_decision(pool.name, d) for d in scaled)
         return out
 
+    def pool(self, name: str) -> PoolRuntime:
+        """The pool of this name, opened if new.
+
+        For a strategy whose pools go with the engine's: the name is not held
+        against ``[pools]`` here, the engine that opened its own pool of that
+        name did that.
+        """
+        pool = self.pools.get(name)
+        return self._open_pool(name) if pool is None else pool
+
     def _open_pool(self, name: str) -> PoolRuntime:
         config = self.config
         policy = build_policy(config.policy, config.policy_args, _stable_seed(config.seed, name, 0))
@@ -559,8 +648,9 @@ class Engine:
         if setup.shape is not None:
             for i in range(setup.initial_hosts):
                 pool.cluster.add_host(f"{name}/h{i:05d}", setup.shape.as_capacity())
-        self.pools[name] = pool
-        return pool
+        kept = self.strategy.open_pool(pool)
+        self.pools[name] = kept
+        return kept
 
     # -------------------------------------------------------------- handlers
 
@@ -605,7 +695,7 @@ class Engine:
             if pool.requests is not None:
                 pool.requests[vm_id] = event
             # Never onto a draining host, so nothing joins a migration queue.
-            self._booked(pool, record, now, event)
+            booked(pool, record, now, event)
             host_id, retryable = cluster.host_ids[result.host], False
             reason = (
                 f"{pool.policy.name}: best score"
@@ -627,15 +717,6 @@ class Engine:
             explanation,
         )
 
-    def _booked(
-        self, pool: PoolRuntime, record: VmRecord, now: float, event: VmRequest | VmPlaced
-    ) -> list[Decision]:
-        """Tell every hook; a VM booked onto a draining host (shadow mode) is queued."""
-        pool.metrics.placed += 1
-        pool.metrics.observe_hosts_used(pool.cluster)
-        pool.policy.hooks.on_booked(pool.cluster, record, now, event)
-        return [*pool.migrations.on_vm_booked(pool.cluster, record, now, event)]
-
     def _on_exit(self, pool: PoolRuntime, event: VmExit, now: float) -> list[Decision]:
         vm_id = event.vm_id
         if vm_id in pool.cluster.vms:
@@ -650,40 +731,12 @@ class Engine:
         raise InvalidEvent(f"exit of unknown VM {vm_id!r}")
 
     def _on_placed(self, pool: PoolRuntime, event: VmPlaced, now: float) -> list[Decision]:
-        host = self._placed_host(pool, event)
+        host = placed_host(pool, event)
         pool.refused.pop(event.vm_id, None)
         pool.metrics.observe_request(
             (event.cores, event.memory_gib, event.disk_gib, event.gpus), now
         )
-        return self._book_placed(pool, host, event, now)
-
-    @staticmethod
-    def _placed_host(pool: PoolRuntime, event: VmPlaced) -> int:
-        """The host another scheduler placed a VM on, or InvalidEvent (unknown, down, VM known)."""
-        cluster = pool.cluster
-        host = cluster.host_index.get(event.host_id)
-        if host is None:
-            raise InvalidEvent(f"VM {event.vm_id!r} placed on unknown host {event.host_id!r}")
-        if cluster.state[host] == HostState.DOWN:
-            raise InvalidEvent(
-                f"VM {event.vm_id!r} placed on host {event.host_id!r}, which is down"
-            )
-        if event.vm_id in cluster.vms:
-            raise InvalidEvent(f"duplicate VM id {event.vm_id!r}: already placed")
-        return host
-
-    def _book_placed(
-        self, pool: PoolRuntime, host: int, event: VmPlaced, now: float
-    ) -> list[Decision]:
-        """Book a VM another scheduler placed on ``host`` (checked: known, up, VM new)."""
-        cluster = pool.cluster
-        demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
-        # Shadow mode books what another scheduler did, even past capacity:
-        # the books must match reality. Such overcommitment is counted.
-        if any(cluster.free[r, host] < demand[r] for r in range(4) if demand[r]):
-            pool.counters["shadow_overcommit"] += 1
-        record = cluster.book(event.vm_id, host, demand, event.deployment, now)
-        return self._booked(pool, record, now, event)
+        return book_placed(pool, host, event, now)
 
     def _on_host_up(self, pool: PoolRuntime, event: HostUp, now: float) -> list[Decision]:
         cluster = pool.cluster
@@ -781,6 +834,41 @@ class Engine:
             pool.metrics.hosts_added_on_demand += 1
             return Placed(host=host, ties=0, scores={})
         return result
+
+
+def booked(
+    pool: PoolRuntime, record: VmRecord, now: float, event: VmRequest | VmPlaced
+) -> list[Decision]:
+    """Tell every hook a VM was booked; one booked onto a draining host (shadow mode) is queued."""
+    pool.metrics.placed += 1
+    pool.metrics.observe_hosts_used(pool.cluster)
+    pool.policy.hooks.on_booked(pool.cluster, record, now, event)
+    return [*pool.migrations.on_vm_booked(pool.cluster, record, now, event)]
+
+
+def placed_host(pool: PoolRuntime, event: VmPlaced) -> int:
+    """The host another scheduler placed a VM on, or InvalidEvent (unknown, down, VM known)."""
+    cluster = pool.cluster
+    host = cluster.host_index.get(event.host_id)
+    if host is None:
+        raise InvalidEvent(f"VM {event.vm_id!r} placed on unknown host {event.host_id!r}")
+    if cluster.state[host] == HostState.DOWN:
+        raise InvalidEvent(f"VM {event.vm_id!r} placed on host {event.host_id!r}, which is down")
+    if event.vm_id in cluster.vms:
+        raise InvalidEvent(f"duplicate VM id {event.vm_id!r}: already placed")
+    return host
+
+
+def book_placed(pool: PoolRuntime, host: int, event: VmPlaced, now: float) -> list[Decision]:
+    """Book a VM another scheduler placed on ``host`` (checked by ``placed_host``)."""
+    cluster = pool.cluster
+    demand: Demand = (event.cores, event.memory_gib, event.disk_gib, event.gpus)
+    # Shadow mode books what another scheduler did, even past capacity:
+    # the books must match reality. Such overcommitment is counted.
+    if any(cluster.free[r, host] < demand[r] for r in range(4) if demand[r]):
+        pool.counters["shadow_overcommit"] += 1
+    record = cluster.book(event.vm_id, host, demand, event.deployment, now)
+    return booked(pool, record, now, event)
 
 
 class _PoolMover:

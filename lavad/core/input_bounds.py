@@ -2,16 +2,21 @@
 
 The core's types, and the ``[input]`` and ``[pools]`` tables of the
 configuration: the settings validate them by the constraints below (one
-definition for the core and the shells).
+definition for the core and the shells). ``InputBounds.time_refusal`` is the
+one rule on event times: the engine applies it to each pool's clock, and the
+shells move the clock their timers run to only by times it does not refuse.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import orjson
 from pydantic import BeforeValidator, ConfigDict, Field
+
+# The clock of a pool (or a shell) that has seen no event yet.
+NEVER: Final = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,32 @@ class InputBounds:
             " pool's clock); further behind is dead-lettered",
         ),
     ] = 3_600.0
+
+    def time_refusal(self, now: float, clock: float, pool: str) -> str | None:
+        """Why an event at ``now`` is implausible against ``clock``, or None.
+
+        ``clock`` is the latest time the pool (or the shell's timer clock)
+        took, ``NEVER`` before its first: a first event is bounded only by
+        ``max_time``. Refused before anything moves, so one absurd record
+        cannot drag a clock (and every timer driven by it) forward.
+        """
+        if not now <= self.max_time:  # also refuses NaN
+            return (
+                f"event time {now!r} is past input.max_time ({self.max_time!r}): "
+                "an absurd time (milliseconds sent as seconds?)"
+            )
+        if now >= clock:
+            if self.max_ahead_s and clock != NEVER and now - clock > self.max_ahead_s:
+                return (
+                    f"event time {now!r} is {now - clock:.0f} s ahead of pool {pool!r}'s "
+                    f"clock {clock!r} (input.max_ahead_s = {self.max_ahead_s:g})"
+                )
+        elif clock - now > self.max_behind_s:
+            return (
+                f"event time {now!r} is {clock - now:.0f} s behind pool {pool!r}'s "
+                f"clock {clock!r} (input.max_behind_s = {self.max_behind_s:g})"
+            )
+        return None
 
 
 # The shortest interval of a periodic look in event time (the defragmenter's,

@@ -4,6 +4,11 @@ It is the live shell's twin without Kafka: events come from a trace adapter,
 decisions go to a JSON-lines file, and anything that cannot become a decision
 (a malformed trace row, an event the engine rejects) goes to a dead-letter
 file with the reason and the original bytes, and is counted.
+
+Its clock (its watermark: the latest event time it took) moves by the rule
+every pool's clock follows (``InputBounds.time_refusal``), and the engine's
+timers run up to it before each event that moves it; the live shell's
+watermark moves only by the times the engine did not refuse.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Protocol
 import orjson
 
 from lavad.core.engine import Engine, EngineConfig
+from lavad.core.input_bounds import NEVER
 from lavad.core.placement.kernels import warm_up
 from lavad.streams.codec import BadRecord, encode
 from lavad.streams.schema import Decision, Event
@@ -32,7 +38,6 @@ class BinarySink(Protocol):
 
 
 PROGRESS_EVERY = 20_000
-NEVER = float("-inf")
 
 
 @dataclass(slots=True)
@@ -120,16 +125,11 @@ def replay(
                 )
             continue
         now = item.time
-        # The replay's clock (its watermark) moves only to a plausible time:
-        # the engine refuses the rest, and one absurd time must not drag
-        # every pool's timers forward first.
-        if now > clock and (
-            now <= bounds.max_time
-            and (not bounds.max_ahead_s or clock == NEVER or now - clock <= bounds.max_ahead_s)
-        ):
+        # Timers run before the event: one absurd time must not drag every
+        # pool's timers forward first, so only a plausible one moves the clock.
+        if now > clock and bounds.time_refusal(now, clock, item.pool) is None:
             clock = now
-            if now >= engine.next_deadline:
-                emit(engine.advance(now))
+            emit(engine.advance(now))
         handled = engine.handle(item, now)
         if handled.decisions:
             emit(handled.decisions)
@@ -146,7 +146,7 @@ def replay(
     end = end_time if end_time is not None and end_time >= clock else clock
     if end == NEVER:
         end = 0.0
-    elif end > clock and end >= engine.next_deadline:
+    elif end > clock:
         # Timers due between the last event and the end of the recording
         # (VMs outliving their predictions, LAVA deadlines) still fire.
         emit(engine.advance(end))

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from lavad.core.engine import Engine
+from lavad.core.input_bounds import NEVER
 from lavad.daemon.live.parsed_records import FetchedRecord
 from lavad.daemon.live.partitions import OwnedPartition, Partitions
 from lavad.daemon.live.publisher import Outgoing
@@ -93,7 +94,7 @@ class Intake:
         counts = self._event_counts
         decision = self.decision
         number = owned.number
-        latest = float("-inf")
+        latest = NEVER
         for record in records:
             raw: bytes | None = record.value
             if raw is None:
@@ -120,7 +121,7 @@ class Intake:
             counts[event.type] += 1
             handled = handle(event, event.time)
             rejection = handled.rejection
-            if rejection is None or rejection.stage != "time":
+            if not handled.time_refused:
                 # Only a plausible time moves the watermark (and every pool's timers);
                 # the latest of the batch is enough (observe keeps the maximum).
                 latest = max(latest, event.time)
@@ -134,14 +135,12 @@ class Intake:
             if rejection is not None:
                 # After the decisions the timers made on the way: both are published.
                 out.append(self.dead_letter(record, tp, rejection.stage, rejection.reason))
-        if latest != float("-inf"):
+        if latest != NEVER:
             observe(tp, latest, wall)
 
     def advance_timers(self) -> list[Outgoing]:
         now = self.watermark.current(time.time())
-        self.telemetry.watermark.set(now if now != float("-inf") else 0.0)
-        if now < self.engine.next_deadline:
-            return []
+        self.telemetry.watermark.set(now if now != NEVER else 0.0)
         return [self.decision(d, None) for d in self.engine.advance(now)]
 
     def decision(self, decision: Decision, timestamp_ms: int | None) -> Outgoing:

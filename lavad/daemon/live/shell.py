@@ -54,7 +54,8 @@ from lavad.daemon.live.snapshots import SnapshotError
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.settings import KafkaSettings, Settings
-from lavad.daemon.shadow.live import build_engine, build_telemetry, topic_names
+from lavad.daemon.shadow.engine import Shadow
+from lavad.daemon.shadow.live import ShadowTelemetry, topic_names
 from lavad.streams.kafka.topics import TopicNames, check_copartitioned
 
 log = structlog.get_logger("lavad.live")
@@ -93,11 +94,12 @@ class LiveDaemon:
 
     def __init__(self, settings: Settings, engine_config: EngineConfig) -> None:
         self.settings = settings
-        # [shadow] enabled builds the shadow engine, its gauges and its advice
-        # topic here (daemon/shadow/live.py); nothing below changes with it.
-        self.engine: Engine = build_engine(settings, engine_config)
+        # [shadow] enabled passes the shadow strategy to the engine and takes
+        # its gauges and its advice topic here; nothing below changes with it.
+        shadow = settings.shadow.enabled
+        self.engine = Engine(engine_config, Shadow(engine_config) if shadow else None)
         self.names: TopicNames = topic_names(settings)
-        self.telemetry: Telemetry = build_telemetry(settings)
+        self.telemetry: Telemetry = ShadowTelemetry() if shadow else Telemetry()
         self.watermark = Watermark(settings.live.idle_partition_s)
         self.partitions = Partitions(
             self.engine,

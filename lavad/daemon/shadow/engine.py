@@ -1,17 +1,21 @@
 """Two sides of one pool: the actual cluster, following the existing scheduler, and lavad's.
 
-``ShadowEngine`` is an ``Engine`` (the same ``handle``/``advance``/``pools``
-interface, so a shell takes it at construction and changes nothing else):
+Shadow mode is a strategy the core ``Engine`` takes at construction
+(``Engine(config, Shadow(config))``, or ``shadow_engine(config)``): the
+engine keeps its interface, so a shell takes it and changes nothing else.
 
-* the **actual** side is a ``FollowingEngine``: it books every ``vm.placed``
-  where the existing scheduler put it, sees the exits and the hosts, and
-  never places anything itself. A ``vm.request`` it sees is a request the
-  existing scheduler has not placed yet: counted as a placement failure
-  until its ``vm.placed`` arrives (or for good, if the VM exits unplaced).
-* **lavad's** side is the engine itself, with the configured policy: a
-  ``vm.request`` is placed as usual, and a ``vm.placed`` of a VM it has not
-  seen requested is placed as the request it answers (same shape, tenant,
-  deployment, features). Exits, hosts, usage and deployments as usual.
+* the **actual** side is a second engine, built with the ``Following``
+  strategy: it books every ``vm.placed`` where the existing scheduler put it,
+  sees the exits and the hosts, and never places anything itself. A
+  ``vm.request`` it sees is a request the existing scheduler has not placed
+  yet: counted as a placement failure until its ``vm.placed`` arrives (or
+  for good, if the VM exits unplaced). The ``Shadow`` strategy owns it and
+  hands it every event before lavad's side.
+* **lavad's** side is the engine the strategy is passed to, with the
+  configured policy: a ``vm.request`` is placed as usual, and a
+  ``vm.placed`` of a VM it has not seen requested is placed as the request it
+  answers (same shape, tenant, deployment, features). Exits, hosts, usage
+  and deployments as usual.
 
 Every decision of lavad's side is *advice*: its id starts ``advice/``, its
 reason ``advice:``, its explanation carries ``"advice": true`` (and, for a
@@ -36,8 +40,7 @@ actual one attached), so a partition snapshot holds and restores both.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -45,8 +48,12 @@ from lavad.core.engine import (
     Engine,
     EngineConfig,
     Handled,
+    Handlers,
     InvalidEvent,
+    PlainStrategy,
     PoolRuntime,
+    book_placed,
+    placed_host,
 )
 from lavad.core.limits.service import LimitsConfig
 from lavad.core.migrations.config import MigrationsConfig
@@ -145,85 +152,113 @@ def actual_config(config: EngineConfig) -> EngineConfig:
     )
 
 
-class FollowingEngine(Engine):
-    """The actual cluster: books what the existing scheduler placed; places nothing."""
+class Following(PlainStrategy):
+    """The actual cluster's strategy: books what the existing scheduler placed; places nothing."""
 
-    def __init__(self, config: EngineConfig) -> None:
-        super().__init__(config)
-        self._handlers[VmRequest] = self._on_awaited
-        self._handlers[VmExit] = self._on_followed_exit
+    def handlers(self, plain: Handlers) -> Handlers:
+        placed, exited = plain[VmPlaced], plain[VmExit]
 
-    def _open_pool(self, name: str) -> PoolRuntime:
-        pool = _extend(super()._open_pool(name), FollowedPool)
-        self.pools[name] = pool
-        return pool
+        def on_placed(pool: PoolRuntime, event: VmPlaced, now: float) -> list[Decision]:
+            assert isinstance(pool, FollowedPool)
+            host = placed_host(pool, event)
+            if pool.awaited.pop(event.vm_id, None) is not None:
+                # Its request was counted (and counted unplaced) when it came.
+                pool.metrics.unfit_retryable -= 1
+                pool.refused.pop(event.vm_id, None)
+                return book_placed(pool, host, event, now)
+            return placed(pool, event, now)
 
-    def _on_awaited(self, pool: PoolRuntime, event: VmRequest, now: float) -> list[Decision]:
-        assert isinstance(pool, FollowedPool)
-        vm_id = event.vm_id
-        if vm_id in pool.cluster.vms:
-            raise InvalidEvent(f"duplicate VM id {vm_id!r}: already placed")
-        if vm_id in pool.awaited:
-            pool.counters["repeated_request"] += 1
-            return []
-        pool.metrics.observe_request(
-            (event.cores, event.memory_gib, event.disk_gib, event.gpus), now
-        )
-        pool.awaited[vm_id] = now
-        # Unplaced until its vm.placed: absorbed like a refused VM's if it exits first.
-        pool.refused[vm_id] = 1
-        pool.metrics.unfit_retryable += 1
+        def on_exit(pool: PoolRuntime, event: VmExit, now: float) -> list[Decision]:
+            assert isinstance(pool, FollowedPool)
+            if pool.awaited.pop(event.vm_id, None) is not None:
+                pool.counters["exit_never_placed"] += 1
+            return exited(pool, event, now)
+
+        return {**plain, VmRequest: _on_awaited, VmPlaced: on_placed, VmExit: on_exit}
+
+    def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
+        return _extend(pool, FollowedPool)
+
+
+def _on_awaited(pool: PoolRuntime, event: VmRequest, now: float) -> list[Decision]:
+    """A request the existing scheduler has not placed (yet): counted unplaced until it does."""
+    assert isinstance(pool, FollowedPool)
+    vm_id = event.vm_id
+    if vm_id in pool.cluster.vms:
+        raise InvalidEvent(f"duplicate VM id {vm_id!r}: already placed")
+    if vm_id in pool.awaited:
+        pool.counters["repeated_request"] += 1
         return []
-
-    def _on_placed(self, pool: PoolRuntime, event: VmPlaced, now: float) -> list[Decision]:
-        assert isinstance(pool, FollowedPool)
-        host = self._placed_host(pool, event)
-        if pool.awaited.pop(event.vm_id, None) is not None:
-            # Its request was counted (and counted unplaced) when it came.
-            pool.metrics.unfit_retryable -= 1
-            pool.refused.pop(event.vm_id, None)
-            return self._book_placed(pool, host, event, now)
-        return super()._on_placed(pool, event, now)
-
-    def _on_followed_exit(self, pool: PoolRuntime, event: VmExit, now: float) -> list[Decision]:
-        assert isinstance(pool, FollowedPool)
-        if pool.awaited.pop(event.vm_id, None) is not None:
-            pool.counters["exit_never_placed"] += 1
-        return self._on_exit(pool, event, now)
+    pool.metrics.observe_request((event.cores, event.memory_gib, event.disk_gib, event.gpus), now)
+    pool.awaited[vm_id] = now
+    # Unplaced until its vm.placed: absorbed like a refused VM's if it exits first.
+    pool.refused[vm_id] = 1
+    pool.metrics.unfit_retryable += 1
+    return []
 
 
-class ShadowEngine(Engine):
-    """Lavad's side (this engine) beside the actual side (``follower``); see the module doc."""
+class Shadow(PlainStrategy):
+    """Lavad's side (the engine it is passed to) beside the actual side (``follower``).
+
+    ``config`` is lavad's side's configuration; ``actual`` the actual side's
+    (by default ``actual_config(config)``).
+    """
 
     def __init__(self, config: EngineConfig, actual: EngineConfig | None = None) -> None:
-        super().__init__(config)
-        self.follower = FollowingEngine(actual if actual is not None else actual_config(config))
-        self._handlers[VmPlaced] = self._on_placed_elsewhere
+        self.follower = Engine(actual if actual is not None else actual_config(config), Following())
 
-    @property
-    def fingerprint(self) -> str:
+    def identity(self, config: EngineConfig) -> str:
         """Both sides' configurations: a snapshot of a plain engine is not a shadow one."""
-        both = f"shadow:{self.config!r}:{self.follower.config!r}"
-        return hashlib.sha256(both.encode()).hexdigest()[:16]
+        return f"shadow:{config!r}:{self.follower.config!r}"
+
+    def handlers(self, plain: Handlers) -> Handlers:
+        request = plain[VmRequest]
+
+        def on_placed_elsewhere(pool: PoolRuntime, event: VmPlaced, now: float) -> list[Decision]:
+            """A VM the existing scheduler placed: lavad places its request (unless it saw it)."""
+            if event.vm_id in pool.cluster.vms or event.vm_id in pool.refused:
+                return []  # requested before (vm.request): lavad's side already decided
+            answered = VmRequest(
+                time=event.time,
+                pool=event.pool,
+                vm_id=event.vm_id,
+                cores=event.cores,
+                memory_gib=event.memory_gib,
+                disk_gib=event.disk_gib,
+                gpus=event.gpus,
+                tenant=event.tenant,
+                deployment=event.deployment,
+                flavor=event.flavor,
+                features=event.features,
+            )
+            return request(pool, answered, now)
+
+        return {**plain, VmPlaced: on_placed_elsewhere}
+
+    def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
+        # The actual side may not have the pool yet: lavad's side saw it first (a usage sample).
+        actual = self.follower.pool(pool.name)
+        assert isinstance(actual, FollowedPool)
+        return _extend(pool, ShadowPool, actual=actual)
 
     # ------------------------------------------------------------- interface
 
-    def handle(self, event: Event, now: float) -> Handled:
+    def handle(self, engine: Engine, event: Event, now: float) -> Handled:
         if isinstance(event, _LAVAD_ONLY):
-            handled = super().handle(event, now)
-            return Handled(self._advise(handled.decisions), handled.rejection)
+            handled = engine.decide(event, now)
+            return Handled(_advised(handled.decisions), handled.rejection)
         followed = self.follower.handle(event, now)
         if followed.rejection is not None:
             # The actual cluster refused it (unknown host, duplicate VM, absurd
             # time): lavad's side mirrors that cluster, so it skips it too.
             return Handled([], followed.rejection)
-        handled = super().handle(event, now)
-        pool = self.pools.get(event.pool)
+        handled = engine.decide(event, now)
+        pool = engine.pools.get(event.pool)
         if not isinstance(pool, ShadowPool):
             return handled  # refused before the pool opened
         pool.actual_decisions_dropped += len(followed.decisions)
         if isinstance(event, VmPlaced):
-            self._compare(pool, event, handled.decisions)
+            _compare(pool, event, handled.decisions)
         elif isinstance(event, VmRequest):
             placed = _placement_of(event.vm_id, handled.decisions)
             if placed is not None:
@@ -231,43 +266,39 @@ class ShadowEngine(Engine):
         elif isinstance(event, VmExit) and pool.advised.pop(event.vm_id, None) is not None:
             # Placed by lavad, never by the existing scheduler (its entry went at vm.placed).
             pool.agreement.lavad_only += 1
-        return Handled(self._advise(handled.decisions, event), handled.rejection)
+        return Handled(_advised(handled.decisions, event), handled.rejection)
 
-    def advance(self, now: float) -> list[Decision]:
+    def advance(self, engine: Engine, now: float) -> list[Decision]:
         dropped = self.follower.advance(now)
         if dropped:
-            for pool in self.pools.values():
+            for pool in engine.pools.values():
                 if isinstance(pool, ShadowPool):
                     pool.actual_decisions_dropped += sum(1 for d in dropped if d.pool == pool.name)
-        out = super().advance(now)
-        return self._advise(out)
+        return _advised(engine.decide_timers(now))
 
     @property
     def next_deadline(self) -> float:
-        return min(super().next_deadline, self.follower.next_deadline)
+        return self.follower.next_deadline
 
-    def take_pools(self, names: Iterable[str]) -> dict[str, PoolRuntime]:
-        names = list(names)
+    def take_pools(self, names: list[str]) -> None:
         self.follower.take_pools(names)
-        return super().take_pools(names)
 
-    def adopt_pools(self, pools: dict[str, PoolRuntime]) -> None:
+    def adopt_pools(self, pools: Mapping[str, PoolRuntime]) -> None:
         actual: dict[str, PoolRuntime] = {}
         for name, pool in pools.items():
             if not isinstance(pool, ShadowPool) or pool.actual is None:
                 raise ValueError(f"pool {name!r} is not a shadow pool (both sides)")
             actual[name] = pool.actual
         self.follower.adopt_pools(actual)
-        super().adopt_pools(pools)
 
-    def sides(self, end: float) -> dict[str, dict[str, dict[str, Any]]]:
+    def sides(self, engine: Engine, end: float) -> dict[str, dict[str, dict[str, Any]]]:
         """Each pool's metrics summary per side, and the agreement, up to ``end``."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
-        for name, pool in sorted(self.pools.items()):
+        for name, pool in sorted(engine.pools.items()):
             assert isinstance(pool, ShadowPool) and pool.actual is not None
             out[name] = {
-                "actual": self.follower._pool_summary(pool.actual, end),
-                "lavad": self._pool_summary(pool, end),
+                "actual": Engine.pool_summary(pool.actual, end),
+                "lavad": Engine.pool_summary(pool, end),
                 "agreement": {
                     **pool.agreement.as_dict(),
                     "actual_decisions_dropped": pool.actual_decisions_dropped,
@@ -275,65 +306,46 @@ class ShadowEngine(Engine):
             }
         return out
 
-    # ------------------------------------------------------------- internals
 
-    def _open_pool(self, name: str) -> PoolRuntime:
-        base = super()._open_pool(name)
-        actual = self.follower.pools.get(name)
-        if actual is None:  # lavad's side saw the pool first (a usage sample)
-            actual = self.follower._open_pool(name)
-        assert isinstance(actual, FollowedPool)
-        pool = _extend(base, ShadowPool, actual=actual)
-        self.pools[name] = pool
-        return pool
+def shadow_engine(config: EngineConfig, actual: EngineConfig | None = None) -> Engine:
+    """An engine in shadow mode: lavad's side configured by ``config``, the actual side beside."""
+    return Engine(config, Shadow(config, actual))
 
-    def _on_placed_elsewhere(
-        self, pool: PoolRuntime, event: VmPlaced, now: float
-    ) -> list[Decision]:
-        """A VM the existing scheduler placed: lavad places its request (unless it saw it)."""
-        if event.vm_id in pool.cluster.vms or event.vm_id in pool.refused:
-            return []  # requested before (vm.request): lavad's side already decided
-        request = VmRequest(
-            time=event.time,
-            pool=event.pool,
-            vm_id=event.vm_id,
-            cores=event.cores,
-            memory_gib=event.memory_gib,
-            disk_gib=event.disk_gib,
-            gpus=event.gpus,
-            tenant=event.tenant,
-            deployment=event.deployment,
-            flavor=event.flavor,
-            features=event.features,
-        )
-        return self._on_request(pool, request, now)
 
-    def _compare(self, pool: ShadowPool, event: VmPlaced, decisions: list[Decision]) -> None:
-        placed = _placement_of(event.vm_id, decisions)
-        if placed is not None:
-            lavad_host = placed.host_id
-        elif event.vm_id in pool.advised:
-            lavad_host = pool.advised.pop(event.vm_id)
-        else:
-            return  # lavad's side never saw its request (refused, or another pool)
-        agreement = pool.agreement
-        if lavad_host is None:
-            agreement.actual_only += 1
-            return
-        agreement.compared += 1
-        agreement.same_host += lavad_host == event.host_id
-        hooks = pool.policy.hooks
-        if isinstance(hooks, LavaHosts):
-            mine = _host_class(pool, hooks, lavad_host)
-            theirs = _host_class(pool, hooks, event.host_id)
-            agreement.class_compared += 1
-            agreement.same_class += mine == theirs
+def shadow_of(engine: Engine) -> Shadow:
+    """The shadow strategy of an engine built in shadow mode."""
+    strategy = engine.strategy
+    if not isinstance(strategy, Shadow):
+        raise TypeError(f"the engine runs {type(strategy).__name__}, not shadow mode")
+    return strategy
 
-    @staticmethod
-    def _advise(decisions: list[Decision], event: Event | None = None) -> list[Decision]:
-        """Mark lavad's side's decisions as advice (id, reason, explanation)."""
-        actual_host = event.host_id if isinstance(event, VmPlaced) else None
-        return [_as_advice(d, actual_host) for d in decisions]
+
+def _compare(pool: ShadowPool, event: VmPlaced, decisions: list[Decision]) -> None:
+    placed = _placement_of(event.vm_id, decisions)
+    if placed is not None:
+        lavad_host = placed.host_id
+    elif event.vm_id in pool.advised:
+        lavad_host = pool.advised.pop(event.vm_id)
+    else:
+        return  # lavad's side never saw its request (refused, or another pool)
+    agreement = pool.agreement
+    if lavad_host is None:
+        agreement.actual_only += 1
+        return
+    agreement.compared += 1
+    agreement.same_host += lavad_host == event.host_id
+    hooks = pool.policy.hooks
+    if isinstance(hooks, LavaHosts):
+        mine = _host_class(pool, hooks, lavad_host)
+        theirs = _host_class(pool, hooks, event.host_id)
+        agreement.class_compared += 1
+        agreement.same_class += mine == theirs
+
+
+def _advised(decisions: list[Decision], event: Event | None = None) -> list[Decision]:
+    """Mark lavad's side's decisions as advice (id, reason, explanation)."""
+    actual_host = event.host_id if isinstance(event, VmPlaced) else None
+    return [_as_advice(d, actual_host) for d in decisions]
 
 
 def _placement_of(vm_id: str, decisions: list[Decision]) -> Placement | None:

@@ -1,11 +1,11 @@
 """Shadow mode in the live shell: what changes at construction, and nothing after.
 
-The shell builds its engine, its telemetry and its topic names through these
-three functions; with ``[shadow] enabled`` they give the ``ShadowEngine``
-(same interface as ``Engine``), a telemetry with the per-side gauges, and
-topic names that send every decision kind to the shadow topic, so lavad's
-side's decisions are published there as advice and never on the
-placements (or any other decision) topic. Dead letters stay where they are.
+With ``[shadow] enabled`` the shell passes the ``Shadow`` strategy to its
+engine (``shadow/engine.py``) and takes from here a telemetry with the
+per-side gauges and topic names that send every decision kind to the shadow
+topic, so lavad's side's decisions are published there as advice and never
+on the placements (or any other decision) topic. Dead letters stay where
+they are.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any, Final
 from prometheus_client import Gauge
 from pydantic import Field
 
-from lavad.core.engine import Engine, EngineConfig, PoolRuntime
+from lavad.core.engine import PoolRuntime
 from lavad.core.metrics.pool import CORES, MEMORY
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.settings import Settings
 from lavad.daemon.shadow.compare import empty_hosts_difference
-from lavad.daemon.shadow.engine import ShadowEngine, ShadowPool
+from lavad.daemon.shadow.engine import ShadowPool
 from lavad.streams.kafka.topics import TopicNames
 from lavad.streams.schema import DecisionKind
 
@@ -59,14 +59,6 @@ def topic_names(settings: Settings) -> TopicNames:
     if settings.shadow.enabled:
         return ShadowTopicNames(**base, shadow=settings.shadow.topic)
     return TopicNames(**base)
-
-
-def build_engine(settings: Settings, config: EngineConfig) -> Engine:
-    return ShadowEngine(config) if settings.shadow.enabled else Engine(config)
-
-
-def build_telemetry(settings: Settings) -> Telemetry:
-    return ShadowTelemetry() if settings.shadow.enabled else Telemetry()
 
 
 class ShadowTelemetry(Telemetry):

@@ -55,8 +55,7 @@ def placed_events(
         now = item.time
         if now > clock:
             clock = now
-            if now >= engine.next_deadline:
-                engine.advance(now)  # a learning baseline's timers: nothing to publish
+            engine.advance(now)  # a learning baseline's timers: nothing to publish
         handled = engine.handle(item, now)
         if isinstance(item, HostUp):
             known.add(item.host_id)

@@ -7,10 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lavad.core.engine import EngineConfig
+from lavad.core.engine import Engine, EngineConfig
 from lavad.daemon.replay import BinarySink, ProgressCallback, ReplayResult, on_common_pool, replay
 from lavad.daemon.shadow.compare import empty_hosts_difference
-from lavad.daemon.shadow.engine import ACTUAL_POLICY, ShadowEngine, ShadowPool
+from lavad.daemon.shadow.engine import ACTUAL_POLICY, Shadow, ShadowPool
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import Event
 
@@ -53,12 +53,13 @@ def shadow_replay(
     progress: ProgressCallback | None = None,
     common_pool: bool = True,
 ) -> ShadowResult:
-    """Replay the stream through a ``ShadowEngine``; ``decisions_out`` gets lavad's advice.
+    """Replay the stream through an engine in shadow mode; ``decisions_out`` gets lavad's advice.
 
     ``common_pool``: restate both sides' empty hosts against one pool size
     when a side grew on demand (as ``lavad replay --compare`` does).
     """
-    engine = ShadowEngine(config)
+    shadow = Shadow(config)
+    engine = Engine(config, shadow)
     lavad = replay(
         events,
         config,
@@ -69,7 +70,7 @@ def shadow_replay(
         engine=engine,
     )
     end = lavad.end_time
-    sides = engine.sides(end)
+    sides = shadow.sides(engine, end)
     lavad.policy = f"{LAVAD} ({config.policy})"
     dropped: Counter[str] = Counter()
     for name, both in sides.items():
@@ -84,7 +85,7 @@ def shadow_replay(
         wall_seconds=lavad.wall_seconds,
         series={
             name: [_point(p) for p in pool.metrics.series]
-            for name, pool in engine.follower.pools.items()
+            for name, pool in shadow.follower.pools.items()
         },
     )
     difference: dict[str, dict[str, Any]] = {}
