@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from lavad.core.cluster import ClusterState, VmRecord
-from lavad.core.placement.framework import ClusterListener
+from lavad.core.placement.framework import ClusterListener, PredictedLifetimes
 from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
 from lavad.core.registry import Entry, Registry
 from lavad.models.lifetime.features import ORACLE_FEATURE
@@ -51,7 +51,7 @@ class RemainingLifetimes(Protocol):
     ) -> None: ...
 
 
-def policy_tracker(hooks: ClusterListener) -> LifetimeTracker | None:
+def policy_tracker(hooks: ClusterListener) -> PredictedLifetimes | None:
     """The lifetime tracker a policy keeps, if it keeps one."""
     return hooks.lifetime_tracker()
 
@@ -63,7 +63,7 @@ class PolicyLifetimes(ClusterListener):
     known = True
     fed = False  # the engine feeds the policy's hooks
 
-    def __init__(self, tracker: LifetimeTracker) -> None:
+    def __init__(self, tracker: PredictedLifetimes) -> None:
         self.tracker = tracker
 
     def remaining(self, cluster: ClusterState, vm_id: str, now: float) -> float:
@@ -158,7 +158,9 @@ class NoLifetimes(ClusterListener):
         return 0.0
 
 
-def _policy_or(fallback: RemainingLifetimes, tracker: LifetimeTracker | None) -> RemainingLifetimes:
+def _policy_or(
+    fallback: RemainingLifetimes, tracker: PredictedLifetimes | None
+) -> RemainingLifetimes:
     return fallback if tracker is None else PolicyLifetimes(tracker)
 
 

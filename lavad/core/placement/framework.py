@@ -17,7 +17,7 @@ the final tie set, usually a handful of hosts, is turned into indices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -32,9 +32,6 @@ from lavad.core.cluster import (
     VmRecord,
 )
 from lavad.core.placement.kernels import compiled_filter_and_score
-
-if TYPE_CHECKING:
-    from lavad.core.placement.lifetime import LifetimeTracker
 from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
 
 # The per-request value types below are not frozen: a frozen dataclass sets
@@ -136,6 +133,19 @@ class Notice:
     explanation: dict[str, Any]
 
 
+class PredictedLifetimes(Protocol):
+    """A policy's VM lifetime predictions as the migration planner reads them (the
+    lifetime tracker offers them; declared here so the framework need not import it)."""
+
+    def refresh(self, cluster: ClusterState, now: float) -> None:
+        """Bring the predictions up to ``now`` (the repredictions due by then)."""
+        ...
+
+    def remaining(self, vm_id: str, now: float) -> float:
+        """The VM's predicted remaining lifetime at ``now`` (0 when overdue)."""
+        ...
+
+
 class ClusterListener:
     """What the engine tells a pool's stateful parts, with no-op defaults.
 
@@ -200,7 +210,7 @@ class ClusterListener:
         """Figures for the replay summary, under the listener's own keys."""
         return {}
 
-    def lifetime_tracker(self) -> LifetimeTracker | None:
+    def lifetime_tracker(self) -> PredictedLifetimes | None:
         """The VM lifetime predictions this listener keeps, for the migration planner."""
         return None
 
