@@ -100,48 +100,20 @@ def _marginal(cand_mean: np.ndarray, capacity: float, fraction: float) -> np.nda
 
 
 @dataclass(slots=True)
-class FirstMoment:
-    """Markov: expected cores below ``threshold x capacity`` at every look-ahead time."""
+class _MomentPolicy:
+    """What the first and second moment policies share: a score per look-ahead
+    time from the moments with the candidate, the candidate's marginal times
+    masked, and the verdict read at the worst time.
+
+    ``name`` is declared here (and only given its default in each policy) so
+    that the slots, which snapshots write field by field, stay in one class in
+    the order threshold, grid, marginal_fraction, name.
+    """
 
     threshold: float
     grid: LookaheadGrid
     marginal_fraction: float = 0.0
-    name: str = "first"
-
-    def decide(
-        self, cluster: ClusterModel, deployment_id: str, cores: float, now: float
-    ) -> AdmissionDecision:
-        total, _ = cluster.totals(now)
-        cand, _ = cluster.candidate(cores)
-        mean = total + cand
-        limit = self.threshold * cluster.capacity
-        ratio = mean / limit
-        ratio = np.where(_marginal(cand, cluster.capacity, self.marginal_fraction), 0.0, ratio)
-        worst = int(np.argmax(ratio))
-        admitted = bool(ratio[worst] < 1.0)
-        markov = float(min(1.0, mean[worst] / cluster.capacity))
-        return AdmissionDecision(
-            deployment_id,
-            now,
-            admitted,
-            self.name,
-            self.threshold,
-            cores,
-            float(cluster.horizon_of[worst]),
-            float(cluster.taus[worst]),
-            markov,
-            f"max expected cores / (threshold x capacity) = {ratio[worst]:.4g}",
-        )
-
-
-@dataclass(slots=True)
-class SecondMoment:
-    """Cantelli: bound on P(cores >= capacity) below ``threshold`` at every look-ahead time."""
-
-    threshold: float
-    grid: LookaheadGrid
-    marginal_fraction: float = 0.0
-    name: str = "second"
+    name: str = ""
 
     def decide(
         self, cluster: ClusterModel, deployment_id: str, cores: float, now: float
@@ -149,11 +121,10 @@ class SecondMoment:
         total_mean, total_var = cluster.totals(now)
         cand_mean, cand_var = cluster.candidate(cores)
         mean = total_mean + cand_mean
-        var = total_var + cand_var
-        bound = cantelli(mean, var, cluster.capacity)
-        bound = np.where(_marginal(cand_mean, cluster.capacity, self.marginal_fraction), 0.0, bound)
-        worst = int(np.argmax(bound))
-        admitted = bool(bound[worst] < self.threshold)
+        score = self._score(mean, total_var + cand_var, cluster.capacity)
+        score = np.where(_marginal(cand_mean, cluster.capacity, self.marginal_fraction), 0.0, score)
+        worst = int(np.argmax(score))
+        admitted, failure, reason = self._verdict(score[worst], mean[worst], cluster.capacity)
         return AdmissionDecision(
             deployment_id,
             now,
@@ -163,9 +134,45 @@ class SecondMoment:
             cores,
             float(cluster.horizon_of[worst]),
             float(cluster.taus[worst]),
-            float(bound[worst]),
-            f"max Cantelli bound {bound[worst]:.4g} vs threshold {self.threshold:g}",
+            failure,
+            reason,
         )
+
+    def _score(self, mean: np.ndarray, var: np.ndarray, capacity: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def _verdict(self, score: float, mean: float, capacity: float) -> tuple[bool, float, str]:
+        """Admitted, the estimated probability of running over capacity, and why."""
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class FirstMoment(_MomentPolicy):
+    """Markov: expected cores below ``threshold x capacity`` at every look-ahead time."""
+
+    name: str = "first"
+
+    def _score(self, mean: np.ndarray, var: np.ndarray, capacity: float) -> np.ndarray:
+        return mean / (self.threshold * capacity)
+
+    def _verdict(self, score: float, mean: float, capacity: float) -> tuple[bool, float, str]:
+        markov = float(min(1.0, mean / capacity))
+        reason = f"max expected cores / (threshold x capacity) = {score:.4g}"
+        return bool(score < 1.0), markov, reason
+
+
+@dataclass(slots=True)
+class SecondMoment(_MomentPolicy):
+    """Cantelli: bound on P(cores >= capacity) below ``threshold`` at every look-ahead time."""
+
+    name: str = "second"
+
+    def _score(self, mean: np.ndarray, var: np.ndarray, capacity: float) -> np.ndarray:
+        return cantelli(mean, var, capacity)
+
+    def _verdict(self, score: float, mean: float, capacity: float) -> tuple[bool, float, str]:
+        reason = f"max Cantelli bound {score:.4g} vs threshold {self.threshold:g}"
+        return bool(score < self.threshold), float(score), reason
 
 
 def cantelli(mean: np.ndarray, var: np.ndarray, capacity: float) -> np.ndarray:
