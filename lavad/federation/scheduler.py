@@ -65,8 +65,8 @@ class GlobalScheduler:
         self.view = view
         self.shares = shares
         self.total = topology.total_capacity()
-        self._internal_cursor = gm % len(topology.pools)
-        self._external_cursor = gm % len(topology.pools)
+        # per partition kind, the pool its round-robin search starts from
+        self._cursors = dict.fromkeys(("internal", "external"), gm % len(topology.pools))
         self.queues: dict[int, deque[Task]] = {t: deque() for t in tenants}
         self._order = list(tenants)
         self._next = 0
@@ -130,26 +130,33 @@ class GlobalScheduler:
     def decide(self, task: Task) -> tuple[Choice, int]:
         """The choice for ``task`` and the hosts scanned to make it."""
         demand = np.asarray(task.demand, dtype=np.int64)
-        pools = self.topology.pools
         scanned = 0
-        n = len(pools)
-        for step in range(n):
-            p = (self._internal_cursor + step) % n
-            host, looked = self.view.fit(p, "internal", demand, task.constraints)
+        for kind, repartition in (("internal", False), ("external", True)):
+            pool, host, looked = self._round_robin_fit(kind, demand, task.constraints)
             scanned += looked
             if host >= 0:
-                self._internal_cursor = (p + 1) % n
-                return Launch(pool=p, host=host, repartition=False), scanned
-        for step in range(n):
-            p = (self._external_cursor + step) % n
-            host, looked = self.view.fit(p, "external", demand, task.constraints)
-            scanned += looked
-            if host >= 0:
-                self._external_cursor = (p + 1) % n
-                return Launch(pool=p, host=host, repartition=True), scanned
+                return Launch(pool=pool, host=host, repartition=repartition), scanned
         if self.shares is None:
             return Requeue("no host fits on this view"), scanned
         return self._preemption(task, demand), scanned
+
+    def _round_robin_fit(
+        self, kind: str, demand: npt.NDArray[np.int64], constraints: int
+    ) -> tuple[int, int, int]:
+        """The first pool from ``kind``'s cursor on with a host that fits on those partitions,
+        that host (-1: none fits anywhere) and the hosts scanned; the cursor moves past the pool
+        that fits."""
+        n = len(self.topology.pools)
+        start = self._cursors[kind]
+        scanned = 0
+        for step in range(n):
+            p = (start + step) % n
+            host, looked = self.view.fit(p, kind, demand, constraints)
+            scanned += looked
+            if host >= 0:
+                self._cursors[kind] = (p + 1) % n
+                return p, host, scanned
+        return -1, -1, scanned
 
     def _preemption(self, task: Task, demand: npt.NDArray[np.int64]) -> Choice:
         assert self.shares is not None
