@@ -26,7 +26,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from types import NoneType, UnionType
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from pydantic import (
     BaseModel,
@@ -318,20 +318,23 @@ class Settings(BaseSettings):
         )
 
 
-def load_settings(path: Path | str | None = None) -> Settings:
-    """Read ``path`` (optional) and the environment; raise ``ConfigError`` on any bad key."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        file = Path(path)
-        try:
-            values = tomllib.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(str(file), "configuration file not found") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(str(file), f"not valid TOML: {exc}") from None
-    check_environment(os.environ)
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The TOML file at ``path``; ``ConfigError`` when it is missing or not TOML."""
     try:
-        settings = Settings(**values)
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(str(path), "configuration file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+
+
+def validate_config(model: type[_Model], values: dict[str, Any]) -> _Model:
+    """``model(**values)``, its first validation error raised as a ``ConfigError``."""
+    try:
+        return model(**values)
     except ValidationError as exc:
         error = first_error(exc)
         # An unknown key may be a misspelt secret, and a secret of the wrong
@@ -339,7 +342,13 @@ def load_settings(path: Path | str | None = None) -> Settings:
         if error.kind == "extra_forbidden" or _is_secret(error.key):
             raise ConfigError(error.key, error.reason) from None
         raise ConfigError(error.key, f"{error.reason} (got {error.value!r})") from None
-    settings = _read_secret_files(settings)
+
+
+def load_settings(path: Path | str | None = None) -> Settings:
+    """Read ``path`` (optional) and the environment; raise ``ConfigError`` on any bad key."""
+    values = {} if path is None else read_config_file(Path(path))
+    check_environment(os.environ)
+    settings = _read_secret_files(validate_config(Settings, values))
     if settings.placement.policy not in REGISTRY:
         raise ConfigError(
             "placement.policy",

@@ -28,14 +28,11 @@ the command line, not in the file, so one file serves every process.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from lavad.core.config_errors import first_error
-from lavad.daemon.settings import ConfigError, KafkaSettings
+from lavad.daemon.settings import ConfigError, KafkaSettings, read_config_file, validate_config
 from lavad.federation.fairness import Shares
 
 # Keys of [kafka] that lavad's daemon reads and the federation's processes do not:
@@ -91,14 +88,7 @@ class FederationSettings(_Strict):
 
 def load_federation_settings(path: Path | None) -> FederationSettings:
     """Read ``path`` (None: every default); raise ``ConfigError`` with the key and reason."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            values = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(str(path), "configuration file not found") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    values = {} if path is None else read_config_file(path)
     kafka = values.get("kafka")
     if isinstance(kafka, dict):
         for key, why in UNUSED_KAFKA_KEYS.items():
@@ -111,13 +101,7 @@ def load_federation_settings(path: Path | None) -> FederationSettings:
             "heartbeat_interval_ms": defaults["heartbeat_interval_ms"],
             **kafka,
         }
-    try:
-        settings = FederationSettings(**values)
-    except ValidationError as exc:
-        error = first_error(exc)
-        if error.kind == "extra_forbidden" or "password" in error.key:
-            raise ConfigError(error.key, error.reason) from None  # may be a secret: no value
-        raise ConfigError(error.key, f"{error.reason} (got {error.value!r})") from None
+    settings = validate_config(FederationSettings, values)
     shares = settings.federation.shares
     if shares is not None:
         if len(shares) != settings.federation.tenants:
