@@ -134,3 +134,59 @@ def test_the_rules_see_a_wrong_import() -> None:
     assert "lavad.core.cluster" in imports()["lavad.core.engine"]
     assert "lavad.streams.schema" in _lavad_imports("lavad.core.engine")
     assert "asyncio" in imports()["lavad.daemon.live.shell"]
+
+
+def _cycles_of(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected groups of two or more nodes of ``graph`` (Tarjan's,
+    iteratively): each is a cycle."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in order:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, edge = work.pop()
+            if edge == 0:
+                order[node] = low[node] = len(order)
+                stack.append(node)
+                on_stack.add(node)
+            if edge < len(graph[node]):
+                work.append((node, edge + 1))
+                target = graph[node][edge]
+                if target not in order:
+                    work.append((target, 0))
+                elif target in on_stack:
+                    low[node] = min(low[node], order[target])
+                continue
+            if low[node] == order[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+            if work:
+                parent = work[-1][0]  # the frame below is the node that reached this one
+                low[parent] = min(low[parent], low[node])
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """Lazy and TYPE_CHECKING imports included: a cycle hidden from the interpreter
+    still ties two modules' designs together."""
+    graph = {name: sorted(m for m in _lavad_imports(name) if m in modules()) for name in modules()}
+    assert _cycles_of(graph) == []
+
+
+def test_the_cycle_search_finds_cycles() -> None:
+    # a -> b -> c -> a is one cycle; d only hangs off it; e <-> f is another.
+    graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["f"], "f": ["e"]}
+    assert _cycles_of(graph) == [["a", "b", "c"], ["e", "f"]]
+    assert _cycles_of({"a": ["b"], "b": []}) == []

@@ -77,7 +77,7 @@ from lavad.core.placement.kernels import (
 )
 from lavad.core.placement.kernels import _join_host as join_host
 from lavad.core.placement.kernels import _leave_host as leave_host
-from lavad.core.placement.tracker_state import check_tracker_state
+from lavad.core.placement.tracker_state import PackedTracker, check_tracker_state
 from lavad.core.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibrated import CalibratedLifeTables
@@ -1039,7 +1039,21 @@ class LifetimeTracker(ClusterListener):
 
         The snapshot codec calls this once per restored tracker.
         """
-        check_tracker_state(self)
+        check_tracker_state(
+            PackedTracker(
+                self._slot_times,
+                self._slot_ints,
+                self._slot_flags,
+                self.levels,
+                self._host_times,
+                self._host_ints,
+                self._host_q,
+                self.vm_ids,
+                self.slot_rows,
+                self._free,
+                self.model,
+            )
+        )
 
     def _grow_hosts(self, n_hosts: int) -> None:
         hosts = self._host_times.shape[1]

@@ -13,11 +13,13 @@ few vectorised passes over the slots and hosts, once per restore.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from lavad.core.placement.kernels import (
+    ALIVE,
     HEAD,
     HOLDER,
     HOST,
@@ -32,8 +34,23 @@ from lavad.core.placement.kernels import (
 )
 from lavad.models.lifetime.features import LEVELS
 
-if TYPE_CHECKING:
-    from lavad.core.placement.lifetime import LifetimeTracker
+
+@dataclass(frozen=True, slots=True)
+class PackedTracker:
+    """What the kernels read of a restored lifetime tracker, as the check takes it
+    (the tracker hands it over, so this module need not know the tracker)."""
+
+    slot_times: Any
+    slot_ints: Any
+    slot_flags: Any
+    levels: Any
+    host_times: Any
+    host_ints: Any
+    host_q: Any
+    vm_ids: list[str]
+    slot_rows: list[Any]
+    free: list[int]
+    model: object
 
 
 def _array(name: str, value: Any, dtype: type, rows: int | None, columns: int | None) -> Any:
@@ -60,17 +77,17 @@ def _within(name: str, values: Any, low: int, high: int) -> None:
         )
 
 
-def check_tracker_state(tracker: LifetimeTracker) -> None:
+def check_tracker_state(tracker: PackedTracker) -> None:
     """Raise ValueError naming the first inconsistency a kernel could trip on."""
-    slot_times = _array("slot times", tracker._slot_times, np.float64, SLOT_TIMES, None)
+    slot_times = _array("slot times", tracker.slot_times, np.float64, SLOT_TIMES, None)
     slots = slot_times.shape[1]
-    slot_ints = _array("slot ints", tracker._slot_ints, np.int64, SLOT_INTS, slots)
-    _array("slot flags", tracker._slot_flags, np.bool_, SLOT_FLAGS, slots)
+    slot_ints = _array("slot ints", tracker.slot_ints, np.int64, SLOT_INTS, slots)
+    flags = _array("slot flags", tracker.slot_flags, np.bool_, SLOT_FLAGS, slots)
     levels = _array("slot levels", tracker.levels, np.int64, slots, LEVELS)
-    host_times = _array("host times", tracker._host_times, np.float64, HOST_TIMES, None)
+    host_times = _array("host times", tracker.host_times, np.float64, HOST_TIMES, None)
     hosts = host_times.shape[1]
-    host_ints = _array("host ints", tracker._host_ints, np.int64, HOST_INTS, hosts)
-    _array("host quantiles", tracker._host_q, np.float64, hosts, None)
+    host_ints = _array("host ints", tracker.host_ints, np.int64, HOST_INTS, hosts)
+    _array("host quantiles", tracker.host_q, np.float64, hosts, None)
     if len(tracker.vm_ids) != slots or len(tracker.slot_rows) != slots:
         ids, tuples = len(tracker.vm_ids), len(tracker.slot_rows)
         raise ValueError(f"{ids} VM ids and {tuples} row tuples for {slots} slots")
@@ -79,10 +96,10 @@ def check_tracker_state(tracker: LifetimeTracker) -> None:
     _within("a slot's previous VM on its host", slot_ints[PREV_ON_HOST], -1, slots)
     _within("a host's first VM", host_ints[HEAD], -1, slots)
     _within("a host's latest-exit VM", host_ints[HOLDER], -1, slots)
-    free = tracker._free
+    free = tracker.free
     if any(type(slot) is not int or not 0 <= slot < slots for slot in free):
         raise ValueError(f"a free slot outside [0, {slots})")
-    alive = tracker.alive
+    alive = flags[ALIVE]
     model = tracker.model
     mass = getattr(model, "mass", None)
     if isinstance(mass, np.ndarray):
