@@ -24,7 +24,6 @@ from lavad.core.cluster import ClusterState
 from lavad.core.engine import Engine
 from lavad.core.placement.kernels import HEAD, HOLDER, HOST, NEXT_ON_HOST, PREV_ON_HOST, ROW
 from lavad.core.placement.lifetime import LifetimeTracker
-from lavad.core.placement.tracker_state import check_tracker_state
 from lavad.daemon.live.state_codec import Registry, StateCodecError, dumps, loads
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
@@ -127,7 +126,7 @@ CASES: list[tuple[str, Damage, str]] = [
 def test_a_tracker_as_saved_passes_and_round_trips(pristine: bytes) -> None:
     restored = loads(pristine)
     assert isinstance(restored, LifetimeTracker)
-    check_tracker_state(restored)
+    restored.check_restored()
     assert dumps(restored) == pristine
 
 
@@ -140,7 +139,7 @@ def test_a_damaged_tracker_is_refused_with_the_field_named(
     tracker = loads(pristine)
     damage(tracker)
     with pytest.raises(ValueError, match=reason):
-        check_tracker_state(tracker)
+        tracker.check_restored()
     # Restored from a snapshot that holds the damage, the codec refuses it.
     with pytest.raises(StateCodecError, match=reason):
         loads(dumps(tracker))
