@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from lavad.daemon.settings import KafkaSettings
-from lavad.federation.live_clients import OWNERS_GROUP, plain_consumer
+from lavad.federation.live_clients import OWNERS_GROUP, plain_consumer, topic_partitions
 from lavad.federation.live_wire import LAUNCHES, WireError, decode_owner_record
 from lavad.federation.messages import TaskEnd
 
@@ -43,11 +43,7 @@ async def launches_since_owners_commit(
     await consumer.start()
     found: list[SentLaunch] = []
     try:
-        parts = consumer.partitions_for_topic(LAUNCHES)
-        if not parts:
-            await consumer.topics()
-            parts = consumer.partitions_for_topic(LAUNCHES) or set()
-        tps = [TopicPartition(LAUNCHES, p) for p in sorted(parts)]
+        tps = await topic_partitions(consumer, LAUNCHES)
         if not tps:
             return found
         committed = await admin.list_consumer_group_offsets(OWNERS_GROUP, partitions=tps)

@@ -37,6 +37,16 @@ def producer(kafka: KafkaSettings) -> AIOKafkaProducer:
     return AIOKafkaProducer(acks="all", **client_options(kafka))
 
 
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """``topic``'s partitions in order. A consumer that has not yet asked for the
+    topic knows none of them, so it fetches the cluster's metadata once first."""
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        await consumer.topics()
+        parts = consumer.partitions_for_topic(topic) or set()
+    return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
 async def read_partition(
     bootstrap: str, topic: str, partition: int = 0
 ) -> list[ConsumerRecord[bytes, bytes]]:

@@ -28,7 +28,13 @@ import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
 from lavad.daemon.settings import KafkaSettings
-from lavad.federation.live_clients import OWNERS_GROUP, group_consumer, plain_consumer, producer
+from lavad.federation.live_clients import (
+    OWNERS_GROUP,
+    group_consumer,
+    plain_consumer,
+    producer,
+    topic_partitions,
+)
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
     LAUNCHES,
@@ -75,11 +81,7 @@ async def latest_snapshots(kafka: KafkaSettings) -> SnapshotReader:
     await consumer.start()
     reader = SnapshotReader()
     try:
-        parts = consumer.partitions_for_topic(OWNER_SNAPSHOTS)
-        if not parts:
-            await consumer.topics()
-            parts = consumer.partitions_for_topic(OWNER_SNAPSHOTS) or set()
-        tps = [TopicPartition(OWNER_SNAPSHOTS, p) for p in sorted(parts)]
+        tps = await topic_partitions(consumer, OWNER_SNAPSHOTS)
         if not tps:
             return reader
         consumer.assign(tps)

@@ -29,7 +29,13 @@ from lavad.federation.fairness import Shares
 from lavad.federation.inflight import LaunchesInFlight
 from lavad.federation.launch_backlog import launches_since_owners_commit
 from lavad.federation.live_allocation import AllocationClock
-from lavad.federation.live_clients import SCHEDULERS_GROUP, group_consumer, plain_consumer, producer
+from lavad.federation.live_clients import (
+    SCHEDULERS_GROUP,
+    group_consumer,
+    plain_consumer,
+    producer,
+    topic_partitions,
+)
 from lavad.federation.live_owner import owner_id
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
@@ -119,11 +125,7 @@ class Scheduler:
         await self.admin.start()
         await self.state.start()
         await self.verdicts.start()
-        parts = self.verdicts.partitions_for_topic(VERDICTS)
-        if not parts:
-            await self.verdicts.topics()
-            parts = self.verdicts.partitions_for_topic(VERDICTS) or set()
-        self.verdict_parts = [TopicPartition(VERDICTS, p) for p in sorted(parts)]
+        self.verdict_parts = await topic_partitions(self.verdicts, VERDICTS)
         self.verdicts.assign(self.verdict_parts)
         await self.verdicts.seek_to_beginning(*self.verdict_parts)
         scheduler = self

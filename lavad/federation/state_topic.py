@@ -19,6 +19,7 @@ from aiokafka.errors import TopicAlreadyExistsError
 
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import KafkaSettings
+from lavad.federation.live_clients import topic_partitions
 from lavad.federation.summary_codec import SummaryError, decode_summary
 from lavad.federation.view import GlobalView
 
@@ -58,11 +59,7 @@ class StateTopicReader:
 
     async def start(self) -> None:
         await self._consumer.start()
-        found = self._consumer.partitions_for_topic(self.topic)
-        if not found:
-            await self._consumer.topics()
-            found = self._consumer.partitions_for_topic(self.topic) or set()
-        self._partitions = [TopicPartition(self.topic, p) for p in sorted(found)]
+        self._partitions = await topic_partitions(self._consumer, self.topic)
         self._consumer.assign(self._partitions)
         await self._consumer.seek_to_beginning(*self._partitions)
 
