@@ -19,6 +19,7 @@ import orjson
 
 from lavad.models.limits.histogram import Observation
 from lavad.models.limits.window import LimitRecommender
+from lavad.models.recency import touch
 
 Resource = Literal["cpu", "memory"]
 
@@ -98,12 +99,7 @@ class LimitTracker:
         self.evicted = 0
 
     def _touch(self, job_id: str) -> None:
-        jobs = self._jobs
-        jobs.pop(job_id, None)
-        jobs[job_id] = None
-        while len(jobs) > self.max_jobs:
-            oldest = next(iter(jobs))
-            del jobs[oldest]
+        for oldest in touch(self._jobs, job_id, self.max_jobs):
             for resource in ("cpu", "memory"):
                 self.recommenders.pop((oldest, resource), None)
                 self.published.pop((oldest, resource), None)

@@ -43,6 +43,7 @@ import orjson
 
 from lavad.models.limits.histogram import INTERVAL_S
 from lavad.models.limits.horizontal import HorizontalConfig, HorizontalScaler
+from lavad.models.recency import touch
 
 # Why the published count is what it is, relative to the stabilised target.
 Step = Literal["first", "at-target", "growth-limited", "decaying"]
@@ -141,12 +142,7 @@ class ReplicaTracker:
         return len(self.scalers)
 
     def _touch(self, deployment: str) -> None:
-        order = self._order
-        order.pop(deployment, None)
-        order[deployment] = None
-        while len(order) > self.max_deployments:
-            oldest = next(iter(order))
-            del order[oldest]
+        for oldest in touch(self._order, deployment, self.max_deployments):
             self.scalers.pop(oldest, None)
             self.evicted += 1
 

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lavad.models.arrays import FloatArray
+from lavad.models.recency import touch
 from lavad.models.usage.moments import CPU, N_USAGE, UsageMoments
 from lavad.streams.schema import UsageSample
 
@@ -248,12 +249,7 @@ class HostUsage:
         return self.moments.forget(vm_id)
 
     def _keep_unplaced(self, vm_id: str) -> None:
-        unplaced = self._unplaced
-        unplaced.pop(vm_id, None)
-        unplaced[vm_id] = None
-        while len(unplaced) > self.max_unplaced:
-            oldest = next(iter(unplaced))
-            del unplaced[oldest]
+        for oldest in touch(self._unplaced, vm_id, self.max_unplaced):
             self.moments.forget(oldest)
             self.evicted += 1
 
