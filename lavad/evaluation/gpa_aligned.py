@@ -60,6 +60,7 @@ from lavad.evaluation.gpa_sweep import (
     PAPER_RHOS,
     Method,
     ObservedStats,
+    summary_rows,
 )
 from lavad.evaluation.gpa_tail import (
     EmpiricalFitTest,
@@ -432,40 +433,27 @@ class AlignedResult:
 
     def summary(self) -> list[dict[str, Any]]:
         """Means over instances per (capacity, method)."""
-        groups: dict[tuple[float, str], list[AlignedRun]] = defaultdict(list)
-        for run in self.runs:
-            groups[(run.capacity, run.method)].append(run)
-        rows = []
-        for (capacity, method), runs in groups.items():
-            q = np.array([r.q for r in runs])
+
+        def more(runs: list[AlignedRun], q: FloatArray) -> dict[str, Any]:
             first = runs[0]
             is_gpa = first.family in GPA_FAMILIES
             chosen = collections.Counter(r.detail for r in runs if r.detail)
-            rows.append(
-                {
-                    "capacity": capacity,
-                    "method": method,
-                    "family": first.family,
-                    "parameter": first.parameter,
-                    "instances": len(runs),
-                    "machines": float(np.mean([r.machines for r in runs])),
-                    "m": float(np.mean([r.m for r in runs])),
-                    "q": float(q.mean()),
-                    "q_over_rho": float(q.mean() / first.parameter) if is_gpa else None,
-                    "margin": float(np.mean([r.margin for r in runs])),
-                    "migrations_per_vm_day": float(
-                        np.mean([r.migrations_per_vm_day for r in runs])
-                    ),
-                    "reliefs": float(np.mean([r.reliefs for r in runs])),
-                    "q_max": float(q.max()),
-                    "drift_resets_per_vm_day": float(
-                        np.mean([r.drift_resets_per_vm_day for r in runs])
-                    ),
-                    "overflows_alone": int(sum(r.overflows_alone for r in runs)),
-                    "detail": ", ".join(f"{name} {n}/{len(runs)}" for name, n in chosen.items()),
-                }
-            )
-        return rows
+            return {
+                "q_over_rho": float(q.mean() / first.parameter) if is_gpa else None,
+                "margin": float(np.mean([r.margin for r in runs])),
+                "migrations_per_vm_day": float(np.mean([r.migrations_per_vm_day for r in runs])),
+                "reliefs": float(np.mean([r.reliefs for r in runs])),
+                "q_max": float(q.max()),
+                "drift_resets_per_vm_day": float(
+                    np.mean([r.drift_resets_per_vm_day for r in runs])
+                ),
+                "overflows_alone": int(sum(r.overflows_alone for r in runs)),
+                "detail": ", ".join(f"{name} {n}/{len(runs)}" for name, n in chosen.items()),
+            }
+
+        return summary_rows(
+            self.runs, ("capacity", "method"), lambda r: (r.capacity, r.method), more
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {

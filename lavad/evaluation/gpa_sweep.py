@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -239,6 +239,55 @@ class RunResult:
     moved: int
 
 
+class PackingRun(Protocol):
+    """What a summary row reads of one packing (read-only, so a narrower type fits)."""
+
+    @property
+    def family(self) -> str: ...
+    @property
+    def parameter(self) -> float: ...
+    @property
+    def machines(self) -> int: ...
+    @property
+    def m(self) -> float: ...
+    @property
+    def q(self) -> float: ...
+
+
+_Run = TypeVar("_Run", bound=PackingRun)
+
+
+def summary_rows(
+    runs: Iterable[_Run],
+    key_names: tuple[str, ...],
+    key: Callable[[_Run], tuple[Any, ...]],
+    more: Callable[[list[_Run], FloatArray], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A row per group of ``runs`` with the same ``key`` (in first-seen order): the key
+    under ``key_names``, the group's family, parameter, size and mean machines, m and q,
+    then what ``more`` makes of the group and its q values."""
+    groups: dict[tuple[Any, ...], list[_Run]] = defaultdict(list)
+    for run in runs:
+        groups[key(run)].append(run)
+    rows = []
+    for values, group in groups.items():
+        q = np.array([r.q for r in group])
+        first = group[0]
+        rows.append(
+            {
+                **dict(zip(key_names, values, strict=True)),
+                "family": first.family,
+                "parameter": first.parameter,
+                "instances": len(group),
+                "machines": float(np.mean([r.machines for r in group])),
+                "m": float(np.mean([r.m for r in group])),
+                "q": float(q.mean()),
+                **more(group, q),
+            }
+        )
+    return rows
+
+
 @dataclass(slots=True)
 class SweepResult:
     trace: str
@@ -251,33 +300,22 @@ class SweepResult:
 
     def summary(self) -> list[dict[str, Any]]:
         """Means over instances per (algorithm, clairvoyance, capacity, method)."""
-        groups: dict[tuple[str, float, float, str], list[RunResult]] = defaultdict(list)
-        for run in self.runs:
-            groups[(run.algorithm, run.clairvoyance, run.capacity, run.method)].append(run)
-        rows = []
-        for (algorithm, clairvoyance, capacity, method), runs in groups.items():
-            q = np.array([r.q for r in runs])
-            first = runs[0]
-            rows.append(
-                {
-                    "algorithm": algorithm,
-                    "clairvoyance": clairvoyance,
-                    "capacity": capacity,
-                    "method": method,
-                    "family": first.family,
-                    "parameter": first.parameter,
-                    "instances": len(runs),
-                    "machines": float(np.mean([r.machines for r in runs])),
-                    "m": float(np.mean([r.m for r in runs])),
-                    "q": float(q.mean()),
-                    "q_min": float(q.min()),
-                    "q_max": float(q.max()),
-                    "q_over_rho": float(q.mean() / first.parameter)
-                    if first.family == "gpa"
-                    else None,
-                }
-            )
-        return rows
+
+        def more(runs: list[RunResult], q: FloatArray) -> dict[str, Any]:
+            return {
+                "q_min": float(q.min()),
+                "q_max": float(q.max()),
+                "q_over_rho": float(q.mean() / runs[0].parameter)
+                if runs[0].family == "gpa"
+                else None,
+            }
+
+        return summary_rows(
+            self.runs,
+            ("algorithm", "clairvoyance", "capacity", "method"),
+            lambda r: (r.algorithm, r.clairvoyance, r.capacity, r.method),
+            more,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
