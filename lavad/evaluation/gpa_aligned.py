@@ -60,6 +60,7 @@ from lavad.evaluation.gpa_sweep import (
     PAPER_RHOS,
     Method,
     ObservedStats,
+    machine_totals,
     summary_rows,
 )
 from lavad.evaluation.gpa_tail import (
@@ -306,11 +307,7 @@ def pooled_variance_factor(
 
 def aligned_overflow_frequency(packing: Packing, future: FloatArray, capacity: float) -> float:
     """q on the aligned future: over (machine, step) pairs where every task has a reading."""
-    owner = packing.bin_of(len(future))
-    order = np.argsort(owner, kind="stable")
-    sorted_owner = owner[order]
-    starts = np.flatnonzero(np.r_[True, sorted_owner[1:] != sorted_owner[:-1]])
-    totals = np.add.reduceat(future[order], starts, axis=0)
+    totals = machine_totals(packing, future)
     valid = np.isfinite(totals)
     counted = int(np.count_nonzero(valid))
     if not counted:

@@ -351,15 +351,22 @@ def realisations(
     return drawn
 
 
-def overflow_frequency(packing: Packing, evaluation: FloatArray, capacity: float) -> float:
-    """q: the fraction of (machine, realisation) pairs whose total usage exceeds ``capacity``."""
-    owner = packing.bin_of(len(evaluation))
+def machine_totals(packing: Packing, usage: FloatArray) -> FloatArray:
+    """Per machine of ``packing`` (rows, in machine order), the sum of its tasks' rows of
+    ``usage`` (a row per task)."""
+    owner = packing.bin_of(len(usage))
     order = np.argsort(owner, kind="stable")
     sorted_owner = owner[order]
     starts = np.flatnonzero(np.r_[True, sorted_owner[1:] != sorted_owner[:-1]])
-    totals = np.add.reduceat(evaluation[order], starts, axis=0)
+    totals: FloatArray = np.add.reduceat(usage[order], starts, axis=0)
+    return totals
+
+
+def overflow_frequency(packing: Packing, evaluation: FloatArray, capacity: float) -> float:
+    """q: the fraction of (machine, realisation) pairs whose total usage exceeds ``capacity``."""
+    totals = machine_totals(packing, evaluation)
     over = int(np.count_nonzero(totals > capacity))
-    return float(over / (len(starts) * evaluation.shape[1]))
+    return float(over / (len(totals) * evaluation.shape[1]))
 
 
 def run_sweep(
