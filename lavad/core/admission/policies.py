@@ -81,18 +81,34 @@ class ZerothMoment:
         after = cluster.active_cores + cores
         limit = self.threshold * cluster.capacity
         admitted = after < limit
-        return AdmissionDecision(
-            deployment_id,
-            now,
-            admitted,
-            self.name,
-            self.threshold,
-            cores,
-            None,
-            None,
-            None,
-            f"active cores after admission {after:g} {'<' if admitted else '>='} {limit:g}",
-        )
+        reason = f"active cores after admission {after:g} {'<' if admitted else '>='} {limit:g}"
+        return _decision(self, deployment_id, now, cores, admitted, None, None, reason)
+
+
+def _decision(
+    policy: AdmissionPolicy,
+    deployment_id: str,
+    now: float,
+    cores: float,
+    admitted: bool,
+    at: tuple[float, float] | None,
+    failure: float | None,
+    reason: str,
+) -> AdmissionDecision:
+    """``policy``'s decision; ``at``: the binding horizon and look-ahead time, if any."""
+    horizon, lookahead = (None, None) if at is None else at
+    return AdmissionDecision(
+        deployment_id,
+        now,
+        admitted,
+        policy.name,
+        policy.threshold,
+        cores,
+        horizon,
+        lookahead,
+        failure,
+        reason,
+    )
 
 
 def _marginal(cand_mean: np.ndarray, capacity: float, fraction: float) -> np.ndarray:
@@ -125,18 +141,8 @@ class _MomentPolicy:
         score = np.where(_marginal(cand_mean, cluster.capacity, self.marginal_fraction), 0.0, score)
         worst = int(np.argmax(score))
         admitted, failure, reason = self._verdict(score[worst], mean[worst], cluster.capacity)
-        return AdmissionDecision(
-            deployment_id,
-            now,
-            admitted,
-            self.name,
-            self.threshold,
-            cores,
-            float(cluster.horizon_of[worst]),
-            float(cluster.taus[worst]),
-            failure,
-            reason,
-        )
+        at = (float(cluster.horizon_of[worst]), float(cluster.taus[worst]))
+        return _decision(self, deployment_id, now, cores, admitted, at, failure, reason)
 
     def _score(self, mean: np.ndarray, var: np.ndarray, capacity: float) -> np.ndarray:
         raise NotImplementedError
