@@ -405,9 +405,8 @@ class AlignedRun:
     overflows_alone: int = 0
 
 
-GPA_FAMILIES: Final = (
-    "gpa",
-    "gpa-cov",
+# The GPA variants that learn from the realised usage (a margin, a method choice, reliefs).
+LEARNING_FAMILIES: Final = (
     "gpa-cal",
     "gpa-live",
     "gpa-online",
@@ -415,6 +414,7 @@ GPA_FAMILIES: Final = (
     "gpa-react",
     "gpa-drift",
 )
+GPA_FAMILIES: Final = ("gpa", "gpa-cov", *LEARNING_FAMILIES)
 
 
 @dataclass(slots=True)

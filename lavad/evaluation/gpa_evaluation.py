@@ -18,6 +18,7 @@ import orjson
 
 from lavad.daemon.plotting import pyplot
 from lavad.evaluation.gpa_aligned import (
+    LEARNING_FAMILIES,
     AlignedResult,
     AlignedSettings,
     load_aligned_windows,
@@ -84,14 +85,7 @@ class GpaEvaluation:
 def _learned(row: dict[str, Any]) -> str:
     """What a learning method settled on: its mean margin, the methods chosen (gpa-online),
     and the migrations per VM-day (gpa-react, gpa-drift; with gpa-drift's resets per VM-day)."""
-    if row["family"] not in (
-        "gpa-cal",
-        "gpa-live",
-        "gpa-online",
-        "gpa-emp",
-        "gpa-react",
-        "gpa-drift",
-    ):
+    if row["family"] not in LEARNING_FAMILIES:
         return ""
     detail = f" ({row['detail']})" if row.get("detail") else ""
     if row["family"] in ("gpa-react", "gpa-drift"):
