@@ -78,30 +78,25 @@ class MlConfig:
         Penalties sit at the scale of the costs they compete with (a cost is a
         smoothed per-window fraction, ~0.01), or the first model is never left.
         """
-        decays = (0.003, 0.01, 0.03, 0.1, 0.3)
+        # The resources differ in the margins offered and the three penalties.
+        margins: tuple[float, ...]
         if resource == "cpu":
-            return cls(
-                decays=decays,
-                margins=(0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
-                w_u=0.1,
-                w_delta_l=0.005,
-                w_delta_m=0.005,
-                d=0.01,
-                underrun="slack",
-                margin_mode="mul",
-            )
-        if resource == "memory":
-            return cls(
-                decays=decays,
-                margins=(0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75),
-                w_u=0.003,
-                w_delta_l=0.002,
-                w_delta_m=0.002,
-                d=0.01,
-                underrun="slack",
-                margin_mode="mul",
-            )
-        raise ValueError(f"resource must be 'cpu' or 'memory', got {resource!r}")
+            margins, w_u, w_delta_l, w_delta_m = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5), 0.1, 0.005, 0.005
+        elif resource == "memory":
+            margins = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75)
+            w_u, w_delta_l, w_delta_m = 0.003, 0.002, 0.002
+        else:
+            raise ValueError(f"resource must be 'cpu' or 'memory', got {resource!r}")
+        return cls(
+            decays=(0.003, 0.01, 0.03, 0.1, 0.3),
+            margins=margins,
+            w_u=w_u,
+            w_delta_l=w_delta_l,
+            w_delta_m=w_delta_m,
+            d=0.01,
+            underrun="slack",
+            margin_mode="mul",
+        )
 
     def __post_init__(self) -> None:
         if self.margin_mode not in ("add", "mul"):
