@@ -115,7 +115,7 @@ def test_tracker_takes_the_quantiles_of_the_host_longest_lived_vm() -> None:
     model = tracker.model
     expected = now + remaining_quantiles(
         model.bins, model.mass, model.m0, model.m1,
-        np.array([tracker.row[long_slot]]), np.zeros(1), midpoint_levels(2),
+        np.array([tracker.slots.row[long_slot]]), np.zeros(1), midpoint_levels(2),
     )[0]  # fmt: skip
     np.testing.assert_array_equal(got[0], expected)
     assert (got[1] == -np.inf).all()
@@ -124,7 +124,7 @@ def test_tracker_takes_the_quantiles_of_the_host_longest_lived_vm() -> None:
     short_slot = tracker._slot["short"]
     expected_short = now + remaining_quantiles(
         model.bins, model.mass, model.m0, model.m1,
-        np.array([tracker.row[short_slot]]), np.zeros(1), midpoint_levels(2),
+        np.array([tracker.slots.row[short_slot]]), np.zeros(1), midpoint_levels(2),
     )[0]  # fmt: skip
     np.testing.assert_array_equal(tracker.host_exit_quantiles(2)[0], expected_short)
     assert expected_short[1] < expected[1]

@@ -292,7 +292,7 @@ def test_no_oracle_field_reaches_the_frailty(name: str, args: dict[str, Any]) ->
         hosts, other = _replay(name, args, oracle)
         assert hosts == absent
         np.testing.assert_array_equal(other.model.mass, model.mass)
-        np.testing.assert_array_equal(other.predicted_exit, tracker.predicted_exit)
+        np.testing.assert_array_equal(other.slots.predicted_exit, tracker.slots.predicted_exit)
     # It learned: groups filled.
     assert model.observations.max() >= 30
 

@@ -209,7 +209,7 @@ def test_no_oracle_field_reaches_the_mixture(name: str, args: dict[str, Any]) ->
         assert isinstance(other.model, MixtureLifeTables)
         np.testing.assert_array_equal(other.model.mass, model.mass)
         np.testing.assert_array_equal(other.model.log_weight, model.log_weight)
-        np.testing.assert_array_equal(other.predicted_exit, tracker.predicted_exit)
+        np.testing.assert_array_equal(other.slots.predicted_exit, tracker.slots.predicted_exit)
     # It learned: groups filled, and the weights moved off uniform.
     assert model.observations.max() >= 30
     assert not np.allclose(model.weights(), 1.0 / len(model.members))

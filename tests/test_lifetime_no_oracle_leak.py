@@ -131,7 +131,7 @@ def test_oracle_lifetime_changes_no_learned_decision(name: str, args: dict[str, 
         hosts, other = _replay(name, args, oracle)
         assert hosts == absent
         np.testing.assert_array_equal(other.model.mass, model.model.mass)
-        np.testing.assert_array_equal(other.predicted_exit, model.predicted_exit)
+        np.testing.assert_array_equal(other.slots.predicted_exit, model.slots.predicted_exit)
     # The learned model did learn (refits ran, groups filled): not a vacuous pass.
     assert model.model.observations.max() >= 30
 

@@ -47,8 +47,8 @@ def test_la_binary_prefers_its_class_then_other_hosts_then_empty_ones() -> None:
         record = cluster.book(f"v{host}", host, (1.0, 1.0, 0.0, 0.0), "", 0.0)
         tracker.on_booked(cluster, record, 0.0, None)
         slot = tracker._slot[f"v{host}"]
-        tracker.initial_exit[slot] = lifetime
-        tracker.host_initial_exit[host] = lifetime
+        tracker.slots.initial_exit[slot] = lifetime
+        tracker.hosts.initial_exit[host] = lifetime
     score = LaBinaryClass(tracker)
     out = np.zeros(3)
     request = PlacementRequest("new", (1.0, 1.0, 0.0, 0.0), "", None, 60.0)
@@ -83,16 +83,17 @@ def test_tracker_host_exit_follows_bookings_and_releases() -> None:
     tracker.on_booked(cluster, first, 0.0, None)
     second = cluster.book("b", 0, (1.0, 1.0, 0.0, 0.0), "", 10.0)
     tracker.on_booked(cluster, second, 10.0, None)
-    both = tracker.host_exit[0]
+    both = tracker.hosts.exit[0]
     assert both == max(
-        tracker.predicted_exit[tracker._slot["a"]], tracker.predicted_exit[tracker._slot["b"]]
+        tracker.slots.predicted_exit[tracker._slot["a"]],
+        tracker.slots.predicted_exit[tracker._slot["b"]],
     )
     cluster.release("b")
     tracker.on_released(cluster, second, 20.0, exited=True)
-    assert tracker.host_exit[0] == tracker.predicted_exit[tracker._slot["a"]]
+    assert tracker.hosts.exit[0] == tracker.slots.predicted_exit[tracker._slot["a"]]
     cluster.release("a")
     tracker.on_released(cluster, first, 30.0, exited=True)
-    assert tracker.host_exits(1, 30.0, repredict=True)[0] == 30.0  # empty: "now"
+    assert tracker.hosts.exits(1, 30.0, repredict=True)[0] == 30.0  # empty: "now"
 
 
 def test_refits_over_an_idle_gap_stop_at_the_first_predicted_exit() -> None:
@@ -116,7 +117,7 @@ def test_refits_over_an_idle_gap_stop_at_the_first_predicted_exit() -> None:
     tracker.advance(cluster, 3600.0)
     record = cluster.book("v", 0, (1.0, 1.0, 0.0, 0.0), "", 3600.0)
     tracker.on_booked(cluster, record, 3600.0, None)
-    predicted = float(tracker.predicted_exit[tracker._slot["v"]])
+    predicted = float(tracker.slots.predicted_exit[tracker._slot["v"]])
     assert 7200.0 < predicted < 14400.0
     refits: list[float] = []
     refit = tracker._refit

@@ -126,7 +126,7 @@ def _tracker_with_history(settings: LifetimeSettings) -> tuple[ClusterState, Lif
         record = cluster.book(f"v{host}", host, (1.0, 1.0, 0.0, 0.0), "", 0.0)
         tracker.on_booked(cluster, record, 0.0, None)
         slot = tracker._slot[f"v{host}"]
-        tracker.predicted_exit[slot] = tracker.host_exit[host] = exit_h * HOUR
+        tracker.slots.predicted_exit[slot] = tracker.hosts.exit[host] = exit_h * HOUR
     return cluster, tracker
 
 
@@ -145,10 +145,10 @@ def test_one_quantile_scores_as_the_median_point() -> None:
             quantiles=1,
         )
         cluster, tracker = _tracker_with_history(settings)
-        for slot in range(len(tracker.host)):
-            if tracker.alive[slot]:
-                tracker.predicted_exit[slot] += now
-        tracker.host_exit[1:4] += now
+        for slot in range(len(tracker.slots.host)):
+            if tracker.slots.alive[slot]:
+                tracker.slots.predicted_exit[slot] += now
+        tracker.hosts.exit[1:4] += now
         out = np.zeros(4)
         LasTemporalCost(tracker).score(cluster, request, out, np.zeros(4))
         costs.append(out.tolist())

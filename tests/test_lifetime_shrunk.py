@@ -150,7 +150,7 @@ def test_a_siblings_exit_repredicts_the_running_ones(model: str) -> None:
             record = cluster.book(event.vm_id, i, (1.0, 1.0, 0.0, 0.0), "", 40_000.0)
             tracker.on_booked(cluster, record, 40_000.0, event)
         tracker.on_released(cluster, cluster.release("b0"), 40_600.0, exited=True)
-        return tracker, [tracker.predicted_exit[tracker._slot[v]] for v in ("b1", "b2")]
+        return tracker, [tracker.slots.predicted_exit[tracker._slot[v]] for v in ("b1", "b2")]
 
     plain, exits_plain = run(False)
     told, exits_told = run(True)
@@ -163,7 +163,7 @@ def test_a_siblings_exit_repredicts_the_running_ones(model: str) -> None:
     assert all(t >= 40_600.0 + LifetimeTracker.MIN_REMAINING_S for t in exits_told)
     # Each host's latest exit follows (they may move earlier).
     for host, exit_time in ((1, exits_told[0]), (2, exits_told[1])):
-        assert told.host_exit[host] == exit_time
+        assert told.hosts.exit[host] == exit_time
     notices = told.take_notices()[-2:]
     assert sorted(n.subject_id for n in notices) == ["b1", "b2"]
     assert all("sibling" in n.reason for n in notices)

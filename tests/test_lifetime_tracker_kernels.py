@@ -94,14 +94,14 @@ def _check_hosts(
     """Each host's list, latest exits and (when known) holder, from scratch."""
     for h in range(HOSTS):
         slots = sorted(tracker._slot[vm_id] for vm_id, r in running.items() if r.host == h)
-        assert sorted(tracker._members(h)) == slots
+        assert sorted(tracker.hosts.members(h, tracker.slots)) == slots
         if not slots:
-            assert tracker.host_exit[h] == tracker.host_initial_exit[h] == -np.inf
+            assert tracker.hosts.exit[h] == tracker.hosts.initial_exit[h] == -np.inf
             continue
-        exits = tracker.predicted_exit[slots]
-        assert tracker.host_exit[h] == exits.max()
-        assert tracker.host_initial_exit[h] == tracker.initial_exit[slots].max()
-        holder = int(tracker._holder[h])
+        exits = tracker.slots.predicted_exit[slots]
+        assert tracker.hosts.exit[h] == exits.max()
+        assert tracker.hosts.initial_exit[h] == tracker.slots.initial_exit[slots].max()
+        holder = int(tracker.hosts.holder[h])
         if holder >= 0:
             # The lowest slot among those with the latest exit.
             assert holder == slots[int(np.argmax(exits))]
@@ -114,14 +114,14 @@ def test_host_lists_and_latest_exits_follow_bookings_and_releases() -> None:
     _, running = _churn(tracker, seed=3)
     assert running  # some VMs still running at the end
     # The holders found again by the compiled pass are the definition's.
-    tracker._holder.fill(-1)
-    tracker._host_q_exit.fill(np.nan)
+    tracker.hosts.holder.fill(-1)
+    tracker.hosts.quantiles_exit.fill(np.nan)
     tracker.host_exit_quantiles(HOSTS)
     for h in range(HOSTS):
-        slots = sorted(tracker._members(h))
+        slots = sorted(tracker.hosts.members(h, tracker.slots))
         if slots:
-            exits = tracker.predicted_exit[slots]
-            assert int(tracker._holder[h]) == slots[int(np.argmax(exits))]
+            exits = tracker.slots.predicted_exit[slots]
+            assert int(tracker.hosts.holder[h]) == slots[int(np.argmax(exits))]
 
 
 def test_compiled_counting_is_observe_exit_and_observe_censored() -> None:
@@ -138,7 +138,7 @@ def test_compiled_counting_is_observe_exit_and_observe_censored() -> None:
     np.testing.assert_array_equal(compiled.model.censored, by_model.model.censored)
     np.testing.assert_array_equal(compiled.model.mass, by_model.model.mass)
     assert compiled.model._touched == by_model.model._touched
-    np.testing.assert_array_equal(compiled.predicted_exit, by_model.predicted_exit)
+    np.testing.assert_array_equal(compiled.slots.predicted_exit, by_model.slots.predicted_exit)
 
 
 def test_models_that_weigh_or_recalibrate_count_for_themselves() -> None:
@@ -200,12 +200,12 @@ def test_a_circular_host_list_ends_the_walks() -> None:
     assert host_times[HOST_EXIT, 0] == host_times[HOST_INITIAL_EXIT, 0] == 7.0
     assert host_ints[HOLDER, 0] == -1
     tracker = LifetimeTracker(LifetimeSettings())
-    tracker._grow_hosts(1)
-    tracker._host_head[0] = 0
-    tracker._next_on_host[:2] = [1, 0]
-    members = tracker._members(0)
+    tracker.hosts.grow(1)
+    tracker.hosts.head[0] = 0
+    tracker.slots.next_on_host[:2] = [1, 0]
+    members = tracker.hosts.members(0, tracker.slots)
     # The walk stops after one step per slot (the tracker has 64).
-    assert len(members) == len(tracker._next_on_host) == 64
+    assert len(members) == len(tracker.slots.next_on_host) == 64
     assert members[:4] == [0, 1, 0, 1]
 
 

@@ -78,21 +78,22 @@ def test_tracker_moves_the_host_exits_and_keeps_the_vm_history() -> None:
     tracker = pool.tracker
     pool.book("short", 0, 2.0, lifetime_h=3.0, now=0.0)
     pool.book("long", 0, 2.0, lifetime_h=20.0, now=0.0)
-    assert tracker.host_exit[0] == 20 * HOUR
+    assert tracker.hosts.exit[0] == 20 * HOUR
     # Asked before the move, while still on host 0: 20 h - 2 h = 18 h remain.
     assert tracker.prediction_for(pool.request("long", 2 * HOUR)).lifetime_s == 18 * HOUR
     pool.move("long", 1, now=2 * HOUR)
     # Host 0 keeps only "short" (exit 3 h); host 1 gets "long"'s 20 h, by
     # the current and the initial predictions alike.
-    assert tracker.host_exit[:2].tolist() == [3 * HOUR, 20 * HOUR]
-    assert tracker.host_initial_exit[:2].tolist() == [3 * HOUR, 20 * HOUR]
+    assert tracker.hosts.exit[:2].tolist() == [3 * HOUR, 20 * HOUR]
+    assert tracker.hosts.initial_exit[:2].tolist() == [3 * HOUR, 20 * HOUR]
     slot = tracker._slot["long"]
-    assert int(tracker.host[slot]) == 1
-    assert tracker._on_host[0] == {tracker._slot["short"]}
-    assert tracker._on_host[1] == {slot}
+    assert int(tracker.slots.host[slot]) == 1
+    assert tracker.hosts.on_host(tracker.slots)[0] == {tracker._slot["short"]}
+    assert tracker.hosts.on_host(tracker.slots)[1] == {slot}
     # Its uptime carries over: started at 0, not at the move.
-    assert float(tracker.start[slot]) == 0.0
-    assert tracker.initial_lifetime("long") == 20 * HOUR
+    assert float(tracker.slots.start[slot]) == 0.0
+    long = tracker._slot["long"]
+    assert tracker.slots.initial_exit[long] - tracker.slots.start[long] == 20 * HOUR
     # Neither an exit nor a censoring: the model has seen nothing.
     assert tracker.model.deaths.sum() == 0.0
     assert tracker.model.censored.sum() == 0.0
@@ -109,7 +110,7 @@ def test_tracker_prediction_of_a_running_vm_is_its_remaining_lifetime() -> None:
     prediction = tracker.prediction_for(pool.request("a", 4 * HOUR))
     # Exit at 1 h + 10 h = 11 h; at 4 h, 7 h remain; rows as booked.
     assert prediction.lifetime_s == 7 * HOUR
-    assert prediction.row == int(tracker.row[slot])
+    assert prediction.row == int(tracker.slots.row[slot])
     assert prediction.rows == tuple(int(r) for r in tracker.levels[slot])
     assert len(prediction.rows) == LEVELS
     # Past its exit: floored, so a migration never sees a VM "ending now".
@@ -136,7 +137,7 @@ def test_tracker_exit_after_a_move_counts_the_whole_lifetime_on_the_new_host() -
     pool.exit("a", now=20 * HOUR)
     # Host 1 is empty again; the model saw one exit per level, at 20 h
     # (start 0 carried over), not 15 h since the move.
-    assert tracker.host_exit[:2].tolist() == [-np.inf, -np.inf]
+    assert tracker.hosts.exit[:2].tolist() == [-np.inf, -np.inf]
     column = int(tracker.model.bins.index(np.array([20 * HOUR]))[0])
     assert tracker.model.deaths[:, column].sum() == LEVELS
     assert tracker.model.deaths.sum() == LEVELS
@@ -150,8 +151,8 @@ def test_tracker_ignores_a_vm_it_does_not_track() -> None:
     pool.cluster.release("stranger")
     after = pool.cluster.book("stranger", 1, (1.0, 1.0, 0.0, 0.0), "", 0.0)
     tracker.on_moved(pool.cluster, before, after, HOUR)
-    assert tracker.host_exit[:2].tolist() == [3 * HOUR, -np.inf]
-    assert 1 not in tracker._on_host
+    assert tracker.hosts.exit[:2].tolist() == [3 * HOUR, -np.inf]
+    assert 1 not in tracker.hosts.on_host(tracker.slots)
 
 
 # --------------------------------------------------------------------- LAVA

@@ -45,7 +45,7 @@ def _engine() -> Engine:
 def _tracker() -> LifetimeTracker:
     tracker = _engine().pools["east"].policy.hooks
     assert isinstance(tracker, LifetimeTracker)
-    assert tracker.alive.any()
+    assert tracker.slots.alive.any()
     return tracker
 
 
@@ -55,11 +55,11 @@ def pristine() -> bytes:
 
 
 def _first_alive(tracker: LifetimeTracker) -> int:
-    return int(np.flatnonzero(tracker.alive)[0])
+    return int(np.flatnonzero(tracker.slots.alive)[0])
 
 
 def _slots(tracker: LifetimeTracker) -> int:
-    return int(tracker._slot_ints.shape[1])
+    return int(tracker.slots.ints.shape[1])
 
 
 Damage = Callable[[Any], None]
@@ -67,32 +67,32 @@ Damage = Callable[[Any], None]
 CASES: list[tuple[str, Damage, str]] = [
     (
         "next VM past the last slot",
-        lambda t: t._slot_ints.__setitem__((NEXT_ON_HOST, 0), _slots(t)),
+        lambda t: t.slots.ints.__setitem__((NEXT_ON_HOST, 0), _slots(t)),
         "next VM on its host",
     ),
     (
         "previous VM below -1",
-        lambda t: t._slot_ints.__setitem__((PREV_ON_HOST, 0), -2),
+        lambda t: t.slots.ints.__setitem__((PREV_ON_HOST, 0), -2),
         "previous VM on its host",
     ),
     (
         "a slot's host past the last host",
-        lambda t: t._slot_ints.__setitem__((HOST, 0), t._host_ints.shape[1]),
+        lambda t: t.slots.ints.__setitem__((HOST, 0), t.hosts.ints.shape[1]),
         "a slot's host",
     ),
     (
         "a host's first VM past the last slot",
-        lambda t: t._host_ints.__setitem__((HEAD, 0), 10**9),
+        lambda t: t.hosts.ints.__setitem__((HEAD, 0), 10**9),
         "a host's first VM",
     ),
     (
         "a host's holder past the last slot",
-        lambda t: t._host_ints.__setitem__((HOLDER, 0), _slots(t)),
+        lambda t: t.hosts.ints.__setitem__((HOLDER, 0), _slots(t)),
         "latest-exit VM",
     ),
     (
         "a running VM's row past the model's tables",
-        lambda t: t._slot_ints.__setitem__((ROW, _first_alive(t)), len(t.model.mass)),
+        lambda t: t.slots.ints.__setitem__((ROW, _first_alive(t)), len(t.model.mass)),
         "a running VM's row",
     ),
     (
@@ -102,17 +102,17 @@ CASES: list[tuple[str, Damage, str]] = [
     ),
     (
         "slot ints of another dtype",
-        lambda t: setattr(t, "_slot_ints", t._slot_ints.astype(np.float64)),
+        lambda t: setattr(t.slots, "ints", t.slots.ints.astype(np.float64)),
         "slot ints",
     ),
     (
         "host times one row short",
-        lambda t: setattr(t, "_host_times", t._host_times[:-1].copy()),
+        lambda t: setattr(t.hosts, "times", t.hosts.times[:-1].copy()),
         "host times",
     ),
     (
         "slot flags of fewer slots",
-        lambda t: setattr(t, "_slot_flags", t._slot_flags[:, :-1].copy()),
+        lambda t: setattr(t.slots, "flags", t.slots.flags[:, :-1].copy()),
         "slot flags",
     ),
     (

@@ -177,7 +177,7 @@ def _expected_choice(
     if hooks.uses_host_quantiles:
         remaining = np.maximum(hooks.host_exit_quantiles(n), request.now) - request.now
     else:
-        remaining = (hooks.host_exits(n, request.now, repredict=True) - request.now)[:, None]
+        remaining = (hooks.hosts.exits(n, request.now, repredict=True) - request.now)[:, None]
     bounds = LAS_BUCKETS_S.tolist()[1:]
     keys = {}
     for h in range(n):

@@ -47,36 +47,21 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from lavad.core.cluster import BoolArray, ClusterState, FloatArray, IntArray, VmRecord
+from lavad.core.cluster import ClusterState, FloatArray, VmRecord
 from lavad.core.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
 from lavad.core.placement.kernels import (
-    ALIVE,
     GENERATION,
-    HEAD,
-    HOLDER,
     HOST,
-    HOST_EXIT,
-    HOST_INITIAL_EXIT,
-    HOST_INTS,
-    HOST_TIMES,
     INITIAL_EXIT,
     LEARNS,
-    NEXT_ON_HOST,
-    PREDICTED_AT,
     PREDICTED_EXIT,
-    PREV_ON_HOST,
-    QUANTILES_EXIT,
-    QUANTILES_STAMP,
-    ROW,
-    SLOT_FLAGS,
-    SLOT_INTS,
-    SLOT_TIMES,
     START,
     Direct,
     rebuild_host_exits,
 )
 from lavad.core.placement.kernels import _join_host as join_host
 from lavad.core.placement.kernels import _leave_host as leave_host
+from lavad.core.placement.lifetime_state import HostColumns, SlotColumns
 from lavad.core.placement.tracker_state import PackedTracker, check_tracker_state
 from lavad.core.registry import Entry, Registry
 from lavad.models.lifetime.bins import LifetimeBins
@@ -264,6 +249,17 @@ class Prediction:
     thresholds: FloatArray | None = None
 
 
+def _true_lifetime(event: VmRequest | VmPlaced | None) -> float:
+    value = None if event is None else event.features.get(ORACLE_FEATURE)
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise OracleMissing(
+            f"an oracle policy needs each request's true lifetime in features"
+            f"[{ORACLE_FEATURE!r}] (attached by `lavad replay`; the live daemon has none),"
+            f" got {value!r}"
+        )
+    return float(value)
+
+
 class LifetimeTracker(ClusterListener):
     """Per-VM lifetime state of one pool, and the model it feeds (a policy's hooks).
 
@@ -284,29 +280,14 @@ class LifetimeTracker(ClusterListener):
             settings.model, None, bins or LifetimeBins.log_spaced(), settings
         )
         size = 64
-        # Per slot (one column each), packed by type so that a compiled call
-        # takes three arrays, not ten (``kernels.START`` ... name the rows;
-        # ``start``, ``host`` ... below are views of them).
-        self._slot_times: FloatArray = np.zeros((SLOT_TIMES, size))
-        self._slot_ints = np.zeros((SLOT_INTS, size), dtype=np.int64)
-        self._slot_ints[[HOST, NEXT_ON_HOST, PREV_ON_HOST]] = -1
-        self._slot_flags = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
+        # Per slot and per host, packed by type (``lifetime_state.py``).
+        self.slots = SlotColumns(size)
         self.levels = np.zeros((size, LEVELS), dtype=np.int64)
         self.vm_ids: list[str] = [""] * size
         # Each slot's group rows as the tuple the model takes (``levels`` as
         # Python ints): a release hands them to the model without a numpy read.
         self.slot_rows: list[GroupRows] = [()] * size
-        # Per host (one column each), packed as the slots' are: the latest
-        # exits, the holder, the head of the host's list, and its quantiles'
-        # exit and stamp (views below).
-        self._host_times: FloatArray = np.zeros((HOST_TIMES, 0))
-        self._host_ints = np.zeros((HOST_INTS, 0), dtype=np.int64)
-        # Per host, the absolute exit times at ``host_quantiles`` levels of the
-        # VM holding ``host_exit``, and the host_exit they were computed for
-        # (``_host_q_exit``, NaN: stale), brought up to date lazily before a
-        # placement; how many times they were rewritten (``host_q_stamp``: the
-        # version of its row of ``_host_q``, which a policy's kept LAS floors name).
-        self._host_q: FloatArray = np.full((0, settings.host_quantiles), -np.inf)
+        self.hosts = HostColumns(settings.host_quantiles)
         self._host_levels = midpoint_levels(max(settings.host_quantiles, 1))
         # The open bin's lifetime, as the quantile kernels take it.
         self._open_lifetime = float(self.model.bins.representative[-1])
@@ -356,99 +337,6 @@ class LifetimeTracker(ClusterListener):
         self.booked_lifetime = 0.0
         self.notices: list[Notice] = []
 
-    # ------------------------------------------- views of the packed columns
-
-    @property
-    def start(self) -> FloatArray:
-        """Per slot, when its VM was placed."""
-        return _row(self._slot_times, START)
-
-    @property
-    def initial_exit(self) -> FloatArray:
-        """Per slot, E[T] at creation as an exit (LA-Binary's one-shot prediction)."""
-        return _row(self._slot_times, INITIAL_EXIT)
-
-    @property
-    def predicted_exit(self) -> FloatArray:
-        """Per slot, its VM's latest predicted exit."""
-        return _row(self._slot_times, PREDICTED_EXIT)
-
-    @property
-    def predicted_at(self) -> FloatArray:
-        """Per slot, when ``predicted_exit`` was last set: its remaining-life
-        quantiles are those of T_r | T_u at that uptime."""
-        return _row(self._slot_times, PREDICTED_AT)
-
-    @property
-    def host(self) -> IntArray:
-        """Per slot, its VM's host (-1: free)."""
-        return _row(self._slot_ints, HOST)
-
-    @property
-    def row(self) -> IntArray:
-        """Per slot, its VM's chosen distribution row."""
-        return _row(self._slot_ints, ROW)
-
-    @property
-    def generation(self) -> IntArray:
-        """Per slot, its generation: heap entries of a former occupant are stale."""
-        return _row(self._slot_ints, GENERATION)
-
-    @property
-    def _next_on_host(self) -> IntArray:
-        """Per slot, the next slot on its host's list (-1 ends it): each host's
-        VMs are a doubly linked list, so the compiled booking and release find
-        a host's latest exits without Python sets."""
-        return _row(self._slot_ints, NEXT_ON_HOST)
-
-    @property
-    def _prev_on_host(self) -> IntArray:
-        """Per slot, the previous slot on its host's list (-1: the first)."""
-        return _row(self._slot_ints, PREV_ON_HOST)
-
-    @property
-    def alive(self) -> BoolArray:
-        """Per slot, whether it holds a running VM."""
-        return _row(self._slot_flags, ALIVE)
-
-    @property
-    def learns(self) -> BoolArray:
-        """Per slot, whether the model learns from its VM (not when it is
-        left-truncated: ``features.left_truncated``)."""
-        return _row(self._slot_flags, LEARNS)
-
-    @property
-    def host_exit(self) -> FloatArray:
-        """Per host, the latest predicted exit of its VMs (-inf: none)."""
-        return _row(self._host_times, HOST_EXIT)
-
-    @property
-    def host_initial_exit(self) -> FloatArray:
-        """Per host, the latest exit of its VMs as predicted at their creation."""
-        return _row(self._host_times, HOST_INITIAL_EXIT)
-
-    @property
-    def _host_q_exit(self) -> FloatArray:
-        """Per host, the ``host_exit`` its quantiles were computed for (NaN: stale)."""
-        return _row(self._host_times, QUANTILES_EXIT)
-
-    @property
-    def _holder(self) -> IntArray:
-        """Per host, the slot holding ``host_exit``: the lowest slot among its VMs
-        with the latest predicted exit (-1: none, or to be found again from
-        the host's VMs when next needed)."""
-        return _row(self._host_ints, HOLDER)
-
-    @property
-    def _host_head(self) -> IntArray:
-        """Per host, the first slot of its list of VMs (-1: none)."""
-        return _row(self._host_ints, HEAD)
-
-    @property
-    def host_q_stamp(self) -> IntArray:
-        """Per host, how many times its quantiles were rewritten."""
-        return _row(self._host_ints, QUANTILES_STAMP)
-
     # ------------------------------------------------------------ predicting
 
     def predict(self, event: VmRequest | VmPlaced | None) -> Prediction:
@@ -474,7 +362,7 @@ class LifetimeTracker(ClusterListener):
         rows = self.model.rows_for(keys)
         chosen = self.model.choose(rows)
         if self.settings.oracle:
-            return Prediction(rows, chosen, self._true_lifetime(event))
+            return Prediction(rows, chosen, _true_lifetime(event))
         at_creation = self._at_creation.get(chosen)
         if at_creation is None:
             at_creation = self._at_creation[chosen] = self._creation_prediction(chosen)
@@ -532,12 +420,14 @@ class LifetimeTracker(ClusterListener):
             # A running VM asking for a host is being migrated: LAS and LAVA
             # place it by its repredicted remaining lifetime, not its lifetime
             # at creation.
-            remaining = max(float(self.predicted_exit[slot]) - request.now, self.MIN_REMAINING_S)
+            remaining = max(
+                float(self.slots.predicted_exit[slot]) - request.now, self.MIN_REMAINING_S
+            )
             rows = self.slot_rows[slot]
-            row = int(self.row[slot])
+            row = int(self.slots.row[slot])
             thresholds = None
             if self.settings.scoring == "quantiles" and not self.settings.oracle:
-                uptime = request.now - float(self.start[slot])
+                uptime = request.now - float(self.slots.start[slot])
                 thresholds = cost_thresholds(self.remaining_quantiles(row, uptime))
             prediction = Prediction(rows, row, remaining, thresholds)
         self._cached = (request.vm_id, request.now, prediction)
@@ -559,23 +449,14 @@ class LifetimeTracker(ClusterListener):
             return np.array([prediction.lifetime_s])
         slot = self._slot.get(request.vm_id)
         if slot is not None:
-            return self.remaining_quantiles(prediction.row, request.now - float(self.start[slot]))
+            return self.remaining_quantiles(
+                prediction.row, request.now - float(self.slots.start[slot])
+            )
         model = self.model
         quantiles: FloatArray = creation_quantiles(
             model.bins, model.mass, model.m0, prediction.row, self._levels
         )
         return quantiles
-
-    @staticmethod
-    def _true_lifetime(event: VmRequest | VmPlaced | None) -> float:
-        value = None if event is None else event.features.get(ORACLE_FEATURE)
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-            raise OracleMissing(
-                f"an oracle policy needs each request's true lifetime in features"
-                f"[{ORACLE_FEATURE!r}] (attached by `lavad replay`; the live daemon has none),"
-                f" got {value!r}"
-            )
-        return float(value)
 
     def remaining_estimate(self, rows: np.ndarray, uptimes: FloatArray) -> FloatArray:
         """Each VM's remaining lifetime from its uptime: the mean or the median of T_r | T_u."""
@@ -587,7 +468,7 @@ class LifetimeTracker(ClusterListener):
 
     def _first_exit(self) -> float:
         exits = self._exits
-        generation = self._slot_ints[GENERATION]
+        generation = self.slots.ints[GENERATION]
         while exits and exits[0][2] != generation[exits[0][1]]:
             heapq.heappop(exits)
         return exits[0][0] if exits else float("inf")
@@ -628,9 +509,9 @@ class LifetimeTracker(ClusterListener):
         What the heap's first entry would be if it held every running VM's
         exit: each running VM's one current entry is its ``predicted_exit``.
         """
-        if not self.settings.repredict or self.settings.oracle or not self.alive.any():
+        if not self.settings.repredict or self.settings.oracle or not self.slots.alive.any():
             return float("inf")
-        return float(self.predicted_exit[self.alive].min())
+        return float(self.slots.predicted_exit[self.slots.alive].min())
 
     def refresh(self, cluster: ClusterState, now: float) -> None:
         """Catch up when used outside an engine (which fires the timers itself)."""
@@ -661,7 +542,7 @@ class LifetimeTracker(ClusterListener):
         """
         self._deadline = None
         exits = self._exits
-        generation = self.generation
+        generation = self.slots.generation
         due_times: list[float] = []
         slots: list[int] = []
         while exits and exits[0][0] <= now and exits[0][0] < refit:
@@ -673,17 +554,17 @@ class LifetimeTracker(ClusterListener):
             return
         at = np.asarray(due_times)
         index = np.asarray(slots, dtype=np.int64)
-        uptimes = at - self.start[index]
+        uptimes = at - self.slots.start[index]
         remaining = np.maximum(
-            self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
+            self.remaining_estimate(self.slots.row[index], uptimes), self.MIN_REMAINING_S
         )
         new_exits = at + remaining
-        previous = self.predicted_exit[index].copy()
-        self.predicted_exit[index] = new_exits
-        self.predicted_at[index] = at
-        hosts = self.host[index]
-        np.maximum.at(self.host_exit, hosts, new_exits)
-        self._holder[hosts] = -1  # found again from the hosts' VMs when needed
+        previous = self.slots.predicted_exit[index].copy()
+        self.slots.predicted_exit[index] = new_exits
+        self.slots.predicted_at[index] = at
+        hosts = self.slots.host[index]
+        np.maximum.at(self.hosts.exit, hosts, new_exits)
+        self.hosts.holder[hosts] = -1  # found again from the hosts' VMs when needed
         self.repredictions += len(index)
         for i, slot in enumerate(slots):
             exit_time = float(new_exits[i])
@@ -706,56 +587,45 @@ class LifetimeTracker(ClusterListener):
 
     def _refit(self, now: float) -> None:
         self._deadline = None
-        alive = np.flatnonzero(self.alive)
+        alive = np.flatnonzero(self.slots.alive)
         # Censor only the VMs the model learns from; bring every running VM's
         # distribution row up to date (they are all repredicted below).
-        counted = alive[self.learns[alive]]
-        self.model.refit(self.levels[counted], now - self.start[counted], self.row[alive], now=now)
+        counted = alive[self.slots.learns[alive]]
+        self.model.refit(
+            self.levels[counted], now - self.slots.start[counted], self.slots.row[alive], now=now
+        )
         self._forget_predictions()
         self._creation_known.fill(False)
         # The model changed: every host's quantiles are recomputed when next read.
-        self._host_q_exit.fill(np.nan)
+        self.hosts.quantiles_exit.fill(np.nan)
         self._next_refit = now + self.settings.refit_interval_s
         if not self.settings.repredict:
             return
         if len(alive):
-            remaining = self.remaining_estimate(self.row[alive], now - self.start[alive])
-            self.predicted_exit[alive] = now + np.maximum(remaining, self.MIN_REMAINING_S)
-            self.predicted_at[alive] = now
+            remaining = self.remaining_estimate(
+                self.slots.row[alive], now - self.slots.start[alive]
+            )
+            self.slots.predicted_exit[alive] = now + np.maximum(remaining, self.MIN_REMAINING_S)
+            self.slots.predicted_at[alive] = now
             self.repredictions += len(alive)
         # Each host's latest exit and holder (the lowest slot with it), compiled.
         rebuild_host_exits(
-            alive, self._slot_times, self._slot_ints, self._host_times, self._host_ints
+            alive, self.slots.times, self.slots.ints, self.hosts.times, self.hosts.ints
         )
-        exits = self.predicted_exit[alive]
-        generation = self.generation
+        exits = self.slots.predicted_exit[alive]
+        generation = self.slots.generation
         # The same tuples as one per slot would give, built column-wise, for
         # the VMs that may outlive their exit before the next refit.
         due = alive[exits < self._next_refit]
         self._exits = list(
             zip(
-                self.predicted_exit[due].tolist(),
+                self.slots.predicted_exit[due].tolist(),
                 due.tolist(),
                 generation[due].tolist(),
                 strict=True,
             )
         )
         heapq.heapify(self._exits)
-
-    def host_exits(self, n_hosts: int, now: float, *, repredict: bool) -> FloatArray:
-        """Per host, the latest predicted exit of its VMs (``now`` for a host without any).
-
-        ``repredict``: the current predictions (LAS); else each VM's exit as
-        predicted at its creation (LA-Binary).
-        """
-        self._grow_hosts(n_hosts)
-        exits = self.host_exit if repredict else self.host_initial_exit
-        return np.maximum(exits[:n_hosts], now)
-
-    def latest_exits(self, n_hosts: int) -> FloatArray:
-        """``host_exits(repredict=True)`` unclipped (-inf for a host without VMs), not a copy."""
-        self._grow_hosts(n_hosts)
-        return self.host_exit
 
     def host_exit_quantiles(self, n_hosts: int) -> FloatArray:
         """Per host, (hosts, H) absolute exit times: H quantiles of the host's remaining life.
@@ -767,17 +637,11 @@ class LifetimeTracker(ClusterListener):
         Recomputed only for hosts whose ``host_exit`` changed since (all of
         them after a refit), so the cost per placement is one comparison.
         """
-        self._grow_hosts(n_hosts)
+        self.hosts.grow(n_hosts)
         if len(self._creation_known) < len(self.model.mass):
             self._grow_creation_quantiles(len(self.model.mass))
         self._refresh_host_quantiles(n_hosts)
-        return self._host_q[:n_hosts]
-
-    def current_exit_quantiles(self, n_hosts: int) -> FloatArray:
-        """``host_exit_quantiles`` without its refresh pass, for a caller that has just
-        brought every host of ``[0, n_hosts)`` up to date (a refreshed scan over them,
-        or ``host_exit_quantiles`` itself)."""
-        return self._host_q[:n_hosts]
+        return self.hosts.quantiles[:n_hosts]
 
     def quantile_refresh(self, n_hosts: int) -> tuple[Any, ...]:
         """The arguments of ``kernels._refreshed_lifetime_scan`` after the floors'
@@ -787,17 +651,17 @@ class LifetimeTracker(ClusterListener):
         For a scan that brings ``host_exit_quantiles`` up to date itself, in
         the same call: the hosts grown to ``n_hosts`` first, as it would.
         """
-        if n_hosts > self._host_times.shape[1]:
-            self._grow_hosts(n_hosts)
+        if n_hosts > self.hosts.times.shape[1]:
+            self.hosts.grow(n_hosts)
         model = self.model
         if len(self._creation_known) < len(model.mass):
             self._grow_creation_quantiles(len(model.mass))
         return (
-            self._slot_times,
-            self._slot_ints,
-            self._host_times,
-            self._host_ints,
-            self._host_q,
+            self.slots.times,
+            self.slots.ints,
+            self.hosts.times,
+            self.hosts.ints,
+            self.hosts.quantiles,
             self._creation_q,
             self._creation_known,
             model.mass,
@@ -813,11 +677,11 @@ class LifetimeTracker(ClusterListener):
         # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
         return Direct.refresh_host_quantiles(
             n_hosts,
-            self._slot_times,
-            self._slot_ints,
-            self._host_times,
-            self._host_ints,
-            self._host_q,
+            self.slots.times,
+            self.slots.ints,
+            self.hosts.times,
+            self.hosts.ints,
+            self.hosts.quantiles,
             self._creation_q,
             self._creation_known,
             model.mass,
@@ -844,13 +708,9 @@ class LifetimeTracker(ClusterListener):
         quantile_scoring = settings.scoring == "quantiles" and not settings.oracle
         return settings.host_quantiles > 0 and quantile_scoring
 
-    def initial_lifetime(self, vm_id: str) -> float:
-        slot = self._slot[vm_id]
-        return float(self.initial_exit[slot] - self.start[slot])
-
     def remaining(self, vm_id: str, now: float) -> float:
         """The VM's current predicted remaining lifetime (0 when its exit has passed)."""
-        return max(float(self.predicted_exit[self._slot[vm_id]]) - now, 0.0)
+        return max(float(self.slots.predicted_exit[self._slot[vm_id]]) - now, 0.0)
 
     # ----------------------------------------------------------------- hooks
 
@@ -868,8 +728,8 @@ class LifetimeTracker(ClusterListener):
             prediction = self.predict(event)
         slot = self._take_slot()
         host = record.host
-        if host >= self._host_times.shape[1]:
-            self._grow_hosts(host + 1)
+        if host >= self.hosts.times.shape[1]:
+            self.hosts.grow(host + 1)
         vm_id = record.vm_id
         self._slot[vm_id] = slot
         self.vm_ids[slot] = vm_id
@@ -881,8 +741,8 @@ class LifetimeTracker(ClusterListener):
         learns = event is None or not left_truncated(event.features)
         # The slot's and host's arrays, the host's list, latest exits and holder.
         generation = Direct.book_slot(
-            slot, host, placed_at, prediction.row, rows, exit_time, learns, self._slot_times,
-            self._slot_ints, self._slot_flags, self.levels, self._host_times, self._host_ints,
+            slot, host, placed_at, prediction.row, rows, exit_time, learns, self.slots.times,
+            self.slots.ints, self.slots.flags, self.levels, self.hosts.times, self.hosts.ints,
         )  # fmt: skip
         if learns and self._learns_siblings:
             self._siblings.setdefault(rows[0], set()).add(slot)
@@ -901,9 +761,9 @@ class LifetimeTracker(ClusterListener):
         rows = self.slot_rows[slot]
         model = self.model
         count = self._counts_plainly
-        if not count and self._slot_flags[LEARNS, slot]:
+        if not count and self.slots.flags[LEARNS, slot]:
             # (Not when left-truncated: its age is unknown, so is its lifetime.)
-            lived = max(now - self._slot_times[START, slot], 0.0)
+            lived = max(now - self.slots.times[START, slot], 0.0)
             if exited:
                 model.observe_exit(rows, lived, now)
             else:
@@ -913,8 +773,8 @@ class LifetimeTracker(ClusterListener):
         # latest exits from the VMs left on it: one compiled call.
         _, learns = Direct.release_slot(
             slot, now, exited, count, model.deaths, model.censored, model.bins.edges,
-            self._slot_times, self._slot_ints, self._slot_flags, self.levels, self._host_times,
-            self._host_ints,
+            self.slots.times, self.slots.ints, self.slots.flags, self.levels, self.hosts.times,
+            self.hosts.ints,
         )  # fmt: skip
         if count and learns:
             model.touch(rows)
@@ -952,29 +812,31 @@ class LifetimeTracker(ClusterListener):
         """
         self._deadline = None
         index = np.asarray(slots, dtype=np.int64)
-        uptimes = now - self.start[index]
+        uptimes = now - self.slots.start[index]
         model = self.model
         model.observe_running(row, uptimes, now)
         # The group may now be the one chosen (tables), or a combo to recompute.
-        self.row[index] = [model.choose(tuple(levels)) for levels in self.levels[index].tolist()]
+        self.slots.row[index] = [
+            model.choose(tuple(levels)) for levels in self.levels[index].tolist()
+        ]
         # The model's distributions changed between refits: per-row caches go.
         self._forget_predictions()
         self._creation_known.fill(False)
         remaining = np.maximum(
-            self.remaining_estimate(self.row[index], uptimes), self.MIN_REMAINING_S
+            self.remaining_estimate(self.slots.row[index], uptimes), self.MIN_REMAINING_S
         )
         new_exits = now + remaining
-        self.predicted_exit[index] = new_exits
-        self.predicted_at[index] = now
+        self.slots.predicted_exit[index] = new_exits
+        self.slots.predicted_at[index] = now
         self.repredictions += len(index)
-        self.generation[index] += 1
-        generation = self.generation
+        self.slots.generation[index] += 1
+        generation = self.slots.generation
         hosts = set()
         next_refit = self._next_refit
         for i, slot in enumerate(slots):
             if new_exits[i] < next_refit:
                 heapq.heappush(self._exits, (float(new_exits[i]), slot, int(generation[slot])))
-            hosts.add(int(self.host[slot]))
+            hosts.add(int(self.slots.host[slot]))
             self.notices.append(
                 Notice(
                     now,
@@ -990,10 +852,10 @@ class LifetimeTracker(ClusterListener):
                 )
             )
         for host in sorted(hosts):
-            members = np.asarray(self._members(host), dtype=np.int64)
-            self.host_exit[host] = self.predicted_exit[members].max()
-            self._host_q_exit[host] = np.nan
-            self._holder[host] = -1
+            members = np.asarray(self.hosts.members(host, self.slots), dtype=np.int64)
+            self.hosts.exit[host] = self.slots.predicted_exit[members].max()
+            self.hosts.quantiles_exit[host] = np.nan
+            self.hosts.holder[host] = -1
 
     def on_moved(
         self, cluster: ClusterState, before: VmRecord, after: VmRecord, now: float
@@ -1001,38 +863,21 @@ class LifetimeTracker(ClusterListener):
         """The VM keeps its slot, start and predictions; only the host maxima change.
 
         Its heap entry stays valid (same slot and generation), and a
-        reprediction reads ``self.host`` when due, so it lands on the new host.
+        reprediction reads ``self.slots.host`` when due, so it lands on the new host.
         """
         slot = self._slot.get(after.vm_id)
         if slot is None:
             return
         new_host = after.host
-        self._grow_hosts(new_host + 1)
+        self.hosts.grow(new_host + 1)
         # Rare: the compiled helpers through numba's dispatch.
-        times = self._slot_times
-        ints = self._slot_ints
-        leave_host(slot, int(ints[HOST, slot]), times, ints, self._host_times, self._host_ints)
+        times = self.slots.times
+        ints = self.slots.ints
+        leave_host(slot, int(ints[HOST, slot]), times, ints, self.hosts.times, self.hosts.ints)
         join_host(
             slot, new_host, float(times[PREDICTED_EXIT, slot]), float(times[INITIAL_EXIT, slot]),
-            ints, self._host_times, self._host_ints,
+            ints, self.hosts.times, self.hosts.ints,
         )  # fmt: skip
-
-    def _members(self, host: int) -> list[int]:
-        """The slots of ``host``'s VMs, in its list's order."""
-        members: list[int] = []
-        following = self._next_on_host
-        head = self._host_head
-        slot = int(head[host]) if host < len(head) else -1
-        while slot >= 0 and len(members) < len(following):  # a list holds each slot once
-            members.append(slot)
-            slot = int(following[slot])
-        return members
-
-    @property
-    def _on_host(self) -> dict[int, set[int]]:
-        """Each host with VMs and its VMs' slots (for inspection; the lists are the state)."""
-        hosts = np.flatnonzero(self._host_head >= 0).tolist()
-        return {host: set(self._members(host)) for host in hosts}
 
     def check_restored(self) -> None:
         """Refuse (ValueError) restored arrays the compiled kernels could overrun.
@@ -1041,13 +886,13 @@ class LifetimeTracker(ClusterListener):
         """
         check_tracker_state(
             PackedTracker(
-                self._slot_times,
-                self._slot_ints,
-                self._slot_flags,
+                self.slots.times,
+                self.slots.ints,
+                self.slots.flags,
                 self.levels,
-                self._host_times,
-                self._host_ints,
-                self._host_q,
+                self.hosts.times,
+                self.hosts.ints,
+                self.hosts.quantiles,
                 self.vm_ids,
                 self.slot_rows,
                 self._free,
@@ -1055,30 +900,9 @@ class LifetimeTracker(ClusterListener):
             )
         )
 
-    def _grow_hosts(self, n_hosts: int) -> None:
-        hosts = self._host_times.shape[1]
-        if n_hosts > hosts:
-            grown = max(n_hosts, 2 * hosts, 64) - hosts
-            times = np.full((HOST_TIMES, grown), -np.inf)
-            times[QUANTILES_EXIT] = np.nan
-            self._host_times = np.concatenate([self._host_times, times], axis=1)
-            ints = np.full((HOST_INTS, grown), -1, dtype=np.int64)
-            ints[QUANTILES_STAMP] = 0
-            self._host_ints = np.concatenate([self._host_ints, ints], axis=1)
-            self._host_q = np.concatenate(
-                [self._host_q, np.full((grown, self._host_q.shape[1]), -np.inf)]
-            )
-
     def _take_slot(self) -> int:
         if not self._free:
-            size = self._slot_times.shape[1]
-            times = np.zeros((SLOT_TIMES, size))
-            self._slot_times = np.concatenate([self._slot_times, times], axis=1)
-            ints = np.zeros((SLOT_INTS, size), dtype=np.int64)
-            ints[[HOST, NEXT_ON_HOST, PREV_ON_HOST]] = -1
-            self._slot_ints = np.concatenate([self._slot_ints, ints], axis=1)
-            flags = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
-            self._slot_flags = np.concatenate([self._slot_flags, flags], axis=1)
+            size = self.slots.grow()
             self.levels = np.concatenate([self.levels, np.zeros((size, LEVELS), dtype=np.int64)])
             self.vm_ids.extend([""] * size)
             self.slot_rows.extend([()] * size)
@@ -1101,7 +925,7 @@ class LasTemporalCost(NumpyScorer):
         now = request.now
         tracker.refresh(cluster, now)
         prediction = tracker.prediction_for(request)
-        host_exit = tracker.host_exits(cluster.n_hosts, now, repredict=True)
+        host_exit = tracker.hosts.exits(cluster.n_hosts, now, repredict=True)
         if prediction.thresholds is not None and tracker.uses_host_quantiles:
             # The sum over the host's quantiles, in the compiled scan's order.
             host_q = np.maximum(tracker.host_exit_quantiles(cluster.n_hosts), now) - now
@@ -1135,7 +959,7 @@ class LaBinaryClass(NumpyScorer):
         tracker.refresh(cluster, now)
         lifetime = tracker.prediction_for(request).lifetime_s
         n = cluster.n_hosts
-        remaining = tracker.host_exits(n, now, repredict=False) - now
+        remaining = tracker.hosts.exits(n, now, repredict=False) - now
         host_long = remaining > LA_BINARY_CUTOFF_S
         vm_long = lifetime > LA_BINARY_CUTOFF_S
         out[:] = np.where(host_long == vm_long, 0.0, 1.0)

@@ -213,7 +213,7 @@ class LifetimePolicy(Policy):
                 else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
             )
             las = (
-                tracker.latest_exits(n),
+                tracker.hosts.latest(n),
                 _NO_THRESHOLDS if thresholds is None else thresholds,
                 thresholds is not None,
                 LAS_BUCKETS_S,

@@ -179,8 +179,8 @@ class LasStrandingCost(LasTemporalCost):
         tracker = self.tracker
         n = cluster.n_hosts
         if self._by_host_quantiles:
-            return tracker.current_exit_quantiles(n)
-        exits: FloatArray = tracker.latest_exits(n).reshape(-1, 1)
+            return tracker.hosts.current_quantiles(n)
+        exits: FloatArray = tracker.hosts.latest(n).reshape(-1, 1)
         return exits
 
     def score(

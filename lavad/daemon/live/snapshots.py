@@ -49,12 +49,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # core's classes live in lavad.core (a v9 snapshot names them under lavad.daemon);
 # 11: four lifetime models left the product (the tables and shrunk tables
 # recalibrated, the frailty on the tables and on the mixture), so a v10 pool may
-# hold a model no configuration can name any more
-SNAPSHOT_VERSION = 11
+# hold a model no configuration can name any more; 12: the lifetime tracker's
+# packed per-slot and per-host arrays live in their own objects (SlotColumns,
+# HostColumns)
+SNAPSHOT_VERSION = 12
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "681e23826d6ee15c"
+SNAPSHOT_LAYOUT = "4c5c1648fc5bd1f1"
 
 
 class SnapshotError(Exception):

@@ -1,0 +1,238 @@
+"""The lifetime tracker's per-slot and per-host state: packed arrays that own their layout.
+
+Each column of the tracker (a slot's start, its host, a host's latest exit,
+...) is one row of a 2-D array packed by type, so that a compiled call
+takes a few arrays instead of one per column (``kernels.py`` names the
+rows: ``START``, ``HOST``, ``HOST_EXIT``, ...). These classes hold the
+arrays, name their rows as views, and grow them; the tracker
+(``lifetime.py``) decides what goes in them, and ``tracker_state.py``
+checks them after a restore.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lavad.core.cluster import BoolArray, FloatArray, IntArray
+from lavad.core.placement.kernels import (
+    ALIVE,
+    GENERATION,
+    HEAD,
+    HOLDER,
+    HOST,
+    HOST_EXIT,
+    HOST_INITIAL_EXIT,
+    HOST_INTS,
+    HOST_TIMES,
+    INITIAL_EXIT,
+    LEARNS,
+    NEXT_ON_HOST,
+    PREDICTED_AT,
+    PREDICTED_EXIT,
+    PREV_ON_HOST,
+    QUANTILES_EXIT,
+    QUANTILES_STAMP,
+    ROW,
+    SLOT_FLAGS,
+    SLOT_INTS,
+    SLOT_TIMES,
+    START,
+)
+
+_Scalar = TypeVar("_Scalar", bound=np.generic)
+
+
+class SlotColumns:
+    """Per slot (one column each): times (float64), ints (int64) and flags (bool).
+
+    A slot holds one running VM; a free slot's host and list links are -1.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.times: FloatArray = np.zeros((SLOT_TIMES, size))
+        self.ints: IntArray = np.zeros((SLOT_INTS, size), dtype=np.int64)
+        self.ints[[HOST, NEXT_ON_HOST, PREV_ON_HOST]] = -1
+        self.flags: BoolArray = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
+
+    @property
+    def size(self) -> int:
+        return int(self.times.shape[1])
+
+    def grow(self) -> int:
+        """Double the slots; return how many there were (the first new one)."""
+        size = self.size
+        self.times = np.concatenate([self.times, np.zeros((SLOT_TIMES, size))], axis=1)
+        ints = np.zeros((SLOT_INTS, size), dtype=np.int64)
+        ints[[HOST, NEXT_ON_HOST, PREV_ON_HOST]] = -1
+        self.ints = np.concatenate([self.ints, ints], axis=1)
+        flags = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
+        self.flags = np.concatenate([self.flags, flags], axis=1)
+        return size
+
+    @property
+    def start(self) -> FloatArray:
+        """When its VM was placed."""
+        return _row(self.times, START)
+
+    @property
+    def initial_exit(self) -> FloatArray:
+        """E[T] at creation as an exit (LA-Binary's one-shot prediction)."""
+        return _row(self.times, INITIAL_EXIT)
+
+    @property
+    def predicted_exit(self) -> FloatArray:
+        """Its VM's latest predicted exit."""
+        return _row(self.times, PREDICTED_EXIT)
+
+    @property
+    def predicted_at(self) -> FloatArray:
+        """When ``predicted_exit`` was last set: its remaining-life quantiles are
+        those of T_r | T_u at that uptime."""
+        return _row(self.times, PREDICTED_AT)
+
+    @property
+    def host(self) -> IntArray:
+        """Its VM's host (-1: free)."""
+        return _row(self.ints, HOST)
+
+    @property
+    def row(self) -> IntArray:
+        """Its VM's chosen distribution row."""
+        return _row(self.ints, ROW)
+
+    @property
+    def generation(self) -> IntArray:
+        """Its generation: heap entries of a former occupant are stale."""
+        return _row(self.ints, GENERATION)
+
+    @property
+    def next_on_host(self) -> IntArray:
+        """The next slot on its host's list (-1 ends it): each host's VMs are a
+        doubly linked list, so the compiled booking and release find a host's
+        latest exits without Python sets."""
+        return _row(self.ints, NEXT_ON_HOST)
+
+    @property
+    def prev_on_host(self) -> IntArray:
+        """The previous slot on its host's list (-1: the first)."""
+        return _row(self.ints, PREV_ON_HOST)
+
+    @property
+    def alive(self) -> BoolArray:
+        """Whether it holds a running VM."""
+        return _row(self.flags, ALIVE)
+
+    @property
+    def learns(self) -> BoolArray:
+        """Whether the model learns from its VM (not when it is left-truncated:
+        ``features.left_truncated``)."""
+        return _row(self.flags, LEARNS)
+
+
+class HostColumns:
+    """Per host (one column each): times (float64), ints (int64), and the exit
+    times at the tracker's host quantile levels (hosts, H).
+
+    A host's quantiles are those of the VM holding its latest exit, for the
+    exit in ``quantiles_exit`` (NaN: stale), rewritten lazily before a
+    placement; ``quantiles_stamp`` counts the rewrites, the version a
+    policy's kept LAS floors name.
+    """
+
+    def __init__(self, quantile_levels: int) -> None:
+        self.times: FloatArray = np.zeros((HOST_TIMES, 0))
+        self.ints: IntArray = np.zeros((HOST_INTS, 0), dtype=np.int64)
+        self.quantiles: FloatArray = np.full((0, quantile_levels), -np.inf)
+
+    def grow(self, n_hosts: int) -> None:
+        """Make room for hosts ``[0, n_hosts)``: a new host has no VMs and stale quantiles."""
+        hosts = self.times.shape[1]
+        if n_hosts > hosts:
+            grown = max(n_hosts, 2 * hosts, 64) - hosts
+            times = np.full((HOST_TIMES, grown), -np.inf)
+            times[QUANTILES_EXIT] = np.nan
+            self.times = np.concatenate([self.times, times], axis=1)
+            ints = np.full((HOST_INTS, grown), -1, dtype=np.int64)
+            ints[QUANTILES_STAMP] = 0
+            self.ints = np.concatenate([self.ints, ints], axis=1)
+            self.quantiles = np.concatenate(
+                [self.quantiles, np.full((grown, self.quantiles.shape[1]), -np.inf)]
+            )
+
+    def exits(self, n_hosts: int, now: float, *, repredict: bool) -> FloatArray:
+        """Per host, the latest predicted exit of its VMs (``now`` for a host without any).
+
+        ``repredict``: the current predictions (LAS); else each VM's exit as
+        predicted at its creation (LA-Binary).
+        """
+        self.grow(n_hosts)
+        exits = self.exit if repredict else self.initial_exit
+        return np.maximum(exits[:n_hosts], now)
+
+    def latest(self, n_hosts: int) -> FloatArray:
+        """``exits(repredict=True)`` unclipped (-inf for a host without VMs), not a copy."""
+        self.grow(n_hosts)
+        return self.exit
+
+    def current_quantiles(self, n_hosts: int) -> FloatArray:
+        """The quantiles of hosts ``[0, n_hosts)`` as they stand, for a caller that has
+        just brought them up to date (a refreshed scan over them, or the tracker's
+        ``host_exit_quantiles``)."""
+        return self.quantiles[:n_hosts]
+
+    def members(self, host: int, slots: SlotColumns) -> list[int]:
+        """The slots of ``host``'s VMs, in its list's order."""
+        members: list[int] = []
+        following = slots.next_on_host
+        head = self.head
+        slot = int(head[host]) if host < len(head) else -1
+        while slot >= 0 and len(members) < len(following):  # a list holds each slot once
+            members.append(slot)
+            slot = int(following[slot])
+        return members
+
+    def on_host(self, slots: SlotColumns) -> dict[int, set[int]]:
+        """Each host with VMs and its VMs' slots (for inspection; the lists are the state)."""
+        hosts = np.flatnonzero(self.head >= 0).tolist()
+        return {host: set(self.members(host, slots)) for host in hosts}
+
+    @property
+    def exit(self) -> FloatArray:
+        """The latest predicted exit of its VMs (-inf: none)."""
+        return _row(self.times, HOST_EXIT)
+
+    @property
+    def initial_exit(self) -> FloatArray:
+        """The latest exit of its VMs as predicted at their creation."""
+        return _row(self.times, HOST_INITIAL_EXIT)
+
+    @property
+    def quantiles_exit(self) -> FloatArray:
+        """The ``exit`` its quantiles were computed for (NaN: stale)."""
+        return _row(self.times, QUANTILES_EXIT)
+
+    @property
+    def holder(self) -> IntArray:
+        """The slot holding ``exit``: the lowest slot among its VMs with the latest
+        predicted exit (-1: none, or to be found again from the host's VMs when
+        next needed)."""
+        return _row(self.ints, HOLDER)
+
+    @property
+    def head(self) -> IntArray:
+        """The first slot of its list of VMs (-1: none)."""
+        return _row(self.ints, HEAD)
+
+    @property
+    def quantiles_stamp(self) -> IntArray:
+        """How many times its quantiles were rewritten."""
+        return _row(self.ints, QUANTILES_STAMP)
+
+
+def _row(packed: NDArray[_Scalar], index: int) -> NDArray[_Scalar]:
+    """Row ``index`` of a packed 2-D array: one column of the tracker, a contiguous view."""
+    row: NDArray[_Scalar] = packed[index]
+    return row
