@@ -133,9 +133,10 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
     separate_ties = np.zeros(HOSTS, dtype=np.int64)
     s = separate
     _refresh_host_quantiles(
-        HOSTS, s["slot_times"], s["slot_ints"], s["host_times"], s["host_ints"], s["host_q"],
-        s["creation_q"], s["creation_known"], s["mass"], s["m0"], *tail,
-    )  # fmt: skip
+        HOSTS,
+        (s["slot_times"], s["slot_ints"], s["host_times"], s["host_ints"], s["host_q"]),
+        (s["creation_q"], s["creation_known"], s["mass"], s["m0"], *tail),
+    )
     pool = (free, inv_capacity, unschedulable, present, weights)
     request = (HOSTS, *demand, 0.0, now, lifetime)
     preferred = (preference, False)

@@ -92,6 +92,9 @@ LasInput = tuple[FloatArray, FloatArray, bool, FloatArray, FloatArray, bool]
 Floors = tuple[FloatArray, IntArray, IntArray, IntArray, int, bool]
 TrackerArrays = tuple[FloatArray, IntArray, FloatArray, IntArray, FloatArray]
 ModelArrays = tuple[FloatArray, BoolArray, FloatArray, FloatArray, FloatArray, float, FloatArray]
+# What booking and releasing a slot write: the slots' times, ints, flags and
+# group levels, the hosts' times and ints.
+PackedColumns = tuple[FloatArray, IntArray, BoolArray, IntArray, FloatArray, IntArray]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -619,7 +622,7 @@ def warm_up_lifetime() -> None:
         host_q.copy(), np.zeros(1, dtype=np.bool_), np.ones((1, 2)), np.ones((1, 3)), edges, 2.0,
         one,
     )  # fmt: skip
-    refresh = (1, *tracker, *model)
+    refresh = (1, tracker, model)
     _refresh_host_quantiles(*refresh)
     pool = (free, free, unschedulable, present, ones)
     request = (1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -824,21 +827,7 @@ def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _refresh_host_quantiles(
-    n: int,
-    slot_times: FloatArray,
-    slot_ints: IntArray,
-    host_times: FloatArray,
-    host_ints: IntArray,
-    host_q: FloatArray,
-    creation_quantiles: FloatArray,
-    creation_known: BoolArray,
-    mass: FloatArray,
-    m0: FloatArray,
-    edges: FloatArray,
-    open_lifetime: float,
-    levels: FloatArray,
-) -> int:
+def _refresh_host_quantiles(n: int, tracker: TrackerArrays, model: ModelArrays) -> int:
     """``LifetimeTracker.host_exit_quantiles`` in one pass over the hosts ``[0, n)``.
 
     A host whose exit (``host_times[HOST_EXIT]``) differs from the one its
@@ -853,34 +842,16 @@ def _refresh_host_quantiles(
     LAS floors of ``_floored_lifetime_scan`` kept for it lapse). Returns
     how many holders were found again.
     """
-    tracker = (slot_times, slot_ints, host_times, host_ints, host_q)
-    model = (creation_quantiles, creation_known, mass, m0, edges, open_lifetime, levels)
     count = 0
     for h in range(n):
         count += _refresh_host(h, tracker, model)
     return count
 
 
-compiled_refresh_host_quantiles: Callable[
-    [
-        int,
-        FloatArray,
-        IntArray,
-        FloatArray,
-        IntArray,
-        FloatArray,
-        FloatArray,
-        BoolArray,
-        FloatArray,
-        FloatArray,
-        FloatArray,
-        float,
-        FloatArray,
-    ],
-    int,
-] = _refresh_host_quantiles
-"""(n, slot_times, slot_ints, host_times, host_ints, host_q, creation quantiles, creation
-known, mass, m0, edges, open-bin lifetime, levels) -> how many holders were found again."""
+compiled_refresh_host_quantiles: Callable[[int, TrackerArrays, ModelArrays], int] = (
+    _refresh_host_quantiles
+)
+"""(n, the tracker's arrays, the model's) -> how many holders were found again."""
 
 
 @numba.njit(cache=True, nogil=True)
@@ -984,15 +955,11 @@ def _book_slot(
     rows: Any,
     exit_time: float,
     learns: bool,
-    slot_times: FloatArray,
-    slot_ints: IntArray,
-    slot_flags: BoolArray,
-    levels: IntArray,
-    host_times: FloatArray,
-    host_ints: IntArray,
+    packed: PackedColumns,
 ) -> int:
     """``LifetimeTracker.on_booked``'s writes to the slot and host arrays, in one call;
     the slot's generation (its heap entry's)."""
+    slot_times, slot_ints, slot_flags, levels, host_times, host_ints = packed
     slot_times[START, slot] = placed_at
     slot_times[INITIAL_EXIT, slot] = exit_time
     slot_times[PREDICTED_EXIT, slot] = exit_time
@@ -1016,12 +983,7 @@ def _release_slot(
     deaths: FloatArray,
     censored: FloatArray,
     edges: FloatArray,
-    slot_times: FloatArray,
-    slot_ints: IntArray,
-    slot_flags: BoolArray,
-    levels: IntArray,
-    host_times: FloatArray,
-    host_ints: IntArray,
+    packed: PackedColumns,
 ) -> tuple[int, bool]:
     """``LifetimeTracker.on_released``'s writes, in one call: (the VM's host, whether it learns).
 
@@ -1029,6 +991,7 @@ def _release_slot(
     from adds 1.0 to its rows' deaths (``exited``) or censorings at the
     column of its lifetime, max(now - start, 0), as ``observe_exit`` adds.
     """
+    slot_times, slot_ints, slot_flags, levels, host_times, host_ints = packed
     learned = slot_flags[LEARNS, slot]
     if learned and count:
         lived = now - slot_times[START, slot]
@@ -1194,10 +1157,10 @@ def _warm_up_hooks() -> tuple[Callable[..., int], Callable[..., tuple[int, bool]
     host_times = np.full((HOST_TIMES, 1), -np.inf)
     host_ints = np.full((HOST_INTS, 1), -1, dtype=np.int64)
     packed = (slot_times, slot_ints, slot_flags, levels, host_times, host_ints)
-    book = (0, 0, 0.0, 0, (0,) * LEVELS, 1.0, True, *packed)
+    book = (0, 0, 0.0, 0, (0,) * LEVELS, 1.0, True, packed)
     _book_slot(*book)
     table = np.zeros((2, 2))
-    release = (0, 1.0, True, True, table, table.copy(), np.array([0.0, 1.0]), *packed)
+    release = (0, 1.0, True, True, table, table.copy(), np.array([0.0, 1.0]), packed)
     _release_slot(*release)
     return entry_point(_book_slot, book), entry_point(_release_slot, release)
 

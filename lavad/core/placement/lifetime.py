@@ -677,18 +677,22 @@ class LifetimeTracker(ClusterListener):
         # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
         return Direct.refresh_host_quantiles(
             n_hosts,
-            self.slots.times,
-            self.slots.ints,
-            self.hosts.times,
-            self.hosts.ints,
-            self.hosts.quantiles,
-            self._creation_q,
-            self._creation_known,
-            model.mass,
-            model.m0,
-            model.bins.edges,
-            self._open_lifetime,
-            self._host_levels,
+            (
+                self.slots.times,
+                self.slots.ints,
+                self.hosts.times,
+                self.hosts.ints,
+                self.hosts.quantiles,
+            ),
+            (
+                self._creation_q,
+                self._creation_known,
+                model.mass,
+                model.m0,
+                model.bins.edges,
+                self._open_lifetime,
+                self._host_levels,
+            ),
         )
 
     def _grow_creation_quantiles(self, rows: int) -> None:
@@ -740,10 +744,17 @@ class LifetimeTracker(ClusterListener):
         self.booked_lifetime = exit_time - placed_at
         learns = event is None or not left_truncated(event.features)
         # The slot's and host's arrays, the host's list, latest exits and holder.
+        packed = (
+            self.slots.times,
+            self.slots.ints,
+            self.slots.flags,
+            self.levels,
+            self.hosts.times,
+            self.hosts.ints,
+        )
         generation = Direct.book_slot(
-            slot, host, placed_at, prediction.row, rows, exit_time, learns, self.slots.times,
-            self.slots.ints, self.slots.flags, self.levels, self.hosts.times, self.hosts.ints,
-        )  # fmt: skip
+            slot, host, placed_at, prediction.row, rows, exit_time, learns, packed
+        )
         if learns and self._learns_siblings:
             self._siblings.setdefault(rows[0], set()).add(slot)
         if self._repredicts and exit_time < self._next_refit:
@@ -771,11 +782,17 @@ class LifetimeTracker(ClusterListener):
                 model.observe_censored(rows, lived, now)
         # The exit or censoring counted (``count``), the slot freed, the host's
         # latest exits from the VMs left on it: one compiled call.
-        _, learns = Direct.release_slot(
-            slot, now, exited, count, model.deaths, model.censored, model.bins.edges,
-            self.slots.times, self.slots.ints, self.slots.flags, self.levels, self.hosts.times,
+        packed = (
+            self.slots.times,
+            self.slots.ints,
+            self.slots.flags,
+            self.levels,
+            self.hosts.times,
             self.hosts.ints,
-        )  # fmt: skip
+        )
+        _, learns = Direct.release_slot(
+            slot, now, exited, count, model.deaths, model.censored, model.bins.edges, packed
+        )
         if count and learns:
             model.touch(rows)
         cached = self._cached
