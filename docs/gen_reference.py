@@ -73,18 +73,13 @@ class Table:
 
 
 def _table_class(annotation: Any) -> type | None:
-    """The table a field holds (``X`` or ``X | None``), or None for a value."""
+    """The table a field holds (``X`` or ``X | None``), or None for a value: as the
+    settings find their tables, through ``Annotated`` too."""
+    from lavad.daemon.settings import section_of  # noqa: PLC0415
+
     if get_origin(annotation) is Annotated:
         return _table_class(get_args(annotation)[0])
-    if isinstance(annotation, type) and (
-        issubclass(annotation, BaseModel) or dataclasses.is_dataclass(annotation)
-    ):
-        return annotation
-    if get_origin(annotation) in (Union, UnionType):
-        tables = [a for a in get_args(annotation) if a is not NoneType]
-        if len(tables) == 1:
-            return _table_class(tables[0])
-    return None
+    return section_of(annotation)
 
 
 def _fields(table: type) -> dict[str, FieldInfo]:

@@ -426,7 +426,7 @@ def check_environment(environ: Mapping[str, str]) -> None:
         raise ConfigError(name, f"unknown environment variable: no such configuration key{hint}")
 
 
-def _section_of(annotation: Any) -> type | None:
+def section_of(annotation: Any) -> type | None:
     """The table a field holds (``X`` or ``X | None``), or None for a value.
 
     A table is a pydantic model or a dataclass of the core (``MetricsConfig``,
@@ -439,7 +439,7 @@ def _section_of(annotation: Any) -> type | None:
     if get_origin(annotation) in (Union, UnionType):
         tables = [a for a in get_args(annotation) if a is not NoneType]
         if len(tables) == 1:
-            return _section_of(tables[0])
+            return section_of(tables[0])
     return None
 
 
@@ -459,7 +459,7 @@ def _names_a_key(table: type, path: list[str]) -> bool:
     if len(path) == 1:
         return True  # a value, or a whole table as JSON
     annotation = fields[path[0]]
-    inner = _section_of(annotation)
+    inner = section_of(annotation)
     if inner is not None:
         return _names_a_key(inner, path[1:])
     # Below a free-form mapping (policy arguments, admission.args) the
@@ -471,7 +471,7 @@ def _env_names(table: type, prefix: str) -> list[str]:
     names = []
     for key, annotation in _fields_of(table).items():
         name = prefix + key.upper()
-        inner = _section_of(annotation)
+        inner = section_of(annotation)
         if inner is None:
             names.append(name)
         else:
