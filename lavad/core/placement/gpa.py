@@ -564,11 +564,3 @@ class UsageHooks(ClusterListener):
         if self.tail is None:
             return {}
         return {"method": self.tail.method, "margin": self.tail.margin}
-
-
-def host_overflow_probability(usage: HostUsage, cluster: ClusterState, resource: int) -> FloatArray:
-    """Each host's predicted P(usage > capacity) now: what repredictions compare with rho."""
-    n = cluster.n_hosts
-    usage.ensure_columns(n)
-    capacity = cluster.capacity[CLUSTER_ROW[resource], :n]
-    return overflow_probability(usage.mean_sum[resource, :n], usage.variance(resource, n), capacity)
