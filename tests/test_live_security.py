@@ -133,6 +133,41 @@ def test_run_and_topics_create_refuse_a_certificate_they_cannot_trust_at_once(
     assert "broker unreachable" not in run.stderr
 
 
+def test_the_federation_processes_refuse_a_certificate_they_cannot_trust_at_once(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """The pool owner, the global scheduler and their topics command check TLS first,
+    as ``lavad run`` does: a refusal is not retried as an outage."""
+    with TlsBroker(tmp_path, pki) as tls:
+        config = tmp_path / "federation.toml"
+        config.write_text(
+            "[kafka]\n"
+            f'bootstrap_servers = "{tls.bootstrap_servers}"\n'
+            'security_protocol = "SSL"\n'
+            f'ssl_cafile = "{pki.other_ca}"\n'
+            f'ssl_certfile = "{pki.client_cert}"\n'
+            f'ssl_keyfile = "{pki.client_key}"\n'
+            f'ssl_password = "{KEY_PASSWORD}"\n'
+        )
+        federation = [*LAVAD, "federation"]
+        commands = (
+            [*federation, "owner", "--instance", "o1", "--config", str(config)],
+            [*federation, "scheduler", "--gm", "0", "--config", str(config)],
+            [*federation, "topics", str(config)],
+        )
+        results = [
+            subprocess.run(
+                command, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+            )
+            for command in commands
+        ]
+    for result in results:
+        assert result.returncode == 2, result.stderr
+        assert "TLS: the certificate of" in flat(result.stderr)
+        assert "must hold the CA that signed it" in flat(result.stderr)
+        assert_no_secret(result.stdout, result.stderr)
+
+
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
 def test_run_refuses_credentials_the_broker_rejects_at_once_and_never_logs_the_password(
     tmp_path: Path, mechanism: str

@@ -25,8 +25,8 @@ from aiokafka.errors import KafkaError
 from prometheus_client import start_http_server
 
 from lavad.daemon.console import err, out, print_error
-from lavad.daemon.live.connection import client_options
-from lavad.daemon.settings import ConfigError
+from lavad.daemon.live.connection import SecurityRefusal, check_security, client_options
+from lavad.daemon.settings import ConfigError, KafkaSettings
 from lavad.federation.fairness import Shares
 from lavad.federation.live_owner import Owner
 from lavad.federation.live_scheduler import Scheduler
@@ -68,18 +68,28 @@ class _Process(Protocol):
     async def run(self, stop: asyncio.Event) -> None: ...
 
 
-def _until_signal(make: Callable[[], _Process]) -> None:
+def _until_signal(make: Callable[[], _Process], kafka: KafkaSettings) -> None:
     """Run the process ``make`` builds (inside the event loop: aiokafka's clients need
-    one) until SIGTERM or SIGINT."""
+    one) until SIGTERM or SIGINT.
+
+    A TLS or SASL refusal stops it at once with exit status 2, naming the cause
+    (``check_security``), as ``lavad run`` does: retrying cannot help, and the
+    process's clients would otherwise retry it as if the broker were down.
+    """
 
     async def serve() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
+        await check_security(kafka)
         await make().run(stop)
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    except SecurityRefusal as exc:
+        print_error(str(exc))
+        raise typer.Exit(2) from None
 
 
 @federation_app.command("check")
@@ -108,6 +118,7 @@ def topics_command(
     topics = federation_topics(fed.pools, fed.tenants)
 
     async def main() -> tuple[str, ...]:
+        await check_security(settings.kafka)
         admin = AIOKafkaAdminClient(**client_options(settings.kafka))
         try:
             await admin.start()
@@ -120,6 +131,9 @@ def topics_command(
     except TopicError as exc:
         print_error(str(exc))
         raise typer.Exit(1) from None
+    except SecurityRefusal as exc:
+        print_error(str(exc))
+        raise typer.Exit(2) from None
     except KafkaError as exc:
         print_error(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}")
         raise typer.Exit(1) from None
@@ -148,7 +162,8 @@ def owner_command(
             fed.tenants,
             fed.owner.snapshot_every,
             fed.owner.snapshot_chunk_bytes,
-        )
+        ),
+        settings.kafka,
     )
 
 
@@ -179,4 +194,4 @@ def scheduler_command(
             )
         return scheduler
 
-    _until_signal(make)
+    _until_signal(make, settings.kafka)
