@@ -401,10 +401,11 @@ def _floored_lifetime_scan(
 
     ``strand`` (weight > 0): LAS's cost is raised to the count with the
     host time the placement strands (``stranding_cost.py``). When a host
-    LAS alone would choose strands more, a second pass decides, raising
-    each host's cost once LAS's alone leaves it in the running: the floors
-    stay LAS's own costs, lower bounds of the raised ones. The result is
-    the pipeline's with that score either way.
+    LAS alone would choose strands more, the hosts of LAS's best level that
+    strand nothing more decide if there are any (no host costs less); else
+    a second pass decides, raising each host's cost once LAS's alone leaves
+    it in the running: the floors stay LAS's own costs, lower bounds of the
+    raised ones. The result is the pipeline's with that score either way.
 
     Returns (count, best preference, best LAS cost, best Best Fit score) and
     the tied hosts, ascending, in ``ties[:count]``.
@@ -427,6 +428,9 @@ def _floored_lifetime_scan(
     demand[2] = d2
     demand[3] = d3
     zero = np.zeros(4)
+    # LAS's best level in pass 0 (its hosts in index order), when strands count.
+    level = np.empty(n if counts_strands else 0, dtype=np.int64)
+    n_level = 0
     w0 = weights[0] if present[0] else 0.0
     w1 = weights[1] if present[1] else 0.0
     w2 = weights[2] if present[2] else 0.0
@@ -453,6 +457,32 @@ def _floored_lifetime_scan(
                     stands = False
                     break
             if stands:
+                break
+            # No host can cost less than LAS's best level; those of its hosts
+            # the placement strands nothing more on keep it, so when there are
+            # any the decision is among them, without a second pass.
+            kept = 0
+            for i in range(n_level):
+                h = level[i]
+                raised = host_strand_count(
+                    free, inv_capacity, h, demand, zero, used, total, strand, now, best_c
+                )
+                if raised <= best_c:
+                    level[kept] = h
+                    kept += 1
+            if kept > 0:
+                best_s = np.inf
+                count = 0
+                for i in range(kept):
+                    h = level[i]
+                    score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+                    if score < best_s:
+                        best_s = score
+                        ties[0] = h
+                        count = 1
+                    elif score == best_s:
+                        ties[count] = h
+                        count += 1
                 break
             probe = ties[0]
             refresh = False  # pass 0 brought every host up to date
@@ -531,6 +561,13 @@ def _floored_lifetime_scan(
                 c = max(c, raised)
                 if c > cap:
                     continue
+            if counts_strands and not counting:
+                # Every host reached costs no more than the best so far in
+                # (preference, LAS): a lower one starts LAS's best level anew.
+                if p < best_p or c < best_c:
+                    n_level = 0
+                level[n_level] = h
+                n_level += 1
             score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
             if p < best_p or c < best_c or score < best_s:
                 best_p = p
