@@ -88,6 +88,9 @@ class Partitions:
         self.committing: asyncio.Task[None] | None = None
         self._queued_offsets: dict[TopicPartition, int] | None = None
         self.snapshots_loaded = False
+        # Set once the shutdown has snapshotted what it owned: an assignment
+        # that still arrives while the consumer leaves the group is not taken.
+        self.closed = False
         self._fingerprint = engine.fingerprint
 
     async def published(self) -> bool:
@@ -192,6 +195,19 @@ class Partitions:
         for owned in self.owned.values():
             self.snapshot(owned)
 
+    def close(self) -> None:
+        """Give up every partition at shutdown, after ``snapshot_owned``.
+
+        The pools stay in the engine, which goes with the process; the
+        partitions resume from their snapshots elsewhere. Leaving the group
+        must not redo the snapshots, and a rebalance that completes while the
+        consumer leaves may still assign partitions here: those are left to
+        the group rather than restored into an engine that holds their pools.
+        """
+        self.closed = True
+        self.owned.clear()
+        self.parked.clear()
+
     # ------------------------------------------------------------ rebalances
 
     async def acquire(self, assigned: Iterable[Any]) -> None:
@@ -200,6 +216,9 @@ class Partitions:
         # When the group's answer came: a failover's rebalance ends here and
         # its restore begins (benchmarks/failover.py reads these lines).
         log.info("partitions assigned", partitions=sorted({tp.partition for tp in assigned}))
+        if self.closed:
+            log.info("partitions assigned while stopping: left to the group")
+            return
         started = time.monotonic()
         async with self.lock:
             by_number: dict[int, list[Any]] = {}

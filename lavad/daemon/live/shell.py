@@ -410,8 +410,9 @@ class LiveDaemon:
                     if await self.partitions.settled():
                         self.partitions.snapshot_owned()
                         await self._commit(self.partitions.offsets())
-                    # The snapshots are written: leaving the group must not redo them.
-                    self.partitions.owned.clear()
+                    # The snapshots are written: leaving the group must not redo
+                    # them, nor take partitions a late rebalance still assigns.
+                    self.partitions.close()
         finally:
             # A snapshot that cannot be written is raised, but the clients still close.
             await _stop_quietly(consumer, producer, self._client_timeout_s)
