@@ -744,14 +744,7 @@ class LifetimeTracker(ClusterListener):
         self.booked_lifetime = exit_time - placed_at
         learns = event is None or not left_truncated(event.features)
         # The slot's and host's arrays, the host's list, latest exits and holder.
-        packed = (
-            self.slots.times,
-            self.slots.ints,
-            self.slots.flags,
-            self.levels,
-            self.hosts.times,
-            self.hosts.ints,
-        )
+        packed = self.slots.packed_with(self.levels, self.hosts)
         generation = Direct.book_slot(
             slot, host, placed_at, prediction.row, rows, exit_time, learns, packed
         )
@@ -782,14 +775,7 @@ class LifetimeTracker(ClusterListener):
                 model.observe_censored(rows, lived, now)
         # The exit or censoring counted (``count``), the slot freed, the host's
         # latest exits from the VMs left on it: one compiled call.
-        packed = (
-            self.slots.times,
-            self.slots.ints,
-            self.slots.flags,
-            self.levels,
-            self.hosts.times,
-            self.hosts.ints,
-        )
+        packed = self.slots.packed_with(self.levels, self.hosts)
         _, learns = Direct.release_slot(
             slot, now, exited, count, model.deaths, model.censored, model.bins.edges, packed
         )

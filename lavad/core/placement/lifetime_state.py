@@ -40,6 +40,7 @@ from lavad.core.placement.kernels import (
     SLOT_INTS,
     SLOT_TIMES,
     START,
+    PackedColumns,
 )
 
 _Scalar = TypeVar("_Scalar", bound=np.generic)
@@ -71,6 +72,11 @@ class SlotColumns:
         flags = np.zeros((SLOT_FLAGS, size), dtype=np.bool_)
         self.flags = np.concatenate([self.flags, flags], axis=1)
         return size
+
+    def packed_with(self, levels: IntArray, hosts: HostColumns) -> PackedColumns:
+        """What booking and releasing a slot write (``kernels.PackedColumns``): these
+        slots' arrays, their group ``levels``, and ``hosts``' times and ints."""
+        return (self.times, self.ints, self.flags, levels, hosts.times, hosts.ints)
 
     @property
     def start(self) -> FloatArray:
