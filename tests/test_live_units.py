@@ -126,6 +126,9 @@ BAD_LIVE_SETTINGS = [
     ("LAVAD_HTTP__PORT", "70000", "http.port"),
     ("LAVAD_LIVE__SNAPSHOT_INTERVAL_S", "0", "live.snapshot_interval_s"),
     ("LAVAD_LIVE__RETRY_MAX_S", "0.1", "live.retry_max_s"),
+    ("LAVAD_LIVE__FALLING_BEHIND_SAMPLES", "-1", "live.falling_behind_samples"),
+    ("LAVAD_LIVE__FALLING_BEHIND_SAMPLES", "many", "live.falling_behind_samples"),
+    ("LAVAD_LIVE__FALLING_BEHIND_RECORDS", "0", "live.falling_behind_records"),
 ]
 
 

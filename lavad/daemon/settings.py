@@ -191,6 +191,24 @@ class LiveSettings(_Section):
     cluster_gauges_s: float = Field(
         default=10.0, gt=0, description="how often the cluster gauges (and stranding) refresh"
     )
+    falling_behind_samples: int = Field(
+        default=6,
+        ge=0,
+        le=1000,
+        description=(
+            "while ready, the consumer lag growing at this many consecutive refreshes"
+            " (every cluster_gauges_s) logs 'falling behind' and sets lavad_falling_behind;"
+            " as many refreshes without growth clear it; 0 turns the watch off"
+        ),
+    )
+    falling_behind_records: int = Field(
+        default=1000,
+        ge=1,
+        description=(
+            "falling behind also needs the lag to have grown by at least this many records"
+            " over those falling_behind_samples refreshes"
+        ),
+    )
     on_bad_snapshot: Literal["stop", "rebuild"] = Field(
         default="stop",
         description=(

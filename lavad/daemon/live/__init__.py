@@ -13,7 +13,8 @@
 - ``snapshots.py`` and ``state_codec.py``: versioned per-partition state with
   the offsets it reflects, written as data (JSON and raw arrays), never code.
 - ``watermark.py``: event-time watermark for the engine's timers.
-- ``telemetry.py`` and ``http.py``: Prometheus metrics, /healthz, /readyz.
+- ``telemetry.py`` and ``http.py``: Prometheus metrics, /healthz, /readyz;
+  ``lag_watch.py``: the falling-behind watch (lag growing while ready).
 - ``connection.py``: aiokafka clients from ``[kafka]`` settings.
 - ``parsed_records.py``: the input consumer hands over aiokafka's parsed
   records instead of building a ``ConsumerRecord`` per record.

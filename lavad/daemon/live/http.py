@@ -1,6 +1,9 @@
 """``/healthz``, ``/readyz`` and ``/metrics`` on aiohttp, returned as a handle you close.
 
-- ``/healthz``: 200 while the event loop answers (the process is alive).
+- ``/healthz``: 200 while the event loop answers (the process is alive);
+  ``degraded`` is true when one of its checks is (``falling_behind``: the
+  consumer lag keeps growing while ready, lag_watch.py). Degraded is still
+  alive and still ready: it warns, it does not restart or drain anything.
 - ``/readyz``: 200 only when every readiness check passes (partitions
   assigned, their snapshots loaded, broker reachable); otherwise 503. Both
   answer JSON naming each check.
@@ -16,6 +19,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 ReadinessChecks = Callable[[], Mapping[str, bool]]
+# Each check true marks the daemon degraded (alive, but needing a look).
+HealthChecks = Callable[[], Mapping[str, bool]]
 
 
 @dataclass(slots=True)
@@ -33,12 +38,19 @@ class HttpHandle:
 
 
 async def serve_http(
-    host: str, port: int, registry: CollectorRegistry, readiness: ReadinessChecks
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    readiness: ReadinessChecks,
+    health: HealthChecks = dict,
 ) -> HttpHandle:
     """Start the server; ``port`` 0 picks a free port (the handle says which)."""
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"alive": True})
+        checks = dict(health())
+        return web.json_response(
+            {"alive": True, "degraded": any(checks.values()), "checks": checks}
+        )
 
     async def readyz(_: web.Request) -> web.Response:
         checks = dict(readiness())

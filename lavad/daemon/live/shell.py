@@ -45,6 +45,7 @@ from lavad.daemon.live.connection import (
 )
 from lavad.daemon.live.http import HttpHandle, serve_http
 from lavad.daemon.live.intake import Intake
+from lavad.daemon.live.lag_watch import FallingBehind, LagWatch
 from lavad.daemon.live.parsed_records import read_parsed_records
 from lavad.daemon.live.partitions import Partitions
 from lavad.daemon.live.publisher import Outgoing, Publisher, Stopping
@@ -120,6 +121,13 @@ class LiveDaemon:
         self.publisher = Publisher(
             self.telemetry, self._backoff, settings.kafka.group_id, self._unreachable
         )
+        live = settings.live
+        self.lag_watch = LagWatch(
+            FallingBehind(live.falling_behind_samples, live.falling_behind_records),
+            self.telemetry.falling_behind,
+            # The gauges (and the lag) refresh at the housekeeping's pace.
+            min(live.cluster_gauges_s, live.snapshot_interval_s),
+        )
         self.broker_reachable = False
         # A rebalance restored state: housekeeping freezes the heap next turn.
         self.settle_heap = False
@@ -158,6 +166,10 @@ class LiveDaemon:
             "broker_reachable": self.broker_reachable,
         }
 
+    def health(self) -> dict[str, bool]:
+        """What /healthz reports beside being alive: true marks the daemon degraded."""
+        return {"falling_behind": self.lag_watch.detector.on}
+
     # ------------------------------------------------------------------ run
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -175,7 +187,7 @@ class LiveDaemon:
         http = self.settings.http
         try:
             self.http = await serve_http(
-                http.host, http.port, self.telemetry.registry, self.readiness
+                http.host, http.port, self.telemetry.registry, self.readiness, self.health
             )
         except OSError as exc:
             raise StartupError(
@@ -397,7 +409,10 @@ class LiveDaemon:
                 self.settle_heap = False
 
     def refresh_gauges(self) -> None:
-        self.telemetry.refresh(self.engine.pools.values(), self._consumer, self.partitions.owned)
+        lags = self.telemetry.refresh(
+            self.engine.pools.values(), self._consumer, self.partitions.owned
+        )
+        self.lag_watch.observe(lags, ready=all(self.readiness().values()))
         self.telemetry.tasks.set(len(asyncio.all_tasks()))
 
     async def _shutdown(self) -> None:

@@ -17,6 +17,7 @@ from lavad.core.metrics.limits import eviction_counts
 from lavad.core.metrics.pool import CORES, MEMORY
 from lavad.core.placement.gpa import UsageHooks
 from lavad.daemon.live.batch_histogram import BatchHistogram
+from lavad.daemon.live.lag_watch import LagReading
 
 # Decision latency = input record timestamp -> decision acknowledged by the
 # broker; the buckets straddle the 50 ms goal.
@@ -99,6 +100,12 @@ class Telemetry:
             "lavad_broker_reachable", "1 when the broker answered the last probe", registry=registry
         )
         self.ready = Gauge("lavad_ready", "1 when /readyz answers 200", registry=registry)
+        self.falling_behind = Gauge(
+            "lavad_falling_behind",
+            "1 while ready but the consumer lag grew at each of the last"
+            " live.falling_behind_samples refreshes (lag_watch.py)",
+            registry=registry,
+        )
         self.watermark = Gauge(
             "lavad_watermark_seconds", "Event-time watermark over the partitions", registry=registry
         )
@@ -168,25 +175,30 @@ class Telemetry:
 
     def refresh(
         self, pools: Iterable[PoolRuntime], consumer: Any, positions: Mapping[int, _Positions]
-    ) -> None:
+    ) -> LagReading | None:
         """The cluster gauges of every pool, and the consumer lag of every assigned partition.
 
         ``positions`` maps a partition number to what this instance holds of
-        it (``positions``: input topic -> next offset to process).
+        it (``positions``: input topic -> next offset to process). Returns the
+        lags set (None without a consumer), for the falling-behind watch.
         """
         pools = list(pools)
         self.pools.set(len(pools))
         for pool in pools:
             self.refresh_pool(pool)
         if consumer is None:
-            return
+            return None
+        lags: dict[tuple[str, int], int] = {}
         for tp in consumer.assignment():
             owned = positions.get(tp.partition)
             highwater = consumer.highwater(tp)
             if owned is None or highwater is None:
                 continue
             position = owned.positions.get(tp.topic, 0)
-            self.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, highwater - position))
+            lag = max(0, highwater - position)
+            lags[(tp.topic, tp.partition)] = lag
+            self.consumer_lag.labels(tp.topic, str(tp.partition)).set(lag)
+        return LagReading(lags)
 
     def forget_pool(self, name: str) -> None:
         """A pool moved to another instance: stop exporting its gauges here."""
