@@ -31,6 +31,13 @@ from lavad.evaluation.limits import (
     sweep_ml,
     training_jobs,
 )
+from lavad.evaluation.limits_dominance import (
+    HALVES,
+    Cell,
+    cells_as_dicts,
+    evaluate_cells,
+    summarise,
+)
 from lavad.evaluation.limits_horizontal import evaluate_horizontal
 from lavad.models.limits.horizontal import HorizontalConfig
 from lavad.models.limits.ml import MlConfig
@@ -62,8 +69,20 @@ def limits_command(
     part: Annotated[
         str, typer.Option(help="whole trace, or each job's windows in its first or second half")
     ] = "whole",
+    seeds: Annotated[
+        str | None,
+        typer.Option(help="comma-separated seeds: ml against the VPA on each (dominance report)"),
+    ] = None,
+    halves: Annotated[
+        bool, typer.Option(help="dominance report on each trace's first and second half alone")
+    ] = False,
 ) -> None:
-    """Relative/absolute slack, overrun rate, clean job-days and limit changes per recommender."""
+    """Relative/absolute slack, overrun rate, clean job-days and limit changes per recommender.
+
+    With --seeds or --halves: ml against the VPA alone on every (trace, resource, seed,
+    half), and per pair how many cells dominate, the worst one and a 95% t-interval of
+    the differences over the cells.
+    """
     overrides: dict[str, MlConfig] = {}
     try:
         if ml_cpu_w_u is not None:
@@ -72,6 +91,23 @@ def limits_command(
             overrides["memory"] = replace(MlConfig.for_resource("memory"), w_u=ml_memory_w_u)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if seeds is not None or halves:
+        try:
+            seed_list = [seed] if seeds is None else [int(x) for x in seeds.split(",") if x.strip()]
+        except ValueError:
+            raise fail(f"--seeds must be comma-separated integers, got {seeds!r}") from None
+        if not seed_list:
+            raise fail("--seeds names no seed")
+        _dominance_report(
+            paths,
+            seed_list,
+            list(HALVES) if halves else [part],
+            jobs=jobs or None,
+            warmup_s=warmup_h * 3600.0,
+            ml=overrides,
+            json_out=json_out,
+        )
+        return
     results: list[LimitsEvaluation] = []
     for path in paths:
         try:
@@ -133,6 +169,125 @@ def limits_command(
     if json_out is not None:
         json_out.write_bytes(
             orjson.dumps([r.as_dict() for r in results], option=orjson.OPT_INDENT_2)
+        )
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:+.3f}"
+
+
+def _dominance_report(
+    paths: list[Path],
+    seeds: list[int],
+    parts: list[str],
+    *,
+    jobs: int | None,
+    warmup_s: float,
+    ml: dict[str, MlConfig],
+    json_out: Path | None,
+) -> None:
+    """ml against the VPA on every (trace, resource, seed, part); per pair a summary."""
+    cells: list[Cell] = []
+    for path in paths:
+        try:
+            cells.extend(
+                evaluate_cells(
+                    path,
+                    seeds=seeds,
+                    parts=parts,
+                    max_jobs=jobs,
+                    warmup_s=warmup_s,
+                    change_ratio=CHANGE_RATIO,
+                    recommenders=default_recommenders(ml),
+                )
+            )
+        except (TraceFormatError, ValueError) as exc:
+            raise fail(f"{path}: {exc}") from None
+    table = Table(title="ml against the VPA per (trace, resource, seed, half)")
+    for column in (
+        "trace",
+        "resource",
+        "seed",
+        "part",
+        "jobs",
+        "ml slack",
+        "vpa slack",
+        "ml overruns",
+        "vpa overruns",
+        "ml changes",
+        "vpa changes",
+        "dominates",
+    ):
+        table.add_column(column)
+    for c in cells:
+        table.add_row(
+            c.trace,
+            c.resource,
+            str(c.seed),
+            c.part,
+            str(c.jobs),
+            f"{c.ml.relative_slack_mean:.2%}",
+            f"{c.vpa.relative_slack_mean:.2%}",
+            f"{c.ml.overrun_rate:.3%}",
+            f"{c.vpa.overrun_rate:.3%}",
+            f"{c.ml.changes_per_job_day:.2f}",
+            f"{c.vpa.changes_per_job_day:.2f}",
+            "yes" if c.dominates else "NO",
+        )
+    out.print(table)
+    summaries = summarise(cells)
+    pairs = Table(title="per pair: ml - vpa, mean over cells with its 95% t-interval (points)")
+    for column in (
+        "trace",
+        "resource",
+        "dominated cells",
+        "slack diff",
+        "slack 95% CI",
+        "overrun diff",
+        "overrun 95% CI",
+        "worst cell",
+    ):
+        pairs.add_column(column)
+    for p in summaries:
+        w = p.worst
+        pairs.add_row(
+            p.trace,
+            p.resource,
+            f"{p.dominated}/{p.cells}",
+            _pct(p.slack_diff.mean),
+            f"[{_pct(p.slack_diff.low)}, {_pct(p.slack_diff.high)}]",
+            _pct(p.overrun_diff.mean),
+            f"[{_pct(p.overrun_diff.low)}, {_pct(p.overrun_diff.high)}]",
+            f"seed {w.seed} {w.part}: {_pct(w.slack_diff)} / {_pct(w.overrun_diff)}",
+        )
+    out.print(pairs)
+    total = sum(p.dominated for p in summaries)
+    every = sum(p.cells for p in summaries)
+    whole = sum(p.all_dominate for p in summaries)
+    out.print(
+        f"ml dominates the VPA in {total}/{every} cells; on every cell of {whole}/"
+        f"{len(summaries)} pairs"
+    )
+    if json_out is not None:
+        json_out.write_bytes(
+            orjson.dumps(
+                {
+                    "cells": cells_as_dicts(cells),
+                    "pairs": [
+                        {
+                            "trace": p.trace,
+                            "resource": p.resource,
+                            "cells": p.cells,
+                            "dominated": p.dominated,
+                            "slack_diff": [p.slack_diff.mean, p.slack_diff.half_width],
+                            "overrun_diff": [p.overrun_diff.mean, p.overrun_diff.half_width],
+                            "worst": {"seed": p.worst.seed, "part": p.worst.part},
+                        }
+                        for p in summaries
+                    ],
+                },
+                option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
+            )
         )
 
 

@@ -51,12 +51,13 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # recalibrated, the frailty on the tables and on the mixture), so a v10 pool may
 # hold a model no configuration can name any more; 12: the lifetime tracker's
 # packed per-slot and per-host arrays live in their own objects (SlotColumns,
-# HostColumns)
-SNAPSHOT_VERSION = 12
+# HostColumns); 13: the ml limit choice keeps the job's spread and last peak, and its
+# configuration how the settings come from the job's windows
+SNAPSHOT_VERSION = 13
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "4c5c1648fc5bd1f1"
+SNAPSHOT_LAYOUT = "c7400ce9eaf7d9eb"
 
 
 class SnapshotError(Exception):

@@ -36,7 +36,10 @@ shows a lower rung held at no more overruns than the anchor (an overrun
 costs as above), the rung leaves less slack on both counts. What is
 resolved on the past overruns more on the future (the lowest rung that
 held is the one that was closest to running over), so a choice of rung
-``k`` publishes rung ``k + step_back``, nearer the anchor; and the anchor
+``k`` publishes rung ``k + step_back``, nearer the anchor, or with
+``step_from_spread`` the first rung at least the job's own spread (the
+decayed move of its peak from window to window, relative to the anchor's
+limit) above rung ``k`` (a moving window chosen keeps the same room); and the anchor
 is not left before it has been scored ``min_windows`` windows, nor within
 ``calm_windows`` of its limit rising, nor within ``overrun_calm_windows`` of
 its own limit running over.
@@ -72,8 +75,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from lavad.models.limits.histogram import Observation
-from lavad.models.limits.vpa import VpaRecommender
+from lavad.models.limits.histogram import INTERVAL_S, Observation
+from lavad.models.limits.vpa import MEMORY_AGGREGATION_S, VPA_HALF_LIFE_S, VpaRecommender
 from lavad.models.limits.window import (
     LimitRecommender,
     MovingWindowRecommender,
@@ -82,9 +85,8 @@ from lavad.models.limits.window import (
 )
 
 DAY_S = 86_400.0
-# 5-minute windows in a day and in a week.
-DAY_WINDOWS: Final = 288
-WEEK_WINDOWS: Final = 7 * DAY_WINDOWS
+# ``overrun_calm_windows`` for "never again" (more windows than any job has).
+NEVER: Final = 2**62
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +129,19 @@ class ChoiceConfig:
     # one with least slack + ``overrun_weight`` x its decayed overrun cost per
     # window (0: least slack).
     overrun_weight: float = 0.0
+    # Instead of a weight: each candidate's slack and overruns in units of the
+    # anchor's own on this job (slack / anchor's slack + overruns / anchor's
+    # overruns), i.e. a weight that is the job's own exchange rate, the
+    # anchor's slack per overrun per window (see ``default_config``).
+    relative_cost: bool = False
+    # A chosen rung publishes the lowest rung (or the anchor) at least the
+    # job's spread above it, and at least ``step_back`` rungs: the spread is the
+    # decayed mean (rate ``d``) of the move of the window's peak from the last
+    # window's, as a fraction of the anchor's limit in force.
+    step_from_spread: bool = False
+    # Where the anchor is followed, its limit is published whatever the
+    # price (its own moves and the move back to it).
+    follow_anchor: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -233,6 +248,10 @@ class ChoiceRecommender:
         self.anchor_changes = 0
         # The least relative move worth a change (the price per change).
         self.price = self.config.deadband
+        # The job's spread: decayed mean of |peak - last peak| / the anchor's
+        # limit in force; and the last window's peak.
+        self.spread = 0.0
+        self._last_peak: float | None = None
 
     @property
     def limit(self) -> float | None:
@@ -250,6 +269,11 @@ class ChoiceRecommender:
         # Every limit in force is read before any candidate learns from the
         # window (a rung's limit moves with the anchor's).
         limits = [rec.limit for rec in self.candidates]
+        in_force = limits[self._anchor]
+        if self._last_peak is not None and in_force is not None and in_force > 0:
+            move = abs(obs.peak - self._last_peak) / in_force
+            self.spread = keep * self.spread + cfg.d * move
+        self._last_peak = obs.peak
         for index, (rec, limit) in enumerate(zip(self.candidates, limits, strict=True)):
             if limit is not None and limit > 0:
                 over = obs.peak > limit + 1e-12
@@ -299,7 +323,17 @@ class ChoiceRecommender:
             bar = self.overruns[anchor] + cfg.tolerance + 1e-12
             eligible = [i for i in ready if self._scored[i] and self.overruns[i] <= bar]
             per_window = 0.0
-            if cfg.overrun_weight > 0:
+            slack_unit = overrun_unit = 1.0
+            if cfg.relative_cost:
+                # Dominance on the job's past, then each count in units of the
+                # anchor's own (a count the anchor has none of is 0 for every
+                # eligible candidate too, and adds nothing).
+                most = self.slack[anchor] + 1e-12
+                eligible = [i for i in eligible if self.slack[i] <= most]
+                slack_unit = self.slack[anchor] if self.slack[anchor] > 0 else math.inf
+                overrun_unit = self.overruns[anchor] if self.overruns[anchor] > 0 else math.inf
+                per_window = 1.0 / overrun_unit
+            elif cfg.overrun_weight > 0:
                 # Dominance on the job's past: no more slack than the anchor
                 # either; then the cost, overruns per window the decayed
                 # sums cover ((1 - (1 - d_over)^n) / d_over of n windows).
@@ -309,7 +343,7 @@ class ChoiceRecommender:
                 per_window = cfg.overrun_weight / max(covered, 1.0)
 
             def cost(i: int) -> float:
-                return self.slack[i] + per_window * self.overruns[i]
+                return self.slack[i] / slack_unit + per_window * self.overruns[i]
 
             best = min(eligible, key=lambda i: (cost(i), i != anchor, i))
             current = self._chosen
@@ -323,11 +357,18 @@ class ChoiceRecommender:
             best = anchor if anchor in ready else ready[0]
         self._chosen = best
         if best in self._ladder:
-            rung = min(self._ladder.index(best) + cfg.step_back, len(self._ladder) - 1)
-            best = self._ladder[rung]
+            best = self._ladder[self._step_back(self._ladder.index(best))]
         self._followed = best
         proposed = self.candidates[best].limit
         assert proposed is not None
+        if cfg.step_from_spread and best not in self._ladder:
+            # A candidate of its own (a moving window) keeps the same room over
+            # what held as a rung does: the job's spread, in the anchor's
+            # limit; never past the anchor from below.
+            ceiling = self.candidates[anchor].limit
+            if ceiling is not None:
+                room = proposed + self.spread * ceiling
+                proposed = room if proposed > ceiling else min(room, ceiling)
         held = self._limit
         if held is None:
             self._limit = proposed
@@ -336,9 +377,35 @@ class ChoiceRecommender:
         # budget allows against the anchor's own changes, except a raise after
         # an overrun (safety comes first).
         worth = self._worth_a_change(abs(proposed - held), held)
-        if worth or (self._overran and proposed > held):
+        # Where the anchor is followed, its limit is published as it is: "ml"
+        # is the VPA wherever it has not left it. A move to the anchor held by
+        # the price would keep a limit no candidate chose (a rung's or a moving
+        # window's, stale), trading along the VPA's own line.
+        follows = (
+            cfg.follow_anchor and best == anchor and not math.isclose(proposed, held, rel_tol=1e-9)
+        )
+        if worth or follows or (self._overran and proposed > held):
             self._limit = proposed
             self.changes += 1
+
+    def _step_back(self, rung: int) -> int:
+        """The rung published for the chosen ``rung`` (index in the ladder, the anchor last).
+
+        ``step_back`` rungs up; with ``step_from_spread``, further up until the
+        rung's factor is at least the chosen one's plus the job's spread: the
+        chosen rung held on the windows seen, the next window's peak moves from
+        the last by about the spread, so that is the room the published rung
+        keeps over the one that held.
+        """
+        cfg = self.config
+        top = len(self._ladder) - 1
+        published = min(rung + cfg.step_back, top)
+        if cfg.step_from_spread:
+            factors = (*cfg.ladder, 1.0)
+            target = factors[rung] + self.spread - 1e-12
+            while published < top and factors[published] < target:
+                published += 1
+        return published
 
     def _worth_a_change(self, move: float, held: float) -> bool:
         """Whether moving the limit in force ``held`` by ``move`` is worth one of the job's changes.
@@ -375,28 +442,63 @@ class ChoiceRecommender:
         """Each candidate hears of overruns of its own limits in ``observe``."""
 
 
-# Rungs of the VPA's limit a job may step down to (see the module's docstring).
-DEFAULT_LADDER: Final = (0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+# Rungs of the VPA's limit a job may step down to: a grid at the deadband's
+# spacing (two rungs closer than the deadband are one limit to the change
+# rule), down to half the VPA's limit. Which rung a job publishes is its own
+# (see ``default_config``); the grid is only the resolution.
+DEFAULT_LADDER: Final = tuple(round(1.0 - 0.05 * k, 2) for k in range(10, 0, -1))
+# Windows of the VPA's memory aggregation (a histogram of daily peaks).
+MEMORY_AGGREGATION_WINDOWS: Final = round(MEMORY_AGGREGATION_S / INTERVAL_S)
+# Windows of the VPA's half-life (its histograms' decay).
+VPA_HALF_LIFE_WINDOWS: Final = round(VPA_HALF_LIFE_S / INTERVAL_S)
 
 
 def default_config(resource: Resource) -> ChoiceConfig:
-    """lavad's "ml" weights, the same on every trace.
+    """lavad's "ml" settings, the same on every trace; what differs per job is read from
+    the job's own windows.
 
     No probation and no tolerance: a candidate is followed only where it has
     left less slack than the VPA at no more overruns (both resolved on the
-    job's own windows). Memory leaves the anchor only after two days: an OOM
-    kills, and the VPA's memory estimate is a histogram of daily peaks, which
-    a day of history does not yet show. Nor for a week after the VPA's own
-    memory limit ran over: a job that has outgrown the VPA's estimate once
-    has shown it has no headroom to give, and a peak of a weekly cycle comes
-    back a week later.
+    job's own windows). Among those, the one with the least slack + overruns,
+    each in units of the VPA's own on the job (``relative_cost``): the
+    exchange rate between a point of slack and an overrun is the job's, the
+    VPA's slack per overrun (a job that runs over the VPA in 8% of its windows
+    at 48% slack trades about 6 points of slack for a point of overruns, one
+    at 0.05% and 70% about 1,400), where a single weight (20, chosen on one
+    seed) made every job trade at the rate of the trace it was chosen on.
+
+    The chosen rung publishes the rung above it or higher, by the job's own
+    spread (``step_from_spread``): the decayed mean move of its window peak
+    from one window to the next, as a fraction of the VPA's limit. What held
+    on the past runs over more on the future by about that move; a steady
+    job keeps one rung of room (5%), a job whose peak jumps by 20% of the
+    limit from window to window keeps 20%. The ladder itself is a grid at the
+    deadband's spacing down to half the VPA's limit.
+
+    Where the VPA is the choice, its limit is published as it is
+    (``follow_anchor``): a move back to it, or a move of its own, held by the
+    price would leave in force a limit no candidate chose.
+
+    A job leaves the VPA only once the VPA has weighed a day of it: CPU after
+    one of the VPA's half-lives (its CPU histogram decays by half a day), so
+    the comparison covers the job's daily cycle (with none, a moving window
+    that had no overrun in the first hours of a job is followed into the
+    day's peak); memory after two of its aggregation windows (its memory
+    estimate is a histogram of daily peaks: one day of history does not yet
+    show a day-to-day spread), and not within one of its limit rising (a job
+    still growing). Memory never leaves the VPA after the VPA's own limit ran
+    over: a job that has outgrown the VPA's estimate once has shown it has no
+    headroom to give (a week's wait instead let a job's new high, 1.5% above
+    any peak of the 9 days before, OOM under a rung; "never" needs no length
+    of wait chosen on a trace).
 
     Changes have a price (see the module's docstring), with the budget at
-    the anchor's changes + 1, half the bound of 2 x the VPA's: the price lets
-    the count run past its budget (raises after an overrun are never held,
-    and a move larger than the price passes). The price starts at the 5%
-    deadband and moves by 1% a window (a factor of about 18 a day), up to
-    25%: past its budget a job moves only by a quarter of its limit or more.
+    the anchor's changes + 1, half the evaluation's bound of 2 x the VPA's:
+    the price lets the count run past its budget (raises after an overrun
+    are never held, and a move larger than the price passes). The price
+    starts at the 5% deadband and moves by 1% a window (a factor of about
+    18 a day), up to 25%: past its budget a job moves only by a quarter of
+    its limit or more.
     """
     return ChoiceConfig(
         w_switch=0.0,
@@ -404,13 +506,15 @@ def default_config(resource: Resource) -> ChoiceConfig:
         tolerance=0.0,
         ladder=DEFAULT_LADDER,
         step_back=1,
-        overrun_weight=20.0,
+        relative_cost=True,
+        step_from_spread=True,
+        follow_anchor=True,
         change_budget=1.0,
         price_rate=0.01,
         price_max=0.25,
-        min_windows=0 if resource == "cpu" else 2 * DAY_WINDOWS,
-        calm_windows=0 if resource == "cpu" else DAY_WINDOWS,
-        overrun_calm_windows=-1 if resource == "cpu" else WEEK_WINDOWS,
+        min_windows=VPA_HALF_LIFE_WINDOWS if resource == "cpu" else 2 * MEMORY_AGGREGATION_WINDOWS,
+        calm_windows=0 if resource == "cpu" else MEMORY_AGGREGATION_WINDOWS,
+        overrun_calm_windows=-1 if resource == "cpu" else NEVER,
     )
 
 
