@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from lavad.daemon.cli import app
 from lavad.evaluation.lifetime import (
+    OnlineModelSettings,
     _Distributions,
     calibration,
     evaluate_lifetime_model,
@@ -162,10 +163,9 @@ def test_online_protocol_predicts_with_the_model_as_it_stands(protocol: str, ece
         end_time=2000.0,
         thresholds_s=(300.0,),
         settle_s=0.0,
-        min_observations=1,
-        refit_interval_s=100.0,
         bins=LifetimeBins.log_spaced(first_s=300.0, horizon_s=3000.0, count=2),
         protocol="online" if protocol == "online" else "split",
+        settings=OnlineModelSettings(min_observations=1, refit_interval_s=100.0),
     )
     (report,) = result.models[0].thresholds
     assert report.calibration_vms == 2

@@ -246,15 +246,29 @@ MODEL_TITLES = {
 }
 
 
+@dataclass(frozen=True)
+class OnlineModelSettings:
+    """How the online lifetime models learn: the knobs every registered model reads.
+
+    One object, so that a study names a model's settings once and every model
+    of the comparison learns under the same ones.
+    """
+
+    min_observations: int = 30
+    refit_interval_s: float = HOUR
+    prior_strength: float = 10.0
+    half_life_s: float | None = None
+    calibration_half_life_s: float | None = CALIBRATION_HALF_LIFE_S
+    frailty_half_life_s: float | None = FRAILTY_HALF_LIFE_S
+
+
 def _online_model(
-    name: str,
-    bins: LifetimeBins,
-    min_observations: int,
-    prior_strength: float,
-    half_life_s: float | None,
-    calibration_half_life_s: float | None,
-    frailty_half_life_s: float | None = FRAILTY_HALF_LIFE_S,
+    name: str, bins: LifetimeBins, settings: OnlineModelSettings
 ) -> GroupedLifeTables:
+    min_observations = settings.min_observations
+    half_life_s = settings.half_life_s
+    calibration_half_life_s = settings.calibration_half_life_s
+    frailty_half_life_s = settings.frailty_half_life_s
     if name in ("frailty", "frailty-banded", "frailty-per-vm", "frailty-banded-per-vm"):
         return FrailtyLifeTables(
             GroupedLifeTables(bins, min_observations, half_life_s=half_life_s),
@@ -299,7 +313,7 @@ def _online_model(
         return ShrunkLifeTables(
             bins,
             min_observations,
-            prior_strength=prior_strength,
+            prior_strength=settings.prior_strength,
             half_life_s=half_life_s,
             calibrator=calibrator,
         )
@@ -315,19 +329,17 @@ def evaluate_lifetime_model(
     end_time: float,
     thresholds_s: tuple[float, ...] = (HOUR, 24 * HOUR),
     settle_s: float = 7 * 24 * HOUR,
-    min_observations: int = 30,
-    refit_interval_s: float = HOUR,
     bins: LifetimeBins | None = None,
     river_seed: int | None = None,
     categorical: tuple[str, ...] = (),
     models: tuple[str, ...] = ("tables",),
-    prior_strength: float = 10.0,
-    half_life_s: float | None = None,
     protocol: Protocol = "split",
-    calibration_half_life_s: float | None = CALIBRATION_HALF_LIFE_S,
-    frailty_half_life_s: float | None = FRAILTY_HALF_LIFE_S,
+    settings: OnlineModelSettings = OnlineModelSettings(),
 ) -> LifetimeEvaluation:
-    """The online ``models`` (and, with ``river_seed``, the river classifier), as above."""
+    """The online ``models`` (and, with ``river_seed``, the river classifier), as above.
+
+    Every model learns under the same ``settings``.
+    """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     if not split_time < end_time:
@@ -338,19 +350,7 @@ def evaluate_lifetime_model(
         raise ValueError("no lifetime model to evaluate")
     bins = bins or LifetimeBins.log_spaced()
     onlines = [
-        _OnlineModel(
-            name,
-            _online_model(
-                name,
-                bins,
-                min_observations,
-                prior_strength,
-                half_life_s,
-                calibration_half_life_s,
-                frailty_half_life_s,
-            ),
-            refit_interval_s,
-        )
+        _OnlineModel(name, _online_model(name, bins, settings), settings.refit_interval_s)
         for name in models
     ]
     river = None if river_seed is None else RiverLifetimeClassifier(bins, seed=river_seed)

@@ -6,7 +6,7 @@ trace, picks the split and prints the tables.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -20,8 +20,10 @@ from lavad.evaluation.lifetime import (
     PROTOCOLS,
     LifetimeEvaluation,
     ModelReport,
+    OnlineModelSettings,
     evaluate_lifetime_model,
 )
+from lavad.evaluation.options import options_command
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.schema import VmRequest
@@ -37,119 +39,129 @@ def _categorical(spec: str) -> tuple[str, ...]:
     return names
 
 
-def lifetime_command(
-    path: Annotated[Path, typer.Argument(help="VM trace file or directory")],
+@dataclass(frozen=True)
+class LifetimeOptions:
+    """The options of ``lifetime``, as typer reads them (``options_command``)."""
+
+    path: Annotated[Path, typer.Argument(help="VM trace file or directory")]
     split: Annotated[
         float, typer.Option(help="fraction of the requests learned from before testing (0-1)")
-    ] = 0.5,
+    ] = 0.5
     thresholds_h: Annotated[
         str, typer.Option("--thresholds-h", help="comma-separated 'lives beyond X hours'")
-    ] = "1,24",
+    ] = "1,24"
     settle_days: Annotated[
         float, typer.Option(help="F1 counts VMs requested at least this long before the end")
-    ] = 2.0,
+    ] = 2.0
     min_observations: Annotated[
         int, typer.Option(help="observations a group needs before it is used")
-    ] = 30,
+    ] = 30
     categorical: Annotated[
         str,
         typer.Option(
             help="comma-separated class-valued features that key the groups ('declared': those "
             "the adapters declare; '': none)"
         ),
-    ] = "",
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="write the results as JSON")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="seed for sampled trace fields")] = 0,
+    ] = ""
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = (
+        None
+    )
+    seed: Annotated[int, typer.Option(help="seed for sampled trace fields")] = 0
     river: Annotated[
         bool, typer.Option(help="also evaluate the river classifier (learns from exits only)")
-    ] = True,
+    ] = True
     models: Annotated[
         str,
         typer.Option(
             help="comma-separated online lifetime models: tables, shrunk, tables-calibrated, "
             "shrunk-calibrated, mixture, frailty, frailty-banded, mixture-frailty"
         ),
-    ] = "tables,shrunk",
+    ] = "tables,shrunk"
     prior_strength: Annotated[
         float, typer.Option(help="model 'shrunk': each level's prior, in VMs at risk")
-    ] = 10.0,
+    ] = 10.0
     half_life_h: Annotated[
         float | None,
         typer.Option("--half-life-h", help="observations count half after this (default: never)"),
-    ] = None,
+    ] = None
     calibration_half_life_h: Annotated[
         float,
         typer.Option(
             "--calibration-half-life-h",
             help="models '*-calibrated': resolved predictions count half after this",
         ),
-    ] = 168.0,
+    ] = 168.0
     frailty_half_life_h: Annotated[
         float,
         typer.Option(
             "--frailty-half-life-h",
             help="models '*frailty': an owner's deaths and expected hazard count half after this",
         ),
-    ] = 24.0,
+    ] = 24.0
     protocol: Annotated[
         str,
         typer.Option(
             help="'split': the model is frozen at the split; 'online': it keeps learning in "
             "event time and predicts each test VM as it stands at its request (the daemon's way)"
         ),
-    ] = "split",
-) -> None:
+    ] = "split"
+
+
+def run_lifetime(options: LifetimeOptions) -> None:
     """F1 of "lives beyond X" at uptimes 0-90% of the lifetime, calibration, latency."""
-    if not 0.0 < split < 1.0:
-        raise fail(f"--split must be in (0, 1), got {split}")
-    chosen_protocol = next((known for known in PROTOCOLS if known == protocol), None)
+    if not 0.0 < options.split < 1.0:
+        raise fail(f"--split must be in (0, 1), got {options.split}")
+    chosen_protocol = next((known for known in PROTOCOLS if known == options.protocol), None)
     if chosen_protocol is None:
-        raise fail(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        raise fail(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {options.protocol!r}")
     try:
-        thresholds = tuple(float(x) * 3600.0 for x in thresholds_h.split(","))
+        thresholds = tuple(float(x) * 3600.0 for x in options.thresholds_h.split(","))
     except ValueError:
         raise fail(
-            f"--thresholds-h must be numbers separated by commas, got {thresholds_h!r}"
+            f"--thresholds-h must be numbers separated by commas, got {options.thresholds_h!r}"
         ) from None
     try:
-        trace = open_trace(path, seed=seed)
+        trace = open_trace(options.path, seed=options.seed)
         times = [item.time for item in trace.events() if isinstance(item, VmRequest)]
     except TraceFormatError as exc:
         raise fail(str(exc)) from None
     if len(times) < 2 or times[-1] <= times[0]:
-        raise fail(f"{path}: needs VM requests spread over time")
+        raise fail(f"{options.path}: needs VM requests spread over time")
     end = trace.end_time if trace.end_time is not None else times[-1]
     # By count, not by time: a sampled trace (OpenB) requests most of its
     # VMs in a short part of its span.
-    split_time = times[int(split * (len(times) - 1))]
+    split_time = times[int(options.split * (len(times) - 1))]
     try:
         result = evaluate_lifetime_model(
-            open_trace(path, seed=seed).events(),
+            open_trace(options.path, seed=options.seed).events(),
             split_time=split_time,
             end_time=end,
             thresholds_s=thresholds,
             # At most half the test period, so that short recordings keep a test set.
-            settle_s=min(settle_days * 86_400.0, (end - split_time) / 2.0),
-            min_observations=min_observations,
-            river_seed=seed if river else None,
-            categorical=_categorical(categorical),
-            models=tuple(name.strip() for name in models.split(",") if name.strip()),
-            prior_strength=prior_strength,
-            half_life_s=None if half_life_h is None else half_life_h * 3600.0,
+            settle_s=min(options.settle_days * 86_400.0, (end - split_time) / 2.0),
+            river_seed=options.seed if options.river else None,
+            categorical=_categorical(options.categorical),
+            models=tuple(name.strip() for name in options.models.split(",") if name.strip()),
             protocol=chosen_protocol,
-            calibration_half_life_s=calibration_half_life_h * 3600.0,
-            frailty_half_life_s=frailty_half_life_h * 3600.0,
+            settings=OnlineModelSettings(
+                min_observations=options.min_observations,
+                prior_strength=options.prior_strength,
+                half_life_s=None if options.half_life_h is None else options.half_life_h * 3600.0,
+                calibration_half_life_s=options.calibration_half_life_h * 3600.0,
+                frailty_half_life_s=options.frailty_half_life_h * 3600.0,
+            ),
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
     print_evaluation(trace.name, result)
-    if json_out is not None:
-        json_out.write_bytes(
+    if options.json_out is not None:
+        options.json_out.write_bytes(
             orjson.dumps(asdict(result), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
         )
-        out.print(f"results written to {json_out}")
+        out.print(f"results written to {options.json_out}")
+
+
+lifetime_command = options_command(LifetimeOptions, run_lifetime)
 
 
 def print_evaluation(name: str, result: LifetimeEvaluation) -> None:
