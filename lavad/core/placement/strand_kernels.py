@@ -147,8 +147,8 @@ def host_time_count(
             while b < n_buckets and buckets[b] <= held:
                 b += 1
             count += b - 1
-        if count > cap:
-            break  # every term is >= 0: the host already costs more
+            if count > cap:
+                return float(count)  # every term is >= 0: the host already costs more
     return float(count)
 
 
