@@ -21,7 +21,7 @@ from lavad.evaluation.gpa_aligned import (
     run_aligned,
 )
 from lavad.evaluation.gpa_cli import app
-from lavad.evaluation.gpa_evaluation import run_gpa_evaluation
+from lavad.evaluation.gpa_evaluation import GpaEvaluationSettings, run_gpa_evaluation
 from lavad.evaluation.stochastic_packing import GpaFitTest, Packing, pack, rebalance
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "google-2011-gcd-slice"
@@ -83,12 +83,14 @@ def test_history_stats_skip_missing_steps() -> None:
 def test_run_on_the_slice_writes_table_and_plot(tmp_path: Path) -> None:
     evaluation = run_gpa_evaluation(
         SLICE,
-        tasks=60,
-        instances=2,
-        realisations=300,
-        aligned_tasks=16,
-        capacities=(1.0, 2.0),
-        rhos=(0.1, 0.01),
+        GpaEvaluationSettings(
+            tasks=60,
+            instances=2,
+            realisations=300,
+            aligned_tasks=16,
+            capacities=(1.0, 2.0),
+            rhos=(0.1, 0.01),
+        ),
         out_dir=tmp_path,
     )
     rows = evaluation.rows()

@@ -8,6 +8,7 @@ section 5) and ``lavad.evaluation.gpa_aligned``'s.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +16,8 @@ import typer
 from rich.table import Table
 
 from lavad.daemon.console import fail, out
-from lavad.evaluation.gpa_evaluation import run_gpa_evaluation
+from lavad.evaluation.gpa_evaluation import GpaEvaluationSettings, run_gpa_evaluation
+from lavad.evaluation.options import options_command
 from lavad.streams.adapters import TraceFormatError
 
 app = typer.Typer(help="GPA stochastic bin packing against the paper's baselines.")
@@ -28,61 +30,63 @@ def _floats(name: str, text: str) -> tuple[float, ...]:
         raise fail(f"--{name}: want comma-separated numbers, got {text!r}") from None
 
 
-def gpa_command(
-    paths: Annotated[list[Path], typer.Argument(help="usage trace folders (one or more)")],
-    tasks: Annotated[int, typer.Option(help="tasks per resampled instance", min=1)] = 200,
+@dataclass(frozen=True)
+class GpaOptions:
+    """The options of ``gpa``, as typer reads them (``options_command``)."""
+
+    paths: Annotated[list[Path], typer.Argument(help="usage trace folders (one or more)")]
+    tasks: Annotated[int, typer.Option(help="tasks per resampled instance", min=1)] = 200
     aligned_tasks: Annotated[
         int, typer.Option(help="tasks per time-aligned instance (at most the trace's VMs)", min=1)
-    ] = 200,
-    instances: Annotated[int, typer.Option(help="instances per evaluation", min=1)] = 5,
-    realisations: Annotated[int, typer.Option(help="realisations per task", min=3)] = 2000,
-    capacities: Annotated[str, typer.Option(help="machine capacities")] = "0.5,1,2,5",
-    rhos: Annotated[str, typer.Option(help="GPA SLOs rho")] = "0.1,0.05,0.01,0.001",
+    ] = 200
+    instances: Annotated[int, typer.Option(help="instances per evaluation", min=1)] = 5
+    realisations: Annotated[int, typer.Option(help="realisations per task", min=3)] = 2000
+    capacities: Annotated[str, typer.Option(help="machine capacities")] = "0.5,1,2,5"
+    rhos: Annotated[str, typer.Option(help="GPA SLOs rho")] = "0.1,0.05,0.01,0.001"
     history_steps: Annotated[
         int | None, typer.Option(help="aligned history length in 300 s steps (default per trace)")
-    ] = None,
+    ] = None
     future_steps: Annotated[
         int | None, typer.Option(help="aligned future length in 300 s steps (default per trace)")
-    ] = None,
+    ] = None
     min_window_vms: Annotated[
         int, typer.Option(help="aligned windows need this many usable VMs", min=1)
-    ] = 20,
-    seed: Annotated[int, typer.Option(help="seed of the instances", min=0)] = 0,
+    ] = 20
+    seed: Annotated[int, typer.Option(help="seed of the instances", min=0)] = 0
     part: Annotated[
         str, typer.Option(help="whole trace, or its first or second half (time-aligned only)")
-    ] = "whole",
+    ] = "whole"
     resampled: Annotated[
         bool, typer.Option(help="run the paper's resampled sweep too (off: time-aligned only)")
-    ] = True,
+    ] = True
     skip: Annotated[
         str, typer.Option(help="time-aligned studies to leave out, e.g. gpa-cov,gpa-cal,gpa-live")
-    ] = "",
-    out_dir: Annotated[
-        Path | None, typer.Option(help="write <trace>-gpa.{json,md,png} here")
-    ] = None,
-) -> None:
+    ] = ""
+    out_dir: Annotated[Path | None, typer.Option(help="write <trace>-gpa.{json,md,png} here")] = (
+        None
+    )
+
+
+def run_gpa(options: GpaOptions) -> None:
     """Normalised machines m and overflow frequency q per capacity and method."""
-    capacity_values = _floats("capacities", capacities)
-    rho_values = _floats("rhos", rhos)
-    for path in paths:
+    settings = GpaEvaluationSettings(
+        tasks=options.tasks,
+        instances=options.instances,
+        realisations=options.realisations,
+        aligned_tasks=options.aligned_tasks,
+        capacities=_floats("capacities", options.capacities),
+        rhos=_floats("rhos", options.rhos),
+        history_steps=options.history_steps,
+        future_steps=options.future_steps,
+        min_window_vms=options.min_window_vms,
+        seed=options.seed,
+        part=options.part,
+        resampled=options.resampled,
+        skip=tuple(name for name in options.skip.split(",") if name),
+    )
+    for path in options.paths:
         try:
-            evaluation = run_gpa_evaluation(
-                path,
-                tasks=tasks,
-                instances=instances,
-                realisations=realisations,
-                aligned_tasks=aligned_tasks,
-                capacities=capacity_values,
-                rhos=rho_values,
-                history_steps=history_steps,
-                future_steps=future_steps,
-                min_window_vms=min_window_vms,
-                seed=seed,
-                out_dir=out_dir,
-                part=part,
-                resampled=resampled,
-                skip=tuple(name for name in skip.split(",") if name),
-            )
+            evaluation = run_gpa_evaluation(path, settings, out_dir=options.out_dir)
         except (TraceFormatError, ValueError) as exc:
             raise fail(f"{path}: {exc}") from None
         table = Table(title=f"{evaluation.trace}: resampled vs time-aligned")
@@ -106,8 +110,11 @@ def gpa_command(
                 row["aligned_learned"] or "",
             )
         out.print(table)
-    if out_dir is not None:
-        out.print(f"written to {out_dir}")
+    if options.out_dir is not None:
+        out.print(f"written to {options.out_dir}")
+
+
+gpa_command = options_command(GpaOptions, run_gpa)
 
 
 app.command("gpa")(gpa_command)

@@ -178,35 +178,47 @@ def plot_m_vs_q(evaluation: GpaEvaluation, path: Path) -> None:
 SKIPPABLE = ("gpa-cov", "gpa-cal", "gpa-live", "gpa-react", "gpa-drift")
 
 
+@dataclass(frozen=True)
+class GpaEvaluationSettings:
+    """What ``run_gpa_evaluation`` runs: the sweep's and the time-aligned study's sizes.
+
+    ``part`` "first" or "second": the time-aligned evaluation on that half of
+    the trace alone (``load_aligned_windows``). ``resampled`` False skips the
+    section 5 resampling (its rows are then empty); ``skip`` leaves out
+    time-aligned studies by family (``SKIPPABLE``: gpa-cal's backtest costs
+    the most). The time-aligned instances rotate over every day-aligned window
+    with at least ``min_window_vms`` usable VMs (or the fullest window if none
+    has).
+    """
+
+    tasks: int = 200
+    instances: int = 5
+    realisations: int = 2000
+    aligned_tasks: int = 200
+    capacities: Sequence[float] = PAPER_CAPACITIES
+    rhos: Sequence[float] = PAPER_RHOS
+    clairvoyance: Sequence[float] = (1.0,)
+    history_steps: int | None = None
+    future_steps: int | None = None
+    min_window_vms: int = 20
+    seed: int = 0
+    part: str = "whole"
+    resampled: bool = True
+    skip: Sequence[str] = ()
+
+
 def run_gpa_evaluation(
     path: Path,
+    settings: GpaEvaluationSettings = GpaEvaluationSettings(),
     *,
-    tasks: int = 200,
-    instances: int = 5,
-    realisations: int = 2000,
-    aligned_tasks: int = 200,
-    capacities: Sequence[float] = PAPER_CAPACITIES,
-    rhos: Sequence[float] = PAPER_RHOS,
-    clairvoyance: Sequence[float] = (1.0,),
-    history_steps: int | None = None,
-    future_steps: int | None = None,
-    min_window_vms: int = 20,
-    seed: int = 0,
     out_dir: Path | None = None,
-    part: str = "whole",
-    resampled: bool = True,
-    skip: Sequence[str] = (),
 ) -> GpaEvaluation:
     """Run both evaluations on the trace at ``path``; write JSON, table and PNG to ``out_dir``.
 
-    The time-aligned instances rotate over every day-aligned window with at
-    least ``min_window_vms`` usable VMs (or the fullest window if none has).
-    ``part`` "first" or "second": the time-aligned evaluation on that half of
-    the trace alone (``load_aligned_windows``); the files are then named
-    ``<trace>-<part>-gpa.*``. ``resampled`` False skips the section 5
-    resampling (its rows are then empty); ``skip`` leaves out time-aligned
-    studies by family (``SKIPPABLE``: gpa-cal's backtest costs the most).
+    With a ``part`` of the trace, the files are named ``<trace>-<part>-gpa.*``.
     """
+    tasks, instances, seed = settings.tasks, settings.instances, settings.seed
+    capacities, rhos, skip, part = settings.capacities, settings.rhos, settings.skip, settings.part
     unknown = sorted(set(skip) - set(SKIPPABLE))
     if unknown:
         raise ValueError(f"cannot skip {', '.join(unknown)}: skippable are {', '.join(SKIPPABLE)}")
@@ -216,14 +228,14 @@ def run_gpa_evaluation(
     sweep_settings = SweepSettings(
         tasks=tasks,
         instances=instances,
-        realisations=realisations,
+        realisations=settings.realisations,
         capacities=tuple(capacities),
-        clairvoyance=tuple(clairvoyance),
+        clairvoyance=tuple(settings.clairvoyance),
         rhos=tuple(rhos),
         seed=seed,
     )
     aligned_settings = AlignedSettings(
-        tasks=aligned_tasks,
+        tasks=settings.aligned_tasks,
         instances=instances,
         capacities=tuple(capacities),
         rhos=tuple(rhos),
@@ -234,13 +246,13 @@ def run_gpa_evaluation(
         react="gpa-react" not in skip,
         drift="gpa-drift" not in skip,
     )
-    windows = load_aligned_windows(path, history_steps, future_steps, part=part)
-    if resampled:
+    windows = load_aligned_windows(path, settings.history_steps, settings.future_steps, part=part)
+    if settings.resampled:
         series = load_usage_series(path)
         sweep = run_sweep(series, sweep_settings, path=str(path))
     else:
         sweep = SweepResult(windows[0].trace, str(path), "mean", 0, 0, sweep_settings)
-    wide = [w for w in windows if len(w.names) >= min_window_vms]
+    wide = [w for w in windows if len(w.names) >= settings.min_window_vms]
     aligned = run_aligned(wide or [max(windows, key=lambda w: len(w.names))], aligned_settings)
     evaluation = GpaEvaluation(windows[0].trace, str(path), sweep, aligned)
     if out_dir is not None:
