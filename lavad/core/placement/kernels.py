@@ -349,108 +349,6 @@ def _las_cost(
 
 
 @numba.njit(cache=True, nogil=True)
-def _least_raised(
-    pool: ScanPool,
-    request: ScanRequest,
-    preferred: Preference,
-    best_p: float,
-    las: LasInput,
-    floors: Floors,
-    strand: Stranding,
-    used: FloatArray,
-    total: float,
-    ties: IntArray,
-) -> tuple[int, float, float]:
-    """The hosts of preference ``best_p`` whose LAS cost raised by the host time the
-    placement strands is least, then Best Fit's best of them: (count, cost, Best Fit
-    score), the ties ascending in ``ties[:count]``.
-
-    For the scan once every host of LAS's best level strands more (so the
-    least raised cost is above LAS's). A host's raised cost is at least its
-    LAS cost, and its LAS cost at least its floor (``floors`` as the scan
-    left them; 0 where a floor does not apply). So the hosts are visited in
-    ascending order of that lower bound, each costed only up to the least
-    raised cost found so far, and the visit stops at the first whose bound
-    is above it: every host that can be best is costed exactly, most of the
-    others not at all. Most placements that get here have a few hosts within
-    reach of the best; counting every host's stranded time, as a second
-    pass in host order would, costs several times LAS's whole scan.
-    """
-    free, inv_capacity, unschedulable, present, weights = pool
-    n, d0, d1, d2, d3, tolerance, now, lifetime = request
-    preference, use_preference = preferred
-    host_exit, thresholds, use_thresholds, buckets, host_q, use_host_q = las
-    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
-    start = now + lifetime
-    demand = np.empty(4)
-    demand[0] = d0
-    demand[1] = d1
-    demand[2] = d2
-    demand[3] = d3
-    zero = np.zeros(4)
-    hosts = np.empty(n, dtype=np.int64)
-    lower = np.empty(n)
-    m = 0
-    for h in range(n):
-        if unschedulable[h] or not _fits(free, h, d0, d1, d2, d3, tolerance):
-            continue
-        # The best preference is the least of the hosts that fit: a host of
-        # another (or a NaN, which no host the scan chose has) cannot be best.
-        if (preference[h] if use_preference else 0.0) != best_p:
-            continue
-        hosts[m] = h
-        kept = use_floor and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
-        lower[m] = floor[h] if kept else 0.0
-        m += 1
-    # Stable, so hosts of equal bounds keep index order (only the speed
-    # depends on the order).
-    order = np.argsort(lower[:m], kind="mergesort")
-    raised = np.full(m, np.inf)
-    best_r = np.inf
-    for o in range(m):
-        i = order[o]
-        if lower[i] > best_r:
-            break
-        h = hosts[i]
-        c = _las_cost(
-            h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q, use_host_q,
-            best_r,
-        )  # fmt: skip
-        if use_floor:
-            floor[h] = c
-            floor_epoch[h] = epoch
-            floor_stamp[h] = stamp[h]
-        if c > best_r:
-            continue
-        r = max(c, host_strand_count(
-            free, inv_capacity, h, demand, zero, used, total, strand, now, best_r
-        ))  # fmt: skip
-        if r > best_r:
-            continue
-        raised[i] = r
-        best_r = r
-    w0 = weights[0] if present[0] else 0.0
-    w1 = weights[1] if present[1] else 0.0
-    w2 = weights[2] if present[2] else 0.0
-    w3 = weights[3] if present[3] else 0.0
-    best_s = np.inf
-    count = 0
-    for i in range(m):
-        if raised[i] != best_r:
-            continue
-        h = hosts[i]
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        if score < best_s:
-            best_s = score
-            ties[0] = h
-            count = 1
-        elif score == best_s:
-            ties[count] = h
-            count += 1
-    return count, best_r, best_s
-
-
-@numba.njit(cache=True, nogil=True)
 def _floored_lifetime_scan(
     pool: ScanPool,
     request: ScanRequest,
@@ -505,9 +403,9 @@ def _floored_lifetime_scan(
     host time the placement strands (``stranding_cost.py``). When a host
     LAS alone would choose strands more, the hosts of LAS's best level that
     strand nothing more decide if there are any (no host costs less); else
-    ``_least_raised`` decides, from the floors the pass left (LAS's own
-    costs, lower bounds of the raised ones). The result is the pipeline's
-    with that score either way.
+    a second pass decides, raising each host's cost once LAS's alone leaves
+    it in the running: the floors stay LAS's own costs, lower bounds of the
+    raised ones. The result is the pipeline's with that score either way.
 
     Returns (count, best preference, best LAS cost, best Best Fit score) and
     the tied hosts, ascending, in ``ties[:count]``.
@@ -530,7 +428,7 @@ def _floored_lifetime_scan(
     demand[2] = d2
     demand[3] = d3
     zero = np.zeros(4)
-    # LAS's best level (its hosts in index order), when strands count.
+    # LAS's best level in pass 0 (its hosts in index order), when strands count.
     level = np.empty(n if counts_strands else 0, dtype=np.int64)
     n_level = 0
     w0 = weights[0] if present[0] else 0.0
@@ -542,125 +440,144 @@ def _floored_lifetime_scan(
     best_s = np.inf
     count = 0
     start = now + lifetime
-    # The probe's (preference, cost): an upper bound on the best's.
-    bound_p = np.inf
-    bound_c = np.inf
-    # Only a stale host is refreshed (its exit moved, or is NaN, for which
-    # != is true as in the pass): most are not, and a call per host (its
-    # arrays' reference counts) would cost more than the comparison.
-    if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
-        _refresh_host(probe, tracker, model)
-    if (
-        0 <= probe < n
-        and not unschedulable[probe]
-        and _fits(free, probe, d0, d1, d2, d3, tolerance)
-    ):
-        bound_p = preference[probe] if use_preference else 0.0
-        bound_c = _las_cost(
-            probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-            use_host_q, np.inf,
-        )  # fmt: skip
-        if use_floor:
-            floor[probe] = bound_c
-            floor_epoch[probe] = epoch
-            floor_stamp[probe] = stamp[probe]
-    for h in range(n):
-        if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
-            _refresh_host(h, tracker, model)
-        if unschedulable[h]:
-            continue
-        if not _fits(free, h, d0, d1, d2, d3, tolerance):
-            continue
-        p = preference[h] if use_preference else 0.0
-        if p > best_p or p > bound_p:
-            continue
-        cap = np.inf
-        if p == best_p:
-            cap = best_c
-        if p == bound_p and bound_c < cap:
-            cap = bound_c
-        if use_floor:
-            kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
-            if kept and floor[h] > cap:
+    # Pass 0 is LAS's; pass 1, counting stranded host time, runs only when a
+    # host LAS chose strands more by that count (most placements it does
+    # not: the stranded count costs far more than LAS's). It is probed with
+    # LAS's choice, a close bound, and reads the floors pass 0 left.
+    for counting in range(2):
+        if counting:
+            if not counts_strands or count == 0:
+                break
+            stands = True
+            for i in range(count):
+                raised = host_strand_count(
+                    free, inv_capacity, ties[i], demand, zero, used, total, strand, now, best_c
+                )
+                if raised > best_c:
+                    stands = False
+                    break
+            if stands:
+                break
+            # No host can cost less than LAS's best level; those of its hosts
+            # the placement strands nothing more on keep it, so when there are
+            # any the decision is among them, without a second pass.
+            kept = 0
+            for i in range(n_level):
+                h = level[i]
+                raised = host_strand_count(
+                    free, inv_capacity, h, demand, zero, used, total, strand, now, best_c
+                )
+                if raised <= best_c:
+                    level[kept] = h
+                    kept += 1
+            if kept > 0:
+                best_s = np.inf
+                count = 0
+                for i in range(kept):
+                    h = level[i]
+                    score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+                    if score < best_s:
+                        best_s = score
+                        ties[0] = h
+                        count = 1
+                    elif score == best_s:
+                        ties[count] = h
+                        count += 1
+                break
+            probe = ties[0]
+            refresh = False  # pass 0 brought every host up to date
+            best_p = np.inf
+            best_c = np.inf
+            best_s = np.inf
+            count = 0
+        # The probe's (preference, cost): an upper bound on the best's.
+        bound_p = np.inf
+        bound_c = np.inf
+        # Only a stale host is refreshed (its exit moved, or is NaN, for which
+        # != is true as in the pass): most are not, and a call per host (its
+        # arrays' reference counts) would cost more than the comparison.
+        if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
+            _refresh_host(probe, tracker, model)
+        if (
+            0 <= probe < n
+            and not unschedulable[probe]
+            and _fits(free, probe, d0, d1, d2, d3, tolerance)
+        ):
+            bound_p = preference[probe] if use_preference else 0.0
+            bound_c = _las_cost(
+                probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                use_host_q, np.inf,
+            )  # fmt: skip
+            if use_floor:
+                floor[probe] = bound_c
+                floor_epoch[probe] = epoch
+                floor_stamp[probe] = stamp[probe]
+            if counting:
+                raised = host_strand_count(
+                    free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
+                )
+                bound_c = max(bound_c, raised)
+        for h in range(n):
+            if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
+                _refresh_host(h, tracker, model)
+            if unschedulable[h]:
                 continue
-            # A host costed before in this epoch and still in the running is
-            # costed in full: its exact cost is the floor that lets the next
-            # scans of the epoch skip it.
-            c = _las_cost(
-                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                use_host_q, np.inf if kept else cap,
-            )  # fmt: skip
-            floor[h] = c
-            floor_epoch[h] = epoch
-            floor_stamp[h] = stamp[h]
-        else:
-            c = _las_cost(
-                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                use_host_q, cap,
-            )  # fmt: skip
-        if c > cap:
-            continue
-        if counts_strands:
-            # Every host reached costs no more than the best so far in
-            # (preference, LAS): a lower one starts LAS's best level anew.
-            if p < best_p or c < best_c:
-                n_level = 0
-            level[n_level] = h
-            n_level += 1
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        if p < best_p or c < best_c or score < best_s:
-            best_p = p
-            best_c = c
-            best_s = score
-            ties[0] = h
-            count = 1
-        elif score == best_s:
-            ties[count] = h
-            count += 1
-    if not counts_strands or count == 0:
-        return count, best_p, best_c, best_s
-    # Stranded host time: most placements LAS chose strand nothing more by
-    # its count (the count costs far more than LAS's), and then LAS's choice
-    # stands.
-    stands = True
-    for i in range(count):
-        raised = host_strand_count(
-            free, inv_capacity, ties[i], demand, zero, used, total, strand, now, best_c
-        )
-        if raised > best_c:
-            stands = False
-            break
-    if stands:
-        return count, best_p, best_c, best_s
-    # No host can cost less than LAS's best level; those of its hosts the
-    # placement strands nothing more on keep it, so when there are any the
-    # decision is among them.
-    kept = 0
-    for i in range(n_level):
-        h = level[i]
-        raised = host_strand_count(
-            free, inv_capacity, h, demand, zero, used, total, strand, now, best_c
-        )
-        if raised <= best_c:
-            level[kept] = h
-            kept += 1
-    if kept == 0:
-        count, best_c, best_s = _least_raised(
-            pool, request, preferred, best_p, las, floors, strand, used, total, ties
-        )
-        return count, best_p, best_c, best_s
-    best_s = np.inf
-    count = 0
-    for i in range(kept):
-        h = level[i]
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        if score < best_s:
-            best_s = score
-            ties[0] = h
-            count = 1
-        elif score == best_s:
-            ties[count] = h
-            count += 1
+            if not _fits(free, h, d0, d1, d2, d3, tolerance):
+                continue
+            p = preference[h] if use_preference else 0.0
+            if p > best_p or p > bound_p:
+                continue
+            cap = np.inf
+            if p == best_p:
+                cap = best_c
+            if p == bound_p and bound_c < cap:
+                cap = bound_c
+            if use_floor:
+                kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
+                if kept and floor[h] > cap:
+                    continue
+                # A host costed before in this epoch and still in the running is
+                # costed in full: its exact cost is the floor that lets the next
+                # scans of the epoch skip it. Pass 1's caps are above pass 0's,
+                # so there a bound above the cap is a floor as good.
+                c = _las_cost(
+                    h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                    use_host_q, np.inf if kept and not counting else cap,
+                )  # fmt: skip
+                floor[h] = c
+                floor_epoch[h] = epoch
+                floor_stamp[h] = stamp[h]
+            else:
+                c = _las_cost(
+                    h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                    use_host_q, cap,
+                )  # fmt: skip
+            if c > cap:
+                continue
+            if counting:
+                raised = host_strand_count(
+                    free, inv_capacity, h, demand, zero, used, total, strand, now, cap
+                )
+                c = max(c, raised)
+                if c > cap:
+                    continue
+            if counts_strands and not counting:
+                # Every host reached costs no more than the best so far in
+                # (preference, LAS): a lower one starts LAS's best level anew.
+                if p < best_p or c < best_c:
+                    n_level = 0
+                level[n_level] = h
+                n_level += 1
+            score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+            if p < best_p or c < best_c or score < best_s:
+                best_p = p
+                best_c = c
+                best_s = score
+                ties[0] = h
+                count = 1
+            elif score == best_s:
+                ties[count] = h
+                count += 1
     return count, best_p, best_c, best_s
 
 
