@@ -44,6 +44,37 @@ def test_the_mix_keeps_its_mean_and_minimal_shapes() -> None:
     assert mix.minimal.tolist() == [[1.0, 2.0, 0.0, 0.0]]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(*(st.sampled_from([0.0, 1.0, 2.0, 4.0, 8.0]) for _ in range(4))),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_minimal_shapes_are_those_no_other_shape_is_below(
+    shapes: list[tuple[float, float, float, float]],
+) -> None:
+    """The mix's minimal shapes, in its order, are exactly the distinct shapes that no
+    other shape is at most in every resource and below in one (the definition, pair by
+    pair in Python)."""
+    mix = RequestMix(window=100, max_shapes=64, refresh_every=1)
+    for shape in shapes:
+        mix.add(shape)
+    distinct = {tuple(row) for row in mix.minimal.tolist()}
+    expected = {
+        shape
+        for shape in set(shapes)
+        if not any(
+            all(o <= s for o, s in zip(other, shape, strict=True))
+            and any(o < s for o, s in zip(other, shape, strict=True))
+            for other in set(shapes)
+        )
+    }
+    assert distinct == expected
+    assert len(distinct) == len(mix.minimal)
+
+
 def test_the_mix_forgets_what_leaves_its_window() -> None:
     mix = RequestMix(window=2, max_shapes=8, refresh_every=1)
     for shape in [(4.0, 32.0, 0.0, 0.0), (1.0, 2.0, 0.0, 0.0), (1.0, 2.0, 0.0, 0.0)]:

@@ -109,18 +109,21 @@ class RequestMix:
 
     def add(self, shape: Shape) -> None:
         ring = self._ring
+        counts = self._counts
         if len(ring) < self.window:
             ring.append(shape)
         else:
             old = ring[self._next]
-            left = self._counts[old] - 1
+            left = counts[old] - 1
             if left:
-                self._counts[old] = left
+                counts[old] = left
             else:
-                del self._counts[old]
+                del counts[old]
             ring[self._next] = shape
             self._next = (self._next + 1) % self.window
-        self._counts[shape] += 1
+        # ``get``, not Counter's ``+=``: a new shape would go through
+        # ``__missing__``, a Python call on every placement's path.
+        counts[shape] = counts.get(shape, 0) + 1
         self._since_refresh += 1
         self._seen += 1
         seen = self._seen
@@ -144,10 +147,12 @@ class RequestMix:
         shapes = np.array([shape for shape, _ in common], dtype=np.float64)
         weights = np.array([count for _, count in common], dtype=np.float64)
         self.mean = weights @ shapes / weights.sum()
-        dominated = np.zeros(len(shapes), dtype=np.bool_)
-        for i in range(len(shapes)):
-            smaller = np.all(shapes <= shapes[i], axis=1) & np.any(shapes < shapes[i], axis=1)
-            dominated[i] = bool(smaller.any())
+        # smaller[i, j]: shape j is no larger than shape i anywhere and smaller
+        # somewhere; shape i is dominated when any shape is smaller.
+        below = shapes[np.newaxis, :, :] <= shapes[:, np.newaxis, :]
+        under = shapes[np.newaxis, :, :] < shapes[:, np.newaxis, :]
+        smaller = np.all(below, axis=2) & np.any(under, axis=2)
+        dominated = np.any(smaller, axis=1)
         self.minimal = np.ascontiguousarray(shapes[~dominated])
 
 
