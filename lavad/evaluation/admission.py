@@ -208,6 +208,18 @@ def _policy(name: str, threshold: float, moment_args: dict[str, Any]) -> Admissi
     return build_admission_policy(name, args)
 
 
+@dataclass(frozen=True)
+class MomentSettings:
+    """The moment policies' own arguments (``first``, ``second``; ``zeroth`` takes none).
+
+    ``horizons_s`` None: the policies' default horizons.
+    """
+
+    horizons_s: Sequence[float] | None = None
+    steps: int = 100
+    marginal_fraction: float = 0.0
+
+
 def evaluate_admission(
     path: Path,
     trace: TraceName,
@@ -216,9 +228,7 @@ def evaluate_admission(
     capacity_position: float = 0.5,
     fit_fraction: float = 0.3,
     policies: Sequence[str] = ("zeroth", "first", "second"),
-    horizons_s: Sequence[float] | None = None,
-    steps: int = 100,
-    marginal_fraction: float = 0.0,
+    moments: MomentSettings = MomentSettings(),
     iterations: int = 10,
     max_arrival_s: float | None = None,
     refresh_s: float = 3600.0,
@@ -238,9 +248,12 @@ def evaluate_admission(
     samples = fit_samples(events, start, arrived_only=trace != "alibaba-dlrm")
     priors = fit_priors(samples)
     capacity = choose_capacity(events, priors, start, last, target_failure_rate, capacity_position)
-    moment_args: dict[str, Any] = {"steps": steps, "marginal_fraction": marginal_fraction}
-    if horizons_s is not None:
-        moment_args["horizons_s"] = tuple(horizons_s)
+    moment_args: dict[str, Any] = {
+        "steps": moments.steps,
+        "marginal_fraction": moments.marginal_fraction,
+    }
+    if moments.horizons_s is not None:
+        moment_args["horizons_s"] = tuple(moments.horizons_s)
 
     def run(name: str, threshold: float) -> ReplayResult:
         return replay(

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from lavad.daemon.console import fail, out
-from lavad.evaluation.admission import TraceName, evaluate_admission
+from lavad.evaluation.admission import MomentSettings, TraceName, evaluate_admission
 from lavad.streams.adapters import TraceFormatError
 
 app = typer.Typer(help="Admission control: zeroth, first and second moment policies.")
@@ -70,10 +70,10 @@ def admission_command(
                 _trace_name(path),
                 target_failure_rate=target,
                 capacity_position=capacity_position,
-                horizons_s=horizons,
-                steps=steps,
+                moments=MomentSettings(
+                    horizons_s=horizons, steps=steps, marginal_fraction=marginal
+                ),
                 iterations=iterations,
-                marginal_fraction=marginal,
                 max_arrival_s=max_arrival_h * 3600.0 or None,
                 seed=seed,
             )

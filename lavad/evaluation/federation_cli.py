@@ -4,6 +4,7 @@ fair shares under contention. The protocol is ``lavad.evaluation.federation``'s.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from lavad.evaluation.federation import (
     plot_fairness,
     run_configuration,
 )
+from lavad.evaluation.options import options_command
 from lavad.federation.simulator import SimulationBoundError
 from lavad.federation.timing import TimingModel
 from lavad.federation.trace import TraceError, read_jobs
@@ -54,47 +56,62 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.1f}"
 
 
-def federation_command(
-    path: Annotated[Path, typer.Argument(help="Megha trace (.tr) or a folder holding one")],
-    workers: Annotated[str, typer.Option(help="worker counts, comma-separated")] = "1000,10000",
+@dataclass(frozen=True)
+class FederationOptions:
+    """The options of ``federation``, as typer reads them (``options_command``)."""
+
+    path: Annotated[Path, typer.Argument(help="Megha trace (.tr) or a folder holding one")]
+    workers: Annotated[str, typer.Option(help="worker counts, comma-separated")] = "1000,10000"
     configs: Annotated[
         str, typer.Option(help=f"configurations, comma-separated: {CONFIG_HELP}")
-    ] = "centralized,megha-10x4,megha-10x10,sparrow",
-    slots: Annotated[int, typer.Option(help="task slots per worker (Megha's sim: 1)", min=1)] = 1,
-    tenants: Annotated[int, typer.Option(help="tenant queues (jobs round-robin)", min=1)] = 10,
-    max_jobs: Annotated[int | None, typer.Option(help="read only the first N jobs", min=1)] = None,
-    network_delay_ms: Annotated[float, typer.Option(help="one message's delay", min=0)] = 0.5,
-    seed: Annotated[int, typer.Option(help="Sparrow's probe draws")] = 0,
-    fairness: Annotated[bool, typer.Option(help="also run the fair-share study")] = True,
-    fair_workers: Annotated[int, typer.Option(help="the contended cluster's size", min=4)] = 200,
+    ] = "centralized,megha-10x4,megha-10x10,sparrow"
+    slots: Annotated[int, typer.Option(help="task slots per worker (Megha's sim: 1)", min=1)] = 1
+    tenants: Annotated[int, typer.Option(help="tenant queues (jobs round-robin)", min=1)] = 10
+    max_jobs: Annotated[int | None, typer.Option(help="read only the first N jobs", min=1)] = None
+    network_delay_ms: Annotated[float, typer.Option(help="one message's delay", min=0)] = 0.5
+    seed: Annotated[int, typer.Option(help="Sparrow's probe draws")] = 0
+    fairness: Annotated[bool, typer.Option(help="also run the fair-share study")] = True
+    fair_workers: Annotated[int, typer.Option(help="the contended cluster's size", min=4)] = 200
     fair_jobs: Annotated[
         int, typer.Option(help="jobs of the trace replayed in the fair-share study", min=1)
-    ] = 100,
-    plot: Annotated[Path | None, typer.Option(help="PNG: tenants' shares over time")] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="write every figure as JSON")
-    ] = None,
-) -> None:
+    ] = 100
+    plot: Annotated[Path | None, typer.Option(help="PNG: tenants' shares over time")] = None
+    json_out: Annotated[Path | None, typer.Option("--json", help="write every figure as JSON")] = (
+        None
+    )
+
+
+def run_federation(options: FederationOptions) -> None:
     """Allocation time p50/p99/p99.9 and utilisation per configuration; fair shares."""
-    trace = _trace_file(path)
+    trace = _trace_file(options.path)
     try:
-        chosen: list[Configuration] = [parse_configuration(c.strip()) for c in configs.split(",")]
+        chosen: list[Configuration] = [
+            parse_configuration(c.strip()) for c in options.configs.split(",")
+        ]
     except ValueError as exc:
         raise fail(f"--configs: {exc}") from None
-    sizes = _ints(workers, "--workers")
+    sizes = _ints(options.workers, "--workers")
     try:
-        timing = TimingModel(network_delay_s=network_delay_ms / 1000.0)
-        jobs = read_jobs(trace, max_jobs=max_jobs)
+        timing = TimingModel(network_delay_s=options.network_delay_ms / 1000.0)
+        jobs = read_jobs(trace, max_jobs=options.max_jobs)
     except (TraceError, ValueError) as exc:
         raise fail(f"{trace}: {exc}") from None
     tasks = sum(len(j.durations) for j in jobs)
-    out.print(f"{trace}: {len(jobs):,} jobs, {tasks:,} tasks; network delay {network_delay_ms} ms")
+    out.print(
+        f"{trace}: {len(jobs):,} jobs, {tasks:,} tasks; network delay {options.network_delay_ms} ms"
+    )
     rows: list[dict[str, Any]] = []
     for size in sizes:
         for config in chosen:
             try:
                 result = run_configuration(
-                    config, jobs, size, slots=slots, tenants=tenants, timing=timing, seed=seed
+                    config,
+                    jobs,
+                    size,
+                    slots=options.slots,
+                    tenants=options.tenants,
+                    timing=timing,
+                    seed=options.seed,
                 )
             except (ValueError, SimulationBoundError) as exc:
                 err.print(f"[yellow]{config.name} at {size} workers: {exc}[/yellow]")
@@ -138,23 +155,25 @@ def federation_command(
         )
     out.print(table)
     study: FairnessFigures | None = None
-    if fairness:
-        study = fairness_study(jobs[:fair_jobs], workers=fair_workers, timing=timing)
+    if options.fairness:
+        study = fairness_study(
+            jobs[: options.fair_jobs], workers=options.fair_workers, timing=timing
+        )
         _print_fairness(study)
-        if plot is not None:
+        if options.plot is not None:
             try:
-                plot_fairness(study, plot)
+                plot_fairness(study, options.plot)
             except PlotsUnavailable as exc:
                 raise fail(str(exc)) from None
-            out.print(f"plot: {plot}")
-    if json_out is not None:
+            out.print(f"plot: {options.plot}")
+    if options.json_out is not None:
         payload: dict[str, Any] = {
             "trace": str(trace),
             "jobs": len(jobs),
             "tasks": tasks,
-            "slots_per_worker": slots,
-            "tenants": tenants,
-            "network_delay_ms": network_delay_ms,
+            "slots_per_worker": options.slots,
+            "tenants": options.tenants,
+            "network_delay_ms": options.network_delay_ms,
             "runs": rows,
         }
         if study is not None:
@@ -171,8 +190,11 @@ def federation_command(
                 "shares_over_time": study.rows,
                 "shares_over_time_no_fairness": study.rows_unfair,
             }
-        json_out.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
-        out.print(f"json: {json_out}")
+        options.json_out.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+        out.print(f"json: {options.json_out}")
+
+
+federation_command = options_command(FederationOptions, run_federation)
 
 
 def _print_fairness(study: FairnessFigures) -> None:

@@ -150,6 +150,20 @@ def _refused(pool: dict[str, Any]) -> int:
     return int(pool.get("unfit_retryable", 0)) + int(pool.get("unfit_final", 0))
 
 
+@dataclass(frozen=True)
+class DrainSettings:
+    """When the defragmentation drains, and how many hosts at once.
+
+    ``empty_below`` None: the ``quantile`` of the undrained replay's empty-host
+    share (the module doc).
+    """
+
+    empty_below: float | None = None
+    quantile: float = 0.2
+    check_interval_s: float = 300.0
+    max_draining_hosts: int = 2
+
+
 def evaluate_migrations(
     events: EventSource,
     base: EngineConfig,
@@ -159,10 +173,7 @@ def evaluate_migrations(
     trace_has_hosts: bool,
     hosts: int | None = None,
     headroom: float = 0.05,
-    empty_below: float | None = None,
-    quantile: float = 0.2,
-    check_interval_s: float = 300.0,
-    max_draining_hosts: int = 2,
+    drain: DrainSettings = DrainSettings(),
     closed_loop: bool = True,
     rolling: RollingConfig | None = None,
     progress: Callable[[str], None] | None = None,
@@ -194,20 +205,21 @@ def evaluate_migrations(
     migrations = dataclasses.replace(config.migrations, defrag=DefragConfig(), compare=())
     baseline = run("no drains", dataclasses.replace(config, migrations=migrations))
     pool_name, baseline_pool = _only_pool(baseline)
+    empty_below = drain.empty_below
     if rolling is not None:
         empty_below = 0.0
     elif empty_below is None:
         shares = [p["empty_hosts_pct"] for p in baseline.series.get(pool_name, [])]
         if not shares:
             raise ValueError("the replay sampled no empty-host share; is the trace too short?")
-        empty_below = float(np.quantile(np.asarray(shares), quantile)) / 100.0
+        empty_below = float(np.quantile(np.asarray(shares), drain.quantile)) / 100.0
     defrag = (
         DefragConfig()
         if rolling is not None
         else DefragConfig(
             empty_below=empty_below,
-            check_interval_s=check_interval_s,
-            max_draining_hosts=max_draining_hosts,
+            check_interval_s=drain.check_interval_s,
+            max_draining_hosts=drain.max_draining_hosts,
         )
     )
     evaluation = MigrationEvaluation(
@@ -220,7 +232,7 @@ def evaluate_migrations(
             f"rolling maintenance, {rolling.batch} hosts every {rolling.every_s / 3600:g} h"
             if rolling is not None
             else f"defragmentation below {empty_below:.1%} empty hosts,"
-            f" at most {max_draining_hosts} hosts draining"
+            f" at most {drain.max_draining_hosts} hosts draining"
         ),
         baseline_empty_hosts_pct=baseline_pool.get("empty_hosts_pct"),
         baseline_refused=_refused(baseline_pool),

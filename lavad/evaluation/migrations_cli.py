@@ -21,6 +21,7 @@ from lavad.daemon.console import err, fail, out, settings_or_exit
 from lavad.daemon.settings import ConfigError
 from lavad.evaluation.migrations import (
     BASELINES,
+    DrainSettings,
     MigrationEvaluation,
     evaluate_migrations,
 )
@@ -118,9 +119,9 @@ def migrations_command(
             trace_has_hosts=own_hosts,
             hosts=hosts,
             headroom=headroom,
-            empty_below=empty_below,
-            quantile=quantile,
-            max_draining_hosts=max_draining_hosts,
+            drain=DrainSettings(
+                empty_below=empty_below, quantile=quantile, max_draining_hosts=max_draining_hosts
+            ),
             closed_loop=closed_loop,
             rolling=rolling,
             progress=lambda label: err.print(f"[dim]replaying: {label}[/dim]"),
