@@ -10,6 +10,7 @@ on one seed. The dominance report gives per pair a Student-t interval over the
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -244,6 +245,11 @@ def test_the_worst_cell_is_the_furthest_from_dominance() -> None:
     assert pair.worst is worse
     assert pair.slack_diff.mean == pytest.approx((-0.02 - 0.01 + 0.01) / 3)
     assert np.isfinite(pair.overrun_diff.half_width)
+    # Better on both counts, but 3 x the VPA's changes (the bound is 2 x): 50% past it.
+    busy_ml = replace(_score(0.30, 0.005), changes_per_job_day=3.0)
+    busy = Cell("t", "cpu", 3, "second", 1, busy_ml, vpa, False)
+    assert busy.shortfall() == pytest.approx(0.5)
+    assert summarise([good, worse, bad, busy])[0].worst is busy
 
 
 def test_cells_on_the_bundled_slice_and_the_report() -> None:

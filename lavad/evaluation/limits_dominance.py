@@ -8,14 +8,14 @@ changes within ``change_ratio`` x the VPA's).
 
 Per pair, over its cells: how many dominate, the worst cell (the one that
 misses dominance by most: the largest of the slack and overrun differences,
-each relative to the VPA's value in that cell; among equals, one that does
-not dominate, such as a tie), and for each of the two
-differences (ml - VPA, mean relative slack in points, overrun rate in
-points) the mean over cells with a 95% Student-t interval. Cells are
-treated as independent draws: the seeds draw disjoint-or-overlapping job
-samples and the halves are different days, so the interval is an honest
-spread over what a pair can show, not a test on one sample. A pair's
-verdict is read from its worst cell, never from the mean.
+each relative to the VPA's value in that cell, and of the changes past their
+bound; among equals, one that does not dominate, such as a tie), and for
+each of the two differences (ml - VPA, mean relative slack in points,
+overrun rate in points) the mean over cells with a 95% Student-t interval.
+Cells are treated as independent draws: the seeds draw different (possibly
+overlapping) job samples and the halves are different days, so the interval
+is the spread of what a pair shows across them, not a test on one sample. A
+pair's verdict is read from its worst cell, never from the mean.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class Cell:
     ml: RecommenderScore
     vpa: RecommenderScore
     dominates: bool
+    change_ratio: float = 2.0
 
     @property
     def slack_diff(self) -> float:
@@ -69,11 +70,14 @@ class Cell:
         return self.ml.overrun_rate - self.vpa.overrun_rate
 
     def shortfall(self) -> float:
-        """How far the cell is from dominance: the larger of the two differences, each over
-        the VPA's own value (<= 0 on both counts is what dominance needs)."""
+        """How far the cell is from dominance: the largest of the two differences, each over
+        the VPA's own value, and of ml's changes over their bound, less 1 (<= 0 on all
+        three is what dominance needs)."""
         slack = self.slack_diff / max(self.vpa.relative_slack_mean, 1e-12)
         over = self.overrun_diff / max(self.vpa.overrun_rate, 1e-12)
-        return max(slack, over)
+        bound = self.change_ratio * self.vpa.changes_per_job_day
+        changes = self.ml.changes_per_job_day / max(bound, 1e-12) - 1.0
+        return max(slack, over, changes)
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,9 @@ def evaluate_cells(
                     continue
                 ml, vpa = got["ml"], got["vpa"]
                 verdict = dominates(ml, vpa, change_ratio=change_ratio)
-                cells.append(Cell(trace, resource, seed, part, ml.jobs, ml, vpa, verdict))
+                cells.append(
+                    Cell(trace, resource, seed, part, ml.jobs, ml, vpa, verdict, change_ratio)
+                )
     return cells
 
 

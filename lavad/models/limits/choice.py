@@ -480,7 +480,7 @@ def default_config(resource: Resource) -> ChoiceConfig:
     price would leave in force a limit no candidate chose.
 
     A job leaves the VPA only once the VPA has weighed a day of it: CPU after
-    one of the VPA's half-lives (its CPU histogram decays by half a day), so
+    one of the VPA's half-lives (its CPU histogram decays by half in a day), so
     the comparison covers the job's daily cycle (with none, a moving window
     that had no overrun in the first hours of a job is followed into the
     day's peak); memory after two of its aggregation windows (its memory
