@@ -22,10 +22,16 @@ send an id twice on purpose (see request_ledger.py); this is the second line.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    TopicPartition,
+)
 
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import (
@@ -97,30 +103,28 @@ async def latest_snapshots(kafka: KafkaSettings) -> SnapshotReader:
     return reader
 
 
+@dataclass(eq=False)
 class Owner:
-    def __init__(
-        self,
-        kafka: KafkaSettings,
-        instance: str,
-        topology: Topology,
-        tenants: int,
-        snapshot_every: int,
-        chunk_bytes: int = CHUNK_BYTES,
-    ) -> None:
-        self.kafka = kafka
-        self.instance = instance
-        self.topology = topology
-        self.tenants = tenants
-        self.snapshot_every = snapshot_every
-        self.owned: dict[int, PoolOwner] = {}
-        self.next_offset: dict[int, int] = {}
-        self.since_snapshot: dict[int, int] = {}
-        self.decided: dict[int, dict[LaunchId, None]] = {}  # pool -> ids, oldest first
-        self.manifests: dict[int, Manifest] = {}  # pool -> its newest snapshot's manifest
-        self.chunk_bytes = chunk_bytes
-        self.duplicates = 0
-        self.producer = producer(kafka)
-        self.consumer = group_consumer(kafka, OWNERS_GROUP)
+    kafka: KafkaSettings
+    instance: str
+    topology: Topology
+    tenants: int
+    snapshot_every: int
+    chunk_bytes: int = CHUNK_BYTES
+    owned: dict[int, PoolOwner] = field(init=False, default_factory=dict)
+    next_offset: dict[int, int] = field(init=False, default_factory=dict)
+    since_snapshot: dict[int, int] = field(init=False, default_factory=dict)
+    # pool -> ids, oldest first
+    decided: dict[int, dict[LaunchId, None]] = field(init=False, default_factory=dict)
+    # pool -> its newest snapshot's manifest
+    manifests: dict[int, Manifest] = field(init=False, default_factory=dict)
+    duplicates: int = field(init=False, default=0)
+    producer: AIOKafkaProducer = field(init=False)
+    consumer: AIOKafkaConsumer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.producer = producer(self.kafka)
+        self.consumer = group_consumer(self.kafka, OWNERS_GROUP)
 
     async def take(self, assigned: Any) -> None:
         reader = await latest_snapshots(self.kafka)

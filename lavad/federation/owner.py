@@ -8,6 +8,8 @@ current summary for the scheduler to apply before it retries.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from lavad.federation.messages import (
@@ -21,33 +23,31 @@ from lavad.federation.messages import (
     Task,
     Verdict,
 )
-from lavad.federation.topology import Pool
+from lavad.federation.topology import IntArray, Pool
 
 
+@dataclass(eq=False)
 class PoolOwner:
-    def __init__(
-        self,
-        owner_id: str,
-        pool: Pool,
-        schedulers: int,
-        tenants: int,
-        *,
-        summaries_carry_tasks: bool = False,
-    ) -> None:
-        self.owner_id = owner_id
-        self.pool = pool
-        self.schedulers = schedulers
-        self.tenants = tenants
-        self.free = pool.capacity.copy()
-        self.tenant_usage = np.zeros((tenants, pool.capacity.shape[1]), dtype=np.int64)
-        self.running: dict[int, RunningTask] = {}
-        self.seen_seq = [0] * schedulers
-        self.version = 0
-        self.queue_length = 0
-        self.summaries_carry_tasks = summaries_carry_tasks
-        self.repartitions = 0
-        self.preemptions = 0
-        self.refusals: list[str] = []
+    owner_id: str
+    pool: Pool
+    schedulers: int
+    tenants: int
+    summaries_carry_tasks: bool = field(default=False, kw_only=True)
+    free: IntArray = field(init=False)
+    tenant_usage: IntArray = field(init=False)
+    running: dict[int, RunningTask] = field(init=False, default_factory=dict)
+    seen_seq: list[int] = field(init=False)
+    version: int = field(init=False, default=0)
+    queue_length: int = field(init=False, default=0)
+    repartitions: int = field(init=False, default=0)
+    preemptions: int = field(init=False, default=0)
+    refusals: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        capacity = self.pool.capacity
+        self.free = capacity.copy()
+        self.tenant_usage = np.zeros((self.tenants, capacity.shape[1]), dtype=np.int64)
+        self.seen_seq = [0] * self.schedulers
 
     # -- state out ------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from lavad.core.cluster import ClusterState
@@ -20,28 +21,20 @@ from lavad.core.migrations.lifetimes import RemainingLifetimes
 from lavad.core.migrations.orders import MigrationOrder, Queued
 
 
+@dataclass(eq=False)
 class ShadowOrder:
-    def __init__(
-        self,
-        label: str,
-        order: MigrationOrder,
-        lifetimes: RemainingLifetimes,
-        *,
-        max_concurrent: int,
-        duration_s: float,
-    ) -> None:
-        self.label = label
-        self.order = order
-        self.lifetimes = lifetimes
-        self.max_concurrent = max_concurrent
-        self.duration_s = duration_s
-        # By sequence: a VM the acting order moved onto a host that drains
-        # later is in the list twice, as in the paper's list of migrations.
-        self.queue: dict[int, Queued] = {}
-        self._entries: dict[str, list[int]] = {}
-        self.in_flight: list[float] = []
-        self._sequence = 0
-        self.counters: Counter[str] = Counter()
+    label: str
+    order: MigrationOrder
+    lifetimes: RemainingLifetimes
+    max_concurrent: int = field(kw_only=True)
+    duration_s: float = field(kw_only=True)
+    # By sequence: a VM the acting order moved onto a host that drains
+    # later is in the list twice, as in the paper's list of migrations.
+    queue: dict[int, Queued] = field(init=False, default_factory=dict)
+    _entries: dict[str, list[int]] = field(init=False, default_factory=dict)
+    in_flight: list[float] = field(init=False, default_factory=list)
+    _sequence: int = field(init=False, default=0)
+    counters: Counter[str] = field(init=False, default_factory=Counter)
 
     @property
     def next_deadline(self) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -31,24 +32,16 @@ from lavad.streams.schema import Decision, Placement
 log = structlog.get_logger("lavad.live")
 
 
+@dataclass(eq=False)
 class Intake:
-    def __init__(
-        self,
-        engine: Engine,
-        partitions: Partitions,
-        watermark: Watermark,
-        telemetry: Telemetry,
-        names: TopicNames,
-        log_decisions: bool,
-    ) -> None:
-        self.engine = engine
-        self.partitions = partitions
-        self.watermark = watermark
-        self.telemetry = telemetry
-        self.names = names
-        self.records_processed = 0
-        self._log_decisions = log_decisions
-        self._event_counts: Counter[str] = Counter()
+    engine: Engine
+    partitions: Partitions
+    watermark: Watermark
+    telemetry: Telemetry
+    names: TopicNames
+    log_decisions: bool
+    records_processed: int = field(init=False, default=0)
+    _event_counts: Counter[str] = field(init=False, default_factory=Counter)
 
     def process(self, batch: dict[Any, list[FetchedRecord]]) -> list[Outgoing]:
         out: list[Outgoing] = []
@@ -144,7 +137,7 @@ class Intake:
         return [self.decision(d, None) for d in self.engine.advance(now)]
 
     def decision(self, decision: Decision, timestamp_ms: int | None) -> Outgoing:
-        if self._log_decisions:
+        if self.log_decisions:
             log.debug("decision", decision_id=decision.decision_id, kind=decision.kind)
         elif isinstance(decision, Placement) and decision.host_id is None:
             # A request nobody could take is worth a line at info level.
