@@ -47,17 +47,12 @@ class _Positions(Protocol):
 class Telemetry:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
-        self.events = Counter(
-            "lavad_events", "Input records decoded, by event type", ["type"], registry=registry
-        )
-        self.decisions = Counter(
-            "lavad_decisions", "Decisions published, by kind", ["kind"], registry=registry
-        )
-        self.dead_letters = Counter(
+        self.events = self.counter("lavad_events", "Input records decoded, by event type", "type")
+        self.decisions = self.counter("lavad_decisions", "Decisions published, by kind", "kind")
+        self.dead_letters = self.counter(
             "lavad_dead_letters",
             "Input records sent to the dead-letter topic, by stage that refused them",
-            ["stage"],
-            registry=registry,
+            "stage",
         )
         self.decision_latency = BatchHistogram(
             "lavad_decision_latency_seconds",
@@ -65,93 +60,85 @@ class Telemetry:
             LATENCY_BUCKETS,
             registry,
         )
-        self.consumer_lag = Gauge(
+        self.consumer_lag = self.gauge(
             "lavad_consumer_lag_records",
             "High watermark minus the next offset to process",
-            ["topic", "partition"],
-            registry=registry,
+            "topic",
+            "partition",
         )
-        self.publish_retries = Counter(
-            "lavad_publish_retries", "Batches re-sent after a failed publish", registry=registry
+        self.publish_retries = self.counter(
+            "lavad_publish_retries", "Batches re-sent after a failed publish"
         )
-        self.records_skipped = Counter(
+        self.records_skipped = self.counter(
             "lavad_records_skipped",
             "Fetched records below the partition's known position (already in the state)",
-            registry=registry,
         )
-        self.commit_failures = Counter(
-            "lavad_commit_failures", "Offset commits that failed (retried)", registry=registry
+        self.commit_failures = self.counter(
+            "lavad_commit_failures", "Offset commits that failed (retried)"
         )
-        self.snapshots = Counter(
-            "lavad_snapshots", "Partition snapshots written", registry=registry
-        )
-        self.snapshot_failures = Counter(
+        self.snapshots = self.counter("lavad_snapshots", "Partition snapshots written")
+        self.snapshot_failures = self.counter(
             "lavad_snapshot_failures",
             "Periodic partition snapshots the filesystem refused (retried next interval)",
-            registry=registry,
         )
-        self.snapshots_rebuilt = Counter(
+        self.snapshots_rebuilt = self.counter(
             "lavad_snapshots_rebuilt",
             "Partition snapshots that did not load, moved aside; the partition was re-read"
             " from the earliest retained offset (live.on_bad_snapshot = rebuild)",
-            registry=registry,
         )
-        self.broker_reachable = Gauge(
-            "lavad_broker_reachable", "1 when the broker answered the last probe", registry=registry
+        self.broker_reachable = self.gauge(
+            "lavad_broker_reachable", "1 when the broker answered the last probe"
         )
-        self.ready = Gauge("lavad_ready", "1 when /readyz answers 200", registry=registry)
-        self.falling_behind = Gauge(
+        self.ready = self.gauge("lavad_ready", "1 when /readyz answers 200")
+        self.falling_behind = self.gauge(
             "lavad_falling_behind",
             "1 while ready but the consumer lag grew at each of the last"
             " live.falling_behind_samples refreshes (lag_watch.py)",
-            registry=registry,
         )
-        self.watermark = Gauge(
-            "lavad_watermark_seconds", "Event-time watermark over the partitions", registry=registry
+        self.watermark = self.gauge(
+            "lavad_watermark_seconds", "Event-time watermark over the partitions"
         )
-        self.pools = Gauge(
+        self.pools = self.gauge(
             "lavad_pools",
             "Pools this instance holds (pools.max_pools bounds it; more are dead-lettered)",
-            registry=registry,
         )
-        self.assigned_partitions = Gauge(
-            "lavad_assigned_partitions", "Input partitions assigned", registry=registry
+        self.assigned_partitions = self.gauge(
+            "lavad_assigned_partitions", "Input partitions assigned"
         )
         # For watching a long run for leaks: tasks here, and the process's
         # resident memory and open file descriptors (process_*) beside them.
-        self.tasks = Gauge(
-            "lavad_asyncio_tasks", "asyncio tasks alive in the daemon's loop", registry=registry
-        )
+        self.tasks = self.gauge("lavad_asyncio_tasks", "asyncio tasks alive in the daemon's loop")
         ProcessCollector(registry=registry)
-        self.empty_hosts = Gauge(
-            "lavad_pool_empty_hosts_ratio",
-            "Hosts up with no VM / hosts up",
-            ["pool"],
-            registry=registry,
+        self.empty_hosts = self.gauge(
+            "lavad_pool_empty_hosts_ratio", "Hosts up with no VM / hosts up", "pool"
         )
-        self.hosts_up = Gauge("lavad_pool_hosts_up", "Hosts up", ["pool"], registry=registry)
-        self.vms = Gauge("lavad_pool_vms", "VMs placed and running", ["pool"], registry=registry)
-        self.utilisation = Gauge(
-            "lavad_pool_utilisation_ratio",
-            "Booked / capacity over hosts up",
-            ["pool", "resource"],
-            registry=registry,
+        self.hosts_up = self.gauge("lavad_pool_hosts_up", "Hosts up", "pool")
+        self.vms = self.gauge("lavad_pool_vms", "VMs placed and running", "pool")
+        self.utilisation = self.gauge(
+            "lavad_pool_utilisation_ratio", "Booked / capacity over hosts up", "pool", "resource"
         )
-        self.stranded = Gauge(
+        self.stranded = self.gauge(
             "lavad_pool_stranded_ratio",
             "Free capacity no request of the recent mix can use (latest inflation sample)",
-            ["pool", "resource"],
-            registry=registry,
+            "pool",
+            "resource",
         )
 
-        self.cpu_overflow = Gauge(
+        self.cpu_overflow = self.gauge(
             "lavad_pool_cpu_overflow_ratio",
             "Realised CPU overflow frequency: host 5-minute windows whose measured usage"
             " exceeded capacity / host windows measured (usage-aware policies only)",
-            ["pool"],
-            registry=registry,
+            "pool",
         )
         self.evictions = EvictionMetrics(registry)
+
+    def gauge(self, name: str, documentation: str, *labels: str) -> Gauge:
+        """A gauge on this daemon's registry (subclasses add theirs the same way)."""
+        return Gauge(name, documentation, labels, registry=self.registry)
+
+    def counter(self, name: str, documentation: str, *labels: str) -> Counter:
+        """A counter on this daemon's registry."""
+        return Counter(name, documentation, labels, registry=self.registry)
 
     def refresh_pool(self, pool: PoolRuntime) -> None:
         cluster = pool.cluster

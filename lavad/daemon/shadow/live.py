@@ -70,50 +70,51 @@ class ShadowTelemetry(Telemetry):
 
     def __init__(self) -> None:
         super().__init__()
-        registry = self.registry
-        self.side_empty_hosts = Gauge(
+        self.side_empty_hosts = self.gauge(
             "lavad_shadow_pool_empty_hosts_ratio",
             "Hosts up with no VM / hosts up, per side (actual, lavad)",
-            ["pool", "side"],
-            registry=registry,
+            "pool",
+            "side",
         )
-        self.side_hosts_used = Gauge(
+        self.side_hosts_used = self.gauge(
             "lavad_shadow_pool_hosts_used",
             "Hosts up holding at least one VM, per side",
-            ["pool", "side"],
-            registry=registry,
+            "pool",
+            "side",
         )
-        self.side_utilisation = Gauge(
+        self.side_utilisation = self.gauge(
             "lavad_shadow_pool_utilisation_ratio",
             "Booked / capacity over hosts up, per side",
-            ["pool", "side", "resource"],
-            registry=registry,
+            "pool",
+            "side",
+            "resource",
         )
-        self.side_stranded = Gauge(
+        self.side_stranded = self.gauge(
             "lavad_shadow_pool_stranded_ratio",
             "Free capacity no request of the recent mix can use (latest sample), per side",
-            ["pool", "side", "resource"],
-            registry=registry,
+            "pool",
+            "side",
+            "resource",
         )
-        self.side_failures = Gauge(
+        self.side_failures = self.gauge(
             "lavad_shadow_pool_placement_failures",
             "Requests not placed (actual: no vm.placed yet or ever; lavad: refused), per side",
-            ["pool", "side"],
-            registry=registry,
+            "pool",
+            "side",
         )
-        self.agreement = Gauge(
+        self.agreement = self.gauge(
             "lavad_shadow_agreement_ratio",
             "VMs both sides placed on the same host (match=host) or on hosts of the same"
             " LAVA class in lavad's pool (match=class), over VMs both placed",
-            ["pool", "match"],
-            registry=registry,
+            "pool",
+            "match",
         )
-        self.difference = Gauge(
+        self.difference = self.gauge(
             "lavad_shadow_empty_hosts_difference_ratio",
             "Lavad minus actual empty hosts over the measured window (sampled), with the"
             " bounds of its 95% batch-means interval (bound=mean, low, high)",
-            ["pool", "bound"],
-            registry=registry,
+            "pool",
+            "bound",
         )
 
     def refresh_pool(self, pool: PoolRuntime) -> None:
