@@ -1,0 +1,186 @@
+"""What the stranding cost adds to the lifetime scan, on the same states, in one process.
+
+``lifetime_throughput`` times whole replays, one policy after another, so a
+neighbour's load during one replay moves that policy's figure alone; on a
+shared two-core box two runs of it differ by more than most changes to the
+scan are worth. This benchmark replays the trace once with LAS (host
+quantiles, the default) and keeps a copy of every ``--every``-th scan's
+inputs, the hosts' quantiles brought up to date first (as the scan would).
+Then it times the compiled scan on each kept state twice, interleaved: with
+the stranding cost, and with the paper's LAS (no stranded time counted), in
+CPU time, best of ``--rounds``. The ratio of the two is the scan's own cost
+of the stranding score, on the same hosts and VMs; it also prints the share
+of kept scans whose decision the stranding cost changed.
+
+It wraps the scan's entry point (``kernels.Direct.refreshed_lifetime_scan``)
+for the one replay and restores it after; the product is not changed.
+
+    .venv/bin/python -m benchmarks.stranding_scan [--every 43] [--keep 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.lifetime_throughput import ROOT
+from lavad.core.placement import kernels, lifetime_policy
+from lavad.core.placement.strand_kernels import Stranding, no_stranding
+from lavad.daemon.replay import replay
+from lavad.daemon.settings import load_settings
+from lavad.streams.adapters import open_trace
+
+SHARED = ROOT.parent / "shared" / "data" / "azure-v1-vms"
+BUNDLED = ROOT / "data" / "azure-v1-vms-slice"
+
+# The name under which the lifetime policies resolve the kernels' entry points.
+WARM_UP = "warm_up_lifetime"
+# The scan's arguments for a kept state: pool, request, preference, LAS input,
+# ties, probe, floors, stranding; and the decision the replay took there.
+Kept = tuple[Any, ...]
+
+
+def keep_scans(path: Path, every: int, keep: int) -> list[Kept]:
+    """Replay ``path`` with LAS, keeping every ``every``-th scan's inputs (at most ``keep``)."""
+    settings = load_settings(ROOT / "config" / "lavad.toml")
+    kept: list[Kept] = []
+    scans = 0
+
+    def capturing(original: Callable[..., Any]) -> Callable[..., Any]:
+        def scan(*args: Any) -> Any:
+            nonlocal scans
+            scans += 1
+            pool, scanned, preferred, thresholds, ties, probe, floor, marks, epoch = args[:9]
+            tracker, model = args[9:11]
+            strand: Stranding = args[11]
+            state = None
+            if scans % every == 0 and len(kept) < keep and strand[6] > 0.0:
+                n = scanned[0]
+                # The scan refreshes stale hosts itself; the copy is taken after
+                # the same refresh, so the timed scans need none.
+                kernels.Direct.refresh_host_quantiles(n, tracker, model)
+                host_q = tracker[4][:n].copy()
+                las = (
+                    tracker[2][kernels.HOST_EXIT][:n].copy(), thresholds, True, thresholds,
+                    host_q, True,
+                )  # fmt: skip
+                floors = (
+                    floor.copy(), marks[0].copy(), marks[1].copy(),
+                    tracker[3][kernels.QUANTILES_STAMP][:n].copy(), epoch, True,
+                )  # fmt: skip
+                state = (
+                    copy.deepcopy(pool), scanned, (preferred[0].copy(), preferred[1]), las,
+                    np.zeros(len(ties), dtype=np.int64), probe, floors,
+                    (*strand[:4], host_q, *strand[5:]),
+                )  # fmt: skip
+            result = original(*args)
+            if state is not None:
+                kept.append((*state, tuple(result), int(ties[0])))
+            return result
+
+        return scan
+
+    # Every policy built resolves ``Direct`` anew (``warm_up_lifetime``): the
+    # wrapper goes on after each.
+    warm_up: Callable[[], None] = getattr(lifetime_policy, WARM_UP)
+
+    def warm_up_and_keep() -> None:
+        warm_up()
+        kernels.Direct.refreshed_lifetime_scan = capturing(kernels.Direct.refreshed_lifetime_scan)
+
+    setattr(lifetime_policy, WARM_UP, warm_up_and_keep)
+    try:
+        trace = open_trace(path, seed=0)
+        replay(
+            trace.events(),
+            settings.engine_config("las", trace_has_hosts=trace.has_hosts),
+            end_time=trace.end_time,
+            decisions_out=io.BytesIO(),
+        )
+    finally:
+        setattr(lifetime_policy, WARM_UP, warm_up)
+        warm_up()
+    return kept
+
+
+def time_scans(kept: list[Kept], rounds: int) -> None:
+    no_floats = np.empty(0)
+    no_tracker = (
+        np.empty((0, 0)), np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
+        np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
+    )  # fmt: skip
+    no_model = (
+        np.empty((0, 0)), np.empty(0, dtype=np.bool_), np.empty((0, 0)), np.empty((0, 0)),
+        no_floats, 0.0, no_floats,
+    )  # fmt: skip
+    paper = no_stranding()
+    scan = kernels._floored_lifetime_scan
+
+    def one_round(counting: bool) -> tuple[float, int, int]:
+        """CPU seconds over all kept states; how many decided as the replay did; and
+        how many chose another first host than the paper's LAS."""
+        total = 0.0
+        agree = 0
+        moved = 0
+        for state in kept:
+            pool, scanned, preferred, las, ties, probe, floors, strand, result, first = state
+            fresh = (floors[0].copy(), floors[1].copy(), floors[2].copy(), *floors[3:])
+            began = time.process_time()
+            got = scan(
+                pool, scanned, preferred, las, ties, probe, fresh, False, no_tracker, no_model,
+                strand if counting else paper,
+            )  # fmt: skip
+            total += time.process_time() - began
+            if counting:
+                agree += tuple(got) == result
+            else:
+                moved += int(ties[0]) != first
+        return total, agree, moved
+
+    one_round(True)  # compile the dispatcher's paths before timing
+    one_round(False)
+    best = {True: float("inf"), False: float("inf")}
+    agree = moved = 0
+    for _ in range(rounds):
+        for counting in (True, False):
+            seconds, agreed, differed = one_round(counting)
+            best[counting] = min(best[counting], seconds)
+            if counting:
+                agree = agreed
+            else:
+                moved = differed
+    n = len(kept)
+    print(f"lifetime scan on {n:,} kept states (best of {rounds} rounds, CPU time)")
+    print(f"  LAS with the stranding cost   {best[True] / n * 1e6:8.1f} us a scan")
+    print(f"  the paper's LAS               {best[False] / n * 1e6:8.1f} us a scan")
+    print(f"  ratio                         {best[True] / best[False]:8.2f}x")
+    print(f"  decisions as in the replay    {agree:,} of {n:,}")
+    print(f"  first host not the paper's    {moved:,} of {n:,} ({moved / max(n, 1):.1%})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--every", type=int, default=43, help="keep every this many scans")
+    parser.add_argument("--keep", type=int, default=4000, help="keep at most this many")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.every < 1 or args.keep < 1 or args.rounds < 1:
+        parser.error("--every, --keep and --rounds must be >= 1")
+    path = SHARED if SHARED.exists() else BUNDLED
+    if path == BUNDLED:
+        print(f"{SHARED} not found: the bundled slice ({BUNDLED.name}) is used")
+    kept = keep_scans(path, args.every, args.keep)
+    if not kept:
+        raise SystemExit("no scan counted stranded time: nothing to time")
+    time_scans(kept, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
