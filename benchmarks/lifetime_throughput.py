@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import io
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICIES = ("bestfit", "las", "lava")
+# LAS with the paper's score (``stranding_cost = false``), to show what the
+# stranding cost adds beside what LAS's own scan costs.
+PAPER_LAS = "las, paper's score"
+POLICIES = ("bestfit", "las", "lava", PAPER_LAS)
 ROUNDS = 2
 
 
@@ -35,9 +40,16 @@ def lifetime_throughput(path: Path, rounds: int = ROUNDS) -> None:
         for name in POLICIES:
             trace = open_trace(path, seed=0)
             began = time.process_time()
+            if name == PAPER_LAS:
+                config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
+                las_args = {**settings.policies.get("las", {}), "stranding_cost": False}
+                paper = validate_policy_args("las", las_args)
+                config = replace(config, policy_args=paper)
+            else:
+                config = settings.engine_config(name, trace_has_hosts=trace.has_hosts)
             result = replay(
                 trace.events(),
-                settings.engine_config(name, trace_has_hosts=trace.has_hosts),
+                config,
                 end_time=trace.end_time,
                 decisions_out=io.BytesIO(),
             )
