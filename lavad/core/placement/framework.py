@@ -31,7 +31,7 @@ from lavad.core.cluster import (
     IntArray,
     VmRecord,
 )
-from lavad.core.placement.kernels import compiled_filter_and_score
+from lavad.core.placement.kernels import Direct
 from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
 
 # The per-request value types below are not frozen: a frozen dataclass sets
@@ -370,21 +370,15 @@ class Policy:
     ) -> PlacementResult:
         scorer = self.scorers[0]
         d0, d1, d2, d3 = request.demand
-        count, best = compiled_filter_and_score(
+        pool = (
             cluster.free,
             cluster.inv_capacity,
             cluster.unschedulable,
-            cluster.n_hosts,
-            d0,
-            d1,
-            d2,
-            d3,
-            scorer.kernel_weights,
             cluster.resource_present,
-            FIT_TOLERANCE,
-            kernel,
-            self._ties,
+            scorer.kernel_weights,
         )
+        fit = (cluster.n_hosts, d0, d1, d2, d3, FIT_TOLERANCE)
+        count, best = Direct.filter_and_score(pool, fit, kernel, self._ties)
         if count == 0:
             return self._explain_unfit(cluster, request)
         if count == 1 or not self.random_ties:

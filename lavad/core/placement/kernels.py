@@ -87,6 +87,8 @@ HOST_INTS: Final = 3
 # known, the mass tables, the bin edges, the open bin's lifetime, the levels).
 ScanPool = tuple[FloatArray, FloatArray, BoolArray, BoolArray, FloatArray]
 ScanRequest = tuple[int, float, float, float, float, float, float, float]
+# Best Fit's and First Fit's request: hosts to scan, the demand, the fit tolerance.
+FitRequest = tuple[int, float, float, float, float, float]
 Preference = tuple[FloatArray, bool]
 LasInput = tuple[FloatArray, FloatArray, bool, FloatArray, FloatArray, bool]
 Floors = tuple[FloatArray, IntArray, IntArray, IntArray, int, bool]
@@ -179,20 +181,17 @@ def _bestfit_score(
 
 @numba.njit(cache=True, nogil=True)
 def _filter_and_score(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: BoolArray,
-    n: int,
-    d0: float,
-    d1: float,
-    d2: float,
-    d3: float,
-    weights: FloatArray,
-    present: BoolArray,
-    tolerance: float,
-    kind: int,
-    ties: IntArray,
+    pool: ScanPool, request: FitRequest, kind: int, ties: IntArray
 ) -> tuple[int, float]:
+    """Best Fit (or First Fit, by ``kind``) over hosts ``[0, n)`` of ``pool`` for the
+    demand in ``request`` (n, d0..d3, the fit tolerance).
+
+    Fills ``ties[:count]`` with the best hosts (ascending) and returns (count,
+    best score); count 0 means no host passed the filters. Called through
+    ``Direct.filter_and_score``.
+    """
+    free, inv_capacity, unschedulable, present, weights = pool
+    n, d0, d1, d2, d3, tolerance = request
     # Unrolled over the four resources (cores, memory, disk, GPUs): a loop
     # over resources with an early break ran 4x slower per host. A resource
     # no host has is skipped, as the numpy scorer does.
@@ -225,33 +224,6 @@ def _filter_and_score(
     return count, best
 
 
-# The compiled function itself, typed: a Python wrapper around it would cost
-# as much per call as the whole scan of a 1,000-host pool.
-compiled_filter_and_score: Callable[
-    [
-        FloatArray,
-        FloatArray,
-        BoolArray,
-        int,
-        float,
-        float,
-        float,
-        float,
-        FloatArray,
-        BoolArray,
-        float,
-        int,
-        IntArray,
-    ],
-    tuple[int, float],
-] = _filter_and_score
-"""(free, inv_capacity, unschedulable, n, d0..d3, weights, present, tolerance, kind, ties).
-
-Fills ``ties[:count]`` with the best hosts (ascending) and returns (count,
-best score); count 0 means no host passed the filters.
-"""
-
-
 def warm_up() -> None:
     """Compile (or load from numba's cache) the scan before anything is timed.
 
@@ -263,10 +235,12 @@ def warm_up() -> None:
     weights = np.ones(4)
     present = np.ones(4, dtype=np.bool_)
     unschedulable = np.zeros(1, dtype=np.bool_)
+    pool = (free, free, unschedulable, present, weights)
     for d2 in (0.0, 1.0):  # both the cores+memory scan and the general one
-        _filter_and_score(
-            free, free, unschedulable, 1, 1.0, 1.0, d2, 0.0, weights, present, 0.0, BESTFIT, ties
-        )
+        _filter_and_score(pool, (1, 1.0, 1.0, d2, 0.0, 0.0), BESTFIT, ties)
+    Direct.filter_and_score = entry_point(
+        _filter_and_score, (pool, (1, 1.0, 1.0, 0.0, 0.0, 0.0), BESTFIT, ties)
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -625,7 +599,8 @@ def _lifetime_scan(
     return _probed_lifetime_scan(pool, request, preferred, las, ties, -1, nothing)
 
 
-# Typed as ``compiled_filter_and_score`` is, for the same reason.
+# The compiled function itself, typed: a Python wrapper around it would cost
+# as much per call as the whole scan of a 1,000-host pool.
 compiled_lifetime_scan: Callable[
     [ScanPool, ScanRequest, Preference, LasInput, IntArray], tuple[int, float, float, float]
 ] = _lifetime_scan
@@ -1203,11 +1178,19 @@ def _warm_up_hooks() -> tuple[Callable[..., int], Callable[..., tuple[int, bool]
 
 
 class Direct:
-    """The lifetime kernels' entry points (``entry_point``), set by ``warm_up_lifetime``.
+    """The kernels' entry points (``entry_point``): Best Fit's and First Fit's set by
+    ``warm_up``, the lifetime kernels' by ``warm_up_lifetime``.
 
     Until then, the dispatchers. Each signature is the warm-up's: the
     arguments' types the policies use, scalars as float64, int64 or bool.
     """
+
+    # ``_filter_and_score``: without the dispatcher's typing of the pool's
+    # and the request's tuples, which costs more than their members passed
+    # one by one (0.3 us a call).
+    filter_and_score: Callable[[ScanPool, FitRequest, int, IntArray], tuple[int, float]] = (
+        _filter_and_score
+    )
 
     # ``_probed_lifetime_scan``: ``compiled_lifetime_scan``'s arguments, a probe
     # host and the stranded host time to count.
