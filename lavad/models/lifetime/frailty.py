@@ -80,6 +80,10 @@ from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.pending import Pending
 from lavad.models.lifetime.protocol import GroupRows
+
+# One bound for every combo table (hostile input names the key tuples):
+# past it, combos share the base model's own rows or the pool-wide combo.
+from lavad.models.lifetime.shrunk import MAX_COMBOS
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
@@ -89,8 +93,6 @@ PRIOR_DEATHS: Final = 1.0
 FRAILTY_HALF_LIFE_S: Final = 24 * HOUR
 # A survival below this counts as this: one VM adds at most ~28 to E.
 MIN_SURVIVAL: Final = 1e-12
-# As in ``shrunk.py``: combos past this many share the base model's own rows.
-MAX_COMBOS: Final = 250_000
 
 
 @numba.njit(cache=True, nogil=True)

@@ -88,6 +88,10 @@ from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables
 from lavad.models.lifetime.pending import Pending
 from lavad.models.lifetime.protocol import GroupRows
+
+# One bound for every combo table (hostile input names the key tuples):
+# past it, combos share the base model's own rows or the pool-wide combo.
+from lavad.models.lifetime.shrunk import MAX_COMBOS
 from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
 
 HOUR: Final = 3600.0
@@ -105,8 +109,6 @@ FIXED_SHARE: Final = 0.01
 # Probabilities below this count as this in the log score: a member sure of
 # the wrong answer loses ~28 nats for it, not an infinite amount.
 MIN_PROBABILITY: Final = 1e-12
-# As in ``shrunk.py``: combos past this many share the pool-wide combo.
-MAX_COMBOS: Final = 250_000
 
 
 @numba.njit(cache=True, nogil=True)
