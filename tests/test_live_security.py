@@ -152,6 +152,21 @@ def test_run_and_topics_create_refuse_a_certificate_they_cannot_trust_at_once(
     assert "broker unreachable" not in run.stderr
 
 
+def run_federation_processes(config: Path, cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Start the federation's owner, scheduler and topics command on ``config``; each
+    is expected to stop by itself (the tests give them a broker they must refuse)."""
+    federation = [*LAVAD, "federation"]
+    commands = (
+        [*federation, "owner", "--instance", "o1", "--config", str(config)],
+        [*federation, "scheduler", "--gm", "0", "--config", str(config)],
+        [*federation, "topics", str(config)],
+    )
+    return [
+        subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+        for command in commands
+    ]
+
+
 def test_the_federation_processes_refuse_a_certificate_they_cannot_trust_at_once(
     pki: Pki, tmp_path: Path
 ) -> None:
@@ -168,18 +183,7 @@ def test_the_federation_processes_refuse_a_certificate_they_cannot_trust_at_once
             f'ssl_keyfile = "{pki.client_key}"\n'
             f'ssl_password = "{KEY_PASSWORD}"\n'
         )
-        federation = [*LAVAD, "federation"]
-        commands = (
-            [*federation, "owner", "--instance", "o1", "--config", str(config)],
-            [*federation, "scheduler", "--gm", "0", "--config", str(config)],
-            [*federation, "topics", str(config)],
-        )
-        results = [
-            subprocess.run(
-                command, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
-            )
-            for command in commands
-        ]
+        results = run_federation_processes(config, tmp_path)
     for result in results:
         assert result.returncode == 2, result.stderr
         assert "TLS: the certificate of" in flat(result.stderr)
@@ -325,18 +329,7 @@ def test_the_federation_processes_refuse_credentials_the_broker_rejects_at_once(
             'sasl_plain_username = "lavad"\n'
             f'sasl_plain_password = "{SASL_PASSWORD}"\n'
         )
-        federation = [*LAVAD, "federation"]
-        commands = (
-            [*federation, "owner", "--instance", "o1", "--config", str(config)],
-            [*federation, "scheduler", "--gm", "0", "--config", str(config)],
-            [*federation, "topics", str(config)],
-        )
-        results = [
-            subprocess.run(
-                command, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
-            )
-            for command in commands
-        ]
+        results = run_federation_processes(config, tmp_path)
     finally:
         broker.terminate()
         broker.wait()
