@@ -111,15 +111,7 @@ def keep_scans(path: Path, every: int, keep: int) -> list[Kept]:
 
 
 def time_scans(kept: list[Kept], rounds: int) -> None:
-    no_floats = np.empty(0)
-    no_tracker = (
-        np.empty((0, 0)), np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
-        np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
-    )  # fmt: skip
-    no_model = (
-        np.empty((0, 0)), np.empty(0, dtype=np.bool_), np.empty((0, 0)), np.empty((0, 0)),
-        no_floats, 0.0, no_floats,
-    )  # fmt: skip
+    no_tracker, no_model = kernels.no_refresh()
     paper = no_stranding()
     scan = kernels._floored_lifetime_scan
 

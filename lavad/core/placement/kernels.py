@@ -555,6 +555,22 @@ def _floored_lifetime_scan(
     return count, best_p, best_c, best_s
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def no_refresh() -> tuple[TrackerArrays, ModelArrays]:
+    """Empty tracker and model arrays, typed as the real ones, for a scan that
+    refreshes nothing (``refresh`` false: they are never read)."""
+    no_floats = np.empty(0)
+    no_tracker = (
+        np.empty((0, 0)), np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
+        np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
+    )  # fmt: skip
+    no_model = (
+        np.empty((0, 0)), np.empty(0, dtype=np.bool_), np.empty((0, 0)), np.empty((0, 0)),
+        no_floats, 0.0, no_floats,
+    )  # fmt: skip
+    return no_tracker, no_model
+
+
 @numba.njit(cache=True, nogil=True)
 def _probed_lifetime_scan(
     pool: ScanPool,
@@ -569,15 +585,7 @@ def _probed_lifetime_scan(
     no_floats = np.empty(0)
     no_ints = np.empty(0, dtype=np.int64)
     no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False)
-    # Without a refresh these are never read.
-    no_tracker = (
-        np.empty((0, 0)), np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
-        np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
-    )  # fmt: skip
-    no_model = (
-        np.empty((0, 0)), np.empty(0, dtype=np.bool_), np.empty((0, 0)), np.empty((0, 0)),
-        no_floats, 0.0, no_floats,
-    )  # fmt: skip
+    no_tracker, no_model = no_refresh()
     return _floored_lifetime_scan(
         pool, request, preferred, las, ties, probe, no_floors, False, no_tracker, no_model, strand
     )
