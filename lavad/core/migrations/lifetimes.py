@@ -17,11 +17,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from lavad.core.cluster import ClusterState, VmRecord
-from lavad.core.placement.framework import ClusterListener, PredictedLifetimes
+from lavad.core.placement.framework import Booking, ClusterListener, PredictedLifetimes
 from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
 from lavad.core.registry import Entry, Registry
 from lavad.models.lifetime.features import ORACLE_FEATURE
-from lavad.streams.schema import VmPlaced, VmRequest
 
 
 class RemainingLifetimes(Protocol):
@@ -35,11 +34,7 @@ class RemainingLifetimes(Protocol):
         """The VM's predicted remaining lifetime at ``now`` (0 when overdue)."""
 
     def on_booked(
-        self,
-        cluster: ClusterState,
-        record: VmRecord,
-        now: float,
-        event: VmRequest | VmPlaced | None,
+        self, cluster: ClusterState, record: VmRecord, now: float, event: Booking
     ) -> None: ...
 
     def on_released(
@@ -92,11 +87,7 @@ class OwnLifetimes(ClusterListener):
         return tracker.remaining(vm_id, now)
 
     def on_booked(
-        self,
-        cluster: ClusterState,
-        record: VmRecord,
-        now: float,
-        event: VmRequest | VmPlaced | None,
+        self, cluster: ClusterState, record: VmRecord, now: float, event: Booking
     ) -> None:
         tracker = self.tracker
         # Due refits and repredictions first, as a policy's hooks would have.
@@ -129,11 +120,7 @@ class OracleLifetimes(ClusterListener):
         return max(self.exit_at[vm_id] - now, 0.0)
 
     def on_booked(
-        self,
-        cluster: ClusterState,
-        record: VmRecord,
-        now: float,
-        event: VmRequest | VmPlaced | None,
+        self, cluster: ClusterState, record: VmRecord, now: float, event: Booking
     ) -> None:
         value = None if event is None else event.features.get(ORACLE_FEATURE)
         if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:

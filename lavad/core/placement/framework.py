@@ -17,7 +17,7 @@ the final tie set, usually a handful of hosts, is turned into indices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 import numpy as np
 
@@ -37,6 +37,11 @@ from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
 # The per-request value types below are not frozen: a frozen dataclass sets
 # each field through object.__setattr__, which costs more per placement than
 # the compiled host scan. Nothing keeps them beyond one placement.
+
+
+# What booked a VM on a host: its request (placed by this policy), another
+# scheduler's placement (VmPlaced), or nothing (a restored or test booking).
+Booking: TypeAlias = VmRequest | VmPlaced | None
 
 
 @dataclass(slots=True)
@@ -178,11 +183,7 @@ class ClusterListener:
         return []
 
     def on_booked(
-        self,
-        cluster: ClusterState,
-        record: VmRecord,
-        now: float,
-        event: VmRequest | VmPlaced | None,
+        self, cluster: ClusterState, record: VmRecord, now: float, event: Booking
     ) -> None:
         """A VM was booked: placed by this policy (VmRequest) or by another (VmPlaced)."""
         return

@@ -44,12 +44,18 @@ from lavad.core.cluster import (
     VmRecord,
 )
 from lavad.core.migrations.relief_rule import OverflowEvidence, ReliefConfig
-from lavad.core.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
+from lavad.core.placement.framework import (
+    Booking,
+    ClusterListener,
+    Notice,
+    NumpyScorer,
+    PlacementRequest,
+)
 from lavad.models.usage.hosts import FOURTH, MEAN, THIRD, VARIANCE, HostUsage
 from lavad.models.usage.margin import HostWindow, TailCalibration
 from lavad.models.usage.moments import CPU, MEMORY, USAGE_RESOURCES
 from lavad.models.usage.tail import effective_variance, tail_factor
-from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
+from lavad.streams.schema import UsageSample
 
 # The cluster row of each usage resource (cores, memory_gib).
 CLUSTER_ROW: Final = {CPU: 0, MEMORY: 1}
@@ -463,11 +469,7 @@ class UsageHooks(ClusterListener):
         return notices
 
     def on_booked(
-        self,
-        cluster: ClusterState,
-        record: VmRecord,
-        now: float,
-        event: VmRequest | VmPlaced | None,
+        self, cluster: ClusterState, record: VmRecord, now: float, event: Booking
     ) -> None:
         self.usage.place(record.vm_id, record.host, (record.demand[0], record.demand[1]))
         self._promise(record.host)

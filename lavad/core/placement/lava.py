@@ -52,10 +52,15 @@ from typing import Final
 import numpy as np
 
 from lavad.core.cluster import ClusterState, FloatArray, VmRecord
-from lavad.core.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
+from lavad.core.placement.framework import (
+    Booking,
+    ClusterListener,
+    Notice,
+    NumpyScorer,
+    PlacementRequest,
+)
 from lavad.core.placement.kernels import Direct
 from lavad.core.placement.lifetime import LifetimeTracker
-from lavad.streams.schema import VmPlaced, VmRequest
 
 HOUR = 3600.0
 # Upper bounds of classes 0..3; class 4 is everything longer.
@@ -189,11 +194,7 @@ class LavaHosts(ClusterListener):
     # ----------------------------------------------------------------- hooks
 
     def on_booked(
-        self,
-        cluster: ClusterState,
-        record: VmRecord,
-        now: float,
-        event: VmRequest | VmPlaced | None,
+        self, cluster: ClusterState, record: VmRecord, now: float, event: Booking
     ) -> None:
         tracker = self.tracker
         tracker.on_booked(cluster, record, now, event)

@@ -48,7 +48,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lavad.core.cluster import ClusterState, FloatArray, VmRecord
-from lavad.core.placement.framework import ClusterListener, Notice, NumpyScorer, PlacementRequest
+from lavad.core.placement.framework import (
+    Booking,
+    ClusterListener,
+    Notice,
+    NumpyScorer,
+    PlacementRequest,
+)
 from lavad.core.placement.kernels import (
     GENERATION,
     HOST,
@@ -85,7 +91,6 @@ from lavad.models.lifetime.survival import (
     midpoint_levels,
     remaining_quantiles,
 )
-from lavad.streams.schema import VmPlaced, VmRequest
 
 HOUR = 3600.0
 LAS_BUCKETS_S: FloatArray = (
@@ -249,7 +254,7 @@ class Prediction:
     thresholds: FloatArray | None = None
 
 
-def _true_lifetime(event: VmRequest | VmPlaced | None) -> float:
+def _true_lifetime(event: Booking) -> float:
     value = None if event is None else event.features.get(ORACLE_FEATURE)
     if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
         raise OracleMissing(
@@ -339,7 +344,7 @@ class LifetimeTracker(ClusterListener):
 
     # ------------------------------------------------------------ predicting
 
-    def predict(self, event: VmRequest | VmPlaced | None) -> Prediction:
+    def predict(self, event: Booking) -> Prediction:
         """The VM's groups, its chosen distribution row and its lifetime at creation."""
         if event is None:
             keys: tuple[object, ...] = (None,) * (LEVELS - 1) + ((),)
@@ -719,11 +724,7 @@ class LifetimeTracker(ClusterListener):
     # ----------------------------------------------------------------- hooks
 
     def on_booked(
-        self,
-        cluster: ClusterState,
-        record: VmRecord,
-        now: float,
-        event: VmRequest | VmPlaced | None,
+        self, cluster: ClusterState, record: VmRecord, now: float, event: Booking
     ) -> None:
         cached = self._cached
         if cached is not None and cached[0] == record.vm_id and cached[1] == now:
