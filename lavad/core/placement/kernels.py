@@ -99,6 +99,19 @@ ModelArrays = tuple[FloatArray, BoolArray, FloatArray, FloatArray, FloatArray, f
 PackedColumns = tuple[FloatArray, IntArray, BoolArray, IntArray, FloatArray, IntArray]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _tie_in(score: float, best: float, h: int, ties: IntArray, count: int) -> tuple[float, int]:
+    """Best Fit's tie set after host ``h`` (visited in ascending order) scores ``score``:
+    a lower score starts it anew, an equal one joins it; (best score, tie count)."""
+    if score < best:
+        ties[0] = h
+        return score, 1
+    if score == best:
+        ties[count] = h
+        return best, count + 1
+    return best, count
+
+
 @numba.njit(cache=True, nogil=True)
 def _scan_cores_memory(
     free: FloatArray,
@@ -132,13 +145,7 @@ def _scan_cores_memory(
         score = 0.0
         score += (f0 - d0) * inv_capacity[0, h] * w0
         score += (f1 - d1) * inv_capacity[1, h] * w1
-        if score < best:
-            best = score
-            ties[0] = h
-            count = 1
-        elif score == best:
-            ties[count] = h
-            count += 1
+        best, count = _tie_in(score, best, h, ties, count)
     return count, best
 
 
@@ -214,13 +221,7 @@ def _filter_and_score(
             ties[0] = h
             return 1, float(h)
         score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        if score < best:
-            best = score
-            ties[0] = h
-            count = 1
-        elif score == best:
-            ties[count] = h
-            count += 1
+        best, count = _tie_in(score, best, h, ties, count)
     return count, best
 
 
@@ -450,13 +451,7 @@ def _floored_lifetime_scan(
                 for i in range(kept):
                     h = level[i]
                     score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-                    if score < best_s:
-                        best_s = score
-                        ties[0] = h
-                        count = 1
-                    elif score == best_s:
-                        ties[count] = h
-                        count += 1
+                    best_s, count = _tie_in(score, best_s, h, ties, count)
                 break
             probe = ties[0]
             refresh = False  # pass 0 brought every host up to date
