@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: run replay test docs lint typecheck unit bench browser tls-tools clean
+.PHONY: run replay test docs lint typecheck unit bench browser test-tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +56,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) tls-tools
+unit: $(STAMP) test-tools
 	$(BIN)/pytest
 
 bench: $(STAMP)
@@ -70,19 +70,22 @@ browser:
 	@if [ -x /usr/bin/chromium ]; then echo "chromium: /usr/bin/chromium is installed"; \
 	else $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; fi
 
-# stunnel4 and openssl (Debian's packages) for tests/test_live_security.py,
-# which terminates TLS in front of the embedded broker. Installed as root or
-# with password-less sudo; elsewhere those tests skip, saying why (.ci/run
-# sets CI_REQUIRE_STUNNEL, which makes them fail instead).
-tls-tools:
-	@if command -v stunnel4 >/dev/null && command -v openssl >/dev/null; then \
-		echo "tls-tools: stunnel4 and openssl are installed"; \
+# Debian's packages the tests use: stunnel4 and openssl for
+# tests/test_live_security.py, which terminates TLS in front of the embedded
+# broker, and prometheus for its promtool, which checks and unit-tests the
+# alert rules (tests/test_dashboard.py). Installed as root or with
+# password-less sudo; elsewhere those tests skip, saying why (.ci/run sets
+# CI_REQUIRE_STUNNEL and CI_REQUIRE_PROMTOOL, which make them fail instead).
+test-tools:
+	@if command -v stunnel4 >/dev/null && command -v openssl >/dev/null \
+		&& command -v promtool >/dev/null; then \
+		echo "test-tools: stunnel4, openssl and promtool are installed"; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -q && apt-get install -y -q --no-install-recommends stunnel4 openssl; \
+		apt-get update -q && apt-get install -y -q --no-install-recommends stunnel4 openssl prometheus; \
 	elif sudo -n true 2>/dev/null; then \
-		sudo apt-get update -q && sudo apt-get install -y -q --no-install-recommends stunnel4 openssl; \
-	else echo "tls-tools: stunnel4/openssl missing and not installable here (needs root or" \
-		"password-less sudo): the TLS tests will skip"; fi
+		sudo apt-get update -q && sudo apt-get install -y -q --no-install-recommends stunnel4 openssl prometheus; \
+	else echo "test-tools: stunnel4/openssl/promtool missing and not installable here (needs" \
+		"root or password-less sudo): the TLS and alert-rule tests will skip"; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info site docs/reference
