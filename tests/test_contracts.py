@@ -27,7 +27,7 @@ from lavad.daemon.live.state_codec import dumps, loads
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import ORACLE_FEATURE, lifetime_keys
-from lavad.models.lifetime.protocol import GroupRows, LifetimeModel
+from lavad.models.lifetime.protocol import GroupRows, LifetimeModel, RunningVMs
 from lavad.models.limits.histogram import BucketScheme, Observation
 from lavad.models.limits.window import LimitRecommender
 from lavad.streams.schema import VmRequest
@@ -115,7 +115,7 @@ class _Fleet:
         uptimes: FloatArray = np.array([now - self.running[vm][1] for vm in vms])
         chosen = np.array([self.running[vm][2] for vm in vms], dtype=np.int64)
         given = (rows.copy(), uptimes.copy(), chosen.copy())
-        model.refit(rows, uptimes, chosen, now=now)
+        model.refit(RunningVMs(rows, uptimes, chosen), now=now)
         if self.strict:
             for array, before in zip((rows, uptimes, chosen), given, strict=True):
                 assert np.array_equal(array, before), "refit changed its caller's arrays"
@@ -184,7 +184,7 @@ def test_a_lifetime_model_counts_the_running_as_censored(name: str) -> None:
     model.observe_exit(rows, lived, lived)
     model.observe_exit(rows, lived, lived)
     running = np.array([rows, rows], dtype=np.int64)
-    model.refit(running, np.array([10 * HOUR, 10 * HOUR]), None, now=10 * HOUR)
+    model.refit(RunningVMs(running, np.array([10 * HOUR, 10 * HOUR])), now=10 * HOUR)
     mass = model.mass[model.choose(rows)]
     assert mass[:died_in].sum() == pytest.approx(0.0, abs=1e-12)
     assert mass[died_in] == pytest.approx(0.5, abs=1e-9)

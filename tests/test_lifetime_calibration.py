@@ -13,6 +13,7 @@ from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibrated import CalibratedLifeTables
 from lavad.models.lifetime.calibration import RAW_SHARE, SurvivalCalibrator
 from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.protocol import RunningVMs
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import suffix_sums
 
@@ -81,14 +82,14 @@ def test_a_model_learns_from_its_predictions_at_creation() -> None:
     calibrator = _calibrator()
     model = GroupedLifeTables(_bins(), min_observations=1, calibrator=calibrator)
     keys = ("tenant", "shape-hour", "shape", "hour", ())
-    model.refit(np.zeros((0, 5), dtype=np.int64), np.zeros(0), now=0.0)
+    model.refit(RunningVMs(np.zeros((0, 5), dtype=np.int64), np.zeros(0)), now=0.0)
     rows = model.rows_for(keys)
     # a and b created at 0: no observation yet, the pool's uniform table,
     # P(T > 300) = 2/3 (band 1), P(T > 3000) = 1/3 (band 0).
     assert model.choose(rows) == rows[-1]
     assert model.m0[rows[-1], 1:3] == pytest.approx([2 / 3, 1 / 3])
     model.observe_exit(rows, 100.0, now=100.0)  # a dies at 100 s
-    model.refit(np.array([rows]), np.array([200.0]), now=200.0)  # b runs at 200 s
+    model.refit(RunningVMs(np.array([rows]), np.array([200.0])), now=200.0)  # b runs at 200 s
     # a resolves both edges as a death, as it was predicted at creation; b
     # passed no edge yet.
     assert calibrator.weight.tolist() == [[0.0, 1.0], [1.0, 0.0]]
@@ -113,7 +114,7 @@ def test_no_resolution_without_a_recorded_prediction() -> None:
     rows = model.rows_for(("t", "sh", "s", "h", ()))
     # Never chosen, so never predicted: its death teaches the calibrator nothing.
     model.observe_exit(rows, 100.0, now=100.0)
-    model.refit(np.zeros((0, 5), dtype=np.int64), np.zeros(0), now=200.0)
+    model.refit(RunningVMs(np.zeros((0, 5), dtype=np.int64), np.zeros(0)), now=200.0)
     assert calibrator.weight.sum() == 0.0
 
 
@@ -126,8 +127,10 @@ def _trained(model: GroupedLifeTables) -> None:
         if step % 6 == 0:
             alive = list(running.values())
             model.refit(
-                np.array([r for r, _, _ in alive], dtype=np.int64).reshape(-1, 5),
-                np.array([now - s for _, s, _ in alive]),
+                RunningVMs(
+                    np.array([r for r, _, _ in alive], dtype=np.int64).reshape(-1, 5),
+                    np.array([now - s for _, s, _ in alive]),
+                ),
                 now=now,
             )
         for vm, (rows, start, lifetime) in list(running.items()):
@@ -155,7 +158,7 @@ def test_snapshot_round_trip_keeps_learning_alike(kind: str) -> None:
         assert twin.calibrator is not None
         rows = twin.rows_for(("t0", "sh", "s", "h", ()))
         twin.observe_exit(rows, 500.0, now=40_000.0)
-        twin.refit(np.array([rows]), np.array([100.0]), now=40_000.0)
+        twin.refit(RunningVMs(np.array([rows]), np.array([100.0])), now=40_000.0)
     assert dumps(copy.calibrator) == dumps(model.calibrator)
     assert np.array_equal(copy.mass, model.mass)
 

@@ -11,6 +11,7 @@ from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.frailty import FrailtyLifeTables
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.mixture import MixtureLifeTables
+from lavad.models.lifetime.protocol import RunningVMs
 
 KEYS_T = (("t", "1c"), ("1c", 0, 1), ("1c",), ("all",), ())
 KEYS_U = (("u", "2c"), ("2c", 0, 1), ("2c",), ("all",), ())
@@ -72,12 +73,12 @@ def test_the_frailty_past_its_combo_bound_drops_the_owners_multiplier() -> None:
     rows_t, rows_u, rows_v = (model.rows_for(k) for k in (KEYS_T, KEYS_U, KEYS_V))
     # Only owner t has VMs: u and v fall back to the ("all",) row.
     model.observe_exit(rows_t, 50.0, now=50.0)
-    model.refit(NO_VMS, np.zeros(0), now=1000.0)
+    model.refit(RunningVMs(NO_VMS, np.zeros(0)), now=1000.0)
     # Owners t and v get evidence; u none.
     model.add_evidence(
         np.array([rows_t, rows_v]), np.zeros(2), np.array([50.0, 50.0]), np.array([True, True])
     )
-    model.refit(NO_VMS, np.zeros(0), now=2000.0)
+    model.refit(RunningVMs(NO_VMS, np.zeros(0)), now=2000.0)
     first = model.choose(rows_u)  # (the ("all",) row, no owner): combo 0
     # t's key (its base row, its owner) is past the bound: its base row alone.
     second = model.choose(rows_t)
@@ -95,7 +96,7 @@ def test_the_mixture_past_its_combo_bound_shares_the_pool_wide_combo() -> None:
     rows_t, rows_u = model.rows_for(KEYS_T), model.rows_for(KEYS_U)
     model.observe_exit(rows_t, 50.0, now=50.0)
     model.observe_exit(rows_u, 500.0, now=600.0)
-    model.refit(NO_VMS, np.zeros(0), now=1000.0)
+    model.refit(RunningVMs(NO_VMS, np.zeros(0)), now=1000.0)
     first = model.choose(rows_t)  # each member's row of owner t: combo 0
     # u's key is past the bound: every member's pool row, the pool's weights.
     second = model.choose(rows_u)

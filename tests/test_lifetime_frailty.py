@@ -21,6 +21,7 @@ from lavad.models.lifetime.features import DECLARED_CATEGORICAL, LEVELS
 from lavad.models.lifetime.frailty import FrailtyLifeTables, posterior_theta
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.mixture import MixtureLifeTables
+from lavad.models.lifetime.protocol import RunningVMs
 
 KEYS_T = (("t", "1c"), ("1c", 0, 1), ("1c",), ("all",), ())
 KEYS_U = (("u", "1c"), ("1c", 0, 1), ("1c",), ("all",), ())
@@ -48,7 +49,7 @@ def _fitted(per_owner: bool, half_life_s: float | None = None) -> FrailtyLifeTab
     model.observe_censored(rows, 2000.0, now=2000.0)
     model.observe_censored(rows, 2000.0, now=2000.0)
     # The first refit counts nothing (no tables before it) and fits the base.
-    model.refit(NO_VMS, np.zeros(0), now=2000.0)
+    model.refit(RunningVMs(NO_VMS, np.zeros(0)), now=2000.0)
     base = model.base.m0[model.base.choose(rows)]
     assert base[1] == pytest.approx(3 / 4) and base[2] == pytest.approx(1 / 2)
     assert model.theta[rows[0]].tolist() == [1.0]
@@ -60,7 +61,7 @@ def _first_interval(model: FrailtyLifeTables) -> tuple[int, ...]:
     # Until 3000: VM A, created at 2000, dies at 2050; VM B, created at
     # 2100, runs (uptime 900 at 3000).
     model.observe_exit(rows, 50.0, now=2050.0)
-    model.refit(np.array([rows]), np.array([900.0]), now=3000.0)
+    model.refit(RunningVMs(np.array([rows]), np.array([900.0])), now=3000.0)
     return rows
 
 
@@ -114,7 +115,7 @@ def test_evidence_decays_with_the_half_life() -> None:
     model = _fitted(per_owner=False, half_life_s=1000.0)
     rows = _first_interval(model)
     # A refit 1000 s later with no VM: O and E halve (nothing new counted).
-    model.refit(NO_VMS, np.zeros(0), now=4000.0)
+    model.refit(RunningVMs(NO_VMS, np.zeros(0)), now=4000.0)
     assert model.observed[rows[0]].tolist() == [pytest.approx(0.5)]
     assert model.theta[rows[0]].tolist() == [pytest.approx(1.5 / (1.0 + E_HAND / 2))]
 
@@ -131,7 +132,7 @@ def test_a_banded_frailty_counts_each_band_apart() -> None:
     model.observe_exit(rows, 500.0, now=1500.0)
     model.observe_censored(rows, 2000.0, now=2000.0)
     model.observe_censored(rows, 2000.0, now=2000.0)
-    model.refit(NO_VMS, np.zeros(0), now=2000.0)
+    model.refit(RunningVMs(NO_VMS, np.zeros(0)), now=2000.0)
     _first_interval(model)
     owner = rows[0]
     # Band 0 is bin [0, 100): VM A's death and exposure ln(8/7), and VM B's
@@ -169,7 +170,7 @@ def _stream(model: FrailtyLifeTables | CalibratedLifeTables | GroupedLifeTables)
         running_rows = np.array([r for r, _, _ in running], dtype=np.int64).reshape(-1, LEVELS)
         uptimes = np.array([now - s for _, s, _ in running])
         chosen = np.array([model.choose(r) for r, _, _ in running], dtype=np.int64)
-        model.refit(running_rows, uptimes, chosen, now=now)
+        model.refit(RunningVMs(running_rows, uptimes, chosen), now=now)
         for k in range(6):
             keys = KEYS_T if k % 2 else KEYS_U
             rows = model.rows_for(keys)
@@ -190,7 +191,7 @@ def test_determinism_and_its_inputs_are_not_changed() -> None:
     rows = np.array([model.rows_for(KEYS_T)] * 2, dtype=np.int64)
     uptimes = np.array([10.0, 5000.0])
     before = rows.copy(), uptimes.copy()
-    model.refit(rows, uptimes, np.array([0, 0]), now=40 * 3600.0)
+    model.refit(RunningVMs(rows, uptimes, np.array([0, 0])), now=40 * 3600.0)
     np.testing.assert_array_equal(rows, before[0])
     np.testing.assert_array_equal(uptimes, before[1])
     # Owner t's VMs died sooner from hour 15: its theta is above 1.
@@ -206,7 +207,7 @@ def test_the_snapshot_codec_round_trips_the_frailty() -> None:
     assert isinstance(copy, FrailtyLifeTables)
     for m in (model, copy):
         m.observe_exit(rows, 300.0, now=31.5 * 3600.0)
-        m.refit(np.array([rows]), np.array([3000.0]), now=32 * 3600.0)
+        m.refit(RunningVMs(np.array([rows]), np.array([3000.0])), now=32 * 3600.0)
     np.testing.assert_array_equal(copy.theta, model.theta)
     np.testing.assert_array_equal(copy.mass[copy.choose(rows)], model.mass[model.choose(rows)])
 
@@ -223,7 +224,7 @@ def test_the_snapshot_codec_round_trips_the_recalibrated_stack() -> None:
     assert isinstance(copy, CalibratedLifeTables)
     for m in (model, copy):
         m.observe_exit(rows, 300.0, now=31.5 * 3600.0)
-        m.refit(np.array([rows]), np.array([3000.0]), now=32 * 3600.0)
+        m.refit(RunningVMs(np.array([rows]), np.array([3000.0])), now=32 * 3600.0)
     assert model.calibrator is not None and copy.calibrator is not None
     assert state_codec.dumps(copy.calibrator) == state_codec.dumps(model.calibrator)
     np.testing.assert_array_equal(copy.mass[copy.choose(rows)], model.mass[model.choose(rows)])

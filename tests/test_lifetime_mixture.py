@@ -15,6 +15,7 @@ from lavad.evaluation.lifetime import evaluate_lifetime_model
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, LEVELS
 from lavad.models.lifetime.mixture import MixtureLifeTables, fixed_share_update
+from lavad.models.lifetime.protocol import RunningVMs
 from lavad.streams.schema import Event, VmExit, VmRequest
 
 KEYS = (("t", "1c"), ("1c", 0, 1), ("1c",), ("all",), ())
@@ -55,7 +56,7 @@ def test_a_mixture_weight_update_by_hand() -> None:
     model.observe_exit(rows, 50.0, now=50.0)
     model.observe_exit(rows, 500.0, now=1500.0)
     # The first refit scores nothing (no tables before it) and fits both members.
-    model.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0), now=2000.0)
+    model.refit(RunningVMs(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0)), now=2000.0)
     assert np.exp(model.log_weight).tolist() == [[0.5, 0.5]]
     # Member 0 (no forgetting): one death in [0, 100) of 2 at risk, then the
     # other in [100, 1000): S(100) = 1/2, S(1000) = 0. Member 1 (half-life
@@ -71,7 +72,7 @@ def test_a_mixture_weight_update_by_hand() -> None:
     # Weights: 5/18 : 10/27 = 15 : 20, i.e. 3/7 and 4/7.
     model.observe_exit(rows, 80.0, now=2080.0)
     running = np.array([rows], dtype=np.int64)
-    model.refit(running, np.array([500.0]), now=3000.0)
+    model.refit(RunningVMs(running, np.array([500.0])), now=3000.0)
     weight = model.weights()
     assert weight.tolist() == [[pytest.approx(3 / 7), pytest.approx(4 / 7)]]
     # The prediction mixes the members' survival through each bin with
@@ -105,8 +106,8 @@ def test_owner_weights_by_hand() -> None:
     # 5/18 for member 0 and 10/27 for member 1.
     model.observe_exit(rows_a, 50.0, now=50.0)
     model.observe_exit(rows_a, 500.0, now=1500.0)
-    model.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0), now=2000.0)
-    model.refit(np.array([rows_a, rows_b]), np.array([500.0, 500.0]), now=3000.0)
+    model.refit(RunningVMs(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0)), now=2000.0)
+    model.refit(RunningVMs(np.array([rows_a, rows_b]), np.array([500.0, 500.0])), now=3000.0)
     # The pool scores both VMs: (5/18)^2 : (10/27)^2 = 9 : 16.
     assert model.weights().tolist() == [[pytest.approx(9 / 25), pytest.approx(16 / 25)]]
     # Each owner starts from the pool's weights before the update (1/2 each)
@@ -131,7 +132,7 @@ def test_one_member_with_all_the_weight_predicts_as_that_member() -> None:
     rows = model.rows_for(KEYS)
     for k, lifetime in enumerate((50.0, 150.0, 400.0, 2000.0, 30.0)):
         model.observe_exit(rows, lifetime, now=300.0 * k + lifetime)
-    model.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0), now=5000.0)
+    model.refit(RunningVMs(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0)), now=5000.0)
     for member in (0, 1):
         log_weight = np.full_like(model.log_weight, -1e9)
         log_weight[:, member] = 0.0
@@ -171,7 +172,7 @@ def test_after_a_swing_the_short_memories_take_the_young_band() -> None:
                 weights_before_swing = model.weights()
             rows = np.array([r for r, _ in running.values()], dtype=np.int64).reshape(-1, LEVELS)
             uptimes = np.array([event.time - s for _, s in running.values()])
-            model.refit(rows, uptimes, now=event.time)
+            model.refit(RunningVMs(rows, uptimes), now=event.time)
             next_refit = event.time + 3600.0
         if isinstance(event, VmRequest):
             keys = (("", "1c2g"), ("1c2g", None, None), ("1c2g",), ("all",), ())
@@ -230,10 +231,10 @@ def test_the_daemon_can_choose_the_mixture() -> None:
 def _learned_mixture() -> tuple[MixtureLifeTables, tuple[int, ...]]:
     model = MixtureLifeTables(_small_bins(), min_observations=1)
     rows = model.rows_for(KEYS)
-    model.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0), now=0.0)
+    model.refit(RunningVMs(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0)), now=0.0)
     for k, lifetime in enumerate((50.0, 150.0, 400.0, 2000.0)):
         model.observe_exit(rows, lifetime, now=200.0 * k + lifetime)
-    model.refit(np.array([rows]), np.array([700.0]), now=3000.0)
+    model.refit(RunningVMs(np.array([rows]), np.array([700.0])), now=3000.0)
     model.observe_exit(rows, 90.0, now=3500.0)  # pending until the next refit
     return model, rows
 
@@ -244,7 +245,7 @@ def test_the_snapshot_codec_round_trips_the_mixture() -> None:
     assert isinstance(copy, MixtureLifeTables)
     for m in (model, copy):
         m.observe_exit(rows, 300.0, now=5000.0)
-        m.refit(np.array([rows]), np.array([3000.0]), now=6000.0)
+        m.refit(RunningVMs(np.array([rows]), np.array([3000.0])), now=6000.0)
     np.testing.assert_array_equal(copy.log_weight, model.log_weight)
     np.testing.assert_array_equal(copy.mass[copy.choose(rows)], model.mass[model.choose(rows)])
 

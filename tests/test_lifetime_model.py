@@ -11,6 +11,7 @@ from live_support import AZURE_SLICE
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS, lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.protocol import RunningVMs
 from lavad.models.lifetime.survival import (
     expected_remaining,
     fill_suffix_sums,
@@ -114,10 +115,10 @@ def test_censored_long_lived_vms_never_shorten_the_prediction() -> None:
     for lifetime in short:
         plain.observe_exit(rows_plain, float(lifetime))
         aware.observe_exit(rows_aware, float(lifetime))
-    plain.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0))
+    plain.refit(RunningVMs(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0)))
     # 50 VMs still running after 3 days: right-censored, not missing, not exits.
     running = np.tile(np.array(rows_aware), (50, 1))
-    aware.refit(running, np.full(50, 3 * 86_400.0))
+    aware.refit(RunningVMs(running, np.full(50, 3 * 86_400.0)))
     row = np.array([rows_plain[0]])
     zero = np.zeros(1)
     e_plain = expected_remaining(BINS, plain.mass, plain.m0, plain.m1, row, zero)[0]
@@ -134,7 +135,7 @@ def test_back_off_to_coarser_groups_until_enough_observations() -> None:
     assert model.choose(rows) == rows[-1]  # nothing seen: the pool-wide group
     for _ in range(3):
         model.observe_exit(rows, 7_200.0)
-    model.refit(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0))
+    model.refit(RunningVMs(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0)))
     assert model.choose(rows) == rows[0]
 
 

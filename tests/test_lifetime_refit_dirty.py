@@ -7,6 +7,7 @@ import numpy as np
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.protocol import RunningVMs
 from lavad.models.lifetime.survival import life_table, suffix_sums
 
 
@@ -44,7 +45,7 @@ def test_refit_of_changed_rows_equals_a_full_rebuild() -> None:
         rows_array = np.array([r for r, _ in running.values()], dtype=np.int64).reshape(-1, LEVELS)
         uptimes = np.array([now - s for _, s in running.values()])
         expected = _full_rebuild(model, rows_array, uptimes)
-        model.refit(rows_array, uptimes)
+        model.refit(RunningVMs(rows_array, uptimes))
         n = model.groups
         np.testing.assert_array_equal(model.mass[:n], expected)
         m0, m1 = suffix_sums(expected, model.bins)
@@ -62,14 +63,14 @@ def test_a_refit_rebuilds_a_row_recounted_since_even_with_the_same_counts() -> N
         model.observe_exit(rows, lifetime)
     running = np.array([rows], dtype=np.int64)
     uptimes = np.array([3000.0])
-    model.refit(running, uptimes)
+    model.refit(RunningVMs(running, uptimes))
     fitted = model.mass[: model.groups].copy()
     # The owner row recounted with its running VM far older: its table moves.
     model.observe_running(rows[0], np.array([500_000.0]))
     assert not np.array_equal(model.mass[rows[0]], fitted[rows[0]])
     # Same running VM, same uptime, nothing observed: the counts are those of
     # the last refit, so every row's table is the one fitted then.
-    model.refit(running, uptimes)
+    model.refit(RunningVMs(running, uptimes))
     n = model.groups
     np.testing.assert_array_equal(model.mass[:n], fitted)
     np.testing.assert_array_equal(model.mass[:n], _full_rebuild(model, running, uptimes))

@@ -10,6 +10,7 @@ from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import lifetime_keys
 from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.protocol import RunningVMs
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.streams.schema import VmRequest
 
@@ -33,7 +34,7 @@ def test_shrunk_chain_worked_by_hand() -> None:
     model.observe_exit(rows_a, 100.0)
     model.observe_exit(rows_b, 100.0)
     model.observe_exit(rows_b, 1000.0)
-    model.refit(np.array([rows_a, rows_b]), np.array([1000.0, 5000.0]))
+    model.refit(RunningVMs(np.array([rows_a, rows_b]), np.array([1000.0, 5000.0])))
     # The pool (and levels 1-3, holding the same five VMs):
     #   deaths [2, 1, 0], censored [0, 1, 1], N = 5
     #   at risk: 5, 5 - 2 - 1/2 = 2.5, 5 - 2 - 2 - 1/2 = 0.5
@@ -63,7 +64,7 @@ def test_shrunk_strength_moves_between_the_group_and_the_pool() -> None:
         for _ in range(40):
             model.observe_exit(rows_a, 100.0)
             model.observe_exit(rows_b, 1000.0)
-        model.refit(np.zeros((0, 5), dtype=np.int64), np.zeros(0))
+        model.refit(RunningVMs(np.zeros((0, 5), dtype=np.int64), np.zeros(0)))
         return model.mass[model.choose(rows_a)].copy()
 
     # A's own table: everything in bin 0; the pool: half and half.
@@ -79,13 +80,13 @@ def test_shrunk_combos_change_only_at_refits_and_bound_their_number() -> None:
     # No VM yet: uniform, as the life tables.
     assert model.mass[model.choose(rows_a)] == pytest.approx([1 / 3, 1 / 3, 1 / 3])
     model.observe_exit(rows_a, 1000.0)
-    model.refit(np.zeros((0, 5), dtype=np.int64), np.zeros(0))
+    model.refit(RunningVMs(np.zeros((0, 5), dtype=np.int64), np.zeros(0)))
     combo = model.choose(rows_a)
     before = model.mass[combo].copy()
     model.observe_exit(rows_a, 100.0)
     # Not refitted yet: the exit is not read.
     assert model.mass[model.choose(rows_a)] == pytest.approx(before)
-    model.refit(np.zeros((0, 5), dtype=np.int64), np.zeros(0))
+    model.refit(RunningVMs(np.zeros((0, 5), dtype=np.int64), np.zeros(0)))
     assert model.mass[model.choose(rows_a)][0] > before[0]
     # B takes the second of three combos; the last is kept for the pool-wide
     # combo, which C and every later key tuple share.
@@ -173,7 +174,7 @@ def test_both_models_are_refitted_with_the_chosen_rows() -> None:
     # The tracker passes every running VM's distribution row; the tables ignore it.
     tables = GroupedLifeTables(BINS, 1)
     rows = tables.rows_for(_keys("A"))
-    tables.refit(np.array([rows]), np.array([10.0]), np.array([tables.choose(rows)]))
+    tables.refit(RunningVMs(np.array([rows]), np.array([10.0]), np.array([tables.choose(rows)])))
     assert tables.observations[rows[0]] == 1.0
 
 
@@ -185,7 +186,7 @@ def test_forgetting_weighs_each_vm_by_its_creation_worked_by_hand() -> None:
     rows = model.rows_for(_keys("A"))
     model.observe_exit(rows, 100.0, now=100.0)
     model.observe_exit(rows, 1000.0, now=1100.0)
-    model.refit(np.array([rows]), np.array([100.0]), now=1100.0)
+    model.refit(RunningVMs(np.array([rows]), np.array([100.0])), now=1100.0)
     # Weights at 1100, by creation: A 2^-11, B 2^-10, C 2^-1. Times 2^11:
     #   deaths [1, 2, 0], censored [1024, 0, 0], N = 1027
     #   at risk: 1027 - 1024 / 2 = 515, then 1027 - 1 - 1024 = 2
@@ -198,5 +199,5 @@ def test_forgetting_weighs_each_vm_by_its_creation_worked_by_hand() -> None:
     plain_rows = plain.rows_for(_keys("A"))
     plain.observe_exit(plain_rows, 100.0)
     plain.observe_exit(plain_rows, 1000.0)
-    plain.refit(np.array([plain_rows]), np.array([100.0]))
+    plain.refit(RunningVMs(np.array([plain_rows]), np.array([100.0])))
     assert plain.mass[plain.choose(plain_rows)] == pytest.approx([0.4, 0.6, 0.0])

@@ -51,11 +51,11 @@ from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibrated import CalibratedLifeTables
 from lavad.models.lifetime.calibration import CALIBRATION_HALF_LIFE_S, SurvivalCalibrator
-from lavad.models.lifetime.features import LEVELS, left_truncated, lifetime_keys
+from lavad.models.lifetime.features import left_truncated, lifetime_keys
 from lavad.models.lifetime.frailty import FRAILTY_HALF_LIFE_S, FrailtyLifeTables
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.mixture import BAND_EDGES_S, MixtureLifeTables
-from lavad.models.lifetime.protocol import GroupRows
+from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
     expected_remaining,
@@ -189,10 +189,10 @@ class _OnlineModel:
 
     def refit(self, now: float) -> None:
         running = list(self.running.values())
-        rows = np.array([r for r, _, _ in running], dtype=np.int64).reshape(-1, LEVELS)
+        rows = np.array([r for r, _, _ in running], dtype=np.int64)
         uptimes = np.array([now - start for _, start, _ in running])
         chosen = np.array([c for _, _, c in running], dtype=np.int64)
-        self.model.refit(rows, uptimes, chosen, now=now)
+        self.model.refit(RunningVMs(rows, uptimes, chosen), now=now)
         self.refits += 1
 
     def keep(self, key: tuple[str, str], chosen: int) -> None:

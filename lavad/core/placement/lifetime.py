@@ -82,7 +82,7 @@ from lavad.models.lifetime.features import (
 from lavad.models.lifetime.frailty import FrailtyLifeTables
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables
 from lavad.models.lifetime.mixture import MixtureLifeTables
-from lavad.models.lifetime.protocol import GroupRows, LifetimeModel
+from lavad.models.lifetime.protocol import GroupRows, LifetimeModel, RunningVMs
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
     creation_quantiles,
@@ -596,9 +596,10 @@ class LifetimeTracker(ClusterListener):
         # Censor only the VMs the model learns from; bring every running VM's
         # distribution row up to date (they are all repredicted below).
         counted = alive[self.slots.learns[alive]]
-        self.model.refit(
-            self.levels[counted], now - self.slots.start[counted], self.slots.row[alive], now=now
+        running = RunningVMs(
+            self.levels[counted], now - self.slots.start[counted], self.slots.row[alive]
         )
+        self.model.refit(running, now=now)
         self._forget_predictions()
         self._creation_known.fill(False)
         # The model changed: every host's quantiles are recomputed when next read.

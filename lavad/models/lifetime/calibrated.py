@@ -19,9 +19,8 @@ import numpy as np
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.combos import CountsOf, grown
-from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables
-from lavad.models.lifetime.protocol import GroupRows
+from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 
 
 class CalibratedLifeTables(CountsOf):
@@ -94,26 +93,17 @@ class CalibratedLifeTables(CountsOf):
         self.base.observe_running(row, uptimes, now)
         self._epoch += 1
 
-    def refit(
-        self,
-        running_rows: np.ndarray,
-        running_uptimes: FloatArray,
-        running_chosen: np.ndarray | None = None,
-        *,
-        now: float = 0.0,
-    ) -> None:
+    def refit(self, running: RunningVMs, *, now: float = 0.0) -> None:
         """Refit the base, resolve the predictions since the last refit, recalibrate.
 
-        ``running_chosen`` (rows of this model, the base's rows) are brought up to date.
+        ``running.chosen`` (rows of this model, the base's rows) are brought up to date.
         """
-        running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
-        uptimes = np.asarray(running_uptimes, dtype=np.float64)
-        self.base.refit(running_rows, uptimes, running_chosen, now=now)
+        self.base.refit(running, now=now)
         previous, self._last_learned = self._last_learned, now
-        self._learn_calibration(previous, now, running_rows, uptimes)
+        self._learn_calibration(previous, now, running)
         self._epoch += 1
-        if running_chosen is not None:
-            rows = np.unique(np.asarray(running_chosen, dtype=np.int64))
+        if running.chosen is not None:
+            rows = running.chosen
             if len(rows) and rows[-1] >= len(self._row_epoch):
                 self._grow_rows(len(self.base.mass))
             for row in rows.tolist():

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import Final
 
 import numba
@@ -79,7 +80,7 @@ from lavad.models.lifetime.combos import (
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.pending import Pending
-from lavad.models.lifetime.protocol import GroupRows
+from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 
 # One bound for every combo table (hostile input names the key tuples):
 # past it, combos share the base model's own rows or the pool-wide combo.
@@ -248,29 +249,16 @@ class FrailtyLifeTables(ComboLifeTables):
         self.base.observe_running(row, uptimes, now)
         self._new_epoch()
 
-    def refit(
-        self,
-        running_rows: np.ndarray,
-        running_uptimes: FloatArray,
-        running_chosen: np.ndarray | None = None,
-        *,
-        now: float = 0.0,
-    ) -> None:
+    def refit(self, running: RunningVMs, *, now: float = 0.0) -> None:
         """Count the interval since the last refit into each owner's theta, then refit the base.
 
-        ``running_chosen`` (this model's combos) are brought up to date, as
+        ``running.chosen`` (this model's combos) are brought up to date, as
         the mixture's are: each keeps its base row and owner.
         """
-        running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
-        uptimes = np.asarray(running_uptimes, dtype=np.float64)
-        self._count(running_rows, uptimes, now)
-        combos = (
-            None
-            if running_chosen is None
-            else np.unique(np.asarray(running_chosen, dtype=np.int64))
-        )
-        base_chosen = None if combos is None else np.unique(self._combo_base[combos])
-        self.base.refit(running_rows, uptimes, base_chosen, now=now)
+        self._count(running.rows, running.uptimes, now)
+        combos = running.chosen
+        base_chosen = None if combos is None else self._combo_base[combos]
+        self.base.refit(replace(running, chosen=base_chosen), now=now)
         self._new_epoch()
         if combos is not None:
             for combo in combos.tolist():

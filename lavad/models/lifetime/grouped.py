@@ -24,7 +24,7 @@ from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.protocol import GroupRows
+from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 from lavad.models.lifetime.survival import fill_suffix_sums, life_table, suffix_sums
 
 # Groups are named by the input (tenants, deployments, feature values), so a
@@ -169,11 +169,7 @@ class GroupedLifeTables:
         self.calibrated_at[rows] = calibrator.map_version
 
     def _learn_calibration(
-        self,
-        previous_refit: float | None,
-        now: float,
-        running_rows: np.ndarray,
-        running_uptimes: FloatArray,
+        self, previous_refit: float | None, now: float, running: RunningVMs
     ) -> None:
         """Resolve the running VMs' edges passed since the last refit, and the VMs that left."""
         calibrator = self.calibrator
@@ -181,11 +177,10 @@ class GroupedLifeTables:
         pending = calibrator.pending
         calibrator.pending = []
         calibrator.age(now)
-        uptimes = np.asarray(running_uptimes, dtype=np.float64)
+        uptimes = running.uptimes
         since = math.inf if previous_refit is None else now - previous_refit
         if len(uptimes):
-            rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
-            survival, found = calibrator.creation_survival(rows, now - uptimes)
+            survival, found = calibrator.creation_survival(running.rows, now - uptimes)
             calibrator.learn(
                 survival[found],
                 (uptimes - since)[found],
@@ -284,26 +279,17 @@ class GroupedLifeTables:
             self.observations *= math.exp(-self.decay * (now - self._last_refit))
         self._last_refit = now
 
-    def refit(
-        self,
-        running_rows: np.ndarray,
-        running_uptimes: FloatArray,
-        running_chosen: np.ndarray | None = None,
-        *,
-        now: float = 0.0,
-    ) -> None:
+    def refit(self, running: RunningVMs, *, now: float = 0.0) -> None:
         """Rebuild every table with the running VMs censored at their uptimes.
 
-        ``running_rows`` is (VMs, levels); ``running_uptimes`` their uptimes.
-        ``running_chosen`` (``choose``'s answers for them) is not needed here:
-        every group row they read is among the rows rebuilt. ``now`` matters
-        only with ``half_life_s``.
+        ``running.chosen`` is not needed here: every group row they read is
+        among the rows rebuilt. ``now`` matters only with ``half_life_s``.
         """
         previous_refit = self._last_refit
         self._age_observations(now)
         changed = self._touched | self._recounted
         self._recounted = set()
-        dirty, deaths, censored = self._counts(running_rows, running_uptimes, now)
+        dirty, deaths, censored = self._counts(running, now)
         if not len(dirty):
             return
         if not self.decay and self.calibrator is None:
@@ -321,7 +307,7 @@ class GroupedLifeTables:
         scatter_suffix_sums(mass, self.bins.representative, dirty, self.m0, self.m1)
         if self.calibrator is not None:
             self.raw_survival[dirty] = self.m0[dirty, 1 : self.bins.count]
-            self._learn_calibration(previous_refit, now, running_rows, running_uptimes)
+            self._learn_calibration(previous_refit, now, running)
             self._calibrate(dirty)
 
     def _unchanged(self, dirty: np.ndarray, censored: FloatArray, changed: set[int]) -> np.ndarray:
@@ -336,16 +322,14 @@ class GroupedLifeTables:
             same &= ~np.isin(dirty, np.fromiter(changed, dtype=np.int64, count=len(changed)))
         return same
 
-    def _counts(
-        self, running_rows: np.ndarray, running_uptimes: FloatArray, now: float
-    ) -> tuple[np.ndarray, FloatArray, FloatArray]:
+    def _counts(self, running: RunningVMs, now: float) -> tuple[np.ndarray, FloatArray, FloatArray]:
         """The rows to rebuild, and their deaths and censorings as of ``now``.
 
         The rows touched since the last refit and those of running VMs, which
         are censored at their uptimes (weighted by their creation, as
         stored counts are: 2^-uptime / half_life).
         """
-        running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
+        running_rows = running.rows
         touched = np.fromiter(self._touched, dtype=np.int64, count=len(self._touched))
         self._touched = set()
         # The sorted distinct rows (``np.unique``'s answer) by marking, not sorting.
@@ -362,8 +346,8 @@ class GroupedLifeTables:
         if scale != 1.0:
             censored *= scale
             deaths *= scale
-        if len(running_uptimes):
-            uptimes = np.asarray(running_uptimes, dtype=np.float64)
+        if len(running.uptimes):
+            uptimes = running.uptimes
             columns = self.bins.index(uptimes)
             weights = np.exp(-self.decay * uptimes) if self.decay else _UNIT_WEIGHTS
             add_running_censorings(

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import Final
 
 import numba
@@ -87,7 +88,7 @@ from lavad.models.lifetime.combos import (
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables
 from lavad.models.lifetime.pending import Pending
-from lavad.models.lifetime.protocol import GroupRows
+from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 
 # One bound for every combo table (hostile input names the key tuples):
 # past it, combos share the base model's own rows or the pool-wide combo.
@@ -303,29 +304,21 @@ class MixtureLifeTables(ComboLifeTables):
             member.observe_running(row, uptimes, now)
         self._new_epoch()
 
-    def refit(
-        self,
-        running_rows: np.ndarray,
-        running_uptimes: FloatArray,
-        running_chosen: np.ndarray | None = None,
-        *,
-        now: float = 0.0,
-    ) -> None:
+    def refit(self, running: RunningVMs, *, now: float = 0.0) -> None:
         """Score the members on the interval since the last refit, then refit them.
 
-        ``running_chosen`` are the combos to bring up to date (the tracker
+        ``running.chosen`` are the combos to bring up to date (the tracker
         repredicts them from ``mass`` right after): each keeps its members'
         group rows, as the plain tables keep a running VM's row. Every other
         combo is recomputed on its next ``choose``.
         """
-        running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
-        uptimes = np.asarray(running_uptimes, dtype=np.float64)
-        self._score(running_rows, uptimes, now)
+        self._score(running.rows, running.uptimes, now)
+        members_running = replace(running, chosen=None)
         for member in self.members:
-            member.refit(running_rows, uptimes, None, now=now)
+            member.refit(members_running, now=now)
         self._new_epoch()
-        if running_chosen is not None:
-            for combo in np.unique(np.asarray(running_chosen, dtype=np.int64)).tolist():
+        if running.chosen is not None:
+            for combo in running.chosen.tolist():
                 self._compute(combo)
 
     def _score(self, running_rows: np.ndarray, uptimes: FloatArray, now: float) -> None:

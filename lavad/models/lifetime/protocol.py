@@ -17,14 +17,44 @@ censoring to ``deaths`` or ``censored`` itself).
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.features import LEVELS
 
 GroupRows = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RunningVMs:
+    """The VMs running at a refit: those censored, and the rows to bring up to date.
+
+    ``rows`` (VMs, levels) and ``uptimes`` are the running VMs the model
+    learns from, censored at their uptimes. ``chosen``, when given, are the
+    distribution rows (``choose``'s answers) of every running VM, counted or
+    not: the caller repredicts them from ``mass`` right after the refit, so
+    the model brings them up to date there rather than on their next
+    ``choose``. The caller's arrays are read, never written.
+    """
+
+    rows: np.ndarray
+    uptimes: FloatArray
+    chosen: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        # One layout for every model and caller: int64 rows of LEVELS
+        # columns (an empty list of VMs included), float64 uptimes, and each
+        # chosen row once (a model brings a row up to date once).
+        rows = np.asarray(self.rows, dtype=np.int64).reshape(-1, LEVELS)
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "uptimes", np.asarray(self.uptimes, dtype=np.float64))
+        if self.chosen is not None:
+            chosen = np.unique(np.asarray(self.chosen, dtype=np.int64))
+            object.__setattr__(self, "chosen", chosen)
 
 
 @runtime_checkable
@@ -91,15 +121,8 @@ class LifetimeModel(Protocol):
         """Recount group ``row`` between refits, its running VMs censored at ``uptimes``."""
         ...
 
-    def refit(
-        self,
-        running_rows: np.ndarray,
-        running_uptimes: FloatArray,
-        running_chosen: np.ndarray | None = None,
-        *,
-        now: float = 0.0,
-    ) -> None:
-        """Rebuild the distributions with the running VMs (rows, uptimes) censored."""
+    def refit(self, running: RunningVMs, *, now: float = 0.0) -> None:
+        """Rebuild the distributions with the running VMs censored; bring ``chosen`` up to date."""
         ...
 
     def counts_plainly(self) -> bool:

@@ -51,7 +51,7 @@ from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables
-from lavad.models.lifetime.protocol import GroupRows
+from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 from lavad.models.lifetime.survival import fill_suffix_sums
 
 # Combos past this many share the pool-wide combo (hostile input: key tuples
@@ -224,23 +224,13 @@ class ShrunkLifeTables(GroupedLifeTables):
             mass, m0, m1 = calibrator.tables(self.raw_survival[combos], self._representative)
             self.mass[combos], self.m0[combos], self.m1[combos] = mass, m0, m1
 
-    def refit(
-        self,
-        running_rows: np.ndarray,
-        running_uptimes: FloatArray,
-        running_chosen: np.ndarray | None = None,
-        *,
-        now: float = 0.0,
-    ) -> None:
+    def refit(self, running: RunningVMs, *, now: float = 0.0) -> None:
         """Recount every group with the running VMs censored, then recompute their combos.
 
-        ``running_chosen`` are the combos to bring up to date (``choose``'s
-        answers for every running VM, counted or not): the tracker
-        repredicts them from ``mass`` right after. Without it they are found
-        from ``running_rows``. Every other combo is recomputed on its next
-        ``choose``.
+        ``running.chosen`` are the combos to bring up to date: without it
+        they are found from ``running.rows``. Every other combo is recomputed
+        on its next ``choose``.
         """
-        running_rows = np.asarray(running_rows, dtype=np.int64).reshape(-1, LEVELS)
         self._epoch += 1
         previous_refit = self._last_refit
         if self.decay and self._last_refit is not None:
@@ -249,7 +239,7 @@ class ShrunkLifeTables(GroupedLifeTables):
             self.at_risk *= factor
             self.refit_deaths *= factor
         self._age_observations(now)
-        dirty, deaths, censored = self._counts(running_rows, running_uptimes, now)
+        dirty, deaths, censored = self._counts(running, now)
         if len(dirty):
             total = deaths.sum(axis=1, keepdims=True) + censored.sum(axis=1, keepdims=True)
             self.observations[dirty] = total[:, 0]
@@ -257,17 +247,18 @@ class ShrunkLifeTables(GroupedLifeTables):
             leaving = np.cumsum(deaths + censored, axis=1) - (deaths + censored)
             self.at_risk[dirty] = total - leaving - censored / 2.0
             self.refit_deaths[dirty] = deaths
-        if running_chosen is None:
+        if running.chosen is None:
+            running_rows = running.rows
             unique_rows = np.unique(running_rows, axis=0) if len(running_rows) else running_rows
             combos = np.array(
                 [self.choose_without_compute(tuple(r)) for r in unique_rows.tolist()],
                 dtype=np.int64,
             )
         else:
-            combos = np.unique(np.asarray(running_chosen, dtype=np.int64))
+            combos = running.chosen
         if self.calibrator is not None:
             # From the curves recorded at creation; the combos below get the new map.
-            self._learn_calibration(previous_refit, now, running_rows, running_uptimes)
+            self._learn_calibration(previous_refit, now, running)
         if len(combos):
             self._compute(combos)
 
