@@ -15,6 +15,7 @@ attributes are the models' own (a snapshot carries them as they are).
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from lavad.models.arrays import FloatArray
@@ -22,7 +23,8 @@ from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables
 from lavad.models.lifetime.pending import Pending
-from lavad.models.lifetime.protocol import GroupRows
+from lavad.models.lifetime.protocol import GroupRows, RunningVMs
+from lavad.models.lifetime.survival import fill_suffix_sums
 
 
 def check_band_edges(band_edges_s: tuple[float, ...]) -> tuple[float, ...]:
@@ -47,6 +49,22 @@ def grown(array: np.ndarray, size: int) -> np.ndarray:
     return bigger
 
 
+@numba.njit(cache=True, nogil=True)
+def mass_from_through(through: FloatArray, mass: FloatArray, out: int) -> None:
+    """Row ``out`` of ``mass`` from the survival through each bin but the last
+    (what survives them all lives in the last, open bin)."""
+    width = mass.shape[1]
+    survival = 1.0
+    for j in range(width - 1):
+        later = survival * through[j]
+        mass[out, j] = survival - later
+        survival = later
+    mass[out, width - 1] = survival
+
+
+Outcomes = tuple[np.ndarray, FloatArray, FloatArray, np.ndarray]
+
+
 def interval_outcomes(
     running_rows: np.ndarray,
     uptimes: FloatArray,
@@ -55,7 +73,7 @@ def interval_outcomes(
     now: float,
     *,
     exits_to_now: bool,
-) -> tuple[np.ndarray, FloatArray, FloatArray, np.ndarray]:
+) -> Outcomes:
     """Each VM's outcome in the interval (previous, now]: group rows, u0, u1, died.
 
     The running VMs lived from their uptime at ``previous`` (0 if created
@@ -143,8 +161,9 @@ class ComboLifeTables(CountsOf):
     combo) and its array of the combos' wrapped rows, then calls
     ``_start_combos`` for the rest; and it gives the key of a VM's rows (``_combo_key``), the
     key past ``max_combos`` (``_fallback_key``), where a key's wrapped rows
-    are kept (``_keep_rows``) and how a combo's row is computed
-    (``_compute``).
+    are kept (``_keep_rows``), how a combo's row is computed (``_compute``:
+    its survival through each bin, then ``_write_row``) and how its owner
+    state grows (``_grow_owners``).
     """
 
     _combos: dict[tuple[int, ...], int]
@@ -153,7 +172,11 @@ class ComboLifeTables(CountsOf):
     _epoch: int
     _current: dict[GroupRows, int]
     _representative: FloatArray
+    _bin_band: np.ndarray
     max_combos: int
+    # Exits and evictions since the last refit, and when it was.
+    pending: list[Pending]
+    last_scored: float | None
 
     def _start_combos(self, bins: LifetimeBins) -> None:
         """No combos yet, room for 16, in epoch 0 (after ``_combos`` and the wrapped rows)."""
@@ -228,3 +251,52 @@ class ComboLifeTables(CountsOf):
         """The wrapped tables or the owners' state changed: each combo is recomputed on next use."""
         self._epoch += 1
         self._current.clear()
+
+    def _grow_owners(self, size: int) -> None:
+        raise NotImplementedError
+
+    def _cover_owners(self, owners: int) -> None:
+        """Owner state (for ``owners`` so far) for every group the counted model numbers.
+
+        An owner is a level-0 group row; the wrapped model adds groups as
+        key tuples come, so the owner arrays follow it.
+        """
+        size = len(self.counted().deaths)
+        if owners < size:
+            self._grow_owners(size)
+
+    def _recompute(self, combos: np.ndarray | None) -> None:
+        """A new epoch after a refit; ``combos`` (the running VMs', repredicted next) now."""
+        self._new_epoch()
+        if combos is not None:
+            for combo in combos.tolist():
+                self._compute(combo)
+
+    def _through(self) -> FloatArray:
+        """Room for a combo's survival through each bin but the last (``_write_row``)."""
+        return np.empty(self.mass.shape[1] - 1)
+
+    def _write_row(self, combo: int, through: FloatArray) -> None:
+        """Row ``combo`` of ``mass`` and its suffix sums, from its survival through each bin."""
+        mass_from_through(through, self.mass, combo)
+        fill_suffix_sums(self.mass, self._representative, self.m0, self.m1, combo)
+        self._combo_epoch[combo] = self._epoch
+
+    def _close_interval(
+        self, running: RunningVMs, now: float, *, exits_to_now: bool
+    ) -> tuple[float, Outcomes] | None:
+        """The interval since the last refit, closed at ``now``: its length and every outcome in it.
+
+        None when there is none yet (the first refit) or it is empty. The
+        VMs that left in it (``pending``) are consumed either way.
+        """
+        pending = self.pending
+        self.pending = []
+        previous = self.last_scored
+        self.last_scored = now
+        if previous is None or now <= previous:
+            return None
+        outcomes = interval_outcomes(
+            running.rows, running.uptimes, pending, previous, now, exits_to_now=exits_to_now
+        )
+        return now - previous, outcomes

@@ -75,7 +75,6 @@ from lavad.models.lifetime.combos import (
     bin_bands,
     check_band_edges,
     grown,
-    interval_outcomes,
 )
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables
@@ -85,7 +84,7 @@ from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 # One bound for every combo table (hostile input names the key tuples):
 # past it, combos share the base model's own rows or the pool-wide combo.
 from lavad.models.lifetime.shrunk import MAX_COMBOS
-from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
+from lavad.models.lifetime.survival import ahead_of
 
 HOUR: Final = 3600.0
 # One expected death's worth of evidence: the gamma prior's shape and rate.
@@ -97,29 +96,16 @@ MIN_SURVIVAL: Final = 1e-12
 
 
 @numba.njit(cache=True, nogil=True)
-def _frail_table(
-    base_m0: FloatArray,
-    theta: FloatArray,
-    bin_band: np.ndarray,
-    representative: FloatArray,
-    mass: FloatArray,
-    m0: FloatArray,
-    m1: FloatArray,
-    out: int,
+def _frail_through(
+    base_m0: FloatArray, theta: FloatArray, bin_band: np.ndarray, out: FloatArray
 ) -> None:
-    """Row ``out`` of ``mass`` and its suffix sums: the base row's survival through each
-    bin raised to the theta of the bin's band (``base_m0`` is the base row's ``m0``)."""
-    width = mass.shape[1]
-    survival = 1.0
-    for j in range(width - 1):
+    """Into ``out``, per bin but the last: the base row's survival through it
+    raised to the theta of the bin's band (``base_m0`` is the base row's ``m0``)."""
+    for j in range(len(out)):
         here = base_m0[j]
         after = base_m0[j + 1]
         through = min(max(after / here, 0.0), 1.0) if here > 1e-300 else 0.0
-        later = survival * through ** theta[bin_band[j]]
-        mass[out, j] = survival - later
-        survival = later
-    mass[out, width - 1] = survival
-    fill_suffix_sums(mass, representative, m0, m1, out)
+        out[j] = through ** theta[bin_band[j]]
 
 
 def posterior_theta(observed: FloatArray, expected: FloatArray, prior: float) -> FloatArray:
@@ -193,9 +179,7 @@ class FrailtyLifeTables(ComboLifeTables):
 
     def rows_for(self, keys: tuple[Hashable, ...]) -> GroupRows:
         rows = self.base.rows_for(keys)
-        size = len(self.base.deaths)
-        if len(self.has_evidence) < size:
-            self._grow_owners(size)
+        self._cover_owners(len(self.has_evidence))
         return rows
 
     def _grow_owners(self, size: int) -> None:
@@ -223,17 +207,10 @@ class FrailtyLifeTables(ComboLifeTables):
 
     def _compute(self, combo: int) -> None:
         owner = int(self._combo_owner[combo])
-        _frail_table(
-            self.base.m0[int(self._combo_base[combo])],
-            self._ones if owner < 0 else self.theta[owner],
-            self._bin_band,
-            self._representative,
-            self.mass,
-            self.m0,
-            self.m1,
-            combo,
-        )
-        self._combo_epoch[combo] = self._epoch
+        theta = self._ones if owner < 0 else self.theta[owner]
+        through = self._through()
+        _frail_through(self.base.m0[int(self._combo_base[combo])], theta, self._bin_band, through)
+        self._write_row(combo, through)
 
     # ------------------------------------------------------------ learning
 
@@ -255,32 +232,23 @@ class FrailtyLifeTables(ComboLifeTables):
         ``running.chosen`` (this model's combos) are brought up to date, as
         the mixture's are: each keeps its base row and owner.
         """
-        self._count(running.rows, running.uptimes, now)
+        self._count(running, now)
         combos = running.chosen
         base_chosen = None if combos is None else self._combo_base[combos]
         self.base.refit(replace(running, chosen=base_chosen), now=now)
-        self._new_epoch()
-        if combos is not None:
-            for combo in combos.tolist():
-                self._compute(combo)
+        self._recompute(combos)
 
-    def _count(self, running_rows: np.ndarray, uptimes: FloatArray, now: float) -> None:
+    def _count(self, running: RunningVMs, now: float) -> None:
         """Each owner's deaths and expected hazard since the last refit, into its theta."""
-        pending = self.pending
-        self.pending = []
-        previous = self.last_scored
-        self.last_scored = now
-        if previous is None or now <= previous:
+        # A VM that left counts its exposure as far as it was seen.
+        interval = self._close_interval(running, now, exits_to_now=False)
+        if interval is None:
             return
-        since = now - previous
+        since, (all_rows, u0, u1, died) = interval
         if self.frailty_half_life_s is not None:
             factor = 0.5 ** (since / self.frailty_half_life_s)
             self.observed *= factor
             self.expected *= factor
-        # A VM that left counts its exposure as far as it was seen.
-        all_rows, u0, u1, died = interval_outcomes(
-            running_rows, uptimes, pending, previous, now, exits_to_now=False
-        )
         if len(all_rows):
             self.add_evidence(all_rows, u0, u1, died)
         self.theta = posterior_theta(self.observed, self.expected, self.prior_deaths)
@@ -290,8 +258,7 @@ class FrailtyLifeTables(ComboLifeTables):
     ) -> None:
         """VMs seen alive from uptime u0 to u1 (dying at u1 if ``died``), under the base now."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1, LEVELS)
-        if len(self.has_evidence) < len(self.base.deaths):
-            self._grow_owners(len(self.base.deaths))
+        self._cover_owners(len(self.has_evidence))
         chosen = self._base_rows(rows)
         base = self.base
         owners = rows[:, 0]

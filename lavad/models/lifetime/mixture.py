@@ -83,7 +83,6 @@ from lavad.models.lifetime.combos import (
     bin_bands,
     check_band_edges,
     grown,
-    interval_outcomes,
 )
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables
@@ -93,7 +92,7 @@ from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 # One bound for every combo table (hostile input names the key tuples):
 # past it, combos share the base model's own rows or the pool-wide combo.
 from lavad.models.lifetime.shrunk import MAX_COMBOS
-from lavad.models.lifetime.survival import ahead_of, fill_suffix_sums
+from lavad.models.lifetime.survival import ahead_of
 
 HOUR: Final = 3600.0
 # The members' memories: none, a week, three days, a day. A fixed grid.
@@ -113,26 +112,18 @@ MIN_PROBABILITY: Final = 1e-12
 
 
 @numba.njit(cache=True, nogil=True)
-def _mixed_table(
-    member_m0: FloatArray,
-    log_weight: FloatArray,
-    bin_band: np.ndarray,
-    representative: FloatArray,
-    mass: FloatArray,
-    m0: FloatArray,
-    m1: FloatArray,
-    out: int,
+def _mixed_through(
+    member_m0: FloatArray, log_weight: FloatArray, bin_band: np.ndarray, out: FloatArray
 ) -> None:
-    """Row ``out`` of ``mass`` and its suffix sums, from the members' ``m0`` rows (K, width + 1).
+    """Into ``out``, per bin but the last: the survival through it, mixed from the members'
+    ``m0`` rows (K, width + 1).
 
     ``log_weight`` (bands, K) weighs the members in each band; ``bin_band``
     is the band of each lifetime bin.
     """
     members = member_m0.shape[0]
-    width = mass.shape[1]
     weight = np.exp(log_weight)
-    survival = 1.0
-    for j in range(width - 1):
+    for j in range(len(out)):
         band = bin_band[j]
         ratio = 0.0
         for k in range(members):
@@ -141,12 +132,7 @@ def _mixed_table(
             after = member_m0[k, j + 1] / total if total > 0.0 else 0.0
             through = min(max(after / here, 0.0), 1.0) if here > 1e-300 else 0.0
             ratio += weight[band, k] * through
-        ratio = min(max(ratio, 0.0), 1.0)
-        later = survival * ratio
-        mass[out, j] = survival - later
-        survival = later
-    mass[out, width - 1] = survival
-    fill_suffix_sums(mass, representative, m0, m1, out)
+        out[j] = min(max(ratio, 0.0), 1.0)
 
 
 def fixed_share_update(log_weight: FloatArray, scores: FloatArray, share: float) -> FloatArray:
@@ -247,8 +233,7 @@ class MixtureLifeTables(ComboLifeTables):
         for member in self.members[1:]:
             if len(member.deaths) < size:
                 member._grow(size)
-        if len(self.owner_scored) < size:
-            self._grow_owners(size)
+        self._cover_owners(len(self.owner_scored))
         return rows
 
     def _grow_owners(self, size: int) -> None:
@@ -275,17 +260,10 @@ class MixtureLifeTables(ComboLifeTables):
         for k, row in enumerate(self._combo_rows[combo].tolist()):
             member_m0[k] = self.members[k].m0[row]
         owner = int(self._combo_owner[combo])
-        _mixed_table(
-            member_m0,
-            self.log_weight if owner < 0 else self.owner_log_weight[owner],
-            self._bin_band,
-            self._representative,
-            self.mass,
-            self.m0,
-            self.m1,
-            combo,
-        )
-        self._combo_epoch[combo] = self._epoch
+        log_weight = self.log_weight if owner < 0 else self.owner_log_weight[owner]
+        through = self._through()
+        _mixed_through(member_m0, log_weight, self._bin_band, through)
+        self._write_row(combo, through)
 
     # ------------------------------------------------------------ learning
 
@@ -312,28 +290,20 @@ class MixtureLifeTables(ComboLifeTables):
         group rows, as the plain tables keep a running VM's row. Every other
         combo is recomputed on its next ``choose``.
         """
-        self._score(running.rows, running.uptimes, now)
+        self._score(running, now)
         members_running = replace(running, chosen=None)
         for member in self.members:
             member.refit(members_running, now=now)
-        self._new_epoch()
-        if running.chosen is not None:
-            for combo in running.chosen.tolist():
-                self._compute(combo)
+        self._recompute(running.chosen)
 
-    def _score(self, running_rows: np.ndarray, uptimes: FloatArray, now: float) -> None:
+    def _score(self, running: RunningVMs, now: float) -> None:
         """Each member's log score of the outcomes since the last refit, into the weights."""
-        pending = self.pending
-        self.pending = []
-        previous = self.last_scored
-        self.last_scored = now
-        if previous is None or now <= previous:
-            return
         # An exit is scored on the whole interval (it died in it); an
         # eviction only as far as it was seen alive.
-        all_rows, u0, u1, dead = interval_outcomes(
-            running_rows, uptimes, pending, previous, now, exits_to_now=True
-        )
+        interval = self._close_interval(running, now, exits_to_now=True)
+        if interval is None:
+            return
+        _, (all_rows, u0, u1, dead) = interval
         if not len(all_rows):
             return
         scores = self.interval_scores(all_rows, u0, u1, dead)
@@ -360,8 +330,7 @@ class MixtureLifeTables(ComboLifeTables):
         self, owners: np.ndarray, inverse: np.ndarray, band: np.ndarray, scores: FloatArray
     ) -> None:
         """Each owner's weights, by its own outcomes (before the pool's update)."""
-        if len(self.owner_scored) < len(self.members[0].deaths):
-            self._grow_owners(len(self.members[0].deaths))
+        self._cover_owners(len(self.owner_scored))
         bands, members = self.log_weight.shape
         own = np.zeros((len(owners), bands, members))
         for k in range(members):
