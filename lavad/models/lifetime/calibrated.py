@@ -16,9 +16,9 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from lavad.models.arrays import FloatArray
+from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.calibration import SurvivalCalibrator
-from lavad.models.lifetime.combos import CountsOf, grown
+from lavad.models.lifetime.combos import CountsOf
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 
@@ -67,15 +67,10 @@ class CalibratedLifeTables(CountsOf):
         return row
 
     def _grow_rows(self, size: int) -> None:
-        old = len(self.mass)
-        self.mass = grown(self.mass, size)
-        self.m0 = grown(self.m0, size)
-        self.m1 = grown(self.m1, size)
+        self._grow_tables(size)
         self.raw_survival = grown(self.raw_survival, size)
-        self.calibrated_at = np.concatenate(
-            [self.calibrated_at, np.full(size - old, -1, dtype=np.int64)]
-        )
-        self._row_epoch = np.concatenate([self._row_epoch, np.full(size - old, -1, dtype=np.int64)])
+        self.calibrated_at = grown(self.calibrated_at, size, -1)
+        self._row_epoch = grown(self._row_epoch, size, -1)
 
     # ------------------------------------------------------------ learning
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from lavad.models.arrays import FloatArray
+from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables
@@ -40,13 +40,6 @@ def bin_bands(band_edges_s: tuple[float, ...], bin_edges: FloatArray) -> np.ndar
         np.asarray(band_edges_s, dtype=np.float64), bin_edges, side="right"
     ).astype(np.int64)
     return bands
-
-
-def grown(array: np.ndarray, size: int) -> np.ndarray:
-    """``array`` with ``size`` rows, the new ones zero."""
-    bigger = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
-    bigger[: len(array)] = array
-    return bigger
 
 
 @numba.njit(cache=True, nogil=True)
@@ -237,12 +230,8 @@ class ComboLifeTables(CountsOf):
             size = 2 * len(self._combo_owner)
             self._grow_combo_rows(size)
             self._combo_owner = grown(self._combo_owner, size)
-            self._combo_epoch = np.concatenate(
-                [self._combo_epoch, np.full(size - len(self._combo_epoch), -1, dtype=np.int64)]
-            )
-            self.mass = grown(self.mass, size)
-            self.m0 = grown(self.m0, size)
-            self.m1 = grown(self.m1, size)
+            self._combo_epoch = grown(self._combo_epoch, size, -1)
+            self._grow_tables(size)
         self._keep_rows(combo, key)
         self._combo_owner[combo] = key[-1]
         return combo

@@ -69,12 +69,11 @@ from typing import Final
 import numba
 import numpy as np
 
-from lavad.models.arrays import FloatArray
+from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.combos import (
     ComboLifeTables,
     bin_bands,
     check_band_edges,
-    grown,
 )
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import GroupedLifeTables

@@ -20,7 +20,7 @@ from typing import Final
 import numba
 import numpy as np
 
-from lavad.models.arrays import FloatArray
+from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
@@ -389,28 +389,22 @@ class GroupedLifeTables:
             return
         size = max(rows, 2 * len(self.deaths))
         width = self.bins.count
-
-        def grown(array: FloatArray, columns: int) -> FloatArray:
-            bigger = np.zeros((size, columns))
-            bigger[: len(array)] = array
-            return bigger
-
-        self.deaths = grown(self.deaths, width)
-        self.censored = grown(self.censored, width)
-        self.observations = np.concatenate(
-            [self.observations, np.zeros(size - len(self.observations))]
-        )
+        self.deaths = grown(self.deaths, size)
+        self.censored = grown(self.censored, size)
+        self.observations = grown(self.observations, size)
         old = len(self.mass)
-        self.mass = grown(self.mass, width)
+        self._grow_tables(size)
         self.mass[old:] = 1.0 / width  # no observation yet: uniform
-        self.m0 = grown(self.m0, width + 1)
-        self.m1 = grown(self.m1, width + 1)
         self.m0[old:], self.m1[old:] = suffix_sums(self.mass[old:], self.bins)
-        self.raw_survival = grown(self.raw_survival, width - 1)
+        self.raw_survival = grown(self.raw_survival, size)
         self.raw_survival[old:] = self.m0[old:, 1:width]
-        self.calibrated_at = np.concatenate(
-            [self.calibrated_at, np.full(size - len(self.calibrated_at), -1, dtype=np.int64)]
-        )
+        self.calibrated_at = grown(self.calibrated_at, size, -1)
+
+    def _grow_tables(self, size: int) -> None:
+        """``mass``, ``m0`` and ``m1`` with ``size`` rows, the new ones zero (to be filled)."""
+        self.mass = grown(self.mass, size)
+        self.m0 = grown(self.m0, size)
+        self.m1 = grown(self.m1, size)
 
 
 _UNIT_WEIGHTS: Final = np.zeros(0)

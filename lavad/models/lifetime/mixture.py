@@ -76,13 +76,12 @@ from typing import Final
 import numba
 import numpy as np
 
-from lavad.models.arrays import FloatArray
+from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.combos import (
     ComboLifeTables,
     bin_bands,
     check_band_edges,
-    grown,
 )
 from lavad.models.lifetime.features import LEVELS
 from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables

@@ -46,7 +46,7 @@ from typing import Final
 import numba
 import numpy as np
 
-from lavad.models.arrays import FloatArray
+from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS
@@ -189,16 +189,10 @@ class ShrunkLifeTables(GroupedLifeTables):
         combo = self._combos[rows] = len(self._combos)
         if combo >= len(self._combo_rows):
             size = 2 * len(self._combo_rows)
-            width = self.bins.count
-            self._combo_rows = _grown(self._combo_rows, size)
-            self._combo_epoch = np.concatenate(
-                [self._combo_epoch, np.full(size - len(self._combo_epoch), -1, dtype=np.int64)]
-            )
-            self.mass = _grown(self.mass, size)
-            self.m0 = _grown(self.m0, size)
-            self.m1 = _grown(self.m1, size)
-            self.raw_survival = _grown(self.raw_survival, size)
-            assert self.mass.shape[1] == width
+            self._combo_rows = grown(self._combo_rows, size)
+            self._combo_epoch = grown(self._combo_epoch, size, -1)
+            self._grow_tables(size)
+            self.raw_survival = grown(self.raw_survival, size)
         self._combo_rows[combo] = rows
         return combo
 
@@ -287,16 +281,8 @@ class ShrunkLifeTables(GroupedLifeTables):
         if rows <= len(self.deaths):
             return
         size = max(rows, 2 * len(self.deaths))
-        self.deaths = _grown(self.deaths, size)
-        self.censored = _grown(self.censored, size)
-        self.observations = np.concatenate(
-            [self.observations, np.zeros(size - len(self.observations))]
-        )
-        self.refit_deaths = _grown(self.refit_deaths, size)
-        self.at_risk = _grown(self.at_risk, size)
-
-
-def _grown(array: np.ndarray, size: int) -> np.ndarray:
-    bigger = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
-    bigger[: len(array)] = array
-    return bigger
+        self.deaths = grown(self.deaths, size)
+        self.censored = grown(self.censored, size)
+        self.observations = grown(self.observations, size)
+        self.refit_deaths = grown(self.refit_deaths, size)
+        self.at_risk = grown(self.at_risk, size)
