@@ -11,6 +11,8 @@ the running VMs and those that left in between (``pending``).
 Each model's own maths (how a row is computed, what an interval scores)
 stays in its own module; this one holds the bookkeeping around it. The
 attributes are the models' own (a snapshot carries them as they are).
+How combos are numbered, within a bound, is shared with the shrunk tables
+(``NumberedCombos``), whose combos are key tuples of their own groups.
 """
 
 from __future__ import annotations
@@ -147,7 +149,50 @@ class CountsOf(GroupedLifeTables):
         return self.counted().groups
 
 
-class ComboLifeTables(CountsOf):
+class NumberedCombos(GroupedLifeTables):
+    """Life tables with a row per combo (a key of group rows), numbered as keys come.
+
+    At most ``max_combos``: past ``max_combos - 1`` a new key is numbered as
+    its ``_fallback_key``, which keeps the last number for such keys. A
+    subclass keeps what a combo stands for (``_keep_combo``) and grows its
+    own per-combo arrays with the tables (``_grow_combos``).
+    """
+
+    _combos: dict[tuple[int, ...], int]
+    _combo_epoch: np.ndarray
+    max_combos: int
+
+    @property
+    def combos(self) -> int:
+        return len(self._combos)
+
+    def _fallback_key(self, key: tuple[int, ...], rows: GroupRows) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def _grow_combos(self, size: int) -> None:
+        raise NotImplementedError
+
+    def _keep_combo(self, combo: int, key: tuple[int, ...]) -> None:
+        raise NotImplementedError
+
+    def _new_combo(self, key: tuple[int, ...], rows: GroupRows) -> int:
+        """The number of ``key`` (the combo of group rows ``rows``), not numbered yet."""
+        if len(self._combos) >= self.max_combos - 1:
+            key = self._fallback_key(key, rows)
+            known = self._combos.get(key)
+            if known is not None:
+                return known
+        combo = self._combos[key] = len(self._combos)
+        if combo >= len(self._combo_epoch):
+            size = 2 * len(self._combo_epoch)
+            self._grow_combos(size)
+            self._combo_epoch = grown(self._combo_epoch, size, -1)
+            self._grow_tables(size)
+        self._keep_combo(combo, key)
+        return combo
+
+
+class ComboLifeTables(CountsOf, NumberedCombos):
     """A wrapper predicting with a row per combo (key: wrapped rows, then owner row or -1).
 
     A subclass sets, in its constructor, ``max_combos``, ``_combos`` (key ->
@@ -159,14 +204,11 @@ class ComboLifeTables(CountsOf):
     state grows (``_grow_owners``).
     """
 
-    _combos: dict[tuple[int, ...], int]
     _combo_owner: np.ndarray
-    _combo_epoch: np.ndarray
     _epoch: int
     _current: dict[GroupRows, int]
     _representative: FloatArray
     _bin_band: np.ndarray
-    max_combos: int
     # Exits and evictions since the last refit, and when it was.
     pending: list[Pending]
     last_scored: float | None
@@ -184,14 +226,7 @@ class ComboLifeTables(CountsOf):
         self.m1 = np.zeros((16, width + 1))
         self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
 
-    @property
-    def combos(self) -> int:
-        return len(self._combos)
-
     def _combo_key(self, rows: GroupRows) -> tuple[int, ...]:
-        raise NotImplementedError
-
-    def _fallback_key(self, key: tuple[int, ...], rows: GroupRows) -> tuple[int, ...]:
         raise NotImplementedError
 
     def _grow_combo_rows(self, size: int) -> None:
@@ -219,22 +254,13 @@ class ComboLifeTables(CountsOf):
         self._current[rows] = combo
         return combo
 
-    def _new_combo(self, key: tuple[int, ...], rows: GroupRows) -> int:
-        if len(self._combos) >= self.max_combos - 1:
-            key = self._fallback_key(key, rows)
-            known = self._combos.get(key)
-            if known is not None:
-                return known
-        combo = self._combos[key] = len(self._combos)
-        if combo >= len(self._combo_owner):
-            size = 2 * len(self._combo_owner)
-            self._grow_combo_rows(size)
-            self._combo_owner = grown(self._combo_owner, size)
-            self._combo_epoch = grown(self._combo_epoch, size, -1)
-            self._grow_tables(size)
+    def _grow_combos(self, size: int) -> None:
+        self._grow_combo_rows(size)
+        self._combo_owner = grown(self._combo_owner, size)
+
+    def _keep_combo(self, combo: int, key: tuple[int, ...]) -> None:
         self._keep_rows(combo, key)
         self._combo_owner[combo] = key[-1]
-        return combo
 
     def _new_epoch(self) -> None:
         """The wrapped tables or the owners' state changed: each combo is recomputed on next use."""

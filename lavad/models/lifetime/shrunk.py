@@ -49,8 +49,9 @@ import numpy as np
 from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
+from lavad.models.lifetime.combos import NumberedCombos
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.grouped import MAX_ROWS, GroupedLifeTables
+from lavad.models.lifetime.grouped import MAX_ROWS
 from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 from lavad.models.lifetime.survival import fill_suffix_sums
 
@@ -108,7 +109,7 @@ def _shrunk_masses(
         fill_suffix_sums(mass, representative, m0, m1, out)
 
 
-class ShrunkLifeTables(GroupedLifeTables):
+class ShrunkLifeTables(NumberedCombos):
     """``GroupedLifeTables``' groups and counts; ``mass``/``m0``/``m1`` rows are combos.
 
     ``choose(rows)`` returns the combo of a VM's group rows (the row of
@@ -161,15 +162,11 @@ class ShrunkLifeTables(GroupedLifeTables):
         self._representative = np.ascontiguousarray(bins.representative, dtype=np.float64)
         self._one = np.zeros(1, dtype=np.int64)  # one combo to compute, without an allocation
 
-    @property
-    def combos(self) -> int:
-        return len(self._combos)
-
     def choose(self, rows: GroupRows) -> int:
         """The combo of these group rows, its distribution brought up to the last refit."""
         combo = self._combos.get(rows)
         if combo is None:
-            combo = self._new_combo(rows)
+            combo = self._new_combo(rows, rows)
         if self._combo_epoch[combo] != self._epoch:
             one = self._one
             one[0] = combo
@@ -178,23 +175,17 @@ class ShrunkLifeTables(GroupedLifeTables):
             self.calibrator.record(rows, self.raw_survival[combo])
         return combo
 
-    def _new_combo(self, rows: GroupRows) -> int:
-        if len(self._combos) >= self.max_combos - 1:
-            # The pool-wide combo (every level the pool's row): its chain is the
-            # pool's own table, since shrinking a hazard towards itself keeps it.
-            rows = (rows[-1],) * len(rows)
-            known = self._combos.get(rows)
-            if known is not None:
-                return known
-        combo = self._combos[rows] = len(self._combos)
-        if combo >= len(self._combo_rows):
-            size = 2 * len(self._combo_rows)
-            self._combo_rows = grown(self._combo_rows, size)
-            self._combo_epoch = grown(self._combo_epoch, size, -1)
-            self._grow_tables(size)
-            self.raw_survival = grown(self.raw_survival, size)
-        self._combo_rows[combo] = rows
-        return combo
+    def _fallback_key(self, key: GroupRows, rows: GroupRows) -> GroupRows:
+        # The pool-wide combo (every level the pool's row): its chain is the
+        # pool's own table, since shrinking a hazard towards itself keeps it.
+        return (rows[-1],) * len(rows)
+
+    def _grow_combos(self, size: int) -> None:
+        self._combo_rows = grown(self._combo_rows, size)
+        self.raw_survival = grown(self.raw_survival, size)
+
+    def _keep_combo(self, combo: int, key: GroupRows) -> None:
+        self._combo_rows[combo] = key
 
     def _compute(self, combos: np.ndarray) -> None:
         """The combos' tables as of the last refit (through the calibrator if there is one)."""
@@ -274,7 +265,7 @@ class ShrunkLifeTables(GroupedLifeTables):
 
     def choose_without_compute(self, rows: GroupRows) -> int:
         combo = self._combos.get(rows)
-        return self._new_combo(rows) if combo is None else combo
+        return self._new_combo(rows, rows) if combo is None else combo
 
     def _grow(self, rows: int) -> None:
         """Group arrays only: the combos grow on their own."""
