@@ -224,6 +224,16 @@ class TopicSnapshotStore:
             self._producer = producer
         return self._producer
 
+    def _header(self, kind: str, partition: int, **fields: Any) -> dict[str, Any]:
+        """A record's header: what every record of the topic starts with, then ``fields``."""
+        return {
+            "format": TOPIC_RECORD_FORMAT,
+            "kind": kind,
+            "group": self.group,
+            "partition": partition,
+            **fields,
+        }
+
     async def _save(self, snapshot: PartitionSnapshot, stop_after_chunks: int | None) -> int:
         header, body = encode_snapshot(snapshot)
         p = snapshot.partition
@@ -236,14 +246,7 @@ class TopicSnapshotStore:
         for index, piece in enumerate(pieces):
             if stop_after_chunks is not None and index >= stop_after_chunks:
                 return len(body)
-            chunk_header = {
-                "format": TOPIC_RECORD_FORMAT,
-                "kind": "chunk",
-                "group": self.group,
-                "partition": p,
-                "snapshot": snapshot_id,
-                "chunk": index,
-            }
+            chunk_header = self._header("chunk", p, snapshot=snapshot_id, chunk=index)
             await producer.send_and_wait(
                 where.topic,
                 _record(chunk_header, piece),
@@ -252,15 +255,9 @@ class TopicSnapshotStore:
             )
         if stop_after_chunks is not None:
             return len(body)
-        manifest = {
-            "format": TOPIC_RECORD_FORMAT,
-            "kind": "manifest",
-            "group": self.group,
-            "partition": p,
-            "snapshot": snapshot_id,
-            "chunks": len(pieces),
-            "header": header,
-        }
+        manifest = self._header(
+            "manifest", p, snapshot=snapshot_id, chunks=len(pieces), header=header
+        )
         await producer.send_and_wait(
             where.topic, _record(manifest), key=self.manifest_key(p), partition=where.partition
         )
@@ -281,12 +278,7 @@ class TopicSnapshotStore:
     async def _move_aside(self, partition: int) -> str:
         where = await self._topic_partition(partition)
         producer = await self._producer_started()
-        marker = {
-            "format": TOPIC_RECORD_FORMAT,
-            "kind": "aside",
-            "group": self.group,
-            "partition": partition,
-        }
+        marker = self._header("aside", partition)
         result = await producer.send_and_wait(
             where.topic,
             _record(marker),
