@@ -102,6 +102,24 @@ def interval_outcomes(
     )
 
 
+class _Counted:
+    """A wrapper's count array: the counted model's array of the same name.
+
+    Writing it is a no-op: the base class's constructor sets empty counts,
+    and the wrapped model holds the real ones.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, model: CountsOf, owner: type | None = None) -> FloatArray:
+        array: FloatArray = getattr(model.counted(), self.name)
+        return array
+
+    def __set__(self, model: CountsOf, value: FloatArray) -> None:
+        del model, value
+
+
 class CountsOf(GroupedLifeTables):
     """Life tables whose counts are another model's (``counted``): a wrapper's."""
 
@@ -119,30 +137,9 @@ class CountsOf(GroupedLifeTables):
         # not only through the wrapped model's counts.
         return False
 
-    @property
-    def deaths(self) -> FloatArray:
-        return self.counted().deaths
-
-    @deaths.setter
-    def deaths(self, value: FloatArray) -> None:
-        # The base class's constructor sets empty counts; the wrapped model holds the real ones.
-        del value
-
-    @property
-    def censored(self) -> FloatArray:
-        return self.counted().censored
-
-    @censored.setter
-    def censored(self, value: FloatArray) -> None:
-        del value
-
-    @property
-    def observations(self) -> FloatArray:
-        return self.counted().observations
-
-    @observations.setter
-    def observations(self, value: FloatArray) -> None:
-        del value
+    deaths = _Counted()
+    censored = _Counted()
+    observations = _Counted()
 
     @property
     def groups(self) -> int:
