@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from lavad.core.cluster import ClusterState
-from lavad.core.placement.kernels import compiled_lifetime_scan, compiled_remaining_quantiles
+from lavad.core.placement.kernels import compiled_lifetime_scan
 from lavad.core.placement.lifetime import (
     LAS_BUCKETS_S,
     LifetimeSettings,
@@ -31,7 +31,12 @@ from lavad.core.placement.lifetime import (
     expected_cost_counts,
 )
 from lavad.models.lifetime.bins import LifetimeBins
-from lavad.models.lifetime.survival import midpoint_levels, remaining_quantiles, suffix_sums
+from lavad.models.lifetime.survival import (
+    midpoint_levels,
+    remaining_quantiles,
+    remaining_quantiles_into,
+    suffix_sums,
+)
 from lavad.streams.schema import VmRequest
 
 H = 3600.0
@@ -151,7 +156,7 @@ def test_compiled_remaining_quantiles_are_numpys_numbers() -> None:
                 bins, mass, m0, m1, np.array([row]), np.array([uptime]), levels
             )
             got = np.zeros((2, len(levels)))
-            compiled_remaining_quantiles(
+            remaining_quantiles_into(
                 mass, m0, row, uptime, edges, float(bins.representative[-1]), levels, got, 1
             )
             assert got[1].tolist() == expected[0].tolist(), (row, uptime)

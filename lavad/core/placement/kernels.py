@@ -30,6 +30,7 @@ from lavad.core.placement.strand_kernels import (
     present_weights,
 )
 from lavad.models.lifetime.features import LEVELS
+from lavad.models.lifetime.survival import remaining_quantiles_into
 
 BESTFIT: Final = 0
 FIRSTFIT: Final = 1
@@ -702,79 +703,6 @@ compiled_lava_preference: Callable[
 
 
 @numba.njit(cache=True, nogil=True)
-def _remaining_quantiles(
-    mass: FloatArray,
-    m0: FloatArray,
-    row: int,
-    u: float,
-    edges: FloatArray,
-    open_lifetime: float,
-    levels: FloatArray,
-    out: FloatArray,
-    h: int,
-) -> None:
-    """``survival.remaining_quantiles`` of one VM (its row and uptime u) into ``out[h]``.
-
-    The same operations in the same order as numpy's (a bin's mass times 1.0
-    or 0.0, a sequential cumulative sum, no fused multiply-add), so the same
-    numbers; a test holds them equal on random tables and uptimes.
-    """
-    width = mass.shape[1]
-    last = len(edges) - 1  # the open bin
-    # searchsorted(edges, u, side="right") - 1, at most the open bin
-    lo_i = 0
-    hi_i = len(edges)
-    while lo_i < hi_i:
-        mid = (lo_i + hi_i) // 2
-        if u < edges[mid]:
-            hi_i = mid
-        else:
-            lo_i = mid + 1
-    j = min(lo_i - 1, last)
-    # survival._ahead: the mass ahead of u
-    inner = j < last
-    lo_edge = edges[min(j, last - 1)]
-    hi_edge = edges[min(j + 1, last)]
-    part = min(max((hi_edge - u) / (hi_edge - lo_edge), 0.0), 1.0) if inner else 1.0
-    ahead = mass[row, j] * part + m0[row, j + 1]
-    here = np.empty(width)
-    cumulative = np.empty(width)
-    for c in range(width):
-        here[c] = mass[row, c] * (1.0 if c >= j else 0.0)
-    here[j] = ahead - m0[row, min(j + 1, width)]
-    total = 0.0
-    for c in range(width):
-        total += here[c]
-        cumulative[c] = total
-    for q in range(len(levels)):
-        target = levels[q] * ahead
-        k = 0
-        for c in range(width):
-            if cumulative[c] < target - 1e-15:
-                k += 1
-        k = min(k, last)
-        in_bin = here[k]
-        before = cumulative[k] - in_bin
-        k_inner = min(k, last - 1)
-        lo = u if k == j else edges[k_inner]
-        hi = edges[k_inner + 1]
-        share = min(max((target - before) / in_bin, 0.0), 1.0) if in_bin > 1e-15 else 0.0
-        t = lo + share * (hi - lo)
-        if k >= last:
-            t = max(open_lifetime, 2.0 * u)
-        if not ahead > 1e-12:
-            t = 2.0 * u
-        out[h, q] = max(t - u, 0.0)
-
-
-compiled_remaining_quantiles: Callable[
-    [FloatArray, FloatArray, int, float, FloatArray, float, FloatArray, FloatArray, int], None
-] = _remaining_quantiles
-"""(mass, m0, row, uptime, edges, open-bin lifetime, levels, out, h): one VM's
-``remaining_quantiles`` into ``out[h]``."""
-
-
-@numba.njit(cache=True, nogil=True)
 def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
     """Host ``h``'s part of ``_refresh_host_quantiles``: 1 if its holder was found again.
 
@@ -826,7 +754,7 @@ def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
     uptime = at - start[slot]
     if uptime == 0.0 and r < len(creation_known):
         if not creation_known[r]:
-            _remaining_quantiles(
+            remaining_quantiles_into(
                 mass, m0, r, uptime, edges, open_lifetime, levels, creation_quantiles, r
             )
             creation_known[r] = True
@@ -834,7 +762,7 @@ def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
             host_q[h, j] = at + creation_quantiles[r, j]
     else:
         # Written in place, then made times: the same sums as through a copy.
-        _remaining_quantiles(mass, m0, r, uptime, edges, open_lifetime, levels, host_q, h)
+        remaining_quantiles_into(mass, m0, r, uptime, edges, open_lifetime, levels, host_q, h)
         for j in range(width):
             host_q[h, j] = at + host_q[h, j]
     quantiles_exit[h] = exit_h

@@ -413,28 +413,48 @@ def remaining_quantiles(
 
 
 @numba.njit(cache=True, nogil=True)
-def _creation_quantiles(
+def remaining_quantiles_into(
     mass: FloatArray,
     m0: FloatArray,
     row: int,
+    u: float,
     edges: FloatArray,
     open_lifetime: float,
     levels: FloatArray,
     out: FloatArray,
+    h: int,
 ) -> None:
-    """``remaining_quantiles`` of one row at uptime 0, in its floating-point order."""
+    """``remaining_quantiles`` of one VM (its row and uptime u) into ``out[h]``, compiled.
+
+    The same operations in the same order as numpy's (a bin's mass times 1.0
+    or 0.0, a sequential cumulative sum, no fused multiply-add), so the same
+    numbers; a test holds them equal on random tables and uptimes. The
+    placement kernels write a host's row of quantiles with it, in place.
+    """
     width = mass.shape[1]
-    last = len(edges) - 1
-    # _ahead at u = 0: all of bin 0 is ahead (part = (e_1 - 0) / (e_1 - e_0) = 1).
-    hi0 = edges[1]
-    part = min(max((hi0 - 0.0) / (hi0 - edges[0]), 0.0), 1.0)
-    ahead = mass[row, 0] * part + m0[row, 1]
+    last = len(edges) - 1  # the open bin
+    # searchsorted(edges, u, side="right") - 1, at most the open bin
+    lo_i = 0
+    hi_i = len(edges)
+    while lo_i < hi_i:
+        mid = (lo_i + hi_i) // 2
+        if u < edges[mid]:
+            hi_i = mid
+        else:
+            lo_i = mid + 1
+    j = min(lo_i - 1, last)
+    # _ahead: the mass ahead of u
+    inner = j < last
+    lo_edge = edges[min(j, last - 1)]
+    hi_edge = edges[min(j + 1, last)]
+    part = min(max((hi_edge - u) / (hi_edge - lo_edge), 0.0), 1.0) if inner else 1.0
+    ahead = mass[row, j] * part + m0[row, j + 1]
     here = np.empty(width)
     cumulative = np.empty(width)
-    total = 0.0
     for c in range(width):
-        here[c] = mass[row, c]
-    here[0] = ahead - m0[row, min(1, width)]
+        here[c] = mass[row, c] * (1.0 if c >= j else 0.0)
+    here[j] = ahead - m0[row, min(j + 1, width)]
+    total = 0.0
     for c in range(width):
         total += here[c]
         cumulative[c] = total
@@ -448,15 +468,15 @@ def _creation_quantiles(
         in_bin = here[k]
         before = cumulative[k] - in_bin
         k_inner = min(k, last - 1)
-        lo = 0.0 if k == 0 else edges[k_inner]
+        lo = u if k == j else edges[k_inner]
         hi = edges[k_inner + 1]
         share = min(max((target - before) / in_bin, 0.0), 1.0) if in_bin > 1e-15 else 0.0
         t = lo + share * (hi - lo)
         if k >= last:
-            t = max(open_lifetime, 0.0)
+            t = max(open_lifetime, 2.0 * u)
         if not ahead > 1e-12:
-            t = 0.0
-        out[q] = max(t - 0.0, 0.0)
+            t = 2.0 * u
+        out[h, q] = max(t - u, 0.0)
 
 
 def creation_quantiles(
@@ -468,6 +488,9 @@ def creation_quantiles(
     refit; with one row per key tuple (``ShrunkLifeTables``) that is once per
     new tenant, where numpy's ~20 calls cost ~100 us.
     """
-    out = np.empty(len(levels))
-    _creation_quantiles(mass, m0, row, bins.edges, float(bins.representative[-1]), levels, out)
-    return out
+    # Uptime 0 is in bin 0 (edges[0] = 0 < edges[1]): all of its mass is ahead.
+    out: FloatArray = np.empty((1, len(levels)))
+    open_lifetime = float(bins.representative[-1])
+    remaining_quantiles_into(mass, m0, row, 0.0, bins.edges, open_lifetime, levels, out, 0)
+    quantiles: FloatArray = out[0]
+    return quantiles
