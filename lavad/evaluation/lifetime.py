@@ -51,7 +51,7 @@ from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibrated import CalibratedLifeTables
 from lavad.models.lifetime.calibration import CALIBRATION_HALF_LIFE_S, SurvivalCalibrator
-from lavad.models.lifetime.features import left_truncated, lifetime_keys
+from lavad.models.lifetime.features import left_truncated, request_keys
 from lavad.models.lifetime.frailty import FRAILTY_HALF_LIFE_S, FrailtyLifeTables
 from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.models.lifetime.mixture import BAND_EDGES_S, MixtureLifeTables
@@ -381,15 +381,7 @@ def evaluate_lifetime_model(
             key = (event.pool, event.vm_id)
             if testing and key in test:
                 continue  # a repeated request: the first one counts
-            keys = lifetime_keys(
-                event.tenant,
-                event.cores,
-                event.memory_gib,
-                event.flavor,
-                event.features,
-                deployment=event.deployment,
-                categorical=categorical,
-            )
+            keys = request_keys(event, categorical)
             x = (
                 river_features(event.cores, event.memory_gib, event.flavor, event.features)
                 if river is not None

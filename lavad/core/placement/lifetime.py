@@ -77,7 +77,7 @@ from lavad.models.lifetime.features import (
     LEVELS,
     ORACLE_FEATURE,
     left_truncated,
-    lifetime_keys,
+    request_keys,
 )
 from lavad.models.lifetime.frailty import FrailtyLifeTables
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables
@@ -349,15 +349,7 @@ class LifetimeTracker(ClusterListener):
         if event is None:
             keys: tuple[object, ...] = (None,) * (LEVELS - 1) + ((),)
         else:
-            keys = lifetime_keys(
-                event.tenant,
-                event.cores,
-                event.memory_gib,
-                event.flavor,
-                event.features,
-                deployment=event.deployment,
-                categorical=self.settings.categorical,
-            )
+            keys = request_keys(event, self.settings.categorical)
         memo = self._by_keys
         if memo is not None:
             known = memo.get(keys)

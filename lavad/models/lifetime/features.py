@@ -27,6 +27,7 @@ from collections.abc import Hashable, Mapping
 # the lifetime code names it from here). The model never reads it; only a
 # tracker built with ``oracle`` does.
 from lavad.streams.oracle import ORACLE_FEATURE as ORACLE_FEATURE  # noqa: PLC0414
+from lavad.streams.schema import VmPlaced, VmRequest
 
 LEVELS = 5
 USED_FEATURES = ("hour_of_day", "batch_size")
@@ -91,3 +92,19 @@ def lifetime_keys(
     owner = tenant or deployment
     cats = categorical_values(features, categorical)
     return ((owner, shape), (shape, cats, block, size), (shape, cats), (cats,), ())
+
+
+def request_keys(
+    request: VmRequest | VmPlaced, categorical: tuple[str, ...] = ()
+) -> tuple[Hashable, ...]:
+    """``lifetime_keys`` of a request, or of a VM an external scheduler placed (shadow
+    mode): the tracker and the lifetime evaluation group a VM the same way."""
+    return lifetime_keys(
+        request.tenant,
+        request.cores,
+        request.memory_gib,
+        request.flavor,
+        request.features,
+        deployment=request.deployment,
+        categorical=categorical,
+    )
