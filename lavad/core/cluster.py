@@ -139,15 +139,12 @@ class ClusterState:
             self.host_ids.append(host_id)
             self.host_index[host_id] = index
             self.host_vms.append(set())
-        self.version += 1
         cap = np.asarray(capacity, dtype=np.float64)
         self.capacity[:, index] = cap
         self.free[:, index] = cap
         with np.errstate(divide="ignore"):
             self.inv_capacity[:, index] = np.where(cap > 0, 1.0 / np.where(cap > 0, cap, 1.0), 0.0)
-        self.state[index] = HostState.UP
-        self.schedulable[index] = True
-        self.unschedulable[index] = False
+        self._set_state(index, HostState.UP)
         self.hosts_up += 1
         self.hosts_empty += 1
         for r in range(N_RESOURCES):
@@ -155,14 +152,21 @@ class ClusterState:
         self.resource_present |= cap > 0
         return index
 
+    def _set_state(self, index: int, state: HostState) -> None:
+        """Move host column ``index`` to ``state``: only an UP host takes VMs, and the
+        filters and kernels read that from ``schedulable`` and its negation, which must
+        never disagree with the state."""
+        self.version += 1
+        self.state[index] = state
+        schedulable = state == HostState.UP
+        self.schedulable[index] = schedulable
+        self.unschedulable[index] = not schedulable
+
     def drain_host(self, host_id: str) -> int:
         index = self._known_host(host_id)
         if self.state[index] == HostState.DOWN:
             raise ClusterError(f"host {host_id!r} is down; it cannot drain")
-        self.version += 1
-        self.state[index] = HostState.DRAINING
-        self.schedulable[index] = False
-        self.unschedulable[index] = True
+        self._set_state(index, HostState.DRAINING)
         return index
 
     def undrain_host(self, host_id: str) -> int:
@@ -170,10 +174,7 @@ class ClusterState:
         index = self._known_host(host_id)
         if self.state[index] != HostState.DRAINING:
             raise ClusterError(f"host {host_id!r} is not draining")
-        self.version += 1
-        self.state[index] = HostState.UP
-        self.schedulable[index] = True
-        self.unschedulable[index] = False
+        self._set_state(index, HostState.UP)
         return index
 
     def remove_host(self, host_id: str) -> list[VmRecord]:
@@ -182,10 +183,7 @@ class ClusterState:
         if self.state[index] == HostState.DOWN:
             raise ClusterError(f"host {host_id!r} is already down")
         evicted = [self.release(vm_id) for vm_id in sorted(self.host_vms[index])]
-        self.version += 1
-        self.state[index] = HostState.DOWN
-        self.schedulable[index] = False
-        self.unschedulable[index] = True
+        self._set_state(index, HostState.DOWN)
         self.hosts_up -= 1
         self.hosts_empty -= 1
         for r in range(N_RESOURCES):
