@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -63,6 +63,8 @@ from lavad.core.placement.kernels import (
     PREDICTED_EXIT,
     START,
     Direct,
+    ModelArrays,
+    TrackerArrays,
     rebuild_host_exits,
 )
 from lavad.core.placement.kernels import _join_host as join_host
@@ -641,7 +643,7 @@ class LifetimeTracker(ClusterListener):
         self._refresh_host_quantiles(n_hosts)
         return self.hosts.quantiles[:n_hosts]
 
-    def quantile_refresh(self, n_hosts: int) -> tuple[Any, ...]:
+    def quantile_refresh(self, n_hosts: int) -> tuple[TrackerArrays, ModelArrays]:
         """The arguments of ``kernels._refreshed_lifetime_scan`` after the floors'
         epoch: the tracker's packed arrays and host quantiles (all hosts, not
         yet refreshed), then what refreshing them reads.
@@ -651,30 +653,15 @@ class LifetimeTracker(ClusterListener):
         """
         if n_hosts > self.hosts.times.shape[1]:
             self.hosts.grow(n_hosts)
-        model = self.model
-        if len(self._creation_known) < len(model.mass):
-            self._grow_creation_quantiles(len(model.mass))
-        return (
-            self.slots.times,
-            self.slots.ints,
-            self.hosts.times,
-            self.hosts.ints,
-            self.hosts.quantiles,
-            self._creation_q,
-            self._creation_known,
-            model.mass,
-            model.m0,
-            model.bins.edges,
-            self._open_lifetime,
-            self._host_levels,
-        )
+        if len(self._creation_known) < len(self.model.mass):
+            self._grow_creation_quantiles(len(self.model.mass))
+        return self._refresh_arrays()
 
-    def _refresh_host_quantiles(self, n_hosts: int) -> int:
-        """The compiled pass of ``host_exit_quantiles``: how many holders it found again."""
+    def _refresh_arrays(self) -> tuple[TrackerArrays, ModelArrays]:
+        """What refreshing a host's quantiles reads and writes (``kernels._refresh_host``),
+        the same arrays for the scan that refreshes as it goes and for the pass alone."""
         model = self.model
-        # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
-        return Direct.refresh_host_quantiles(
-            n_hosts,
+        return (
             (
                 self.slots.times,
                 self.slots.ints,
@@ -692,6 +679,12 @@ class LifetimeTracker(ClusterListener):
                 self._host_levels,
             ),
         )
+
+    def _refresh_host_quantiles(self, n_hosts: int) -> int:
+        """The compiled pass of ``host_exit_quantiles``: how many holders it found again."""
+        tracker, model = self._refresh_arrays()
+        # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
+        return Direct.refresh_host_quantiles(n_hosts, tracker, model)
 
     def _grow_creation_quantiles(self, rows: int) -> None:
         size = max(rows, 2 * len(self._creation_known), 64)
@@ -907,10 +900,10 @@ class LifetimeTracker(ClusterListener):
         return self._free.pop()
 
 
-class LasTemporalCost(NumpyScorer):
-    """LAS: bucketed dT between the VM's predicted exit and the host's repredicted exit."""
-
-    name = "las"
+class TrackerScorer(NumpyScorer):
+    """A scorer that reads the lifetime tracker: the tracker is brought up to date
+    (exits, repredictions, refits due by ``request.now``) before ``score_current`` reads
+    it, so no scorer can read a state the request's time has already moved past."""
 
     def __init__(self, tracker: LifetimeTracker) -> None:
         self.tracker = tracker
@@ -918,9 +911,25 @@ class LasTemporalCost(NumpyScorer):
     def score(
         self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
     ) -> None:
+        self.tracker.refresh(cluster, request.now)
+        self.score_current(cluster, request, out)
+
+    def score_current(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray
+    ) -> None:
+        raise NotImplementedError
+
+
+class LasTemporalCost(TrackerScorer):
+    """LAS: bucketed dT between the VM's predicted exit and the host's repredicted exit."""
+
+    name = "las"
+
+    def score_current(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray
+    ) -> None:
         tracker = self.tracker
         now = request.now
-        tracker.refresh(cluster, now)
         prediction = tracker.prediction_for(request)
         host_exit = tracker.hosts.exits(cluster.n_hosts, now, repredict=True)
         if prediction.thresholds is not None and tracker.uses_host_quantiles:
@@ -939,21 +948,19 @@ class LasTemporalCost(NumpyScorer):
                 out[:] = temporal_cost(now + prediction.lifetime_s - host_exit)
 
 
-class LaBinaryClass(NumpyScorer):
-    """LA-Binary: same class (short/long at 2 h, initial predictions) first, empty hosts last."""
+class LaBinaryClass(TrackerScorer):
+    """LA-Binary: same class (short/long at 2 h, initial predictions) first, empty hosts last.
+
+    The model learns as for LAS; only the initial predictions are used.
+    """
 
     name = "la_binary"
 
-    def __init__(self, tracker: LifetimeTracker) -> None:
-        self.tracker = tracker
-
-    def score(
-        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    def score_current(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray
     ) -> None:
         tracker = self.tracker
         now = request.now
-        # The model learns as for LAS; only the initial predictions are used.
-        tracker.refresh(cluster, now)
         lifetime = tracker.prediction_for(request).lifetime_s
         n = cluster.n_hosts
         remaining = tracker.hosts.exits(n, now, repredict=False) - now

@@ -179,7 +179,7 @@ class LifetimePolicy(Policy):
                 self._grow_floors(n)
             # Grows the tracker's arrays first: the stranded count reads the
             # host quantiles the scan refreshes, so the same array.
-            refresh = tracker.quantile_refresh(n)
+            tracker_arrays, model_arrays = tracker.quantile_refresh(n)
             strand = (
                 None
                 if stranding is None
@@ -200,8 +200,8 @@ class LifetimePolicy(Policy):
                 self._floor,
                 self._floor_marks,
                 self._epoch,
-                refresh[:5],
-                refresh[5:],
+                tracker_arrays,
+                model_arrays,
                 _NO_STRANDING if strand is None else strand,
             )
         else:
