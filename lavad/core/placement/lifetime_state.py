@@ -11,7 +11,7 @@ checks them after a restore.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Generic, TypeVar, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -46,6 +46,29 @@ from lavad.core.placement.kernels import (
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 
 
+class _Row(Generic[_Scalar]):
+    """A named row of one of the packed arrays the object holds (``times``, ``ints``,
+    ``flags``): one column of the tracker, read as a contiguous view. The view is taken
+    at each read, as the arrays are replaced when they grow."""
+
+    def __init__(self, packed: str, index: int, doc: str) -> None:
+        self.packed = packed
+        self.index = index
+        self.__doc__ = doc
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Row[_Scalar]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> NDArray[_Scalar]: ...
+
+    def __get__(self, obj: object, owner: type) -> _Row[_Scalar] | NDArray[_Scalar]:
+        if obj is None:
+            return self
+        row: NDArray[_Scalar] = getattr(obj, self.packed)[self.index]
+        return row
+
+
 class SlotColumns:
     """Per slot (one column each): times (float64), ints (int64) and flags (bool).
 
@@ -78,64 +101,39 @@ class SlotColumns:
         slots' arrays, their group ``levels``, and ``hosts``' times and ints."""
         return (self.times, self.ints, self.flags, levels, hosts.times, hosts.ints)
 
-    @property
-    def start(self) -> FloatArray:
-        """When its VM was placed."""
-        return _row(self.times, START)
-
-    @property
-    def initial_exit(self) -> FloatArray:
-        """E[T] at creation as an exit (LA-Binary's one-shot prediction)."""
-        return _row(self.times, INITIAL_EXIT)
-
-    @property
-    def predicted_exit(self) -> FloatArray:
-        """Its VM's latest predicted exit."""
-        return _row(self.times, PREDICTED_EXIT)
-
-    @property
-    def predicted_at(self) -> FloatArray:
-        """When ``predicted_exit`` was last set: its remaining-life quantiles are
-        those of T_r | T_u at that uptime."""
-        return _row(self.times, PREDICTED_AT)
-
-    @property
-    def host(self) -> IntArray:
-        """Its VM's host (-1: free)."""
-        return _row(self.ints, HOST)
-
-    @property
-    def row(self) -> IntArray:
-        """Its VM's chosen distribution row."""
-        return _row(self.ints, ROW)
-
-    @property
-    def generation(self) -> IntArray:
-        """Its generation: heap entries of a former occupant are stale."""
-        return _row(self.ints, GENERATION)
-
-    @property
-    def next_on_host(self) -> IntArray:
-        """The next slot on its host's list (-1 ends it): each host's VMs are a
-        doubly linked list, so the compiled booking and release find a host's
-        latest exits without Python sets."""
-        return _row(self.ints, NEXT_ON_HOST)
-
-    @property
-    def prev_on_host(self) -> IntArray:
-        """The previous slot on its host's list (-1: the first)."""
-        return _row(self.ints, PREV_ON_HOST)
-
-    @property
-    def alive(self) -> BoolArray:
-        """Whether it holds a running VM."""
-        return _row(self.flags, ALIVE)
-
-    @property
-    def learns(self) -> BoolArray:
-        """Whether the model learns from its VM (not when it is left-truncated:
-        ``features.left_truncated``)."""
-        return _row(self.flags, LEARNS)
+    start = _Row[np.float64]("times", START, "When its VM was placed.")
+    initial_exit = _Row[np.float64](
+        "times", INITIAL_EXIT, "E[T] at creation as an exit (LA-Binary's one-shot prediction)."
+    )
+    predicted_exit = _Row[np.float64]("times", PREDICTED_EXIT, "Its VM's latest predicted exit.")
+    predicted_at = _Row[np.float64](
+        "times",
+        PREDICTED_AT,
+        "When ``predicted_exit`` was last set: its remaining-life quantiles are those of "
+        "T_r | T_u at that uptime.",
+    )
+    host = _Row[np.int64]("ints", HOST, "Its VM's host (-1: free).")
+    row = _Row[np.int64]("ints", ROW, "Its VM's chosen distribution row.")
+    generation = _Row[np.int64](
+        "ints", GENERATION, "Its generation: heap entries of a former occupant are stale."
+    )
+    next_on_host = _Row[np.int64](
+        "ints",
+        NEXT_ON_HOST,
+        "The next slot on its host's list (-1 ends it): each host's VMs are a doubly linked "
+        "list, so the compiled booking and release find a host's latest exits without Python "
+        "sets.",
+    )
+    prev_on_host = _Row[np.int64](
+        "ints", PREV_ON_HOST, "The previous slot on its host's list (-1: the first)."
+    )
+    alive = _Row[np.bool_]("flags", ALIVE, "Whether it holds a running VM.")
+    learns = _Row[np.bool_](
+        "flags",
+        LEARNS,
+        "Whether the model learns from its VM (not when it is left-truncated: "
+        "``features.left_truncated``).",
+    )
 
 
 class HostColumns:
@@ -205,40 +203,22 @@ class HostColumns:
         hosts = np.flatnonzero(self.head >= 0).tolist()
         return {host: set(self.members(host, slots)) for host in hosts}
 
-    @property
-    def exit(self) -> FloatArray:
-        """The latest predicted exit of its VMs (-inf: none)."""
-        return _row(self.times, HOST_EXIT)
-
-    @property
-    def initial_exit(self) -> FloatArray:
-        """The latest exit of its VMs as predicted at their creation."""
-        return _row(self.times, HOST_INITIAL_EXIT)
-
-    @property
-    def quantiles_exit(self) -> FloatArray:
-        """The ``exit`` its quantiles were computed for (NaN: stale)."""
-        return _row(self.times, QUANTILES_EXIT)
-
-    @property
-    def holder(self) -> IntArray:
-        """The slot holding ``exit``: the lowest slot among its VMs with the latest
-        predicted exit (-1: none, or to be found again from the host's VMs when
-        next needed)."""
-        return _row(self.ints, HOLDER)
-
-    @property
-    def head(self) -> IntArray:
-        """The first slot of its list of VMs (-1: none)."""
-        return _row(self.ints, HEAD)
-
-    @property
-    def quantiles_stamp(self) -> IntArray:
-        """How many times its quantiles were rewritten."""
-        return _row(self.ints, QUANTILES_STAMP)
-
-
-def _row(packed: NDArray[_Scalar], index: int) -> NDArray[_Scalar]:
-    """Row ``index`` of a packed 2-D array: one column of the tracker, a contiguous view."""
-    row: NDArray[_Scalar] = packed[index]
-    return row
+    exit = _Row[np.float64](
+        "times", HOST_EXIT, "The latest predicted exit of its VMs (-inf: none)."
+    )
+    initial_exit = _Row[np.float64](
+        "times", HOST_INITIAL_EXIT, "The latest exit of its VMs as predicted at their creation."
+    )
+    quantiles_exit = _Row[np.float64](
+        "times", QUANTILES_EXIT, "The ``exit`` its quantiles were computed for (NaN: stale)."
+    )
+    holder = _Row[np.int64](
+        "ints",
+        HOLDER,
+        "The slot holding ``exit``: the lowest slot among its VMs with the latest predicted "
+        "exit (-1: none, or to be found again from the host's VMs when next needed).",
+    )
+    head = _Row[np.int64]("ints", HEAD, "The first slot of its list of VMs (-1: none).")
+    quantiles_stamp = _Row[np.int64](
+        "ints", QUANTILES_STAMP, "How many times its quantiles were rewritten."
+    )
