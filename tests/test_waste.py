@@ -110,10 +110,7 @@ def test_added_waste_by_hand() -> None:
         cluster.unschedulable,
         3,
         np.array([4.0, 32.0, 0.0, 0.0]),
-        weights,
-        mix.mean,
-        mix.minimal,
-        FIT_TOLERANCE,
+        (weights, mix.mean, mix.minimal, FIT_TOLERANCE),
         out,
     )
     for h, (_, expected) in enumerate(WORKED):
@@ -134,10 +131,7 @@ def test_nothing_left_that_fits_the_mix_is_all_stranded() -> None:
         cluster.unschedulable,
         1,
         np.array([0.5, 1.0, 0.0, 0.0]),
-        np.array([1.0, 1.0, 0.0, 0.0]),
-        mix.mean,
-        mix.minimal,
-        FIT_TOLERANCE,
+        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
         out,
     )
     assert out[0] == pytest.approx(1 / 32 - (1.5 / 32 + 1 / 128))
@@ -220,10 +214,7 @@ def test_a_guarded_policy_never_picks_a_host_that_strands_beyond_the_tolerance(
         cluster.unschedulable,
         cluster.n_hosts,
         np.array(request.demand),
-        np.array([1.0, 1.0, 0.0, 0.0]),
-        mix.mean,
-        mix.minimal,
-        FIT_TOLERANCE,
+        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
         costs,
     )
     if best == np.inf:

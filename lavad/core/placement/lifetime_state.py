@@ -51,10 +51,9 @@ class _Row(Generic[_Scalar]):
     ``flags``): one column of the tracker, read as a contiguous view. The view is taken
     at each read, as the arrays are replaced when they grow."""
 
-    def __init__(self, packed: str, index: int, doc: str) -> None:
+    def __init__(self, packed: str, index: int) -> None:
         self.packed = packed
         self.index = index
-        self.__doc__ = doc
 
     @overload
     def __get__(self, obj: None, owner: type) -> _Row[_Scalar]: ...
@@ -67,6 +66,11 @@ class _Row(Generic[_Scalar]):
             return self
         row: NDArray[_Scalar] = getattr(obj, self.packed)[self.index]
         return row
+
+
+def _rows(_scalar: type[_Scalar], packed: str, *indices: int) -> tuple[_Row[_Scalar], ...]:
+    """The named rows ``indices`` of the packed array ``packed`` (of ``_scalar``s)."""
+    return tuple(_Row[_Scalar](packed, index) for index in indices)
 
 
 class SlotColumns:
@@ -101,39 +105,25 @@ class SlotColumns:
         slots' arrays, their group ``levels``, and ``hosts``' times and ints."""
         return (self.times, self.ints, self.flags, levels, hosts.times, hosts.ints)
 
-    start = _Row[np.float64]("times", START, "When its VM was placed.")
-    initial_exit = _Row[np.float64](
-        "times", INITIAL_EXIT, "E[T] at creation as an exit (LA-Binary's one-shot prediction)."
+    # Rows of ``times``: when its VM was placed; E[T] at creation as an exit
+    # (LA-Binary's one-shot prediction); its VM's latest predicted exit; when
+    # that was last set (its remaining-life quantiles are those of T_r | T_u at
+    # that uptime).
+    start, initial_exit, predicted_exit, predicted_at = _rows(
+        np.float64, "times", START, INITIAL_EXIT, PREDICTED_EXIT, PREDICTED_AT
     )
-    predicted_exit = _Row[np.float64]("times", PREDICTED_EXIT, "Its VM's latest predicted exit.")
-    predicted_at = _Row[np.float64](
-        "times",
-        PREDICTED_AT,
-        "When ``predicted_exit`` was last set: its remaining-life quantiles are those of "
-        "T_r | T_u at that uptime.",
+    # Rows of ``ints``: its VM's host (-1: free); its VM's chosen distribution
+    # row; its generation (heap entries of a former occupant are stale); the
+    # next and the previous slot on its host's list (-1 ends it): each host's
+    # VMs are a doubly linked list, so the compiled booking and release find a
+    # host's latest exits without Python sets.
+    host, row, generation, next_on_host, prev_on_host = _rows(
+        np.int64, "ints", HOST, ROW, GENERATION, NEXT_ON_HOST, PREV_ON_HOST
     )
-    host = _Row[np.int64]("ints", HOST, "Its VM's host (-1: free).")
-    row = _Row[np.int64]("ints", ROW, "Its VM's chosen distribution row.")
-    generation = _Row[np.int64](
-        "ints", GENERATION, "Its generation: heap entries of a former occupant are stale."
-    )
-    next_on_host = _Row[np.int64](
-        "ints",
-        NEXT_ON_HOST,
-        "The next slot on its host's list (-1 ends it): each host's VMs are a doubly linked "
-        "list, so the compiled booking and release find a host's latest exits without Python "
-        "sets.",
-    )
-    prev_on_host = _Row[np.int64](
-        "ints", PREV_ON_HOST, "The previous slot on its host's list (-1: the first)."
-    )
-    alive = _Row[np.bool_]("flags", ALIVE, "Whether it holds a running VM.")
-    learns = _Row[np.bool_](
-        "flags",
-        LEARNS,
-        "Whether the model learns from its VM (not when it is left-truncated: "
-        "``features.left_truncated``).",
-    )
+    # Rows of ``flags``: whether it holds a running VM; whether the model
+    # learns from its VM (not when it is left-truncated:
+    # ``features.left_truncated``).
+    alive, learns = _rows(np.bool_, "flags", ALIVE, LEARNS)
 
 
 class HostColumns:
@@ -203,22 +193,14 @@ class HostColumns:
         hosts = np.flatnonzero(self.head >= 0).tolist()
         return {host: set(self.members(host, slots)) for host in hosts}
 
-    exit = _Row[np.float64](
-        "times", HOST_EXIT, "The latest predicted exit of its VMs (-inf: none)."
+    # Rows of ``times``: the latest predicted exit of its VMs (-inf: none); the
+    # latest exit of its VMs as predicted at their creation; the ``exit`` its
+    # quantiles were computed for (NaN: stale).
+    exit, initial_exit, quantiles_exit = _rows(
+        np.float64, "times", HOST_EXIT, HOST_INITIAL_EXIT, QUANTILES_EXIT
     )
-    initial_exit = _Row[np.float64](
-        "times", HOST_INITIAL_EXIT, "The latest exit of its VMs as predicted at their creation."
-    )
-    quantiles_exit = _Row[np.float64](
-        "times", QUANTILES_EXIT, "The ``exit`` its quantiles were computed for (NaN: stale)."
-    )
-    holder = _Row[np.int64](
-        "ints",
-        HOLDER,
-        "The slot holding ``exit``: the lowest slot among its VMs with the latest predicted "
-        "exit (-1: none, or to be found again from the host's VMs when next needed).",
-    )
-    head = _Row[np.int64]("ints", HEAD, "The first slot of its list of VMs (-1: none).")
-    quantiles_stamp = _Row[np.int64](
-        "ints", QUANTILES_STAMP, "How many times its quantiles were rewritten."
-    )
+    # Rows of ``ints``: the slot holding ``exit``, the lowest slot among its VMs
+    # with the latest predicted exit (-1: none, or to be found again from the
+    # host's VMs when next needed); the first slot of its list of VMs (-1:
+    # none); how many times its quantiles were rewritten.
+    holder, head, quantiles_stamp = _rows(np.int64, "ints", HOLDER, HEAD, QUANTILES_STAMP)

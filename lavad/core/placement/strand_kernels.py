@@ -19,19 +19,18 @@ import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, FloatArray
 
+# How the waste of a free vector is measured, the four always passed together:
+# the resources' weights, the request mix's mean shape and minimal shapes
+# (``waste.RequestMix``), and the fit tolerance.
+WasteMeasure = tuple[FloatArray, FloatArray, FloatArray, float]
+
 
 @numba.njit(cache=True, nogil=True)
 def leftover_waste(
-    free: FloatArray,
-    host: int,
-    demand: FloatArray,
-    inv_capacity: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    tolerance: float,
+    free: FloatArray, host: int, demand: FloatArray, inv_capacity: FloatArray, measure: WasteMeasure
 ) -> float:
     """Stranded capacity (Best Fit's units) of host ``host``'s free vector minus ``demand``."""
+    weights, mean, minimal, tolerance = measure
     n_resources = free.shape[0]
     fits_any = False
     for m in range(minimal.shape[0]):
@@ -67,14 +66,11 @@ def added_waste(
     demand: FloatArray,
     zero: FloatArray,
     inv_capacity: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    tolerance: float,
+    measure: WasteMeasure,
 ) -> float:
     """``waste(free - demand) - waste(free)`` of one host."""
-    after = leftover_waste(free, host, demand, inv_capacity, weights, mean, minimal, tolerance)
-    before = leftover_waste(free, host, zero, inv_capacity, weights, mean, minimal, tolerance)
+    after = leftover_waste(free, host, demand, inv_capacity, measure)
+    before = leftover_waste(free, host, zero, inv_capacity, measure)
     return after - before
 
 
@@ -184,7 +180,6 @@ def host_strand_count(
 ) -> float:
     """Host ``host``'s count with stranded host time (``strands_count``) for ``demand``,
     weighing resources by ``used`` (summing to ``total``); -1 if it strands nothing more."""
-    added = added_waste(
-        free, host, demand, zero, inv_capacity, used, strand[1], strand[2], FIT_TOLERANCE
-    )
+    measure = (used, strand[1], strand[2], FIT_TOLERANCE)
+    added = added_waste(free, host, demand, zero, inv_capacity, measure)
     return strands_count(added, total, strand, host, now, cap)

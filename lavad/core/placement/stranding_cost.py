@@ -77,10 +77,8 @@ def stranding_costs(
     total = used.sum()
     if total <= 0.0:
         return
-    waste_costs(
-        free, inv_capacity, unschedulable, n_hosts, demand, used, strand[1], strand[2],
-        FIT_TOLERANCE, scratch,
-    )  # fmt: skip
+    measure = (used, strand[1], strand[2], FIT_TOLERANCE)
+    waste_costs(free, inv_capacity, unschedulable, n_hosts, demand, measure, scratch)
     for h in range(n_hosts):
         # Unfit hosts (inf) are the filters' business.
         las[h] = max(las[h], strands_count(scratch[h], total, strand, h, now, np.inf))

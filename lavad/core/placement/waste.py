@@ -46,7 +46,7 @@ import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
 from lavad.core.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
-from lavad.core.placement.strand_kernels import added_waste, present_weights
+from lavad.core.placement.strand_kernels import WasteMeasure, added_waste, present_weights
 
 Shape = tuple[float, float, float, float]
 
@@ -163,10 +163,7 @@ def waste_costs(
     unschedulable: np.ndarray,
     n_hosts: int,
     demand: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    tolerance: float,
+    measure: WasteMeasure,
     out: FloatArray,
 ) -> float:
     """Each host's added waste ``waste(free - d) - waste(free)`` into ``out``; the least.
@@ -175,6 +172,7 @@ def waste_costs(
     Returns the least cost over the hosts that fit (inf: none fits).
     """
     n_resources = free.shape[0]
+    tolerance = measure[3]
     zero = np.zeros(n_resources)
     best = np.inf
     for h in range(n_hosts):
@@ -189,7 +187,7 @@ def waste_costs(
         if not fits:
             out[h] = np.inf
             continue
-        cost = added_waste(free, h, demand, zero, inv_capacity, weights, mean, minimal, tolerance)
+        cost = added_waste(free, h, demand, zero, inv_capacity, measure)
         out[h] = cost
         best = min(best, cost)
     return best
@@ -223,17 +221,15 @@ def guard_keys(
     present: np.ndarray,
     n_hosts: int,
     demand: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    tolerance: float,
+    measure: WasteMeasure,
     step: float,
     out: FloatArray,
 ) -> None:
     """``waste_costs`` then ``guard_levels`` in one call (one dispatch per placement)."""
+    weights, mean, minimal, tolerance = measure
     used = present_weights(weights, present)
     best = waste_costs(
-        free, inv_capacity, unschedulable, n_hosts, demand, used, mean, minimal, tolerance, out
+        free, inv_capacity, unschedulable, n_hosts, demand, (used, mean, minimal, tolerance), out
     )
     if best == np.inf:
         for h in range(n_hosts):
@@ -250,10 +246,7 @@ def all_within(
     hosts: np.ndarray,
     count: int,
     demand: FloatArray,
-    weights: FloatArray,
-    mean: FloatArray,
-    minimal: FloatArray,
-    tolerance: float,
+    measure: WasteMeasure,
     step: float,
 ) -> bool:
     """Whether each of ``hosts[:count]`` adds at most ``step`` of waste.
@@ -261,12 +254,11 @@ def all_within(
     Such a host is at level 0 whatever the best host adds (level 0 reaches
     max(best, 0) + step), so an unguarded choice among them stands.
     """
-    used = present_weights(weights, present)
+    weights, mean, minimal, tolerance = measure
+    used = (present_weights(weights, present), mean, minimal, tolerance)
     zero = np.zeros(free.shape[0])
     for i in range(count):
-        cost = added_waste(
-            free, hosts[i], demand, zero, inv_capacity, used, mean, minimal, tolerance
-        )
+        cost = added_waste(free, hosts[i], demand, zero, inv_capacity, used)
         if cost > step:
             return False
     return True
@@ -275,33 +267,18 @@ def all_within(
 def warm_up_waste() -> None:
     """Compile (or load from numba's cache) before the first placement is timed."""
     free = np.ones((N_RESOURCES, 1))
+    present = np.ones(N_RESOURCES, dtype=np.bool_)
+    demand = np.zeros(N_RESOURCES)
+    measure = (
+        np.ones(N_RESOURCES),
+        np.ones(N_RESOURCES),
+        np.zeros((1, N_RESOURCES)),
+        FIT_TOLERANCE,
+    )
     guard_keys(
-        free,
-        free,
-        np.zeros(1, dtype=np.bool_),
-        np.ones(N_RESOURCES, dtype=np.bool_),
-        1,
-        np.zeros(N_RESOURCES),
-        np.ones(N_RESOURCES),
-        np.ones(N_RESOURCES),
-        np.zeros((1, N_RESOURCES)),
-        FIT_TOLERANCE,
-        1.0,
-        np.zeros(1),
+        free, free, np.zeros(1, dtype=np.bool_), present, 1, demand, measure, 1.0, np.zeros(1)
     )
-    all_within(
-        free,
-        free,
-        np.ones(N_RESOURCES, dtype=np.bool_),
-        np.zeros(1, dtype=np.int64),
-        1,
-        np.zeros(N_RESOURCES),
-        np.ones(N_RESOURCES),
-        np.ones(N_RESOURCES),
-        np.zeros((1, N_RESOURCES)),
-        FIT_TOLERANCE,
-        1.0,
-    )
+    all_within(free, free, present, np.zeros(1, dtype=np.int64), 1, demand, measure, 1.0)
 
 
 class WasteGuard(NumpyScorer):
@@ -361,10 +338,7 @@ class WasteGuard(NumpyScorer):
             cluster.resource_present,
             n,
             demand,
-            self.weights,
-            mix.mean,
-            mix.minimal,
-            FIT_TOLERANCE,
+            (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE),
             self.tolerance,
             out,
         )
@@ -386,10 +360,7 @@ class WasteGuard(NumpyScorer):
                 hosts,
                 count,
                 demand,
-                self.weights,
-                mix.mean,
-                mix.minimal,
-                FIT_TOLERANCE,
+                (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE),
                 self.tolerance,
             )
         )
