@@ -30,7 +30,7 @@ from lavad.core.placement.strand_kernels import (
     present_weights,
 )
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.survival import remaining_quantiles_into
+from lavad.models.lifetime.survival import bin_of, remaining_quantiles_into
 
 BESTFIT: Final = 0
 FIRSTFIT: Final = 1
@@ -939,16 +939,8 @@ def _release_slot(
     if learned and count:
         lived = now - slot_times[START, slot]
         lived = max(lived, 0.0)
-        # bisect.bisect_right(edges, lived) - 1, as ``GroupedLifeTables._column``.
-        lo = 0
-        hi = len(edges)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if lived < edges[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
-        column = lo - 1
+        # As ``GroupedLifeTables._column``: bisect.bisect_right(edges, lived) - 1.
+        column = bin_of(edges, lived)
         counts = deaths if exited else censored
         for k in range(levels.shape[1]):
             counts[levels[slot, k], column] += 1.0

@@ -412,6 +412,21 @@ def remaining_quantiles(
     return result
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def bin_of(edges: FloatArray, t: float) -> int:
+    """``searchsorted(edges, t, side="right") - 1``, compiled: the bin of lifetime ``t``
+    (``LifetimeBins.index``), as the kernels count an exit and read a VM's uptime."""
+    lo = 0
+    hi = len(edges)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if t < edges[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1
+
+
 @numba.njit(cache=True, nogil=True)
 def remaining_quantiles_into(
     mass: FloatArray,
@@ -433,16 +448,7 @@ def remaining_quantiles_into(
     """
     width = mass.shape[1]
     last = len(edges) - 1  # the open bin
-    # searchsorted(edges, u, side="right") - 1, at most the open bin
-    lo_i = 0
-    hi_i = len(edges)
-    while lo_i < hi_i:
-        mid = (lo_i + hi_i) // 2
-        if u < edges[mid]:
-            hi_i = mid
-        else:
-            lo_i = mid + 1
-    j = min(lo_i - 1, last)
+    j = min(bin_of(edges, u), last)
     # _ahead: the mass ahead of u
     inner = j < last
     lo_edge = edges[min(j, last - 1)]
