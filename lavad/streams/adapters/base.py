@@ -13,7 +13,7 @@ import csv
 import heapq
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar
 
@@ -231,6 +231,32 @@ class CsvFile:
                     yield lineno, raw, bad_record(self.path, lineno, raw, reason)
                     continue
                 yield lineno, raw, cells
+
+
+def rows_by_time(
+    rows: CsvFile, parse: Callable[[list[str]], tuple[float, T]]
+) -> list[tuple[float, int, T | BadRecord]]:
+    """A small file's rows read whole, parsed, in (time, line) order.
+
+    ``parse`` gives a row's time and what it becomes, or raises ``RowError``.
+    A bad row sorts after the row before it (time 0 before any), so it stays
+    where it stood among its neighbours.
+    """
+    parsed: list[tuple[float, int, T | BadRecord]] = []
+    last_time = 0.0
+    for lineno, raw, cells in rows.rows():
+        if isinstance(cells, BadRecord):
+            parsed.append((last_time, lineno, cells))
+            continue
+        try:
+            time, item = parse(cells)
+        except RowError as exc:
+            parsed.append((last_time, lineno, bad_record(rows.path, lineno, raw, str(exc))))
+            continue
+        last_time = time
+        parsed.append((time, lineno, item))
+    parsed.sort(key=lambda row: (row[0], row[1]))
+    return parsed
 
 
 def sniff_header(path: Path, prefix: str) -> bool:

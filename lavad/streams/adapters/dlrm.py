@@ -36,9 +36,9 @@ from lavad.streams.adapters.base import (
     TraceFormatError,
     TraceItem,
     TraceOptionError,
-    bad_record,
     number,
     optional_time,
+    rows_by_time,
     sniff_header,
     with_later,
 )
@@ -152,25 +152,17 @@ class AlibabaDlrm(Trace):
         }
 
     def _rows(self) -> list[tuple[float, int, _Instance | BadRecord]]:
-        rows: list[tuple[float, int, _Instance | BadRecord]] = []
         seen: set[str] = set()
-        last_time = 0.0
-        for lineno, raw, cells in self.csv.rows():
-            if isinstance(cells, BadRecord):
-                rows.append((last_time, lineno, cells))
-                continue
-            try:
-                instance = _Instance(cells, self.csv.column)
-                if instance.vm_id in seen:
-                    raise RowError(f"instance_sn: duplicate {instance.vm_id!r}")
-            except RowError as exc:
-                rows.append((last_time, lineno, bad_record(self.csv.path, lineno, raw, str(exc))))
-                continue
+        column = self.csv.column
+
+        def parse(cells: list[str]) -> tuple[float, _Instance]:
+            instance = _Instance(cells, column)
+            if instance.vm_id in seen:
+                raise RowError(f"instance_sn: duplicate {instance.vm_id!r}")
             seen.add(instance.vm_id)
-            last_time = instance.created
-            rows.append((instance.created, lineno, instance))
-        rows.sort(key=lambda row: (row[0], row[1]))
-        return rows
+            return instance.created, instance
+
+        return rows_by_time(self.csv, parse)
 
     def events(self) -> Iterator[TraceItem]:
         pairs = self._vm_pairs() if self.view == "vms" else self._deployment_pairs()

@@ -41,6 +41,7 @@ from lavad.streams.adapters.base import (
     bad_record,
     number,
     optional_time,
+    rows_by_time,
     with_later,
 )
 from lavad.streams.codec import BadRecord
@@ -185,34 +186,23 @@ class AlibabaOpenb(Trace):
         """Pods sorted by (creation time, line); a bad row sorts after the row before it."""
         col = self.pods.column
         gpu_spec_col = col.get("gpu_spec")
-        rows: list[tuple[float, int, TraceItem, Event | None]] = []
         seen: set[str] = set()
-        last_time = 0.0
-        for lineno, raw, cells in self.pods.rows():
-            if isinstance(cells, BadRecord):
-                rows.append((last_time, lineno, cells, None))
-                continue
-            try:
-                vm_id = cells[col["name"]].strip()
-                if not vm_id:
-                    raise RowError("name: empty pod name")
-                if vm_id in seen:
-                    raise RowError(f"name: duplicate pod {vm_id!r}")
-                cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True) / 1000.0
-                memory = number(cells[col["memory_mib"]], "memory_mib") / 1024.0
-                num_gpu = number(cells[col["num_gpu"]], "num_gpu")
-                gpu_milli = number(cells[col["gpu_milli"]], "gpu_milli")
-                created = number(cells[col["creation_time"]], "creation_time")
-                deleted = optional_time(cells[col["deletion_time"]], "deletion_time")
-                if deleted is not None and deleted < created:
-                    raise RowError(f"deletion_time {deleted:g} precedes creation_time {created:g}")
-            except RowError as exc:
-                rows.append(
-                    (last_time, lineno, bad_record(self.pods.path, lineno, raw, str(exc)), None)
-                )
-                continue
+
+        def parse(cells: list[str]) -> tuple[float, tuple[VmRequest, VmExit | None]]:
+            vm_id = cells[col["name"]].strip()
+            if not vm_id:
+                raise RowError("name: empty pod name")
+            if vm_id in seen:
+                raise RowError(f"name: duplicate pod {vm_id!r}")
+            cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True) / 1000.0
+            memory = number(cells[col["memory_mib"]], "memory_mib") / 1024.0
+            num_gpu = number(cells[col["num_gpu"]], "num_gpu")
+            gpu_milli = number(cells[col["gpu_milli"]], "gpu_milli")
+            created = number(cells[col["creation_time"]], "creation_time")
+            deleted = optional_time(cells[col["deletion_time"]], "deletion_time")
+            if deleted is not None and deleted < created:
+                raise RowError(f"deletion_time {deleted:g} precedes creation_time {created:g}")
             seen.add(vm_id)
-            last_time = created
             request = VmRequest(
                 time=created,
                 pool=self.pool,
@@ -228,7 +218,10 @@ class AlibabaOpenb(Trace):
             exit_event = None
             if deleted is not None and deleted != TRACE_END:
                 exit_event = VmExit(time=deleted, pool=self.pool, vm_id=vm_id)
-            rows.append((created, lineno, request, exit_event))
-        rows.sort(key=lambda row: (row[0], row[1]))
-        for _, _, item, later in rows:
-            yield item, later
+            return created, (request, exit_event)
+
+        for _, _, item in rows_by_time(self.pods, parse):
+            if isinstance(item, BadRecord):
+                yield item, None
+            else:
+                yield item
