@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -152,18 +152,7 @@ def replay(
         emit(engine.advance(end))
     pools = engine.summary(end)
     elapsed = time.perf_counter() - started
-    series = {
-        name: [
-            {
-                "time": p.time,
-                "empty_hosts_pct": p.empty_hosts_pct,
-                "cpu_util_pct": p.cpu_util_pct,
-                "memory_util_pct": p.memory_util_pct,
-            }
-            for p in pool.metrics.series
-        ]
-        for name, pool in engine.pools.items()
-    }
+    series = metrics_series(engine.pools)
     if progress is not None:
         progress(count, clock)
     return ReplayResult(
@@ -176,6 +165,22 @@ def replay(
         wall_seconds=elapsed,
         series=series,
     )
+
+
+def metrics_series(pools: Mapping[str, Any]) -> dict[str, list[dict[str, float]]]:
+    """Each pool's sampled metrics as the points a result carries."""
+    return {
+        name: [
+            {
+                "time": p.time,
+                "empty_hosts_pct": p.empty_hosts_pct,
+                "cpu_util_pct": p.cpu_util_pct,
+                "memory_util_pct": p.memory_util_pct,
+            }
+            for p in pool.metrics.series
+        ]
+        for name, pool in pools.items()
+    }
 
 
 def on_common_pool(results: list[ReplayResult]) -> None:

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from lavad.core.engine import Engine, EngineConfig
-from lavad.daemon.replay import BinarySink, ProgressCallback, ReplayResult, on_common_pool, replay
+from lavad.daemon.replay import (
+    BinarySink,
+    ProgressCallback,
+    ReplayResult,
+    metrics_series,
+    on_common_pool,
+    replay,
+)
 from lavad.daemon.shadow.compare import empty_hosts_difference
 from lavad.daemon.shadow.engine import ACTUAL_POLICY, Shadow, ShadowPool
 from lavad.streams.codec import BadRecord
@@ -83,10 +90,7 @@ def shadow_replay(
         dead_letters=Counter(lavad.dead_letters),
         end_time=end,
         wall_seconds=lavad.wall_seconds,
-        series={
-            name: [_point(p) for p in pool.metrics.series]
-            for name, pool in shadow.follower.pools.items()
-        },
+        series=metrics_series(shadow.follower.pools),
     )
     difference: dict[str, dict[str, Any]] = {}
     for name, pool in engine.pools.items():
@@ -106,15 +110,6 @@ def shadow_replay(
         agreement={name: both["agreement"] for name, both in sides.items()},
         difference=difference,
     )
-
-
-def _point(point: Any) -> dict[str, float]:
-    return {
-        "time": point.time,
-        "empty_hosts_pct": point.empty_hosts_pct,
-        "cpu_util_pct": point.cpu_util_pct,
-        "memory_util_pct": point.memory_util_pct,
-    }
 
 
 __all__ = ["ACTUAL", "ACTUAL_POLICY", "LAVAD", "ShadowResult", "shadow_replay"]
