@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from lavad.federation.bounded_json import load_bounded
 from lavad.federation.messages import (
     Accepted,
     Ended,
@@ -59,15 +60,10 @@ class WireError(ValueError):
 
 
 def _object(data: bytes, what: str, most: int | None = None) -> dict[str, Any]:
-    """The JSON object ``data`` holds; at most ``most`` bytes (MAX_RECORD_BYTES), checked
-    before parsing, so an absurd record costs a length check, not a parse."""
+    """The JSON object ``data`` holds, of this wire version; at most ``most`` bytes
+    (MAX_RECORD_BYTES)."""
     limit = MAX_RECORD_BYTES if most is None else most
-    if len(data) > limit:
-        raise WireError(f"{what}: {len(data)} bytes, more than {limit}")
-    try:
-        raw = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise WireError(f"{what}: not JSON ({exc})") from None
+    raw = load_bounded(data, limit, WireError, f"{what}: ")
     if not isinstance(raw, dict):
         raise WireError(f"{what}: not an object")
     version = raw.get("v")

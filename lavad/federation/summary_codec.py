@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from lavad.federation.bounded_json import load_bounded
 from lavad.federation.messages import PoolSummary
 
 SUMMARY_FORMAT = "lavad.federation.summary"
@@ -55,12 +56,7 @@ def decode_summary(
     data: bytes, *, hosts: int, resources: int, tenants: int, schedulers: int
 ) -> PoolSummary:
     """The summary ``data`` holds, for a pool of ``hosts`` x ``resources``."""
-    if len(data) > MAX_SUMMARY_BYTES:
-        raise SummaryError(f"{len(data)} bytes: more than {MAX_SUMMARY_BYTES}")
-    try:
-        raw = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise SummaryError(f"not JSON ({exc})") from None
+    raw = load_bounded(data, MAX_SUMMARY_BYTES, SummaryError)
     if not isinstance(raw, dict) or raw.get("format") != SUMMARY_FORMAT:
         raise SummaryError("not a lavad pool summary")
     if raw.get("v") != SUMMARY_VERSION:
