@@ -122,6 +122,25 @@ def _emit(series: list[_Series], pool: str, offset: float = 0.0) -> Iterator[Tra
         )
 
 
+def _read_readings(
+    path: Path, one: _Series, base: float, parse: Callable[[bytes], tuple[float, float | None]]
+) -> None:
+    """A file of one reading a line into ``one``: line i (0-based) covers
+    ``[base + i * 300, ... + 300)``; ``parse`` gives its CPU and memory (None
+    where the source has none), or raises ``RowError``."""
+    with path.open("rb") as handle:
+        for i, raw in enumerate(handle):
+            lineno = i + 1
+            try:
+                cpu, mem = parse(raw)
+            except (RowError, UnicodeDecodeError) as exc:
+                one.add_bad(bad_record(path, lineno, raw, str(exc)), lineno)
+                continue
+            one.add(base + i * INTERVAL_S, lineno, cpu, cpu)
+            if mem is not None:
+                one.mem.append(mem)
+
+
 # ------------------------------------------------------------------ bitbrains
 
 BITBRAINS_HEADER: Final = "Timestamp [ms];"
@@ -357,6 +376,15 @@ def _gcd_files(path: Path) -> list[tuple[Path, str, int]]:
     return found
 
 
+def _gcd_reading(raw: bytes) -> tuple[float, float | None]:
+    parts = raw.split()
+    if len(parts) != 2:
+        raise RowError(f"want 'cpu% mem%', got {len(parts)} fields")
+    cpu = number(parts[0].decode("ascii"), "cpu%") / 100.0
+    mem = number(parts[1].decode("ascii"), "mem%") / 100.0
+    return cpu, mem
+
+
 def sniff_gcd(path: Path) -> bool:
     if path.is_file():
         return _GCD_FILE.fullmatch(path.name) is not None
@@ -392,21 +420,7 @@ class GoogleGcd(Trace):
         series = []
         for path, job, day in self.files:
             one = _Series(job)
-            base = (day - 1) * DAY_S
-            with path.open("rb") as handle:
-                for i, raw in enumerate(handle):
-                    lineno = i + 1
-                    try:
-                        parts = raw.split()
-                        if len(parts) != 2:
-                            raise RowError(f"want 'cpu% mem%', got {len(parts)} fields")
-                        cpu = number(parts[0].decode("ascii"), "cpu%") / 100.0
-                        mem = number(parts[1].decode("ascii"), "mem%") / 100.0
-                    except (RowError, UnicodeDecodeError) as exc:
-                        one.add_bad(bad_record(path, lineno, raw, str(exc)), lineno)
-                        continue
-                    one.add(base + i * INTERVAL_S, lineno, cpu, cpu)
-                    one.mem.append(mem)
+            _read_readings(path, one, (day - 1) * DAY_S, _gcd_reading)
             series.append(one)
         yield from _emit(series, self.pool)
 
@@ -437,6 +451,10 @@ def _planetlab_days(path: Path) -> list[tuple[Path, dt.date]]:
         if date is not None and entry.is_dir():
             days.append((entry, date))
     return days
+
+
+def _planetlab_reading(raw: bytes) -> tuple[float, float | None]:
+    return number(raw.decode("ascii").strip(), "cpu%") / 100.0, None
 
 
 def sniff_planetlab(path: Path) -> bool:
@@ -474,14 +492,6 @@ class PlanetLab(Trace):
             base = (date - first).days * DAY_S
             for path in sorted(p for p in folder.iterdir() if p.is_file()):
                 one = _Series(path.name)
-                with path.open("rb") as handle:
-                    for i, raw in enumerate(handle):
-                        lineno = i + 1
-                        try:
-                            cpu = number(raw.decode("ascii").strip(), "cpu%") / 100.0
-                        except (RowError, UnicodeDecodeError) as exc:
-                            one.add_bad(bad_record(path, lineno, raw, str(exc)), lineno)
-                            continue
-                        one.add(base + i * INTERVAL_S, lineno, cpu, cpu)
+                _read_readings(path, one, base, _planetlab_reading)
                 series.append(one)
         yield from _emit(series, self.pool)
