@@ -17,7 +17,9 @@ inflation metric, ``metrics.stranding``). The summary gives each policy's
 mean and spread over seeds per condition, and its worst condition.
 
 Policies are variants as in ``benchmarks.lifetime_ablation``
-(``name:key=value;key=value``). Cells run in ``--jobs`` processes.
+(``name:key=value;key=value``); ``VARIANT+hindsight`` replays a lifetime
+policy with the tables ``VARIANT``'s own run of the cell ended with, frozen
+(``lavad.evaluation.hindsight``). Cells run in ``--jobs`` processes.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from typing import Any
 import orjson
 
 from benchmarks.lifetime_ablation import CONFIG, parse_variant
+from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon.replay import on_common_pool, replay
 from lavad.daemon.settings import HostSettings, load_settings
+from lavad.evaluation import hindsight
 from lavad.streams.adapters import open_trace
 from lavad.streams.oracle import exit_times, with_true_lifetimes
 
@@ -132,8 +136,10 @@ def _run_fleet(
     settings = base.model_copy(update={"seed": seed, "hosts": _hosts(shape, count, grow)})
     true_exits: dict[tuple[str, str], float] | None = None
     results = []
+    fitted: dict[str, hindsight.FittedModels] = {}
     for spec in policies:
-        name, args = parse_variant(spec)
+        plain, in_hindsight = hindsight.split(spec)
+        name, args = parse_variant(plain)
         variant_policies = dict(settings.policies)
         variant_policies[name] = {**variant_policies.get(name, {}), **args}
         variant = settings.model_copy(update={"policies": variant_policies})
@@ -144,11 +150,13 @@ def _run_fleet(
                 true_exits = exit_times(open_trace(trace, seed=seed, **options).events())
             end = opened.end_time if opened.end_time is not None else math.inf
             events = with_true_lifetimes(events, true_exits, end)
-        result = replay(
-            events,
-            variant.engine_config(name, trace_has_hosts=opened.has_hosts),
-            end_time=opened.end_time,
-        )
+        config = variant.engine_config(name, trace_has_hosts=opened.has_hosts)
+        engine = Engine(config)
+        if in_hindsight:
+            hindsight.install(engine, fitted[plain])
+        result = replay(events, config, end_time=opened.end_time, engine=engine)
+        if not in_hindsight:
+            fitted[spec] = hindsight.fitted_models(engine)
         results.append(result)
     on_common_pool(results)
     rows = []
@@ -287,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     windows = ns.window or list(WINDOWS)
     fleets = ns.fleet or list(FLEETS)
     policies = ns.policy or list(DEFAULT_POLICIES)
+    hindsight.check_order(policies)
     cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(ns.jobs) as pool:
         futures = [
