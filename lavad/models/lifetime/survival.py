@@ -236,7 +236,7 @@ def _ahead(
     """Mass ahead of uptime u, and its first moment, per VM."""
     edges = bins.edges
     last = len(edges) - 1  # the open bin
-    j = np.minimum(np.searchsorted(edges, u, side="right") - 1, last)
+    j = bins.index(u)
     inner = j < last
     lo = edges[np.minimum(j, last - 1)]
     hi = edges[np.minimum(j + 1, last)]
@@ -329,7 +329,7 @@ def median_remaining(
     u = np.asarray(uptime, dtype=np.float64)
     edges = bins.edges
     last = len(edges) - 1
-    j = np.minimum(np.searchsorted(edges, u, side="right") - 1, last)
+    j = bins.index(u)
     ahead, _ = _ahead(bins, mass, m0, m1, rows, u)
     half = ahead / 2.0
     columns = np.arange(m0.shape[1])
@@ -385,7 +385,7 @@ def remaining_quantiles(
     edges = bins.edges
     last = len(edges) - 1  # the open bin
     width = mass.shape[1]
-    j = np.minimum(np.searchsorted(edges, u, side="right") - 1, last)
+    j = bins.index(u)
     ahead, _ = _ahead(bins, mass, m0, m1, rows, u)
     columns = np.arange(width)
     # The mass ahead of u per bin: nothing before bin j, part of bin j.
