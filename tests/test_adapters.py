@@ -442,6 +442,34 @@ def test_openb_unsorted_and_malformed_rows(tmp_path: Path) -> None:
     assert sum(isinstance(e, VmRequest) for e in items) == 2498  # 2 bad of 2,500
 
 
+def test_openb_empty_and_repeated_ids_are_dead_lettered(tmp_path: Path) -> None:
+    directory = tmp_path / "openb"
+    directory.mkdir()
+    nodes = (OPENB_SLICE / "openb_node_list_all_node.csv").read_bytes().splitlines()
+    nodes[2] = b"," + nodes[2].split(b",", 1)[1]  # no host id
+    nodes[3] = nodes[1]  # the first host again
+    (directory / "openb_node_list_all_node.csv").write_bytes(b"\n".join(nodes) + b"\n")
+    pods = (OPENB_SLICE / "openb_pod_list_default.csv").read_bytes().splitlines()
+    pods[5] = b"  " + pods[5][pods[5].index(b",") :]  # a blank pod name
+    pods[6] = pods[1]  # the first pod again
+    (directory / "openb_pod_list_default.csv").write_bytes(b"\n".join(pods) + b"\n")
+    items = list(open_trace(directory).events())
+    reasons = sorted(i.reason for i in items if isinstance(i, BadRecord))
+    first_host = nodes[1].split(b",")[0].decode()
+    first_pod = pods[1].split(b",")[0].decode()
+    assert reasons == sorted(
+        [
+            "sn: empty host id",
+            f"sn: duplicate host id {first_host!r}",
+            "name: empty pod name",
+            f"name: duplicate pod name {first_pod!r}",
+        ]
+    )
+    # Each repeated id keeps its first row: one host and one pod fewer, not two.
+    assert sum(isinstance(e, HostUp) for e in items) == len(nodes) - 3
+    assert sum(isinstance(e, VmRequest) for e in items) == len(pods) - 3
+
+
 def test_openb_options(tmp_path: Path) -> None:
     alone = open_trace(OPENB_SLICE, hosts=False)
     assert not alone.has_hosts

@@ -233,6 +233,17 @@ class CsvFile:
                 yield lineno, raw, cells
 
 
+def unique_id(cells: list[str], index: int, field: str, what: str, seen: set[str]) -> str:
+    """The id in ``cells[index]``, stripped; a ``RowError`` if it is empty or in ``seen``
+    (the caller adds it once the rest of its row is valid)."""
+    value = cells[index].strip()
+    if not value:
+        raise RowError(f"{field}: empty {what}")
+    if value in seen:
+        raise RowError(f"{field}: duplicate {what} {value!r}")
+    return value
+
+
 def rows_by_time(
     rows: CsvFile, parse: Callable[[list[str]], tuple[float, T]]
 ) -> list[tuple[float, int, T | BadRecord]]:

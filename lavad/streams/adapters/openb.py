@@ -42,6 +42,7 @@ from lavad.streams.adapters.base import (
     number,
     optional_time,
     rows_by_time,
+    unique_id,
     with_later,
 )
 from lavad.streams.codec import BadRecord
@@ -159,11 +160,7 @@ class AlibabaOpenb(Trace):
                 yield cells
                 continue
             try:
-                host_id = cells[col["sn"]].strip()
-                if not host_id:
-                    raise RowError("sn: empty host id")
-                if host_id in seen:
-                    raise RowError(f"sn: duplicate host id {host_id!r}")
+                host_id = unique_id(cells, col["sn"], "sn", "host id", seen)
                 cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True) / 1000.0
                 memory = number(cells[col["memory_mib"]], "memory_mib", positive=True) / 1024.0
                 gpus = number(cells[col["gpu"]], "gpu")
@@ -189,11 +186,7 @@ class AlibabaOpenb(Trace):
         seen: set[str] = set()
 
         def parse(cells: list[str]) -> tuple[float, tuple[VmRequest, VmExit | None]]:
-            vm_id = cells[col["name"]].strip()
-            if not vm_id:
-                raise RowError("name: empty pod name")
-            if vm_id in seen:
-                raise RowError(f"name: duplicate pod {vm_id!r}")
+            vm_id = unique_id(cells, col["name"], "name", "pod name", seen)
             cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True) / 1000.0
             memory = number(cells[col["memory_mib"]], "memory_mib") / 1024.0
             num_gpu = number(cells[col["num_gpu"]], "num_gpu")
