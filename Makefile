@@ -56,8 +56,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The suite runs on two workers (pytest-xdist; one on a one-core machine): much
+# of its time is live tests waiting on their own embedded brokers, each on a
+# free port of its own. More workers were never measured.
 unit: $(STAMP) test-tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --maxprocesses 2
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
