@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -21,10 +22,29 @@ class BrokerError(Exception):
     """The embedded broker could not be found or did not start."""
 
 
+# How many free ports ``EmbeddedBroker.start`` tries when it chooses the port.
+START_ATTEMPTS = 3
+
+
+class _ExitedEarly(Exception):
+    """The broker process ended before it listened (most often: its port was taken)."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether nothing holds ``host:port`` now (SO_REUSEADDR, as a server binds)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def broker_binary() -> str:
@@ -61,34 +81,60 @@ class EmbeddedBroker:
         log: Path | None = None,
         timeout_s: float = 15.0,
     ) -> EmbeddedBroker:
-        chosen = port or free_port(host)
-        url = f"tcp://{host}:{chosen}"
-        output = log.open("ab") if log is not None else subprocess.DEVNULL
-        process = subprocess.Popen(
-            [
-                broker_binary(),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=output,
-            stderr=output,
-            stdin=subprocess.DEVNULL,
-            # Its own session: Ctrl-C in a terminal reaches lavad only, which
-            # stops the broker after the clients that still need it.
-            start_new_session=True,
-        )
-        broker = cls(process, host, chosen)
+        """Start Tansu on ``port`` (a free one when None) and wait until it listens.
+
+        A port this call chose can be taken by another process before the
+        broker binds it (parallel test workers, two demos): the broker then
+        exits, and another free port is tried, up to ``START_ATTEMPTS`` in
+        all. A given port that something already listens on is refused at
+        once: the check that the broker listens would otherwise succeed
+        against the other listener.
+        """
+        if port is not None and not _bindable(host, port):
+            raise BrokerError(f"{host}:{port} is already in use")
+        attempts = 1 if port is not None else START_ATTEMPTS
+        reason = ""
+        for _ in range(attempts):
+            try:
+                return cls._start_once(port or free_port(host), host, log, timeout_s)
+            except _ExitedEarly as exc:
+                reason = str(exc)
+        tried = f"; {attempts} free ports tried" if attempts > 1 else ""
+        raise BrokerError(reason + tried)
+
+    @classmethod
+    def _start_once(
+        cls, port: int, host: str, log: Path | None, timeout_s: float
+    ) -> EmbeddedBroker:
+        url = f"tcp://{host}:{port}"
+        command = [
+            broker_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        # The child keeps its own copy of the log's descriptor; ours closes here.
+        with log.open("ab") if log is not None else nullcontext(subprocess.DEVNULL) as output:
+            process = subprocess.Popen(
+                command,
+                stdout=output,
+                stderr=output,
+                stdin=subprocess.DEVNULL,
+                # Its own session: Ctrl-C in a terminal reaches lavad only, which
+                # stops the broker after the clients that still need it.
+                start_new_session=True,
+            )
+        broker = cls(process, host, port)
         deadline = time.monotonic() + timeout_s
         while True:
             if process.poll() is not None:
-                raise BrokerError(f"the broker exited with status {process.returncode}")
+                raise _ExitedEarly(f"the broker exited with status {process.returncode} ({url})")
             try:
-                socket.create_connection((host, chosen), timeout=0.2).close()
+                socket.create_connection((host, port), timeout=0.2).close()
             except OSError:
                 if time.monotonic() > deadline:
                     broker.close()
@@ -97,6 +143,11 @@ class EmbeddedBroker:
                     ) from None
                 time.sleep(0.05)
             else:
+                if process.poll() is not None:
+                    # What answered was another listener that took the port.
+                    raise _ExitedEarly(
+                        f"the broker exited with status {process.returncode} ({url})"
+                    )
                 return broker
 
     def pause(self) -> None:
