@@ -155,7 +155,8 @@ def _run_fleet(
         if in_hindsight:
             hindsight.install(engine, fitted[plain])
         result = replay(events, config, end_time=opened.end_time, engine=engine)
-        if not in_hindsight:
+        if spec + hindsight.SUFFIX in policies:
+            # Kept only for a hindsight variant of it: a model holds a window's tables.
             fitted[spec] = hindsight.fitted_models(engine)
         results.append(result)
     on_common_pool(results)

@@ -78,3 +78,15 @@ def test_a_given_port_something_listens_on_is_refused_before_starting(
     # this test's socket and report a broker that is not there.
     with pytest.raises(BrokerError, match=f"127.0.0.1:{taken} is already in use"):
         EmbeddedBroker.start(port=taken)
+
+
+@pytest.mark.parametrize("port", [-1, 65536, 2**80])
+def test_a_port_out_of_range_is_refused_with_the_range(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_binary() -> str:
+        raise AssertionError("no broker may start on a port out of range")
+
+    monkeypatch.setattr(embedded, "broker_binary", no_binary)
+    with pytest.raises(BrokerError, match=f"port {port} is not between 1 and 65535"):
+        EmbeddedBroker.start(port=port)

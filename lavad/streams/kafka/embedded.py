@@ -24,6 +24,7 @@ class BrokerError(Exception):
 
 # How many free ports ``EmbeddedBroker.start`` tries when it chooses the port.
 START_ATTEMPTS = 3
+MAX_PORT = 65535
 
 
 class _ExitedEarly(Exception):
@@ -44,6 +45,15 @@ def _bindable(host: str, port: int) -> bool:
             sock.bind((host, port))
         except OSError:
             return False
+    return True
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether something accepts a connection on ``host:port``."""
+    try:
+        socket.create_connection((host, port), timeout=0.2).close()
+    except OSError:
+        return False
     return True
 
 
@@ -90,6 +100,8 @@ class EmbeddedBroker:
         once: the check that the broker listens would otherwise succeed
         against the other listener.
         """
+        if port is not None and not 0 < port <= MAX_PORT:
+            raise BrokerError(f"port {port} is not between 1 and {MAX_PORT}")
         if port is not None and not _bindable(host, port):
             raise BrokerError(f"{host}:{port} is already in use")
         attempts = 1 if port is not None else START_ATTEMPTS
@@ -131,24 +143,17 @@ class EmbeddedBroker:
         broker = cls(process, host, port)
         deadline = time.monotonic() + timeout_s
         while True:
+            listening = _answers(host, port)
+            # Checked after the connection too: what answered may be another
+            # listener that took the port while the broker failed to bind it.
             if process.poll() is not None:
                 raise _ExitedEarly(f"the broker exited with status {process.returncode} ({url})")
-            try:
-                socket.create_connection((host, port), timeout=0.2).close()
-            except OSError:
-                if time.monotonic() > deadline:
-                    broker.close()
-                    raise BrokerError(
-                        f"the broker did not listen on {url} in {timeout_s} s"
-                    ) from None
-                time.sleep(0.05)
-            else:
-                if process.poll() is not None:
-                    # What answered was another listener that took the port.
-                    raise _ExitedEarly(
-                        f"the broker exited with status {process.returncode} ({url})"
-                    )
+            if listening:
                 return broker
+            if time.monotonic() > deadline:
+                broker.close()
+                raise BrokerError(f"the broker did not listen on {url} in {timeout_s} s")
+            time.sleep(0.05)
 
     def pause(self) -> None:
         """Freeze the broker: connections stay open and nothing answers."""
