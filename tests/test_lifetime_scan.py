@@ -110,6 +110,17 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("las", {"stranding_cost": True, "stranding_weight": 16.0, "tie_break": "first"}),
         ("las-oracle", {"stranding_cost": True}),
         ("lava-oracle", {"stranding_cost": True}),
+        # A cost tolerance: the tolerant scan, one pass counting stranded
+        # host time for every host within reach; the pipeline ties the
+        # LAS level's costs within the tolerance of its least.
+        ("las", {"cost_tolerance": 0.5}),
+        ("lava", {"cost_tolerance": 0.5}),
+        ("las", {"cost_tolerance": 0.25, "host_quantiles": 0}),
+        ("las", {"cost_tolerance": 0.5, "stranding_cost": False, "tie_break": "first"}),
+        ("lava", {"cost_tolerance": 1.0, "waste_tolerance": 0.005}),
+        ("las", {"cost_tolerance": 1.0, "scoring": "mean"}),
+        ("las-oracle", {"cost_tolerance": 1.0}),
+        ("lava-oracle", {"cost_tolerance": 2.0, "stranding_cost": False}),
     ],
 )
 def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
@@ -121,6 +132,15 @@ def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
     # were drawn among several hosts.
     assert len(placed) < len(compiled)
     assert any(r.ties > 1 for r in placed)
+
+
+@pytest.mark.parametrize("name", ["las", "lava"])
+def test_a_cost_tolerance_changes_the_choice(name: str) -> None:
+    # Not a no-op: hosts within the tolerance tie, so Best Fit overrules LAS's
+    # least cost on some placements.
+    exact = _run(name, {}, scan=True)
+    tolerant = _run(name, {"cost_tolerance": 0.5}, scan=True)
+    assert exact != tolerant
 
 
 def test_compiled_lava_preference_equals_numpy() -> None:

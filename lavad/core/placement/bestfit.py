@@ -22,6 +22,7 @@ from lavad.core.placement.framework import PlacementRequest
 class BestFitScore:
     name = "bestfit"
     kernel = kernels.BESTFIT
+    tie_tolerance = 0.0
 
     def __init__(self, weights: dict[str, float] | None = None) -> None:
         given = weights or {}

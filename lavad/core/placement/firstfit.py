@@ -16,6 +16,7 @@ from lavad.core.placement.framework import PlacementRequest
 class FirstFitScore:
     name = "firstfit"
     kernel = kernels.FIRSTFIT
+    tie_tolerance = 0.0
 
     def __init__(self) -> None:
         self._index: FloatArray = np.zeros(0)

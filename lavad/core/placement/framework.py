@@ -101,6 +101,7 @@ class NumpyScorer:
 
     kernel: int | None = None
     kernel_weights: FloatArray = np.ones(N_RESOURCES)
+    tie_tolerance: float = 0.0
 
 
 class ScorePlugin(Protocol):
@@ -116,6 +117,10 @@ class ScorePlugin(Protocol):
     @property
     def kernel_weights(self) -> FloatArray:
         """Per-resource weights for the kernel (resources no host has are skipped)."""
+
+    @property
+    def tie_tolerance(self) -> float:
+        """Hosts scoring at most this above the level's best tie with it (0: only equal ones)."""
 
     def score(
         self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
@@ -358,6 +363,9 @@ class Policy:
             best = float(key[int(key.argmin())])
             if best == np.inf:
                 return self._explain_unfit(cluster, request)
+            tolerance = scorer.tie_tolerance
+            if tolerance > 0.0:
+                np.copyto(key, best, where=key <= best + tolerance)
             scores[scorer.name] = best
         ties = np.flatnonzero(key == best)
         if len(ties) == 1 or not self.random_ties:

@@ -610,8 +610,10 @@ compiled_lifetime_scan: Callable[
 ] = _lifetime_scan
 
 
-def warm_up_lifetime() -> None:
-    """Compile (or load) the lifetime kernels before anything is timed; resolve ``Direct``."""
+def lifetime_warm_up_arguments() -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """Small arguments of the types the policies pass: the refreshed scan's, and the
+    probed scan's for each way LAS costs a host (a point, thresholds on the point exit,
+    thresholds on host quantiles). Other scans over the same inputs warm up on them."""
     free = np.zeros((4, 1))
     ties = np.zeros(1, dtype=np.int64)
     ones = np.ones(4)
@@ -619,11 +621,6 @@ def warm_up_lifetime() -> None:
     unschedulable = np.zeros(1, dtype=np.bool_)
     one = np.zeros(1)
     host_q = np.zeros((1, 1))
-    preference = (
-        np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
-        1, 0, one,
-    )  # fmt: skip
-    _lava_preference(*preference)
     edges = np.array([0.0, 1.0])
     slot_times = np.zeros((SLOT_TIMES, 1))
     slot_ints = np.zeros((SLOT_INTS, 1), dtype=np.int64)
@@ -638,26 +635,42 @@ def warm_up_lifetime() -> None:
         host_q.copy(), np.zeros(1, dtype=np.bool_), np.ones((1, 2)), np.ones((1, 3)), edges, 2.0,
         one,
     )  # fmt: skip
-    refresh = (1, tracker, model)
-    _refresh_host_quantiles(*refresh)
     pool = (free, free, unschedulable, present, ones)
     request = (1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     preferred = (one, True)
-    probed: tuple[Any, ...] = ()
-    for use_thresholds, use_host_q in ((False, False), (True, False), (True, True)):
-        las = (one, one, use_thresholds, one, host_q, use_host_q)
-        _lifetime_scan(pool, request, preferred, las, ties)
-        probed = (pool, request, preferred, las, ties, 0, no_stranding())
-        _probed_lifetime_scan(*probed)
-    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, probed)
+    probed = [
+        (pool, request, preferred, (one, one, use_thresholds, one, host_q, use_host_q), ties, 0,
+         no_stranding())
+        for use_thresholds, use_host_q in ((False, False), (True, False), (True, True))
+    ]  # fmt: skip
     refreshed = (
         pool, request, preferred, one, ties, 0, np.zeros(1), np.full((2, 1), -1), 0, tracker,
         model, no_stranding(),
     )  # fmt: skip
+    return refreshed, probed
+
+
+def warm_up_lifetime() -> None:
+    """Compile (or load) the lifetime kernels before anything is timed; resolve ``Direct``."""
+    refreshed, probed = lifetime_warm_up_arguments()
+    tracker, model = refreshed[9], refreshed[10]
+    one = np.zeros(1)
+    preference = (
+        np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
+        1, 0, one,
+    )  # fmt: skip
+    _lava_preference(*preference)
+    refresh = (1, tracker, model)
+    _refresh_host_quantiles(*refresh)
+    for args in probed:
+        _lifetime_scan(*args[:5])
+        _probed_lifetime_scan(*args)
+    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, probed[-1])
     _refreshed_lifetime_scan(*refreshed)
     Direct.refreshed_lifetime_scan = entry_point(_refreshed_lifetime_scan, refreshed)
     Direct.book_slot, Direct.release_slot = _warm_up_hooks()
     Direct.lava_preference = entry_point(_lava_preference, preference)
+    free = refreshed[0][0]
     threshold = (free, free, 0, 0.9)
     _over_threshold(*threshold)
     Direct.over_threshold = entry_point(_over_threshold, threshold)

@@ -41,6 +41,7 @@ The score plugins read it:
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -921,9 +922,30 @@ class TrackerScorer(NumpyScorer):
 
 
 class LasTemporalCost(TrackerScorer):
-    """LAS: bucketed dT between the VM's predicted exit and the host's repredicted exit."""
+    """LAS: bucketed dT between the VM's predicted exit and the host's repredicted exit.
+
+    ``tolerance``: hosts whose cost is within this many buckets per (VM
+    quantile, host quantile) pair of the least tie with it, so Best Fit
+    decides among them. A learned distribution spreads its quantiles over
+    days, and between hosts a few buckets' difference in their sum is
+    within what the prediction cannot tell; ranking on it alone packs by
+    noise and strands capacity (``docs/results/placement-matrix.md``).
+    """
 
     name = "las"
+
+    def __init__(self, tracker: LifetimeTracker, tolerance: float = 0.0) -> None:
+        if not (math.isfinite(tolerance) and tolerance >= 0.0):
+            raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
+        super().__init__(tracker)
+        settings = tracker.settings
+        # The cost sums one bucket index per pair: a point has one, quantile
+        # scoring Q per host exit, by H host quantiles or the point exit.
+        vm_points = settings.quantiles if settings.scoring == "quantiles" else 1
+        if settings.oracle:
+            vm_points = 1
+        host_points = settings.host_quantiles if tracker.uses_host_quantiles else 1
+        self.tie_tolerance = tolerance * vm_points * host_points
 
     def score_current(
         self, cluster: ClusterState, request: PlacementRequest, out: FloatArray

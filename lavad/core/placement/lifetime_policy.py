@@ -31,6 +31,7 @@ from lavad.core.placement.kernels import Direct, warm_up_lifetime
 from lavad.core.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
 from lavad.core.placement.strand_kernels import Stranding, no_stranding
 from lavad.core.placement.stranding_cost import LasStrandingCost
+from lavad.core.placement.tolerant_scan import TolerantDirect, warm_up_tolerant
 from lavad.core.placement.waste import WasteGuard
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
@@ -89,9 +90,13 @@ class LifetimePolicy(Policy):
         self._epoch = 0
         self._epoch_thresholds: FloatArray | None = None
         self._epoch_now = float("-inf")
+        # LAS costs within this of the least tie (``tolerant_scan``); 0: exact.
+        self._tolerance = las.tie_tolerance
         if compiled:
             # Compile (or load from numba's cache) before the first placement is timed.
             warm_up_lifetime()
+            if self._tolerance > 0.0:
+                warm_up_tolerant()
 
     def place(self, cluster: ClusterState, request: PlacementRequest) -> PlacementResult:
         n = cluster.n_hosts
@@ -120,7 +125,15 @@ class LifetimePolicy(Policy):
             cluster, request, key, preference is not None, prediction
         )
         rescanned = False
-        if guard is not None and count and not guard.admits(cluster, request, self._ties, count):
+        # The unguarded choice stands when the guard admits all its ties, as
+        # the least host among the admitted is then the least of all; with a
+        # cost tolerance the least cost that sets the ties may be refused
+        # while the ties are not, so the levels are always scored.
+        if (
+            guard is not None
+            and count
+            and (self._tolerance > 0.0 or not guard.admits(cluster, request, self._ties, count))
+        ):
             rescanned = True
             if len(self._levels) < n:
                 self._levels = np.zeros(len(self._key))
@@ -168,7 +181,12 @@ class LifetimePolicy(Policy):
             cluster.resource_present,
             self.best_fit.kernel_weights,
         )
-        scanned = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s)
+        scanned: tuple[float, ...] = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s)
+        if self._tolerance > 0.0:
+            scanned = (*scanned, self._tolerance)
+            refreshed_scan, probed_scan = TolerantDirect.refreshed, TolerantDirect.probed
+        else:
+            refreshed_scan, probed_scan = Direct.refreshed_lifetime_scan, Direct.lifetime_scan
         preferred = (key, has_preference)
         if thresholds is not None and self._by_host_quantiles:
             if thresholds is not self._epoch_thresholds or now < self._epoch_now:
@@ -190,7 +208,7 @@ class LifetimePolicy(Policy):
             # scan, bringing each stale host's quantiles up to date as it
             # reaches it, costing the previous choice first to skip hosts that
             # cost more.
-            count, best_p, best_c, best_s = Direct.refreshed_lifetime_scan(
+            count, best_p, best_c, best_s = refreshed_scan(
                 pool,
                 scanned,
                 preferred,
@@ -220,7 +238,7 @@ class LifetimePolicy(Policy):
                 _NO_HOST_QUANTILES,
                 False,
             )
-            count, best_p, best_c, best_s = Direct.lifetime_scan(
+            count, best_p, best_c, best_s = probed_scan(
                 pool,
                 scanned,
                 preferred,

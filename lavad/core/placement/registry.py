@@ -126,6 +126,13 @@ class LifetimeArgs(WasteMixArgs):
         le=1000,
         description="stranding_cost: host time stranded counts this many times its duration",
     )
+    cost_tolerance: float = Field(
+        default=0.0,
+        ge=0,
+        le=10,
+        description="hosts whose LAS cost is within this many buckets per quantile pair of the "
+        "least tie with it, and Best Fit decides among them (0: only equal costs tie)",
+    )
     refit_interval_s: float = Field(
         default=3600.0, gt=0, description="event time between refits of the lifetime tables"
     )
@@ -235,6 +242,8 @@ class LaBinaryArgs(LifetimeArgs):
             raise ValueError("waste_tolerance: la-binary takes no waste guard (las and lava do)")
         if self.stranding_cost:
             raise ValueError("stranding_cost: la-binary has no LAS cost to add it to")
+        if self.cost_tolerance:
+            raise ValueError("cost_tolerance: la-binary has no LAS cost to tie hosts by")
 
 
 class LavaArgs(LifetimeArgs):
@@ -346,10 +355,12 @@ def _build_bestfit(args: PolicyArgs, name: str, rng: np.random.Generator) -> Pol
 def _las_cost(args: LifetimeArgs, tracker: LifetimeTracker) -> LasTemporalCost:
     """The LAS level of a lifetime policy: plain, or counting stranded host time."""
     if not args.stranding_cost:
-        return LasTemporalCost(tracker)
+        return LasTemporalCost(tracker, args.cost_tolerance)
     mix = RequestMix(args.mix_window, args.mix_max_shapes, args.mix_refresh)
     # Best Fit's weights (the lifetime policies' Best Fit weighs each resource 1).
-    return LasStrandingCost(tracker, mix, np.ones(len(RESOURCES)), args.stranding_weight)
+    return LasStrandingCost(
+        tracker, mix, np.ones(len(RESOURCES)), args.stranding_weight, args.cost_tolerance
+    )
 
 
 def _waste_guard(

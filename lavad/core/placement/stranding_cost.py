@@ -109,11 +109,16 @@ class LasStrandingCost(LasTemporalCost):
     name = "las"
 
     def __init__(
-        self, tracker: LifetimeTracker, mix: RequestMix, weights: FloatArray, weight: float = 1.0
+        self,
+        tracker: LifetimeTracker,
+        mix: RequestMix,
+        weights: FloatArray,
+        weight: float = 1.0,
+        tolerance: float = 0.0,
     ) -> None:
         if not weight > 0:
             raise ValueError(f"weight must be > 0, got {weight}")
-        super().__init__(tracker)
+        super().__init__(tracker, tolerance)
         self.weight = weight
         self.mix = mix
         self.weights = np.ascontiguousarray(weights, dtype=np.float64)

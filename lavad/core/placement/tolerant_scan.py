@@ -1,0 +1,266 @@
+"""The lifetime scan with a cost tolerance, compiled: hosts whose LAS cost is within
+``cost_tolerance`` of the least tie, and Best Fit decides among them.
+
+``kernels._floored_lifetime_scan`` ranks hosts lexicographically by (LAVA's
+preference, LAS cost, Best Fit score), so the least LAS cost decides alone
+whenever one host has it. With learned lifetimes a host's cost is a sum of
+bucket indices over 32 VM quantiles spread over days, and a difference of a
+few buckets in that sum is below what the prediction can tell; ranking on it
+packs by noise. Here every host within the tolerance of the least cost ties,
+as the numpy pipeline ties them (``framework.Policy.place`` with the LAS
+scorer's ``tie_tolerance``), and the result is the pipeline's: the hosts
+with the least preference; among them those whose cost, the stranded host
+time counted in, is at most the least such cost plus the tolerance; among
+those the least Best Fit score; its ties ascending.
+
+The tolerance breaks the exact comparisons the two-pass scan is built on
+(LAS's best level, then the stranded count only where it could change the
+choice), so this scan counts stranded host time in its single pass, for
+each host whose LAS cost alone leaves it within the tolerance of the best
+so far. Floors, the probe and the refresh work as in the exact scan: a
+floor or the probe's cost plus the tolerance bounds what can still tie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+
+from lavad.core.cluster import FloatArray, IntArray
+from lavad.core.placement.kernels import (
+    HOST_EXIT,
+    QUANTILES_EXIT,
+    QUANTILES_STAMP,
+    Floors,
+    LasInput,
+    ModelArrays,
+    Preference,
+    ScanPool,
+    TrackerArrays,
+    _bestfit_score,
+    _fits,
+    _las_cost,
+    _refresh_host,
+    _tie_in,
+    entry_point,
+    lifetime_warm_up_arguments,
+    no_refresh,
+)
+from lavad.core.placement.strand_kernels import Stranding, host_strand_count, present_weights
+
+# The scan's request: hosts to scan, the demand's four resources, the fit
+# tolerance, now, the VM's predicted lifetime, and the cost tolerance.
+TolerantRequest = tuple[int, float, float, float, float, float, float, float, float]
+
+
+@numba.njit(cache=True, nogil=True)
+def _tolerant_scan(
+    pool: ScanPool,
+    request: TolerantRequest,
+    preferred: Preference,
+    las: LasInput,
+    ties: IntArray,
+    probe: int,
+    floors: Floors,
+    refresh: bool,
+    tracker: TrackerArrays,
+    model: ModelArrays,
+    strand: Stranding,
+) -> tuple[int, float, float, float]:
+    """(preference, LAS cost within the tolerance of the least, Best Fit) in one pass.
+
+    The arguments are ``kernels._floored_lifetime_scan``'s, the request
+    with the cost tolerance last. Returns (count, best preference, least LAS
+    cost, best Best Fit score) and the tied hosts, ascending, in
+    ``ties[:count]``.
+    """
+    free, inv_capacity, unschedulable, present, weights = pool
+    n, d0, d1, d2, d3, fit_tolerance, now, lifetime, cost_tolerance = request
+    preference, use_preference = preferred
+    host_exit, thresholds, use_thresholds, buckets, host_q, use_host_q = las
+    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
+    # Read only when refreshing: without a refresh ``tracker`` may be empty.
+    quantiles_exit = host_exit
+    if refresh:
+        quantiles_exit = tracker[2][QUANTILES_EXIT]
+    used = present_weights(strand[0], present)
+    total = used.sum()
+    counts_strands = strand[6] > 0.0 and total > 0.0
+    demand = np.empty(4)
+    demand[0] = d0
+    demand[1] = d1
+    demand[2] = d2
+    demand[3] = d3
+    zero = np.zeros(4)
+    start = now + lifetime
+    # The hosts within the tolerance of the least cost when they were
+    # reached, and their costs; the least only falls, so the final filter
+    # drops those it has left behind.
+    candidates = np.empty(n, dtype=np.int64)
+    costs = np.empty(n)
+    n_candidates = 0
+    best_p = np.inf
+    least = np.inf
+    # The probe's (preference, cost): its cost bounds the least, so nothing
+    # costing more than it plus the tolerance can tie.
+    bound_p = np.inf
+    bound_c = np.inf
+    if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
+        _refresh_host(probe, tracker, model)
+    if (
+        0 <= probe < n
+        and not unschedulable[probe]
+        and _fits(free, probe, d0, d1, d2, d3, fit_tolerance)
+    ):
+        bound_p = preference[probe] if use_preference else 0.0
+        bound_c = _las_cost(
+            probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+            use_host_q, np.inf,
+        )  # fmt: skip
+        if use_floor:
+            floor[probe] = bound_c
+            floor_epoch[probe] = epoch
+            floor_stamp[probe] = stamp[probe]
+        if counts_strands:
+            raised = host_strand_count(
+                free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
+            )
+            bound_c = max(bound_c, raised)
+    for h in range(n):
+        if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
+            _refresh_host(h, tracker, model)
+        if unschedulable[h]:
+            continue
+        if not _fits(free, h, d0, d1, d2, d3, fit_tolerance):
+            continue
+        p = preference[h] if use_preference else 0.0
+        if p > best_p or p > bound_p:
+            continue
+        if p < best_p:
+            best_p = p
+            least = np.inf
+            n_candidates = 0
+        cap = least + cost_tolerance
+        if p == bound_p and bound_c + cost_tolerance < cap:
+            cap = bound_c + cost_tolerance
+        if use_floor:
+            kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
+            if kept and floor[h] > cap:
+                continue
+            # As in the exact scan: a host kept from an earlier scan of the
+            # epoch is costed in full, so its floor becomes its exact cost.
+            c = _las_cost(
+                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                use_host_q, np.inf if kept else cap,
+            )  # fmt: skip
+            floor[h] = c
+            floor_epoch[h] = epoch
+            floor_stamp[h] = stamp[h]
+        else:
+            c = _las_cost(
+                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                use_host_q, cap,
+            )  # fmt: skip
+        if c > cap:
+            continue
+        if counts_strands:
+            raised = host_strand_count(
+                free, inv_capacity, h, demand, zero, used, total, strand, now, cap
+            )
+            c = max(c, raised)
+            if c > cap:
+                continue
+        least = min(least, c)
+        candidates[n_candidates] = h
+        costs[n_candidates] = c
+        n_candidates += 1
+    w0 = weights[0] if present[0] else 0.0
+    w1 = weights[1] if present[1] else 0.0
+    w2 = weights[2] if present[2] else 0.0
+    w3 = weights[3] if present[3] else 0.0
+    limit = least + cost_tolerance
+    best_s = np.inf
+    count = 0
+    for i in range(n_candidates):
+        if costs[i] > limit:
+            continue
+        h = candidates[i]
+        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+        best_s, count = _tie_in(score, best_s, h, ties, count)
+    return count, best_p, least, best_s
+
+
+@numba.njit(cache=True, nogil=True)
+def _probed_tolerant_scan(
+    pool: ScanPool,
+    request: TolerantRequest,
+    preferred: Preference,
+    las: LasInput,
+    ties: IntArray,
+    probe: int,
+    strand: Stranding,
+) -> tuple[int, float, float, float]:
+    """``_tolerant_scan`` without floors or a refresh (a host's point exit, or a point
+    lifetime)."""
+    no_floats = np.empty(0)
+    no_ints = np.empty(0, dtype=np.int64)
+    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False)
+    no_tracker, no_model = no_refresh()
+    return _tolerant_scan(
+        pool, request, preferred, las, ties, probe, no_floors, False, no_tracker, no_model, strand
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _refreshed_tolerant_scan(
+    pool: ScanPool,
+    request: TolerantRequest,
+    preferred: Preference,
+    thresholds: FloatArray,
+    ties: IntArray,
+    probe: int,
+    floor: FloatArray,
+    floor_marks: IntArray,
+    epoch: int,
+    tracker: TrackerArrays,
+    model: ModelArrays,
+    strand: Stranding,
+) -> tuple[int, float, float, float]:
+    """``_tolerant_scan`` by the host quantiles, with floors, refreshing the hosts'
+    quantiles as it reaches them (``kernels._refreshed_lifetime_scan``'s arguments)."""
+    host_times = tracker[2]
+    host_q = tracker[4]
+    las = (host_times[HOST_EXIT], thresholds, True, thresholds, host_q, True)
+    floors = (floor, floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True)
+    return _tolerant_scan(
+        pool, request, preferred, las, ties, probe, floors, True, tracker, model, strand
+    )
+
+
+ScanResult = tuple[int, float, float, float]
+
+
+class TolerantDirect:
+    """The tolerant scans' entry points (``kernels.entry_point``), set by
+    ``warm_up_tolerant``; until then, the dispatchers."""
+
+    probed: Callable[..., ScanResult] = _probed_tolerant_scan
+    refreshed: Callable[..., ScanResult] = _refreshed_tolerant_scan
+
+
+def _with_tolerance(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An exact scan's warm-up arguments with a cost tolerance added to the request."""
+    return (args[0], (*args[1], 1.0), *args[2:])
+
+
+def warm_up_tolerant() -> None:
+    """Compile (or load) both scans before anything is timed; resolve ``TolerantDirect``."""
+    refreshed, probed = lifetime_warm_up_arguments()
+    for args in probed:
+        _probed_tolerant_scan(*_with_tolerance(args))
+    TolerantDirect.probed = entry_point(_probed_tolerant_scan, _with_tolerance(probed[-1]))
+    _refreshed_tolerant_scan(*_with_tolerance(refreshed))
+    TolerantDirect.refreshed = entry_point(_refreshed_tolerant_scan, _with_tolerance(refreshed))
