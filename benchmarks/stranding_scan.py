@@ -25,6 +25,7 @@ import copy
 import io
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from benchmarks.lifetime_throughput import ROOT
 from lavad.core.placement import kernels, lifetime_policy
+from lavad.core.placement.registry import validate_policy_args
 from lavad.core.placement.strand_kernels import Stranding, no_stranding
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
@@ -98,9 +100,18 @@ def keep_scans(path: Path, every: int, keep: int) -> list[Kept]:
     setattr(lifetime_policy, WARM_UP, warm_up_and_keep)
     try:
         trace = open_trace(path, seed=0)
+        # The exact scan with the stranded count (no cost tolerance, which
+        # takes the tolerant scan instead).
+        config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
+        las_args = {
+            **settings.policies.get("las", {}),
+            "stranding_cost": True,
+            "cost_tolerance": 0.0,
+        }
+        config = replace(config, policy_args=validate_policy_args("las", las_args))
         replay(
             trace.events(),
-            settings.engine_config("las", trace_has_hosts=trace.has_hosts),
+            config,
             end_time=trace.end_time,
             decisions_out=io.BytesIO(),
         )

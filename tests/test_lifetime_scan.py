@@ -110,6 +110,12 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("las", {"stranding_cost": True, "stranding_weight": 16.0, "tie_break": "first"}),
         ("las-oracle", {"stranding_cost": True}),
         ("lava-oracle", {"stranding_cost": True}),
+        # The exact scan (no tolerance), alone and with each level it takes.
+        ("las", {"cost_tolerance": 0.0}),
+        ("lava", {"cost_tolerance": 0.0}),
+        ("las", {"cost_tolerance": 0.0, "stranding_cost": True}),
+        ("lava", {"cost_tolerance": 0.0, "stranding_cost": True}),
+        ("las", {"cost_tolerance": 0.0, "waste_tolerance": 0.005}),
         # A cost tolerance: the tolerant scan, one pass counting stranded
         # host time for every host within reach; the pipeline ties the
         # LAS level's costs within the tolerance of its least.
@@ -138,7 +144,7 @@ def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
 def test_a_cost_tolerance_changes_the_choice(name: str) -> None:
     # Not a no-op: hosts within the tolerance tie, so Best Fit overrules LAS's
     # least cost on some placements.
-    exact = _run(name, {}, scan=True)
+    exact = _run(name, {"cost_tolerance": 0.0}, scan=True)
     tolerant = _run(name, {"cost_tolerance": 0.5}, scan=True)
     assert exact != tolerant
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from lavad.core.cluster import RESOURCES
 from lavad.core.placement.bestfit import BestFitScore
@@ -111,11 +111,11 @@ class LifetimeArgs(WasteMixArgs):
         description="the lifetime score decides only among hosts whose added waste (fractions "
         "of a host, summed over resources) is within this of the least; None: no guard",
     )
-    # On by default, weight 8: chosen by the worst cell of the placement
-    # matrix (benchmarks/placement_matrix.py; docs/results/placement-matrix.md),
-    # never by one cell.
+    # Off by default: the cost tolerance below holds stranding within the goal
+    # on every cell of the placement matrix with more of the oracle's gain,
+    # and without the stranded count's time (docs/results/placement-matrix.md).
     stranding_cost: bool = Field(
-        default=True,
+        default=False,
         description="LAS counts the host time a placement strands for the pool's request mix "
         "beside the host time it extends (placement/stranding_cost.py); off when "
         "waste_tolerance is set",
@@ -126,8 +126,11 @@ class LifetimeArgs(WasteMixArgs):
         le=1000,
         description="stranding_cost: host time stranded counts this many times its duration",
     )
+    # 0.25 for LAS (0.5 for LAVA): chosen among 0.25, 0.5 and 1.0 by the worst
+    # cell of the placement matrix (benchmarks/placement_matrix.py;
+    # docs/results/placement-matrix.md), never by one cell.
     cost_tolerance: float = Field(
-        default=0.0,
+        default=0.25,
         ge=0,
         le=10,
         description="hosts whose LAS cost is within this many buckets per quantile pair of the "
@@ -197,18 +200,6 @@ class LifetimeArgs(WasteMixArgs):
         default=None, gt=0, description="lifetime observations count half after this (None: never)"
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _guard_replaces_stranding_cost(cls, data: Any) -> Any:
-        """A waste guard asked for replaces the default stranding cost (both: refused)."""
-        if (
-            isinstance(data, dict)
-            and data.get("waste_tolerance") is not None
-            and "stranding_cost" not in data
-        ):
-            return {**data, "stranding_cost": False}
-        return data
-
     def model_post_init(self, _context: Any) -> None:
         LIFETIME_MODELS.check(self.model)
         leaked = ORACLE_FIELDS.intersection(self.categorical) | set(USED_FEATURES).intersection(
@@ -235,6 +226,9 @@ class LaBinaryArgs(LifetimeArgs):
     stranding_cost: bool = Field(
         default=False, description="la-binary has no LAS cost to add stranded host time to"
     )
+    cost_tolerance: float = Field(
+        default=0.0, ge=0, le=0, description="la-binary has no LAS cost to tie hosts by"
+    )
 
     def model_post_init(self, _context: Any) -> None:
         super().model_post_init(_context)
@@ -242,8 +236,6 @@ class LaBinaryArgs(LifetimeArgs):
             raise ValueError("waste_tolerance: la-binary takes no waste guard (las and lava do)")
         if self.stranding_cost:
             raise ValueError("stranding_cost: la-binary has no LAS cost to add it to")
-        if self.cost_tolerance:
-            raise ValueError("cost_tolerance: la-binary has no LAS cost to tie hosts by")
 
 
 class LavaArgs(LifetimeArgs):
@@ -256,6 +248,14 @@ class LavaArgs(LifetimeArgs):
         le=16,
         description="quantile scoring: 0 costs a host by its point exit; H > 0 averages over H "
         "quantiles of the remaining life of the host's longest-lived VM",
+    )
+    # LAVA's own default, 0.5 (LAS's 0.25): the worst cell of the matrix for each.
+    cost_tolerance: float = Field(
+        default=0.5,
+        ge=0,
+        le=10,
+        description="hosts whose LAS cost is within this many buckets per quantile pair of the "
+        "least tie with it, and Best Fit decides among them (0: only equal costs tie)",
     )
     recycle_above: float = Field(
         default=0.9,
