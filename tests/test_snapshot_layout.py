@@ -190,7 +190,7 @@ def _setups() -> Iterable[tuple[str, Engine]]:
         for policy in ("las", "lava"):
             changed = _with_policy_args(settings, policy, model=model.name)
             yield f"{policy} {model.name}", _replayed(changed, policy, vms)
-    for args in ({"stranding_cost": False}, {"stranding_cost": False, "waste_tolerance": 0.05}):
+    for args in ({"stranding_cost": True}, {"waste_tolerance": 0.05}, {"cost_tolerance": 0.0}):
         changed = _with_policy_args(settings, "las", **args)
         yield f"las {args}", _replayed(changed, "las", vms)
     usage = _events(GOOGLE_LIMITS, USAGE_EVENTS, UsageSample)

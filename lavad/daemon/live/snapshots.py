@@ -52,12 +52,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # hold a model no configuration can name any more; 12: the lifetime tracker's
 # packed per-slot and per-host arrays live in their own objects (SlotColumns,
 # HostColumns); 13: the ml limit choice keeps the job's spread and last peak, and its
-# configuration how the settings come from the job's windows
-SNAPSHOT_VERSION = 13
+# configuration how the settings come from the job's windows; 14: LAS keeps its
+# cost tolerance and the lifetime policy its copy (a v13 pool would fail at its
+# first placement)
+SNAPSHOT_VERSION = 14
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "c7400ce9eaf7d9eb"
+SNAPSHOT_LAYOUT = "34bb09dabe394cb5"
 
 
 class SnapshotError(Exception):
