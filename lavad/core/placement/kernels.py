@@ -324,6 +324,62 @@ def _las_cost(
     return float(index - 1)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _kept_floor(h: int, floors: Floors) -> bool:
+    """Whether host ``h``'s floor was costed in this epoch on its current quantiles."""
+    _, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
+    return use_floor and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _costed(h: int, las: LasInput, now: float, start: float, floors: Floors, cap: float) -> float:
+    """``_las_cost`` of host ``h`` under ``cap``, kept as its floor where floors apply."""
+    host_exit, thresholds, use_thresholds, buckets, host_q, use_host_q = las
+    c = _las_cost(
+        h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q, use_host_q, cap
+    )
+    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
+    if use_floor:
+        floor[h] = c
+        floor_epoch[h] = epoch
+        floor_stamp[h] = stamp[h]
+    return c
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _probe_bound(
+    pool: ScanPool,
+    request: Any,
+    preferred: Preference,
+    las: LasInput,
+    probe: int,
+    floors: Floors,
+    refresh: bool,
+    tracker: TrackerArrays,
+    model: ModelArrays,
+) -> tuple[float, float]:
+    """The probe's (preference, LAS cost), refreshed first if stale; (inf, inf) when
+    there is no probe or the VM does not fit it. Only a stale host is refreshed (its
+    exit moved, or is NaN, for which != is true): most are not, and a call per host
+    (its arrays' reference counts) would cost more than the comparison."""
+    free, _, unschedulable, _, _ = pool
+    n, d0, d1, d2, d3, tolerance, now = (
+        request[0], request[1], request[2], request[3], request[4], request[5], request[6],
+    )  # fmt: skip
+    preference, use_preference = preferred
+    host_exit = las[0]
+    if refresh and 0 <= probe < n and host_exit[probe] != tracker[2][QUANTILES_EXIT][probe]:
+        _refresh_host(probe, tracker, model)
+    if not (
+        0 <= probe < n
+        and not unschedulable[probe]
+        and _fits(free, probe, d0, d1, d2, d3, tolerance)
+    ):
+        return np.inf, np.inf
+    bound_p = preference[probe] if use_preference else 0.0
+    return bound_p, _costed(probe, las, now, now + request[7], floors, np.inf)
+
+
 @numba.njit(cache=True, nogil=True)
 def _floored_lifetime_scan(
     pool: ScanPool,
@@ -389,8 +445,8 @@ def _floored_lifetime_scan(
     free, inv_capacity, unschedulable, present, weights = pool
     n, d0, d1, d2, d3, tolerance, now, lifetime = request
     preference, use_preference = preferred
-    host_exit, thresholds, use_thresholds, buckets, host_q, use_host_q = las
-    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
+    host_exit = las[0]
+    floor = floors[0]
     # Read only when refreshing: without a refresh ``tracker`` may be empty.
     quantiles_exit = host_exit
     if refresh:
@@ -461,32 +517,14 @@ def _floored_lifetime_scan(
             best_s = np.inf
             count = 0
         # The probe's (preference, cost): an upper bound on the best's.
-        bound_p = np.inf
-        bound_c = np.inf
-        # Only a stale host is refreshed (its exit moved, or is NaN, for which
-        # != is true as in the pass): most are not, and a call per host (its
-        # arrays' reference counts) would cost more than the comparison.
-        if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
-            _refresh_host(probe, tracker, model)
-        if (
-            0 <= probe < n
-            and not unschedulable[probe]
-            and _fits(free, probe, d0, d1, d2, d3, tolerance)
-        ):
-            bound_p = preference[probe] if use_preference else 0.0
-            bound_c = _las_cost(
-                probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                use_host_q, np.inf,
-            )  # fmt: skip
-            if use_floor:
-                floor[probe] = bound_c
-                floor_epoch[probe] = epoch
-                floor_stamp[probe] = stamp[probe]
-            if counting:
-                raised = host_strand_count(
-                    free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
-                )
-                bound_c = max(bound_c, raised)
+        bound_p, bound_c = _probe_bound(
+            pool, request, preferred, las, probe, floors, refresh, tracker, model
+        )
+        if counting and bound_c < np.inf:
+            raised = host_strand_count(
+                free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
+            )
+            bound_c = max(bound_c, raised)
         for h in range(n):
             if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
                 _refresh_host(h, tracker, model)
@@ -502,26 +540,14 @@ def _floored_lifetime_scan(
                 cap = best_c
             if p == bound_p and bound_c < cap:
                 cap = bound_c
-            if use_floor:
-                kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
-                if kept and floor[h] > cap:
-                    continue
-                # A host costed before in this epoch and still in the running is
-                # costed in full: its exact cost is the floor that lets the next
-                # scans of the epoch skip it. Pass 1's caps are above pass 0's,
-                # so there a bound above the cap is a floor as good.
-                c = _las_cost(
-                    h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                    use_host_q, np.inf if kept and not counting else cap,
-                )  # fmt: skip
-                floor[h] = c
-                floor_epoch[h] = epoch
-                floor_stamp[h] = stamp[h]
-            else:
-                c = _las_cost(
-                    h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                    use_host_q, cap,
-                )  # fmt: skip
+            kept = _kept_floor(h, floors)
+            if kept and floor[h] > cap:
+                continue
+            # A host costed before in this epoch and still in the running is
+            # costed in full: its exact cost is the floor that lets the next
+            # scans of the epoch skip it. Pass 1's caps are above pass 0's,
+            # so there a bound above the cap is a floor as good.
+            c = _costed(h, las, now, start, floors, np.inf if kept and not counting else cap)
             if c > cap:
                 continue
             if counting:

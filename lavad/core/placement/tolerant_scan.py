@@ -41,8 +41,10 @@ from lavad.core.placement.kernels import (
     ScanPool,
     TrackerArrays,
     _bestfit_score,
+    _costed,
     _fits,
-    _las_cost,
+    _kept_floor,
+    _probe_bound,
     _refresh_host,
     _tie_in,
     entry_point,
@@ -80,8 +82,7 @@ def _tolerant_scan(
     free, inv_capacity, unschedulable, present, weights = pool
     n, d0, d1, d2, d3, fit_tolerance, now, lifetime, cost_tolerance = request
     preference, use_preference = preferred
-    host_exit, thresholds, use_thresholds, buckets, host_q, use_host_q = las
-    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
+    host_exit = las[0]
     # Read only when refreshing: without a refresh ``tracker`` may be empty.
     quantiles_exit = host_exit
     if refresh:
@@ -106,29 +107,14 @@ def _tolerant_scan(
     least = np.inf
     # The probe's (preference, cost): its cost bounds the least, so nothing
     # costing more than it plus the tolerance can tie.
-    bound_p = np.inf
-    bound_c = np.inf
-    if refresh and 0 <= probe < n and host_exit[probe] != quantiles_exit[probe]:
-        _refresh_host(probe, tracker, model)
-    if (
-        0 <= probe < n
-        and not unschedulable[probe]
-        and _fits(free, probe, d0, d1, d2, d3, fit_tolerance)
-    ):
-        bound_p = preference[probe] if use_preference else 0.0
-        bound_c = _las_cost(
-            probe, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-            use_host_q, np.inf,
-        )  # fmt: skip
-        if use_floor:
-            floor[probe] = bound_c
-            floor_epoch[probe] = epoch
-            floor_stamp[probe] = stamp[probe]
-        if counts_strands:
-            raised = host_strand_count(
-                free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
-            )
-            bound_c = max(bound_c, raised)
+    bound_p, bound_c = _probe_bound(
+        pool, request, preferred, las, probe, floors, refresh, tracker, model
+    )
+    if counts_strands and bound_c < np.inf:
+        raised = host_strand_count(
+            free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
+        )
+        bound_c = max(bound_c, raised)
     for h in range(n):
         if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
             _refresh_host(h, tracker, model)
@@ -146,24 +132,12 @@ def _tolerant_scan(
         cap = least + cost_tolerance
         if p == bound_p and bound_c + cost_tolerance < cap:
             cap = bound_c + cost_tolerance
-        if use_floor:
-            kept = floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
-            if kept and floor[h] > cap:
-                continue
-            # As in the exact scan: a host kept from an earlier scan of the
-            # epoch is costed in full, so its floor becomes its exact cost.
-            c = _las_cost(
-                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                use_host_q, np.inf if kept else cap,
-            )  # fmt: skip
-            floor[h] = c
-            floor_epoch[h] = epoch
-            floor_stamp[h] = stamp[h]
-        else:
-            c = _las_cost(
-                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
-                use_host_q, cap,
-            )  # fmt: skip
+        kept = _kept_floor(h, floors)
+        if kept and floors[0][h] > cap:
+            continue
+        # As in the exact scan: a host kept from an earlier scan of the
+        # epoch is costed in full, so its floor becomes its exact cost.
+        c = _costed(h, las, now, start, floors, np.inf if kept else cap)
         if c > cap:
             continue
         if counts_strands:
