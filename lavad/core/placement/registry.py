@@ -117,8 +117,8 @@ class LifetimeArgs(WasteMixArgs):
     stranding_cost: bool = Field(
         default=False,
         description="LAS counts the host time a placement strands for the pool's request mix "
-        "beside the host time it extends (placement/stranding_cost.py); off when "
-        "waste_tolerance is set",
+        "beside the host time it extends (placement/stranding_cost.py); not with "
+        "waste_tolerance",
     )
     stranding_weight: float = Field(
         default=8.0,
