@@ -299,10 +299,7 @@ async def test_produce_interrupted_then_resumed_publishes_every_record_exactly_o
     try:
         await read_topic(bootstrap, NAMES.vm_events, at_least=100, timeout_s=60)
         process.send_signal(signal.SIGINT)  # Ctrl-C, mid-batch
-        # It exits once the producer's final flush has its answers, which has no
-        # bound of its own in aiokafka (aio-libs/aiokafka#1101); a loaded run of
-        # the suite once took more than 60 s here.
-        _, stderr = process.communicate(timeout=180)
+        _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()

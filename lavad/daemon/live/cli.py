@@ -27,6 +27,10 @@ from lavad.streams.kafka.publish import publish_trace
 from lavad.streams.kafka.topics import TopicError, create_topics
 
 
+class PublishingStopped(Exception):
+    """SIGINT or SIGTERM ended ``lavad produce`` before the trace did."""
+
+
 def install_stop_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -98,6 +102,21 @@ def produce_command(
 
     async def main() -> None:
         producer = AIOKafkaProducer(acks="all", linger_ms=5, **client_options(settings.kafka))
+        # SIGINT and SIGTERM stop the publishing the same way, also where SIGINT
+        # came in ignored (a job a non-interactive shell started in the
+        # background), which asyncio.run's own Ctrl-C handling would leave
+        # ignored: a supervisor can stop it and learn how far it got.
+        publishing = asyncio.current_task()
+        signalled: list[int] = []
+
+        def interrupt(signum: int) -> None:
+            signalled.append(signum)
+            if publishing is not None:
+                publishing.cancel()
+
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, interrupt, signum)
         try:
             await check_security(settings.kafka)
             await producer.start()
@@ -110,6 +129,10 @@ def produce_command(
                 skip=from_offset,
                 progress=tick,
             )
+        except asyncio.CancelledError:
+            if signalled:
+                raise PublishingStopped from None
+            raise
         finally:
             # Also when start() failed: an unstopped producer leaks its client.
             await producer.stop()
@@ -132,8 +155,8 @@ def produce_command(
         raise fail(str(exc)) from None
     except KafkaError as exc:
         raise fail(f"broker at {settings.kafka.bootstrap_servers}: {exc!r}; {how_far()}") from None
-    except KeyboardInterrupt:
-        # asyncio.run cancelled the publisher and stopped the producer first.
+    except (KeyboardInterrupt, PublishingStopped):
+        # The publisher was cancelled and the producer stopped first.
         raise fail(f"interrupted; {how_far()}") from None
 
 
