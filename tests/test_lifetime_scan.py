@@ -127,6 +127,8 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("las", {"cost_tolerance": 1.0, "scoring": "mean"}),
         ("las-oracle", {"cost_tolerance": 1.0}),
         ("lava-oracle", {"cost_tolerance": 2.0, "stranding_cost": False}),
+        # The widest tolerance allowed: every host that fits ties, Best Fit decides.
+        ("las", {"cost_tolerance": 10.0}),
     ],
 )
 def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
@@ -147,6 +149,20 @@ def test_a_cost_tolerance_changes_the_choice(name: str) -> None:
     exact = _run(name, {"cost_tolerance": 0.0}, scan=True)
     tolerant = _run(name, {"cost_tolerance": 0.5}, scan=True)
     assert exact != tolerant
+
+
+@pytest.mark.parametrize("name", ["las", "lava", "la-binary"])
+@pytest.mark.parametrize("value", [-1.0, 10.5, 1e308, float("inf"), float("nan"), "wide"])
+def test_an_absurd_cost_tolerance_is_refused_at_start_naming_the_key(
+    name: str, value: object
+) -> None:
+    with pytest.raises(ValueError, match="cost_tolerance"):
+        validate_policy_args(name, {"cost_tolerance": value})
+
+
+def test_la_binary_refuses_a_cost_tolerance() -> None:
+    with pytest.raises(ValueError, match="cost_tolerance"):
+        validate_policy_args("la-binary", {"cost_tolerance": 0.25})
 
 
 def test_compiled_lava_preference_equals_numpy() -> None:
