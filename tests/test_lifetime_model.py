@@ -192,3 +192,31 @@ def test_a_stream_of_new_group_names_grows_no_table_past_its_bound() -> None:
     late = tables.rows_for(("tenant-new", ("shape", -1), ("hour", 3), (3,), ()))
     assert tables.groups <= 20 + LEVELS
     assert tables.deaths[late[0]].sum() > 0  # the overflow group pooled earlier exits
+
+
+def test_rows_a_table_grows_are_uniform_tables_with_their_own_sums() -> None:
+    """Growing gives each new row the uniform table and exactly the sums (and raw
+    survival) ``suffix_sums`` gives that row alone: the growth computes them once
+    for all new rows, which must not change a bit of any row."""
+    tables = GroupedLifeTables(BINS, min_observations=1)
+    rows = tables.rows_for(("t", ("s",), ("h",), (1,), ()))
+    tables.observe_exit(rows, 3_600.0)
+    tables.refit(RunningVMs(np.zeros((0, LEVELS), dtype=np.int64), np.zeros(0)))
+    before = len(tables.mass)
+    fitted = tables.m0[list(rows)].copy()
+    tables._grow(3 * before + 5)
+    width = BINS.count
+    uniform = np.full((1, width), 1.0 / width)
+    m0, m1 = suffix_sums(uniform, BINS)
+    new = slice(before, len(tables.mass))
+    assert len(tables.mass) >= 3 * before + 5
+    assert np.array_equal(tables.mass[new], np.broadcast_to(uniform, tables.mass[new].shape))
+    assert np.array_equal(tables.m0[new], np.broadcast_to(m0, tables.m0[new].shape))
+    assert np.array_equal(tables.m1[new], np.broadcast_to(m1, tables.m1[new].shape))
+    grown_rows = len(tables.mass) - before
+    raw = np.broadcast_to(m0[:, 1:width], (grown_rows, width - 1))
+    assert np.array_equal(tables.raw_survival[new], raw)
+    # A new row's sums are those of the uniform table taken row by row.
+    assert np.array_equal(tables.m0[new][0:1], suffix_sums(tables.mass[new][0:1], BINS)[0])
+    assert not tables.deaths[new].any() and not tables.censored[new].any()
+    assert np.array_equal(tables.m0[list(rows)], fitted)  # rows grown over keep their tables

@@ -14,6 +14,10 @@ FloatArray = NDArray[np.float64]
 
 def grown(array: np.ndarray, size: int, fill: float = 0) -> np.ndarray:
     """``array`` with ``size`` rows (at least its own), the new ones ``fill``."""
-    bigger = np.full((size, *array.shape[1:]), fill, dtype=array.dtype)
+    shape = (size, *array.shape[1:])
+    # Zeros come from the allocator as untouched pages, written when a row
+    # is first used: a model's tables double to tens of megabytes, and
+    # filling them ahead cost most of a replay's time spent growing them.
+    bigger = np.zeros(shape, dtype=array.dtype) if fill == 0 else np.full(shape, fill, array.dtype)
     bigger[: len(array)] = array
     return bigger
