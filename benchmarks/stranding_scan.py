@@ -74,8 +74,8 @@ def keep_scans(path: Path, every: int, keep: int) -> list[Kept]:
                     host_q, True,
                 )  # fmt: skip
                 floors = (
-                    floor.copy(), marks[0].copy(), marks[1].copy(),
-                    tracker[3][kernels.QUANTILES_STAMP][:n].copy(), epoch, True,
+                    floor[0].copy(), marks[0].copy(), marks[1].copy(),
+                    tracker[3][kernels.QUANTILES_STAMP][:n].copy(), epoch, True, floor[1].copy(),
                 )  # fmt: skip
                 state = (
                     copy.deepcopy(pool), scanned, (preferred[0].copy(), preferred[1]), las,
@@ -134,7 +134,10 @@ def time_scans(kept: list[Kept], rounds: int) -> None:
         moved = 0
         for state in kept:
             pool, scanned, preferred, las, ties, probe, floors, strand, result, first = state
-            fresh = (floors[0].copy(), floors[1].copy(), floors[2].copy(), *floors[3:])
+            fresh = (
+                floors[0].copy(), floors[1].copy(), floors[2].copy(), *floors[3:6],
+                floors[6].copy(),
+            )  # fmt: skip
             began = time.process_time()
             got = scan(
                 pool, scanned, preferred, las, ties, probe, fresh, False, no_tracker, no_model,

@@ -18,6 +18,7 @@ import pytest
 
 from lavad.core.cluster import ClusterState
 from lavad.core.placement.framework import Placed, PlacementRequest, PlacementResult
+from lavad.core.placement.kernels import _costed, _kept_floor
 from lavad.core.placement.lifetime_policy import LifetimePolicy
 from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.streams.schema import VmRequest
@@ -92,3 +93,49 @@ def test_floors_keep_the_pipelines_decisions(name: str, args: dict[str, Any]) ->
     assert 0 < epochs < len(placed) // 2
     assert len(placed) < len(compiled)
     assert any(r.ties > 1 for r in placed)
+
+
+def test_a_reused_exact_cost_is_the_cost_a_search_gives_as_time_crosses_thresholds() -> None:
+    """A kept floor is taken without a search while ``now`` is at most the time it
+    stays exact until (``kernels._exact_until``). Time here steps onto, just
+    before and just after the very instants where a host quantile's remaining
+    life reaches a threshold (the floating-point edge the margin guards), and
+    every cost ``_costed`` returns is the one numpy's search gives afresh."""
+    rng = np.random.default_rng(11)
+    hosts, quantiles = 30, 8
+    # Thresholds below 0 (never reached), at 0 and above; quantile exits in
+    # the past, ahead, NaN (a stale host) and infinite.
+    thresholds = np.sort(np.concatenate([rng.uniform(-80.0, 900.0, 61), [0.0]]))
+    host_q = np.sort(rng.uniform(-100.0, 1_200.0, (hosts, quantiles)), axis=1)
+    host_q[3] = np.nan
+    host_q[4, -2:] = np.inf
+    host_exit = host_q[:, -1].copy()
+    stamp = np.zeros(hosts, dtype=np.int64)
+    floor = np.zeros(hosts)
+    until = np.full(hosts, -np.inf)
+    marks = np.full((2, hosts), -1, dtype=np.int64)
+    floors = (floor, marks[0], marks[1], stamp, 1, True, until)
+    las = (host_exit, thresholds, True, thresholds, host_q, True)
+    # The instants a remaining life reaches a threshold, and their neighbours.
+    edges = (host_q[:, :, None] - thresholds[None, None, :]).ravel()
+    edges = np.sort(rng.choice(edges[np.isfinite(edges) & (edges > 0.0)], 120, replace=False))
+    times = np.sort(
+        np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
+    )
+    reused = changed = 0
+    previous = np.full(hosts, np.nan)
+    for now in times:
+        remaining = np.maximum(host_q, now) - now
+        # numpy's search per quantile; a NaN remaining life counts every threshold.
+        above = len(thresholds) - np.searchsorted(thresholds, remaining, side="left")
+        expected = np.where(np.isnan(remaining), len(thresholds), above).sum(axis=1)
+        for h in range(hosts):
+            kept = bool(_kept_floor(h, floors))
+            reused += kept and now <= until[h]
+            got = _costed(h, las, float(now), float(now), floors, np.inf, kept)
+            assert got == expected[h], (h, now)
+        changed += int((expected != previous)[~np.isnan(previous)].sum())
+        previous = expected.astype(float)
+    # Not vacuous: most costs were reused, and time did move costs on.
+    assert reused > len(times) * hosts // 2
+    assert changed > 50

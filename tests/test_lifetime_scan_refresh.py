@@ -128,7 +128,7 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
     tail = (EDGES, 3.0, LEVELS)
 
     separate = _copy(state)
-    separate_floor = np.zeros(HOSTS)
+    separate_floor = np.zeros((2, HOSTS))
     separate_marks = np.full((2, HOSTS), -1, dtype=np.int64)
     separate_ties = np.zeros(HOSTS, dtype=np.int64)
     s = separate
@@ -142,8 +142,8 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
     preferred = (preference, False)
     las = (s["host_times"][HOST_EXIT], thresholds, True, thresholds, s["host_q"], True)
     floors = (
-        separate_floor, separate_marks[0], separate_marks[1], s["host_ints"][QUANTILES_STAMP],
-        epoch, True,
+        separate_floor[0], separate_marks[0], separate_marks[1], s["host_ints"][QUANTILES_STAMP],
+        epoch, True, separate_floor[1],
     )  # fmt: skip
     tracker = (s["slot_times"], s["slot_ints"], s["host_times"], s["host_ints"], s["host_q"])
     model = (s["creation_q"], s["creation_known"], s["mass"], s["m0"], *tail)
@@ -154,7 +154,7 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
     )  # fmt: skip
 
     fused = _copy(state)
-    fused_floor = np.zeros(HOSTS)
+    fused_floor = np.zeros((2, HOSTS))
     fused_marks = np.full((2, HOSTS), -1, dtype=np.int64)
     fused_ties = np.zeros(HOSTS, dtype=np.int64)
     f = fused

@@ -82,7 +82,8 @@ HOST_INTS: Final = 3
 # how LAS costs a host (the hosts' exits, the VM's thresholds and whether
 # they apply, the point buckets, the host quantiles and whether they apply);
 # the floors (lower bounds of LAS costs, their epochs and stamps, the hosts'
-# quantile stamps, the current epoch, whether they apply); the tracker's
+# quantile stamps, the current epoch, whether they apply, and until when
+# each floor is its host's exact cost); the tracker's
 # packed arrays (slot times, slot ints, host times, host ints, host
 # quantiles) and the model's (creation quantiles and whether each row's are
 # known, the mass tables, the bin edges, the open bin's lifetime, the levels).
@@ -92,7 +93,7 @@ ScanRequest = tuple[int, float, float, float, float, float, float, float]
 FitRequest = tuple[int, float, float, float, float, float]
 Preference = tuple[FloatArray, bool]
 LasInput = tuple[FloatArray, FloatArray, bool, FloatArray, FloatArray, bool]
-Floors = tuple[FloatArray, IntArray, IntArray, IntArray, int, bool]
+Floors = tuple[FloatArray, IntArray, IntArray, IntArray, int, bool, FloatArray]
 TrackerArrays = tuple[FloatArray, IntArray, FloatArray, IntArray, FloatArray]
 ModelArrays = tuple[FloatArray, BoolArray, FloatArray, FloatArray, FloatArray, float, FloatArray]
 # What booking and releasing a slot write: the slots' times, ints, flags and
@@ -284,9 +285,12 @@ def _las_cost(
     host_q: FloatArray,
     use_host_q: bool,
     cap: float,
-) -> float:
+) -> tuple[float, float]:
     """Host ``h``'s LAS cost, or as soon as it is known to exceed ``cap`` (a whole number),
     a number above ``cap``: with host quantiles a lower bound of the cost, else inf.
+    Beside it, with host quantiles, the latest ``now`` up to which the cost stays
+    exactly this for the same thresholds and quantiles (``_exact_until``); -inf
+    for a bound or without host quantiles.
 
     The quantile costs are counts, whole numbers, so their sum is the same
     float in any order and a term can be bounded by one comparison
@@ -296,19 +300,24 @@ def _las_cost(
     exit_h = max(host_exit[h], now)
     if use_thresholds and use_host_q:
         c = 0.0
+        until = np.inf
         for j in range(host_q.shape[1]):
-            remaining = max(host_q[h, j], now) - now
+            exit_j = max(host_q[h, j], now)
+            remaining = exit_j - now
             if cap < np.inf and _count_exceeds(thresholds, remaining, cap - c):
-                return cap + 1.0  # this term alone is over the budget left, by 1 or more
-            c += float(n_thresholds - _count_below(thresholds, remaining))
+                # this term alone is over the budget left, by 1 or more
+                return cap + 1.0, -np.inf
+            below = _count_below(thresholds, remaining)
+            c += float(n_thresholds - below)
             if c > cap:
-                return c  # the terms are >= 0: this host already costs more
-        return c
+                return c, -np.inf  # the terms are >= 0: this host already costs more
+            until = min(until, _exact_until(thresholds, below, exit_j))
+        return c, until
     if use_thresholds:
         remaining = exit_h - now
         if cap < np.inf and _count_exceeds(thresholds, remaining, cap):
-            return np.inf
-        return float(n_thresholds - _count_below(thresholds, remaining))
+            return np.inf, -np.inf
+        return float(n_thresholds - _count_below(thresholds, remaining)), -np.inf
     n_buckets = len(buckets)
     delta = start - exit_h
     if np.isnan(delta):
@@ -321,28 +330,61 @@ def _las_cost(
         index = 0
         while index < n_buckets and buckets[index] <= delta:
             index += 1
-    return float(index - 1)
+    return float(index - 1), -np.inf
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _exact_until(thresholds: FloatArray, below: int, exit_j: float) -> float:
+    """The latest time up to which one host quantile's count of thresholds stays ``n - below``.
+
+    ``exit_j`` is the quantile's exit, clipped at the ``now`` it was counted
+    at, and ``below`` the thresholds under its remaining life then. As time
+    goes on the remaining life ``exit_j - now`` only shrinks, and the count
+    grows when it reaches the greatest threshold under it, ``t``, at
+    ``now = exit_j - t``; a threshold below 0 is never reached (a remaining
+    life is at least 0). The margin, about 10^7 times the rounding of the
+    subtraction, keeps the floating-point remaining life above ``t`` up to
+    the time returned, so a cost reused until then is the one a search
+    would give.
+    """
+    if below == 0 or exit_j == np.inf:
+        return np.inf
+    t = float(thresholds[below - 1])
+    if t < 0.0:
+        return np.inf
+    return exit_j - t - 1e-9 * (abs(exit_j) + abs(t))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _kept_floor(h: int, floors: Floors) -> bool:
     """Whether host ``h``'s floor was costed in this epoch on its current quantiles."""
-    _, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
+    _, floor_epoch, floor_stamp, stamp, epoch, use_floor, _ = floors
     return use_floor and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _costed(h: int, las: LasInput, now: float, start: float, floors: Floors, cap: float) -> float:
-    """``_las_cost`` of host ``h`` under ``cap``, kept as its floor where floors apply."""
+def _costed(
+    h: int, las: LasInput, now: float, start: float, floors: Floors, cap: float, kept: bool
+) -> float:
+    """``_las_cost`` of host ``h`` under ``cap``, kept as its floor where floors apply.
+
+    A kept floor (``_kept_floor``) that is still its host's exact cost at
+    ``now`` is that cost, without a search: within an epoch time only moves
+    on, and between two placements it seldom moves a remaining life across
+    a threshold.
+    """
+    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor, exact_until = floors
+    if kept and now <= exact_until[h]:
+        return float(floor[h])
     host_exit, thresholds, use_thresholds, buckets, host_q, use_host_q = las
-    c = _las_cost(
+    c, until = _las_cost(
         h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q, use_host_q, cap
     )
-    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor = floors
     if use_floor:
         floor[h] = c
         floor_epoch[h] = epoch
         floor_stamp[h] = stamp[h]
+        exact_until[h] = until
     return c
 
 
@@ -377,7 +419,8 @@ def _probe_bound(
     ):
         return np.inf, np.inf
     bound_p = preference[probe] if use_preference else 0.0
-    return bound_p, _costed(probe, las, now, now + request[7], floors, np.inf)
+    kept = _kept_floor(probe, floors)
+    return bound_p, _costed(probe, las, now, now + request[7], floors, np.inf, kept)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -547,7 +590,7 @@ def _floored_lifetime_scan(
             # costed in full: its exact cost is the floor that lets the next
             # scans of the epoch skip it. Pass 1's caps are above pass 0's,
             # so there a bound above the cap is a floor as good.
-            c = _costed(h, las, now, start, floors, np.inf if kept and not counting else cap)
+            c = _costed(h, las, now, start, floors, np.inf if kept and not counting else cap, kept)
             if c > cap:
                 continue
             if counting:
@@ -606,7 +649,7 @@ def _probed_lifetime_scan(
     """``_floored_lifetime_scan`` without floors or a refresh."""
     no_floats = np.empty(0)
     no_ints = np.empty(0, dtype=np.int64)
-    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False)
+    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False, no_floats)
     no_tracker, no_model = no_refresh()
     return _floored_lifetime_scan(
         pool, request, preferred, las, ties, probe, no_floors, False, no_tracker, no_model, strand
@@ -670,7 +713,7 @@ def lifetime_warm_up_arguments() -> tuple[tuple[Any, ...], list[tuple[Any, ...]]
         for use_thresholds, use_host_q in ((False, False), (True, False), (True, True))
     ]  # fmt: skip
     refreshed = (
-        pool, request, preferred, one, ties, 0, np.zeros(1), np.full((2, 1), -1), 0, tracker,
+        pool, request, preferred, one, ties, 0, np.zeros((2, 1)), np.full((2, 1), -1), 0, tracker,
         model, no_stranding(),
     )  # fmt: skip
     return refreshed, probed
@@ -1109,14 +1152,18 @@ def _refreshed_lifetime_scan(
 
     One call instead of two, on the tracker's packed arrays. ``tracker``'s
     host quantiles are the tracker's whole array (the scan reads its first
-    ``n`` rows); ``floor_marks`` is the floors' epochs (row 0) and the
-    stamps they were costed at (row 1).
+    ``n`` rows); ``floor`` is the floors (row 0) and until when each is its
+    host's exact cost (row 1, -inf: a bound); ``floor_marks`` is the floors'
+    epochs (row 0) and the stamps they were costed at (row 1).
     """
     host_times = tracker[2]
     host_q = tracker[4]
     # The buckets (``las[3]``) are not read when costing by thresholds.
     las = (host_times[HOST_EXIT], thresholds, True, thresholds, host_q, True)
-    floors = (floor, floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True)
+    floors = (
+        floor[0], floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True,
+        floor[1],
+    )  # fmt: skip
     return _floored_lifetime_scan(
         pool, request, preferred, las, ties, probe, floors, True, tracker, model, strand
     )

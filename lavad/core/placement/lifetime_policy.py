@@ -85,7 +85,9 @@ class LifetimePolicy(Policy):
         # whose floor is above the best so far needs no search.
         # ``_floor_marks``: per host, the epoch (row 0) and the stamp (row 1)
         # its floor was costed in, packed to be one argument of the scan.
-        self._floor: FloatArray = np.zeros(0)
+        # ``_floor``: the floors (row 0) and, per host, until when its floor
+        # is its exact cost (row 1): the scan then takes it without a search.
+        self._floor: FloatArray = np.zeros((2, 0))
         self._floor_marks = np.zeros((2, 0), dtype=np.int64)
         self._epoch = 0
         self._epoch_thresholds: FloatArray | None = None
@@ -193,7 +195,7 @@ class LifetimePolicy(Policy):
                 self._epoch += 1
                 self._epoch_thresholds = thresholds
             self._epoch_now = now
-            if len(self._floor) < n:
+            if self._floor.shape[1] < n:
                 self._grow_floors(n)
             # Grows the tracker's arrays first: the stranded count reads the
             # host quantiles the scan refreshes, so the same array.
@@ -250,9 +252,11 @@ class LifetimePolicy(Policy):
         return count, best_p, best_c, best_s
 
     def _grow_floors(self, n_hosts: int) -> None:
-        size = max(n_hosts, 2 * len(self._floor), 64)
-        grown = size - len(self._floor)
-        self._floor = np.concatenate([self._floor, np.zeros(grown)])
+        size = max(n_hosts, 2 * self._floor.shape[1], 64)
+        grown = size - self._floor.shape[1]
+        floors = np.zeros((2, grown))
+        floors[1] = -np.inf  # no floor is an exact cost yet
+        self._floor = np.concatenate([self._floor, floors], axis=1)
         # Epoch -1 is never current: a new host has no floor yet.
         marks = np.zeros((2, grown), dtype=np.int64)
         marks[0] = -1

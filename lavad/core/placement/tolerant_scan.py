@@ -137,7 +137,7 @@ def _tolerant_scan(
             continue
         # As in the exact scan: a host kept from an earlier scan of the
         # epoch is costed in full, so its floor becomes its exact cost.
-        c = _costed(h, las, now, start, floors, np.inf if kept else cap)
+        c = _costed(h, las, now, start, floors, np.inf if kept else cap, kept)
         if c > cap:
             continue
         if counts_strands:
@@ -181,7 +181,7 @@ def _probed_tolerant_scan(
     lifetime)."""
     no_floats = np.empty(0)
     no_ints = np.empty(0, dtype=np.int64)
-    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False)
+    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False, no_floats)
     no_tracker, no_model = no_refresh()
     return _tolerant_scan(
         pool, request, preferred, las, ties, probe, no_floors, False, no_tracker, no_model, strand
@@ -208,7 +208,10 @@ def _refreshed_tolerant_scan(
     host_times = tracker[2]
     host_q = tracker[4]
     las = (host_times[HOST_EXIT], thresholds, True, thresholds, host_q, True)
-    floors = (floor, floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True)
+    floors = (
+        floor[0], floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True,
+        floor[1],
+    )  # fmt: skip
     return _tolerant_scan(
         pool, request, preferred, las, ties, probe, floors, True, tracker, model, strand
     )

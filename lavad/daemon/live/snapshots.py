@@ -54,12 +54,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # HostColumns); 13: the ml limit choice keeps the job's spread and last peak, and its
 # configuration how the settings come from the job's windows; 14: LAS keeps its
 # cost tolerance and the lifetime policy its copy (a v13 pool would fail at its
+# first placement); 15: the lifetime policy's floors keep, beside each host's
+# floor, until when it is the host's exact cost (a v14 pool would fail at its
 # first placement)
-SNAPSHOT_VERSION = 14
+SNAPSHOT_VERSION = 15
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "34bb09dabe394cb5"
+SNAPSHOT_LAYOUT = "b90eadb033c269f3"
 
 
 class SnapshotError(Exception):
