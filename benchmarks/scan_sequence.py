@@ -8,7 +8,8 @@ them. This benchmark replays the Azure dev split once with the default LAS
 (the tolerant scan, ``core/placement/tolerant_scan.py``) and keeps runs of
 ``--length`` consecutive scans, one run every ``--every`` scans: each scan's
 pool, request and host quantiles (brought up to date first, as the scan
-would), and the policy's floors as the run began. Then it times the
+would) and the floor set it used (``floor_sets``), and the policy's floor
+sets as the run began. Then it times the
 compiled scan over each run in order, the floors evolving as in the replay,
 in two ways interleaved, in CPU time, best of ``--rounds``:
 
@@ -31,7 +32,6 @@ replay and restores it after; the product is not changed.
 from __future__ import annotations
 
 import argparse
-import io
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,47 +39,53 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.lifetime_throughput import ROOT
-from benchmarks.stranding_scan import BUNDLED, SHARED
-from lavad.core.placement import kernels, lifetime_policy, tolerant_scan
-from lavad.daemon.replay import replay
-from lavad.daemon.settings import load_settings
-from lavad.streams.adapters import open_trace
+from benchmarks.stranding_scan import azure_trace, replay_wrapping
+from lavad.core.placement import kernels, tolerant_scan
+from lavad.core.placement.floor_sets import FloorSets
 
 # The name under which the lifetime policies resolve the tolerant scan's entry points.
 WARM_UP = "warm_up_tolerant"
 
 
 class Run:
-    """Consecutive scans of one replay: the floors as the first began, then each scan."""
+    """Consecutive scans of one replay: the policy's floor sets as the first began, then
+    each scan."""
 
-    def __init__(self, floor: np.ndarray, marks: np.ndarray) -> None:
-        self.floor = floor.copy()
-        self.marks = marks.copy()
+    def __init__(self, sets: FloorSets) -> None:
+        self.floors = sets.floors.copy()
+        self.marks = sets.marks.copy()
         # Per scan: pool, request, preference, LAS input, quantile stamps,
-        # probe, epoch, stranding; then the replay's result and first tie
-        # (an earlier scan's when none fits).
+        # probe, floor set, epoch, stranding; then the replay's result and
+        # first tie (an earlier scan's when none fits).
         self.scans: list[tuple[Any, ...]] = []
 
 
 def keep_runs(path: Path, every: int, length: int) -> list[Run]:
     """Replay ``path`` with the default LAS, keeping ``length`` consecutive scans every
     ``every`` scans."""
-    settings = load_settings(ROOT / "config" / "lavad.toml")
     runs: list[Run] = []
     scans = 0
+    # The floor sets the scan about to run uses, and its set (``FloorSets.for_scan``).
+    chosen: list[tuple[FloorSets, int]] = []
+    for_scan = FloorSets.for_scan
+
+    def choosing(sets: FloorSets, thresholds: Any, now: float, n_hosts: int) -> tuple[int, int]:
+        index, epoch = for_scan(sets, thresholds, now, n_hosts)
+        chosen[:] = [(sets, index)]
+        return index, epoch
 
     def capturing(original: Callable[..., Any]) -> Callable[..., Any]:
         def scan(*args: Any) -> Any:
             nonlocal scans
-            pool, scanned, preferred, thresholds, ties, probe, floor, marks, epoch = args[:9]
-            tracker, model, strand = args[9:12]
+            pool, scanned, preferred, thresholds, ties, probe = args[:6]
+            epoch, tracker, model, strand = args[8:12]
             position = scans % every
             scans += 1
             if position >= length:
                 return original(*args)
+            sets, index = chosen[0]
             if position == 0:
-                runs.append(Run(floor, marks))
+                runs.append(Run(sets))
             n = scanned[0]
             # The scan refreshes stale hosts itself; the copy is taken after the
             # same refresh, so the timed scans need none.
@@ -96,25 +102,20 @@ def keep_runs(path: Path, every: int, length: int) -> list[Run]:
             stamps = tracker[3][kernels.QUANTILES_STAMP][:n].copy()
             state = (kept_pool, scanned, (preferred[0][:n].copy(), preferred[1]), las, stamps)
             result = original(*args)
-            runs[-1].scans.append((*state, probe, epoch, strand, tuple(result), int(ties[0])))
+            kept = (*state, probe, index, epoch, strand, tuple(result), int(ties[0]))
+            runs[-1].scans.append(kept)
             return result
 
         return scan
 
-    warm_up: Callable[[], None] = getattr(lifetime_policy, WARM_UP)
-
-    def warm_up_and_keep() -> None:
-        warm_up()
+    def keep() -> None:
         tolerant_scan.TolerantDirect.refreshed = capturing(tolerant_scan.TolerantDirect.refreshed)
 
-    setattr(lifetime_policy, WARM_UP, warm_up_and_keep)
+    FloorSets.for_scan = choosing  # type: ignore[method-assign]
     try:
-        trace = open_trace(path, seed=0)
-        config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
-        replay(trace.events(), config, end_time=trace.end_time, decisions_out=io.BytesIO())
+        replay_wrapping(path, {}, WARM_UP, keep)
     finally:
-        setattr(lifetime_policy, WARM_UP, warm_up)
-        warm_up()
+        FloorSets.for_scan = for_scan  # type: ignore[method-assign]
     return [run for run in runs if run.scans]
 
 
@@ -126,36 +127,27 @@ def time_runs(runs: list[Run], reuse: bool) -> tuple[float, int, int]:
     agree = 0
     count = 0
     for run in runs:
-        size = max(run.floor.shape[1], *(kept[1][0] for kept in run.scans))
-        floor = np.zeros(size)
-        until = np.full(size, -np.inf)
-        marks = np.full((2, size), -1, dtype=np.int64)
-        width = run.floor.shape[1]
-        floor[:width], until[:width] = run.floor
-        marks[:, :width] = run.marks
+        width = run.floors.shape[2]
+        size = max(width, *(kept[1][0] for kept in run.scans))
+        floors = np.zeros((run.floors.shape[0], 2, size))
+        floors[:, 1] = -np.inf
+        marks = np.full((run.floors.shape[0], 2, size), -1, dtype=np.int64)
+        floors[:, :, :width] = run.floors
+        marks[:, :, :width] = run.marks
         stamps = np.zeros(size, dtype=np.int64)
-        for (
-            pool,
-            scanned,
-            preferred,
-            las,
-            kept_stamps,
-            probe,
-            epoch,
-            strand,
-            result,
-            first,
-        ) in run.scans:
+        for pool, scanned, preferred, las, kept_stamps, probe, index, epoch, *rest in run.scans:
+            strand, result, first = rest
             n = scanned[0]
             stamps[:n] = kept_stamps
             ties = np.zeros(n + 1, dtype=np.int64)
+            floor, until = floors[index]
             if not reuse:
                 until.fill(-np.inf)
-            floors = (floor, marks[0], marks[1], stamps, epoch, True, until)
+            kept_floors = (floor, marks[index, 0], marks[index, 1], stamps, epoch, True, until)
             began = time.process_time()
             got = scan(
-                pool, scanned, preferred, las, ties, probe, floors, False, no_tracker, no_model,
-                strand,
+                pool, scanned, preferred, las, ties, probe, kept_floors, False, no_tracker,
+                no_model, strand,
             )  # fmt: skip
             total += time.process_time() - began
             # With no host that fits, the tie buffer holds an earlier scan's hosts.
@@ -172,10 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.every < 1 or args.length < 1 or args.rounds < 1 or args.length > args.every:
         parser.error("--every, --length and --rounds must be >= 1, --length at most --every")
-    path = SHARED if SHARED.exists() else BUNDLED
-    if path == BUNDLED:
-        print(f"{SHARED} not found: the bundled slice ({BUNDLED.name}) is used")
-    runs = keep_runs(path, args.every, args.length)
+    runs = keep_runs(azure_trace(), args.every, args.length)
     if not runs:
         raise SystemExit("no scan by host quantiles was kept: nothing to time")
     time_runs(runs, True)  # compile the dispatcher's path before timing

@@ -51,7 +51,6 @@ Kept = tuple[Any, ...]
 
 def keep_scans(path: Path, every: int, keep: int) -> list[Kept]:
     """Replay ``path`` with LAS, keeping every ``every``-th scan's inputs (at most ``keep``)."""
-    settings = load_settings(ROOT / "config" / "lavad.toml")
     kept: list[Kept] = []
     scans = 0
 
@@ -89,36 +88,46 @@ def keep_scans(path: Path, every: int, keep: int) -> list[Kept]:
 
         return scan
 
-    # Every policy built resolves ``Direct`` anew (``warm_up_lifetime``): the
-    # wrapper goes on after each.
-    warm_up: Callable[[], None] = getattr(lifetime_policy, WARM_UP)
-
-    def warm_up_and_keep() -> None:
-        warm_up()
+    def keep() -> None:
         kernels.Direct.refreshed_lifetime_scan = capturing(kernels.Direct.refreshed_lifetime_scan)
 
-    setattr(lifetime_policy, WARM_UP, warm_up_and_keep)
+    # The exact scan with the stranded count (no cost tolerance, which takes
+    # the tolerant scan instead).
+    replay_wrapping(path, {"stranding_cost": True, "cost_tolerance": 0.0}, WARM_UP, keep)
+    return kept
+
+
+def azure_trace() -> Path:
+    """The full Azure V1 dev split, or the bundled slice (saying so) where it is not held."""
+    if SHARED.exists():
+        return SHARED
+    print(f"{SHARED} not found: the bundled slice ({BUNDLED.name}) is used")
+    return BUNDLED
+
+
+def replay_wrapping(
+    path: Path, policy_args: dict[str, Any], warm_up_name: str, wrap: Callable[[], None]
+) -> None:
+    """Replay ``path`` once with LAS, ``policy_args`` over the configuration's, ``wrap``
+    run after each lifetime policy's warm-up (``lifetime_policy.<warm_up_name>``, which
+    resolves the kernels' entry points anew), and the warm-up restored after."""
+    settings = load_settings(ROOT / "config" / "lavad.toml")
+    warm_up: Callable[[], None] = getattr(lifetime_policy, warm_up_name)
+
+    def warm_up_and_wrap() -> None:
+        warm_up()
+        wrap()
+
+    setattr(lifetime_policy, warm_up_name, warm_up_and_wrap)
     try:
         trace = open_trace(path, seed=0)
-        # The exact scan with the stranded count (no cost tolerance, which
-        # takes the tolerant scan instead).
         config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
-        las_args = {
-            **settings.policies.get("las", {}),
-            "stranding_cost": True,
-            "cost_tolerance": 0.0,
-        }
+        las_args = {**settings.policies.get("las", {}), **policy_args}
         config = replace(config, policy_args=validate_policy_args("las", las_args))
-        replay(
-            trace.events(),
-            config,
-            end_time=trace.end_time,
-            decisions_out=io.BytesIO(),
-        )
+        replay(trace.events(), config, end_time=trace.end_time, decisions_out=io.BytesIO())
     finally:
-        setattr(lifetime_policy, WARM_UP, warm_up)
+        setattr(lifetime_policy, warm_up_name, warm_up)
         warm_up()
-    return kept
 
 
 def time_scans(kept: list[Kept], rounds: int) -> None:
@@ -179,10 +188,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.every < 1 or args.keep < 1 or args.rounds < 1:
         parser.error("--every, --keep and --rounds must be >= 1")
-    path = SHARED if SHARED.exists() else BUNDLED
-    if path == BUNDLED:
-        print(f"{SHARED} not found: the bundled slice ({BUNDLED.name}) is used")
-    kept = keep_scans(path, args.every, args.keep)
+    kept = keep_scans(azure_trace(), args.every, args.keep)
     if not kept:
         raise SystemExit("no scan counted stranded time: nothing to time")
     time_scans(kept, args.rounds)

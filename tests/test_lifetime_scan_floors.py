@@ -73,7 +73,7 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> tuple[list[PlacementRes
                 hooks.on_booked(cluster, record, now, event)
                 exits.append((now + typical * float(rng.lognormal(0.0, 1.0)), vm_id))
         now += float(rng.exponential(900.0))
-    return results, policy._epoch
+    return results, policy._floors.epoch
 
 
 @pytest.mark.parametrize(

@@ -458,11 +458,11 @@ def _floored_lifetime_scan(
     host ``h``'s LAS cost, kept from earlier scans, valid while
     ``floor_epoch[h]`` is ``epoch`` and ``floor_stamp[h]`` is ``stamp[h]``
     (the version of ``host_q[h]``). The caller starts a new epoch unless
-    the thresholds are the same array as in the last scan and ``now`` has
-    not gone back: then a host's cost can only have grown since (each
-    remaining life max(q, now) - now shrinks or stays as now grows, in
-    floating point too, so each count of thresholds above it grows or
-    stays). A host whose floor is above the best cost so far is skipped
+    the thresholds are the same array as in the last scan with these floors
+    and ``now`` has not gone back (``floor_sets``): then a host's cost can
+    only have grown since (each remaining life max(q, now) - now shrinks or
+    stays as now grows, in floating point too, so each count of thresholds
+    above it grows or stays). A host whose floor is above the best cost so far is skipped
     without a search; every cost or bound computed becomes its floor (the
     first time in an epoch a bound above the cap, after that the exact cost).
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
 from lavad.core.placement.bestfit import BestFitScore
+from lavad.core.placement.floor_sets import FloorSets
 from lavad.core.placement.framework import (
     DEFAULT_FILTERS,
     Placed,
@@ -78,20 +79,9 @@ class LifetimePolicy(Policy):
         self._probe = -1
         # Per host, a lower bound of its LAS cost from earlier scans (host
         # quantiles only), valid in the epoch it names while the host's
-        # quantiles keep the stamp it names (``kernels._floored_lifetime_scan``).
-        # An epoch lasts while the VMs placed score with the same thresholds
-        # array (a batch of one group, or one group between refits) and time
-        # does not go back; then a host's cost can only have grown, so a host
-        # whose floor is above the best so far needs no search.
-        # ``_floor_marks``: per host, the epoch (row 0) and the stamp (row 1)
-        # its floor was costed in, packed to be one argument of the scan.
-        # ``_floor``: the floors (row 0) and, per host, until when its floor
-        # is its exact cost (row 1): the scan then takes it without a search.
-        self._floor: FloatArray = np.zeros((2, 0))
-        self._floor_marks = np.zeros((2, 0), dtype=np.int64)
-        self._epoch = 0
-        self._epoch_thresholds: FloatArray | None = None
-        self._epoch_now = float("-inf")
+        # quantiles keep the stamp it names (``kernels._floored_lifetime_scan``),
+        # one set per recent thresholds array (``floor_sets``).
+        self._floors = FloorSets()
         # LAS costs within this of the least tie (``tolerant_scan``); 0: exact.
         self._tolerance = las.tie_tolerance
         if compiled:
@@ -191,12 +181,8 @@ class LifetimePolicy(Policy):
             refreshed_scan, probed_scan = Direct.refreshed_lifetime_scan, Direct.lifetime_scan
         preferred = (key, has_preference)
         if thresholds is not None and self._by_host_quantiles:
-            if thresholds is not self._epoch_thresholds or now < self._epoch_now:
-                self._epoch += 1
-                self._epoch_thresholds = thresholds
-            self._epoch_now = now
-            if self._floor.shape[1] < n:
-                self._grow_floors(n)
+            floors = self._floors
+            index, epoch = floors.for_scan(thresholds, now, n)
             # Grows the tracker's arrays first: the stranded count reads the
             # host quantiles the scan refreshes, so the same array.
             tracker_arrays, model_arrays = tracker.quantile_refresh(n)
@@ -217,9 +203,9 @@ class LifetimePolicy(Policy):
                 thresholds,
                 self._ties,
                 self._probe,
-                self._floor,
-                self._floor_marks,
-                self._epoch,
+                floors.floors[index],
+                floors.marks[index],
+                epoch,
                 tracker_arrays,
                 model_arrays,
                 _NO_STRANDING if strand is None else strand,
@@ -250,14 +236,3 @@ class LifetimePolicy(Policy):
                 _NO_STRANDING if strand is None else strand,
             )
         return count, best_p, best_c, best_s
-
-    def _grow_floors(self, n_hosts: int) -> None:
-        size = max(n_hosts, 2 * self._floor.shape[1], 64)
-        grown = size - self._floor.shape[1]
-        floors = np.zeros((2, grown))
-        floors[1] = -np.inf  # no floor is an exact cost yet
-        self._floor = np.concatenate([self._floor, floors], axis=1)
-        # Epoch -1 is never current: a new host has no floor yet.
-        marks = np.zeros((2, grown), dtype=np.int64)
-        marks[0] = -1
-        self._floor_marks = np.concatenate([self._floor_marks, marks], axis=1)

@@ -56,12 +56,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # cost tolerance and the lifetime policy its copy (a v13 pool would fail at its
 # first placement); 15: the lifetime policy's floors keep, beside each host's
 # floor, until when it is the host's exact cost (a v14 pool would fail at its
-# first placement)
-SNAPSHOT_VERSION = 15
+# first placement); 16: the lifetime policy keeps its floors in sets, one per
+# recent thresholds array (``placement.floor_sets``; a v15 pool would fail at
+# its first placement)
+SNAPSHOT_VERSION = 16
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "b90eadb033c269f3"
+SNAPSHOT_LAYOUT = "a2281bfc3061def6"
 
 
 class SnapshotError(Exception):

@@ -1,0 +1,55 @@
+"""The LAS scan's floor sets: which set and epoch a scan gets (``placement.floor_sets``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lavad.core.placement.floor_sets import FloorSets
+
+A, B, C = np.zeros(3), np.zeros(3), np.zeros(3)  # equal values, three distinct arrays
+
+
+@pytest.mark.parametrize(
+    ("scans", "expected"),
+    [
+        # One array, time going on: one set, one epoch.
+        ([(A, 1.0), (A, 2.0), (A, 2.0)], [(0, 1), (0, 1), (0, 1)]),
+        # Time going back starts a new epoch in the same set.
+        ([(A, 2.0), (A, 1.0)], [(0, 1), (0, 2)]),
+        # Two arrays interleaved keep their own sets and epochs; an equal array
+        # that is another object is another set (identity, not values).
+        ([(A, 1.0), (B, 2.0), (A, 3.0), (B, 4.0)], [(0, 1), (1, 2), (0, 1), (1, 2)]),
+        # With two sets, a third array takes the set used longest ago (A's),
+        # and A back again takes B's, each in a new epoch.
+        ([(A, 1.0), (B, 2.0), (C, 3.0), (A, 4.0)], [(0, 1), (1, 2), (0, 3), (1, 4)]),
+        # A set returned to after other arrays, time gone back since its last
+        # use: a new epoch there.
+        ([(A, 5.0), (B, 6.0), (A, 4.0)], [(0, 1), (1, 2), (0, 3)]),
+    ],
+)
+def test_a_scan_gets_its_arrays_set_and_epoch(
+    scans: list[tuple[np.ndarray, float]], expected: list[tuple[int, int]]
+) -> None:
+    sets = FloorSets(sets=2)
+    got = [sets.for_scan(thresholds, now, 4) for thresholds, now in scans]
+    assert got == expected
+
+
+def test_sets_grow_with_the_hosts_and_new_hosts_have_no_floor() -> None:
+    sets = FloorSets(sets=3)
+    index, _ = sets.for_scan(A, 0.0, 10)
+    sets.floors[index, 0, :10] = 7.0
+    sets.floors[index, 1, :10] = 100.0
+    sets.marks[index, :, :10] = 1
+    sets.for_scan(A, 1.0, 200)
+    assert sets.floors.shape == (3, 2, 200)
+    assert (sets.floors[index, 0, :10] == 7.0).all()  # kept through the growth
+    # New hosts: epoch -1 (never current) and no exact cost.
+    assert (sets.marks[:, 0, 10:] == -1).all()
+    assert (sets.floors[:, 1, 10:] == -np.inf).all()
+
+
+def test_no_sets_is_refused() -> None:
+    with pytest.raises(ValueError, match="floor sets must be >= 1"):
+        FloorSets(sets=0)
