@@ -94,6 +94,9 @@ FitRequest = tuple[int, float, float, float, float, float]
 Preference = tuple[FloatArray, bool]
 LasInput = tuple[FloatArray, FloatArray, bool, FloatArray, FloatArray, bool]
 Floors = tuple[FloatArray, IntArray, IntArray, IntArray, int, bool, FloatArray]
+# Whether the scan counts stranded host time, and the count's inputs (the
+# demand, zeros, the resource weights and their sum, ``Stranding``).
+StrandCount = tuple[bool, FloatArray, FloatArray, FloatArray, float, Stranding]
 TrackerArrays = tuple[FloatArray, IntArray, FloatArray, IntArray, FloatArray]
 ModelArrays = tuple[FloatArray, BoolArray, FloatArray, FloatArray, FloatArray, float, FloatArray]
 # What booking and releasing a slot write: the slots' times, ints, flags and
@@ -399,12 +402,15 @@ def _probe_bound(
     refresh: bool,
     tracker: TrackerArrays,
     model: ModelArrays,
+    counted: StrandCount,
 ) -> tuple[float, float]:
     """The probe's (preference, LAS cost), refreshed first if stale; (inf, inf) when
     there is no probe or the VM does not fit it. Only a stale host is refreshed (its
     exit moved, or is NaN, for which != is true): most are not, and a call per host
-    (its arrays' reference counts) would cost more than the comparison."""
-    free, _, unschedulable, _, _ = pool
+    (its arrays' reference counts) would cost more than the comparison. Where
+    ``counted`` says strands count, the cost is raised to the probe's count with
+    the host time the placement strands, as every host's is."""
+    free, inv_capacity, unschedulable, _, _ = pool
     n, d0, d1, d2, d3, tolerance, now = (
         request[0], request[1], request[2], request[3], request[4], request[5], request[6],
     )  # fmt: skip
@@ -420,7 +426,14 @@ def _probe_bound(
         return np.inf, np.inf
     bound_p = preference[probe] if use_preference else 0.0
     kept = _kept_floor(probe, floors)
-    return bound_p, _costed(probe, las, now, now + request[7], floors, np.inf, kept)
+    cost = _costed(probe, las, now, now + request[7], floors, np.inf, kept)
+    counts, demand, zero, used, total, strand = counted
+    if counts and cost < np.inf:
+        raised = host_strand_count(
+            free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
+        )
+        cost = max(cost, raised)
+    return bound_p, cost
 
 
 @numba.njit(cache=True, nogil=True)
@@ -560,14 +573,10 @@ def _floored_lifetime_scan(
             best_s = np.inf
             count = 0
         # The probe's (preference, cost): an upper bound on the best's.
+        counted = (counting > 0, demand, zero, used, total, strand)
         bound_p, bound_c = _probe_bound(
-            pool, request, preferred, las, probe, floors, refresh, tracker, model
+            pool, request, preferred, las, probe, floors, refresh, tracker, model, counted
         )
-        if counting and bound_c < np.inf:
-            raised = host_strand_count(
-                free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
-            )
-            bound_c = max(bound_c, raised)
         for h in range(n):
             if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
                 _refresh_host(h, tracker, model)

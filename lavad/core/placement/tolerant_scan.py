@@ -107,14 +107,10 @@ def _tolerant_scan(
     least = np.inf
     # The probe's (preference, cost): its cost bounds the least, so nothing
     # costing more than it plus the tolerance can tie.
+    counted = (counts_strands, demand, zero, used, total, strand)
     bound_p, bound_c = _probe_bound(
-        pool, request, preferred, las, probe, floors, refresh, tracker, model
+        pool, request, preferred, las, probe, floors, refresh, tracker, model, counted
     )
-    if counts_strands and bound_c < np.inf:
-        raised = host_strand_count(
-            free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
-        )
-        bound_c = max(bound_c, raised)
     for h in range(n):
         if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
             _refresh_host(h, tracker, model)
