@@ -17,7 +17,7 @@ def grown(array: np.ndarray, size: int, fill: float = 0) -> np.ndarray:
     shape = (size, *array.shape[1:])
     # Zeros come from the allocator as untouched pages, written when a row
     # is first used: a model's tables double to tens of megabytes, and
-    # filling them ahead cost most of a replay's time spent growing them.
+    # filling them ahead would be most of the time spent growing them.
     bigger = np.zeros(shape, dtype=array.dtype) if fill == 0 else np.full(shape, fill, array.dtype)
     bigger[: len(array)] = array
     return bigger

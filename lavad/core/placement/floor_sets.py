@@ -6,8 +6,9 @@ valid while time goes on and the host's quantiles stay as they were
 cost, it is that cost without a search (``kernels._costed``). VMs of one
 group share one thresholds array until the next refit, and the trace
 interleaves a few groups: a single set, started anew whenever the array
-changes, lost its floors at each change (a fifth of the scans on the Azure
-dev split), though the group before came back within a few placements. So
+changes, would lose its floors at each change (a fifth of the scans on the
+Azure dev split), though the group before comes back within a few
+placements. So
 the floors are kept per thresholds array, for the ``SETS`` arrays used
 last: a scan with an array of one of them continues that set's epoch (when
 time has not gone back since it was last used), any other array takes the

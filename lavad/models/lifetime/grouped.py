@@ -396,8 +396,8 @@ class GroupedLifeTables:
         self._grow_tables(size)
         # No observation yet: uniform. Every new row has the same table, so its
         # sums are taken once and copied (the same bits as row by row): the
-        # table doubles past 100,000 groups, and summing each new row took
-        # most of a replay's time spent growing.
+        # table doubles to tens of thousands of groups, and summing each new
+        # row would be most of the time spent growing it.
         uniform = np.full((1, width), 1.0 / width)
         m0, m1 = suffix_sums(uniform, self.bins)
         self.mass[old:] = uniform
