@@ -53,3 +53,12 @@ def test_sets_grow_with_the_hosts_and_new_hosts_have_no_floor() -> None:
 def test_no_sets_is_refused() -> None:
     with pytest.raises(ValueError, match="floor sets must be >= 1"):
         FloorSets(sets=0)
+
+
+def test_absurd_times_never_continue_an_epoch_they_cannot_be_compared_with() -> None:
+    """NaN starts a new epoch, and so does the first time after it; infinite and
+    huge times order as any other."""
+    sets = FloorSets(sets=2)
+    times = [0.0, float("nan"), 5.0, 1e308, float("inf"), float("inf"), -float("inf")]
+    epochs = [sets.for_scan(A, now, 4)[1] for now in times]
+    assert epochs == [1, 2, 3, 3, 3, 3, 4]

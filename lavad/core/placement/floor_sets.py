@@ -8,8 +8,7 @@ group share one thresholds array until the next refit, and the trace
 interleaves a few groups: a single set, started anew whenever the array
 changes, would lose its floors at each change (a fifth of the scans on the
 Azure dev split), though the group before comes back within a few
-placements. So
-the floors are kept per thresholds array, for the ``SETS`` arrays used
+placements. So the floors are kept per thresholds array, for the ``SETS`` arrays used
 last: a scan with an array of one of them continues that set's epoch (when
 time has not gone back since it was last used), any other array takes the
 set used longest ago, in a new epoch.
@@ -60,7 +59,10 @@ class FloorSets:
         found = self.current
         if self.thresholds[found] is not thresholds:
             found = next((i for i, t in enumerate(self.thresholds) if t is thresholds), -1)
-        if found < 0 or now < self.last_now[found]:
+        # ``not >=``: a NaN time (which the engine's input bounds refuse before
+        # the core) starts a new epoch too, so no floor outlives a time it
+        # cannot be compared with.
+        if found < 0 or not now >= self.last_now[found]:
             if found < 0:
                 found = min(range(len(self.thresholds)), key=self.last_used.__getitem__)
             self.epoch += 1
