@@ -226,7 +226,9 @@ class DaemonProcess:
 
         async with (
             aiohttp.ClientSession() as session,
-            session.get(self.url + path, timeout=aiohttp.ClientTimeout(total=2)) as response,
+            # Prometheus's default scrape timeout: a loaded CI box can keep a
+            # scrape waiting behind a batch or a snapshot for a while.
+            session.get(self.url + path, timeout=aiohttp.ClientTimeout(total=10)) as response,
         ):
             return response.status, await response.text()
 

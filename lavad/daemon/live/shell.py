@@ -52,6 +52,7 @@ from lavad.daemon.live.publisher import Outgoing, Publisher, Stopping
 from lavad.daemon.live.retry import Backoff, sleep_or_stop
 from lavad.daemon.live.snapshot_topic import snapshot_store
 from lavad.daemon.live.snapshots import SnapshotError
+from lavad.daemon.live.state_codec import default_registry
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.settings import KafkaSettings, Settings
@@ -182,6 +183,10 @@ class LiveDaemon:
         """
         self._stop = stop
         warm_up()
+        # The snapshot codec learns lavad's classes by importing every module
+        # (1-2 s); done now, the first snapshot taken or loaded does not stall
+        # the event loop (scrapes, heartbeats) while partitions are ours.
+        default_registry()
         heap.tune_collector()
         heap.settle()
         http = self.settings.http
