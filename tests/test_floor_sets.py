@@ -62,3 +62,23 @@ def test_absurd_times_never_continue_an_epoch_they_cannot_be_compared_with() -> 
     times = [0.0, float("nan"), 5.0, 1e308, float("inf"), float("inf"), -float("inf")]
     epochs = [sets.for_scan(A, now, 4)[1] for now in times]
     assert epochs == [1, 2, 3, 3, 3, 3, 4]
+
+
+def test_the_identity_cache_never_changes_which_set_a_scan_gets() -> None:
+    """Its entries are only trusted when the set still holds that very array: one
+    scrambled before every scan (as a restored snapshot's ids of another process
+    would be) gives the same sets and epochs, and it stays bounded."""
+    arrays = [np.zeros(3) for _ in range(12)]
+    rng = np.random.default_rng(7)
+    picks = rng.integers(0, len(arrays), size=400)
+    times = np.cumsum(rng.integers(-1, 3, size=400)).astype(float)  # sometimes back
+    cached, scrambled = FloorSets(sets=4), FloorSets(sets=4)
+    for pick, now in zip(picks, times, strict=True):
+        # Every array's id, and some that name no array, point at some set.
+        scrambled.by_id = {id(a): int(rng.integers(0, 4)) for a in arrays} | {
+            int(k): int(rng.integers(0, 4)) for k in rng.integers(0, 2**40, size=3)
+        }
+        thresholds = arrays[pick]
+        assert cached.for_scan(thresholds, now, 8) == scrambled.for_scan(thresholds, now, 8)
+        assert len(cached.by_id) <= 8
+        assert len(scrambled.by_id) <= 8

@@ -43,6 +43,12 @@ class FloorSets:
         self.floors: FloatArray = np.zeros((sets, 2, 0))
         self.marks: IntArray = np.zeros((sets, 2, 0), dtype=np.int64)
         self.thresholds: list[FloatArray | None] = [None] * sets
+        # id() of each set's array -> its set: a cache that saves a pass over
+        # the sets at each change of array (a fifth of the scans), trusted only
+        # when the set still holds that very array (an id can come back for a
+        # new array once the old one is freed, and a restored snapshot's
+        # arrays have new ids).
+        self.by_id: dict[int, int] = {}
         self.epochs = [0] * sets
         self.last_now = [float("-inf")] * sets
         self.last_used = [0] * sets
@@ -58,7 +64,9 @@ class FloorSets:
         self.uses += 1
         found = self.current
         if self.thresholds[found] is not thresholds:
-            found = next((i for i, t in enumerate(self.thresholds) if t is thresholds), -1)
+            found = self.by_id.get(id(thresholds), -1)
+            if found < 0 or self.thresholds[found] is not thresholds:
+                found = next((i for i, t in enumerate(self.thresholds) if t is thresholds), -1)
         # ``not >=``: a NaN time (which the engine's input bounds refuse before
         # the core) starts a new epoch too, so no floor outlives a time it
         # cannot be compared with.
@@ -67,7 +75,14 @@ class FloorSets:
                 found = min(range(len(self.thresholds)), key=self.last_used.__getitem__)
             self.epoch += 1
             self.epochs[found] = self.epoch
-            self.thresholds[found] = thresholds
+            if self.thresholds[found] is not thresholds:
+                self.by_id.pop(id(self.thresholds[found]), None)
+                self.thresholds[found] = thresholds
+        self.by_id[id(thresholds)] = found
+        if len(self.by_id) > 2 * len(self.thresholds):
+            # Entries a restored snapshot brought (ids of another process) are
+            # never popped: rebuilt from the sets, the cache stays bounded.
+            self.by_id = {id(t): i for i, t in enumerate(self.thresholds) if t is not None}
         self.last_now[found] = now
         self.last_used[found] = self.uses
         self.current = found

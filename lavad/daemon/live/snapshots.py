@@ -58,12 +58,13 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # floor, until when it is the host's exact cost (a v14 pool would fail at its
 # first placement); 16: the lifetime policy keeps its floors in sets, one per
 # recent thresholds array (``placement.floor_sets``; a v15 pool would fail at
-# its first placement)
-SNAPSHOT_VERSION = 16
+# its first placement); 17: the floor sets keep a cache of their arrays by
+# identity (a v16 pool would fail at its first placement)
+SNAPSHOT_VERSION = 17
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "a2281bfc3061def6"
+SNAPSHOT_LAYOUT = "1cc3bf2c5bd8d60d"
 
 
 class SnapshotError(Exception):
