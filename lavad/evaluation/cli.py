@@ -18,11 +18,15 @@ evaluate_app = typer.Typer(
     # A spinner on a terminal, one summary line when piped (progress.py).
     callback=track_evaluation,
 )
-evaluate_app.command("lifetime")(lifetime_command)
-evaluate_app.command("admission")(admission_command)
-evaluate_app.command("gpa")(gpa_command)
-evaluate_app.command("limits")(limits_command)
-evaluate_app.command("limits-sweep")(limits_sweep_command)
-evaluate_app.command("horizontal")(horizontal_command)
-evaluate_app.command("migrations")(migrations_command)
-evaluate_app.command("federation")(federation_command)
+# In the order ``lavad evaluate --help`` lists them.
+for name, command in (
+    ("lifetime", lifetime_command),
+    ("admission", admission_command),
+    ("gpa", gpa_command),
+    ("limits", limits_command),
+    ("limits-sweep", limits_sweep_command),
+    ("horizontal", horizontal_command),
+    ("migrations", migrations_command),
+    ("federation", federation_command),
+):
+    evaluate_app.command(name)(command)

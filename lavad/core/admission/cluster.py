@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.deployments import DeploymentPriors, DeploymentState, core_count_moments
 from lavad.models.deployments.moments import FloatArray
 
@@ -50,8 +51,7 @@ class LookaheadGrid:
             raise ValueError("horizons_s must not be empty")
         if any(h <= 0 for h in self.horizons_s):
             raise ValueError(f"horizons_s must be positive, got {self.horizons_s}")
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        require_at_least(1, steps=self.steps)
 
     @property
     def taus(self) -> FloatArray:
@@ -103,8 +103,7 @@ class ClusterModel:
     ) -> None:
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")
-        if max_dirty < 1:
-            raise ValueError(f"max_dirty must be >= 1, got {max_dirty}")
+        require_at_least(1, max_dirty=max_dirty)
         # Dirty rows are recomputed in batches of this many as events come, so a
         # decision never pays for more than max_dirty - 1 of them.
         self.max_dirty = max_dirty

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field
 
 from lavad.core.input_bounds import MIN_CHECK_INTERVAL_S
 from lavad.core.migrations.relief_rule import ReliefConfig
+from lavad.models.argument_checks import require_at_least
 
 OrderName = Literal["lars", "arrival", "shortest", "random"]
 LifetimeSource = Literal["policy", "model", "oracle"]
@@ -58,8 +59,7 @@ class DefragConfig:
             raise ValueError(
                 f"check_interval_s must be >= {MIN_CHECK_INTERVAL_S:g}, got {self.check_interval_s}"
             )
-        if self.max_draining_hosts < 1:
-            raise ValueError(f"max_draining_hosts must be >= 1, got {self.max_draining_hosts}")
+        require_at_least(1, max_draining_hosts=self.max_draining_hosts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +78,7 @@ class RollingConfig:
     start_s: Annotated[float, Field(ge=0)] = 0.0
 
     def __post_init__(self) -> None:
-        if self.batch < 1:
-            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        require_at_least(1, batch=self.batch)
         if self.every_s <= 0:
             raise ValueError(f"every_s must be > 0, got {self.every_s}")
 
@@ -133,8 +132,7 @@ class MigrationsConfig:
     compare: tuple[tuple[OrderName, LifetimeSource], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be >= 1, got {self.max_concurrent}")
+        require_at_least(1, max_concurrent=self.max_concurrent)
         if self.duration_s < 0:
             raise ValueError(f"duration_s must be >= 0, got {self.duration_s}")
         if self.retry_s <= 0:

@@ -39,6 +39,7 @@ from lavad.core.placement.gpa import (
     quantile_factor,
     standardized_headroom,
 )
+from lavad.models.argument_checks import require_at_least
 from lavad.models.usage.hosts import FOURTH, MEAN, THIRD, VARIANCE
 from lavad.models.usage.moments import CPU
 from lavad.models.usage.tail import NORMAL, PERCENTILE_METHODS, effective_variance
@@ -142,8 +143,7 @@ def plan_relief(
         raise ValueError(f"vm_terms must be (4, VMs), got {vm_terms.shape}")
     if host_terms.shape[0] != TERMS or host_terms.shape[1] != len(host_capacity):
         raise ValueError("host_terms must be (4, hosts) with one capacity per host")
-    if max_moves < 1:
-        raise ValueError(f"max_moves must be >= 1, got {max_moves}")
+    require_at_least(1, max_moves=max_moves)
     staying = list(range(vm_terms.shape[1]))
     hosts = np.array(host_terms, dtype=np.float64, copy=True)
     capacity = np.asarray(host_capacity, dtype=np.float64).copy()

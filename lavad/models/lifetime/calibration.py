@@ -53,6 +53,7 @@ from typing import Final
 import numba
 import numpy as np
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.arrays import FloatArray
 from lavad.models.lifetime.bins import LifetimeBins
 
@@ -115,8 +116,7 @@ class SurvivalCalibrator:
             raise ValueError(f"half_life_s must be > 0, got {half_life_s}")
         if not prior_strength > 0:
             raise ValueError(f"prior_strength must be > 0, got {prior_strength}")
-        if probability_bins < 1:
-            raise ValueError(f"probability_bins must be >= 1, got {probability_bins}")
+        require_at_least(1, probability_bins=probability_bins)
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
         self.window_s = window_s

@@ -20,6 +20,7 @@ from typing import Final
 import numba
 import numpy as np
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
@@ -54,10 +55,7 @@ class GroupedLifeTables:
     ) -> None:
         if half_life_s is not None and not half_life_s > 0:
             raise ValueError(f"half_life_s must be > 0, got {half_life_s}")
-        if min_observations < 1:
-            raise ValueError(f"min_observations must be >= 1, got {min_observations}")
-        if max_rows < 1:
-            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        require_at_least(1, min_observations=min_observations, max_rows=max_rows)
         self.max_rows = max_rows
         self.bins = bins
         self.min_observations = min_observations

@@ -46,6 +46,7 @@ from typing import Final
 import numba
 import numpy as np
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.arrays import FloatArray, grown
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.calibration import SurvivalCalibrator
@@ -129,8 +130,7 @@ class ShrunkLifeTables(NumberedCombos):
     ) -> None:
         if not prior_strength > 0:
             raise ValueError(f"prior_strength must be > 0, got {prior_strength}")
-        if max_combos < 2:
-            raise ValueError(f"max_combos must be >= 2, got {max_combos}")
+        require_at_least(2, max_combos=max_combos)
         super().__init__(
             bins,
             min_observations,

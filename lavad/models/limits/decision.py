@@ -17,6 +17,7 @@ from typing import Literal
 
 import orjson
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.limits.histogram import Observation
 from lavad.models.limits.window import LimitRecommender
 from lavad.models.recency import touch
@@ -87,8 +88,7 @@ class LimitTracker:
     ) -> None:
         if not (math.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
-        if max_jobs < 1:
-            raise ValueError(f"max_jobs must be >= 1, got {max_jobs}")
+        require_at_least(1, max_jobs=max_jobs)
         self.factory = factory
         self.tolerance = tolerance
         self.max_jobs = max_jobs

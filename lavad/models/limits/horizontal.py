@@ -28,6 +28,7 @@ from typing import Literal
 
 import numpy as np
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.limits.histogram import HOUR_S, INTERVAL_S
 
 
@@ -59,8 +60,7 @@ class HorizontalConfig:
             raise ValueError(f"small_change must be in [0, 1), got {self.small_change}")
         if not self.max_initializing > 0:
             raise ValueError(f"max_initializing must be > 0, got {self.max_initializing}")
-        if self.min_replicas < 1:
-            raise ValueError(f"min_replicas must be >= 1, got {self.min_replicas}")
+        require_at_least(1, min_replicas=self.min_replicas)
 
 
 class HorizontalScaler:

@@ -41,6 +41,7 @@ from typing import Literal
 
 import orjson
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.limits.histogram import INTERVAL_S
 from lavad.models.limits.horizontal import HorizontalConfig, HorizontalScaler
 from lavad.models.recency import touch
@@ -128,8 +129,7 @@ class ReplicaTracker:
     """One ``HorizontalScaler`` per deployment; a decision whenever its count changes."""
 
     def __init__(self, config: HorizontalConfig, max_deployments: int = 10_000) -> None:
-        if max_deployments < 1:
-            raise ValueError(f"max_deployments must be >= 1, got {max_deployments}")
+        require_at_least(1, max_deployments=max_deployments)
         self.config = config
         self.max_deployments = max_deployments
         self.scalers: dict[str, HorizontalScaler] = {}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.arrays import FloatArray
 from lavad.models.recency import touch
 from lavad.models.usage.moments import CPU, N_USAGE, UsageMoments
@@ -49,8 +50,7 @@ class UsagePrior:
             raise ValueError(f"mean_fraction must be >= 0, got {self.mean_fraction}")
         if not (math.isfinite(self.variance_fraction) and self.variance_fraction >= 0):
             raise ValueError(f"variance_fraction must be >= 0, got {self.variance_fraction}")
-        if self.min_samples < 1:
-            raise ValueError(f"min_samples must be >= 1, got {self.min_samples}")
+        require_at_least(1, min_samples=self.min_samples)
 
 
 @dataclass(slots=True)

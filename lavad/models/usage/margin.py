@@ -58,6 +58,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from lavad.models.argument_checks import require_at_least
 from lavad.models.arrays import FloatArray
 from lavad.models.usage.tail import CANTELLI, NORMAL, TAIL_METHODS
 
@@ -92,8 +93,7 @@ class MarginSettings:
             raise ValueError(f"margin floor must be in (0, 1], got {self.floor}")
         if not (math.isfinite(self.cap) and self.cap >= 1.0):
             raise ValueError(f"margin cap must be a number >= 1, got {self.cap}")
-        if self.min_windows < 1:
-            raise ValueError(f"min_windows must be >= 1, got {self.min_windows}")
+        require_at_least(1, min_windows=self.min_windows)
         unknown = [m for m in self.methods if m not in TAIL_METHODS]
         if unknown or not self.methods:
             raise ValueError(f"methods must be a non-empty subset of {TAIL_METHODS}, got {unknown}")
