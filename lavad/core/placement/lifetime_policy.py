@@ -134,7 +134,9 @@ class LifetimePolicy(Policy):
             guard.pack(levels, key if preference is not None else None, key)
             count, best_p, best_c, best_s = self._scan(cluster, request, key, True, prediction)
         if count == 0:
-            return super().place(cluster, request)  # it explains why nothing fits
+            # No host passed the default filters the scan applies: the
+            # pipeline would score every host only to find none left.
+            return self._explain_unfit(cluster, request)
         if count == 1 or not self.random_ties:
             host = int(self._ties[0])
         else:
