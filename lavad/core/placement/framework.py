@@ -390,11 +390,13 @@ class Policy:
         count, best = Direct.filter_and_score(pool, fit, kernel, self._ties)
         if count == 0:
             return self._explain_unfit(cluster, request)
+        return Placed(host=self._tied_host(count), ties=count, scores={scorer.name: best})
+
+    def _tied_host(self, count: int) -> int:
+        """The host chosen among a compiled scan's ``count`` ties (``_ties[:count]``)."""
         if count == 1 or not self.random_ties:
-            host = int(self._ties[0])
-        else:
-            host = int(self._ties[self._draw.index(count)])
-        return Placed(host=host, ties=count, scores={scorer.name: best})
+            return int(self._ties[0])
+        return int(self._ties[self._draw.index(count)])
 
     def _explain_unfit(self, cluster: ClusterState, request: PlacementRequest) -> Unfit:
         """Kubernetes-style "0/N hosts fit: a by fit, b by ..." (failure path only)."""

@@ -207,10 +207,7 @@ def _filter_and_score(
     # Unrolled over the four resources (cores, memory, disk, GPUs): a loop
     # over resources with an early break ran 4x slower per host. A resource
     # no host has is skipped, as the numpy scorer does.
-    w0 = weights[0] if present[0] else 0.0
-    w1 = weights[1] if present[1] else 0.0
-    w2 = weights[2] if present[2] else 0.0
-    w3 = weights[3] if present[3] else 0.0
+    w0, w1, w2, w3 = _present_weights(weights, present)
     if d2 == 0.0 and d3 == 0.0 and w2 == 0.0 and w3 == 0.0:
         return _scan_cores_memory(
             free, inv_capacity, unschedulable, n, d0, d1, w0, w1, tolerance, kind, ties
@@ -359,6 +356,42 @@ def _exact_until(thresholds: FloatArray, below: int, exit_j: float) -> float:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _present_weights(weights: FloatArray, present: np.ndarray) -> tuple[float, float, float, float]:
+    """Best Fit's four weights, 0 for a resource no host of the pool has."""
+    return (
+        weights[0] if present[0] else 0.0, weights[1] if present[1] else 0.0,
+        weights[2] if present[2] else 0.0, weights[3] if present[3] else 0.0,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scan_inputs(
+    request: Any,
+    present: np.ndarray,
+    las: LasInput,
+    refresh: bool,
+    tracker: TrackerArrays,
+    strand: Stranding,
+) -> tuple[FloatArray, StrandCount]:
+    """What a lifetime scan reads before its pass: the exits its refresh compares with
+    the hosts' own (the hosts' when not refreshing: ``tracker`` may then be empty),
+    and the stranded count's inputs, counted when its weight and the pool's
+    resources leave anything to count."""
+    quantiles_exit = las[0]
+    if refresh:
+        quantiles_exit = tracker[2][QUANTILES_EXIT]
+    used = present_weights(strand[0], present)
+    total = used.sum()
+    demand = np.empty(4)
+    demand[0] = request[1]
+    demand[1] = request[2]
+    demand[2] = request[3]
+    demand[3] = request[4]
+    counted = (strand[6] > 0.0 and total > 0.0, demand, np.zeros(4), used, total, strand)
+    return quantiles_exit, counted
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _kept_floor(h: int, floors: Floors) -> bool:
     """Whether host ``h``'s floor was costed in this epoch on its current quantiles."""
     _, floor_epoch, floor_stamp, stamp, epoch, use_floor, _ = floors
@@ -503,26 +536,12 @@ def _floored_lifetime_scan(
     preference, use_preference = preferred
     host_exit = las[0]
     floor = floors[0]
-    # Read only when refreshing: without a refresh ``tracker`` may be empty.
-    quantiles_exit = host_exit
-    if refresh:
-        quantiles_exit = tracker[2][QUANTILES_EXIT]
-    used = present_weights(strand[0], present)
-    total = used.sum()
-    counts_strands = strand[6] > 0.0 and total > 0.0
-    demand = np.empty(4)
-    demand[0] = d0
-    demand[1] = d1
-    demand[2] = d2
-    demand[3] = d3
-    zero = np.zeros(4)
+    quantiles_exit, counted = _scan_inputs(request, present, las, refresh, tracker, strand)
+    counts_strands, demand, zero, used, total, _ = counted
     # LAS's best level in pass 0 (its hosts in index order), when strands count.
     level = np.empty(n if counts_strands else 0, dtype=np.int64)
     n_level = 0
-    w0 = weights[0] if present[0] else 0.0
-    w1 = weights[1] if present[1] else 0.0
-    w2 = weights[2] if present[2] else 0.0
-    w3 = weights[3] if present[3] else 0.0
+    w0, w1, w2, w3 = _present_weights(weights, present)
     best_p = np.inf
     best_c = np.inf
     best_s = np.inf

@@ -137,11 +137,7 @@ class LifetimePolicy(Policy):
             # No host passed the default filters the scan applies: the
             # pipeline would score every host only to find none left.
             return self._explain_unfit(cluster, request)
-        if count == 1 or not self.random_ties:
-            host = int(self._ties[0])
-        else:
-            host = int(self._ties[self._draw.index(count)])
-        self._probe = host
+        host = self._probe = self._tied_host(count)
         scores: dict[str, float] = {}
         if guard is not None:
             # The pipeline's key: the guard's level (0 unless rescanned) packed

@@ -32,7 +32,6 @@ import numpy as np
 from lavad.core.cluster import FloatArray, IntArray
 from lavad.core.placement.kernels import (
     HOST_EXIT,
-    QUANTILES_EXIT,
     QUANTILES_STAMP,
     Floors,
     LasInput,
@@ -44,14 +43,16 @@ from lavad.core.placement.kernels import (
     _costed,
     _fits,
     _kept_floor,
+    _present_weights,
     _probe_bound,
     _refresh_host,
+    _scan_inputs,
     _tie_in,
     entry_point,
     lifetime_warm_up_arguments,
     no_refresh,
 )
-from lavad.core.placement.strand_kernels import Stranding, host_strand_count, present_weights
+from lavad.core.placement.strand_kernels import Stranding, host_strand_count
 
 # The scan's request: hosts to scan, the demand's four resources, the fit
 # tolerance, now, the VM's predicted lifetime, and the cost tolerance.
@@ -83,19 +84,8 @@ def _tolerant_scan(
     n, d0, d1, d2, d3, fit_tolerance, now, lifetime, cost_tolerance = request
     preference, use_preference = preferred
     host_exit = las[0]
-    # Read only when refreshing: without a refresh ``tracker`` may be empty.
-    quantiles_exit = host_exit
-    if refresh:
-        quantiles_exit = tracker[2][QUANTILES_EXIT]
-    used = present_weights(strand[0], present)
-    total = used.sum()
-    counts_strands = strand[6] > 0.0 and total > 0.0
-    demand = np.empty(4)
-    demand[0] = d0
-    demand[1] = d1
-    demand[2] = d2
-    demand[3] = d3
-    zero = np.zeros(4)
+    quantiles_exit, counted = _scan_inputs(request, present, las, refresh, tracker, strand)
+    counts_strands, demand, zero, used, total, _ = counted
     start = now + lifetime
     # The hosts within the tolerance of the least cost when they were
     # reached, and their costs; the least only falls, so the final filter
@@ -107,7 +97,6 @@ def _tolerant_scan(
     least = np.inf
     # The probe's (preference, cost): its cost bounds the least, so nothing
     # costing more than it plus the tolerance can tie.
-    counted = (counts_strands, demand, zero, used, total, strand)
     bound_p, bound_c = _probe_bound(
         pool, request, preferred, las, probe, floors, refresh, tracker, model, counted
     )
@@ -147,10 +136,7 @@ def _tolerant_scan(
         candidates[n_candidates] = h
         costs[n_candidates] = c
         n_candidates += 1
-    w0 = weights[0] if present[0] else 0.0
-    w1 = weights[1] if present[1] else 0.0
-    w2 = weights[2] if present[2] else 0.0
-    w3 = weights[3] if present[3] else 0.0
+    w0, w1, w2, w3 = _present_weights(weights, present)
     limit = least + cost_tolerance
     best_s = np.inf
     count = 0
