@@ -8,7 +8,7 @@ the key and the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -103,6 +103,21 @@ class WastePackingArgs(BestFitArgs, WasteMixArgs):
     )
 
 
+# Fields LAS and LAVA both take, each with its own default.
+_COST_TOLERANCE: Final[dict[str, Any]] = {
+    "ge": 0,
+    "le": 10,
+    "description": "hosts whose LAS cost is within this many buckets per quantile pair of the "
+    "least tie with it, and Best Fit decides among them (0: only equal costs tie)",
+}
+_HOST_QUANTILES: Final[dict[str, Any]] = {
+    "ge": 0,
+    "le": 16,
+    "description": "quantile scoring: 0 costs a host by its point exit; H > 0 averages over H "
+    "quantiles of the remaining life of the host's longest-lived VM",
+}
+
+
 class LifetimeArgs(WasteMixArgs):
     waste_tolerance: float | None = Field(
         default=None,
@@ -129,13 +144,7 @@ class LifetimeArgs(WasteMixArgs):
     # 0.25 for LAS (0.5 for LAVA): chosen among 0.25, 0.5 and 1.0 by the worst
     # cell of the placement matrix (benchmarks/placement_matrix.py;
     # docs/results/placement-matrix.md), never by one cell.
-    cost_tolerance: float = Field(
-        default=0.25,
-        ge=0,
-        le=10,
-        description="hosts whose LAS cost is within this many buckets per quantile pair of the "
-        "least tie with it, and Best Fit decides among them (0: only equal costs tie)",
-    )
+    cost_tolerance: float = Field(default=0.25, **_COST_TOLERANCE)
     refit_interval_s: float = Field(
         default=3600.0, gt=0, description="event time between refits of the lifetime tables"
     )
@@ -167,13 +176,7 @@ class LifetimeArgs(WasteMixArgs):
     # LAS and LAVA on both seeds, where 4 lost for LAS on one
     # (docs/results/lifetimes.md). The scan prunes a host once its partial
     # sum exceeds the best, so the quantiles cost little throughput.
-    host_quantiles: int = Field(
-        default=8,
-        ge=0,
-        le=16,
-        description="quantile scoring: 0 costs a host by its point exit; H > 0 averages over H "
-        "quantiles of the remaining life of the host's longest-lived VM",
-    )
+    host_quantiles: int = Field(default=8, **_HOST_QUANTILES)
     # The declared features by default: each trace's own classes feed its
     # groups (OpenB qos/gpu_spec, DLRM role); a trace without them groups as
     # before (Azure V1 decisions are unchanged). [] turns them off.
@@ -242,21 +245,9 @@ class LavaArgs(LifetimeArgs):
     # LAVA's own default: 4 host quantiles, no worse than 8 on any window or
     # seed measured and better on some (docs/results/lifetimes.md); LAS keeps
     # 8, where 4 lost on one seed.
-    host_quantiles: int = Field(
-        default=4,
-        ge=0,
-        le=16,
-        description="quantile scoring: 0 costs a host by its point exit; H > 0 averages over H "
-        "quantiles of the remaining life of the host's longest-lived VM",
-    )
+    host_quantiles: int = Field(default=4, **_HOST_QUANTILES)
     # LAVA's own default, 0.5 (LAS's 0.25): the worst cell of the matrix for each.
-    cost_tolerance: float = Field(
-        default=0.5,
-        ge=0,
-        le=10,
-        description="hosts whose LAS cost is within this many buckets per quantile pair of the "
-        "least tie with it, and Best Fit decides among them (0: only equal costs tie)",
-    )
+    cost_tolerance: float = Field(default=0.5, **_COST_TOLERANCE)
     recycle_above: float = Field(
         default=0.9,
         gt=0,
