@@ -11,6 +11,10 @@ import pytest
 from support import PROJECT_ROOT, replay_trace
 from typer.testing import CliRunner
 
+from lavad.core.engine import Engine
+from lavad.core.placement import kernels, tolerant_scan
+from lavad.core.placement.kernels import Direct
+from lavad.core.placement.tolerant_scan import TolerantDirect
 from lavad.daemon.cli import app
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
@@ -134,3 +138,20 @@ def test_timers_due_after_the_last_event_still_fire() -> None:
     times = [float(orjson.loads(line)["time"]) for line in sink.getvalue().splitlines()]
     assert any(last_event < t <= cut + 86_400.0 for t in times)
     assert times == sorted(times)
+
+
+@pytest.mark.parametrize("policy", ["las", "lava"])
+def test_an_engine_resolves_its_policys_kernels_before_any_pool_opens(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Engine.warm_up`` builds a throwaway policy: the lifetime scans' entry points
+    are resolved (compiled or loaded) at start-up, not when the first pool opens
+    mid-stream, and no pool is opened for it."""
+    # The dispatchers, as before any warm-up in this process.
+    monkeypatch.setattr(TolerantDirect, "refreshed", tolerant_scan._refreshed_tolerant_scan)
+    monkeypatch.setattr(Direct, "lifetime_scan", kernels._probed_lifetime_scan)
+    engine = Engine(load_settings(CONFIG).engine_config(policy, trace_has_hosts=False))
+    engine.warm_up()
+    assert TolerantDirect.refreshed is not tolerant_scan._refreshed_tolerant_scan
+    assert Direct.lifetime_scan is not kernels._probed_lifetime_scan
+    assert not engine.pools

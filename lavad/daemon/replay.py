@@ -24,7 +24,6 @@ import orjson
 
 from lavad.core.engine import Engine, EngineConfig
 from lavad.core.input_bounds import NEVER
-from lavad.core.placement.kernels import warm_up
 from lavad.streams.codec import BadRecord, encode
 from lavad.streams.schema import Decision, Event
 
@@ -98,7 +97,7 @@ def replay(
     is another kind of core with the same interface (shadow mode's).
     """
     engine = Engine(config) if engine is None else engine
-    warm_up()
+    engine.warm_up()
     decision_counts: Counter[str] = Counter()
     dead: Counter[str] = Counter()
     write = decisions_out.write if decisions_out is not None else None

@@ -35,7 +35,6 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from lavad.core.engine import Engine, EngineConfig
-from lavad.core.placement.kernels import warm_up
 from lavad.daemon import heap
 from lavad.daemon.live.connection import (
     SecurityRefusal,
@@ -182,7 +181,9 @@ class LiveDaemon:
         written): the caller turns it into a message and an exit code.
         """
         self._stop = stop
-        warm_up()
+        began = time.perf_counter()
+        self.engine.warm_up()
+        log.info("kernels ready", seconds=round(time.perf_counter() - began, 2))
         # The snapshot codec learns lavad's classes by importing every module
         # (1-2 s); done now, the first snapshot taken or loaded does not stall
         # the event loop (scrapes, heartbeats) while partitions are ours.
