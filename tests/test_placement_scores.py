@@ -121,19 +121,25 @@ def test_firstfit_table(cores: float, host: int) -> None:
     assert (result.host, result.scores["firstfit"]) == (host, float(host))
 
 
-def test_unfit_now_may_retry() -> None:
+# The lifetime policies' compiled scans explain a refusal as Best Fit's pipeline does.
+COMPILED_POLICIES = ["bestfit", "las", "lava"]
+
+
+@pytest.mark.parametrize("name", COMPILED_POLICIES)
+def test_unfit_now_may_retry(name: str) -> None:
     # Every host holds 7 of its 8 cores: 6 cores fit nowhere now, but would
     # fit any host once it empties, so the refusal may be retried.
     cluster = _cluster(EIGHT_BY_32, [(7.0, 1.0), (7.0, 1.0), (7.0, 1.0)])
-    result = _policy("bestfit").place(cluster, _request(6.0, 1.0))
+    result = _policy(name).place(cluster, _request(6.0, 1.0))
     assert isinstance(result, Unfit)
     assert result.retryable
     assert result.rejected_by["fit"] == 3
     assert result.reason == "0/3 hosts fit: 3 by fit"
 
 
-def test_unfit_larger_than_any_host_is_final() -> None:
-    result = _policy("bestfit").place(_cluster(EIGHT_BY_32, []), _request(9.0, 1.0))
+@pytest.mark.parametrize("name", COMPILED_POLICIES)
+def test_unfit_larger_than_any_host_is_final(name: str) -> None:
+    result = _policy(name).place(_cluster(EIGHT_BY_32, []), _request(9.0, 1.0))
     assert isinstance(result, Unfit)
     assert not result.retryable
     assert "larger than any host" in result.reason
