@@ -247,6 +247,9 @@ class LavaArgs(LifetimeArgs):
     # 8, where 4 lost on one seed.
     host_quantiles: int = Field(default=4, **_HOST_QUANTILES)
     # LAVA's own default, 0.5 (LAS's 0.25): the worst cell of the matrix for each.
+    # LAS's own pair (8 host quantiles, 0.25) strands up to +0.32 pp CPU over
+    # Best Fit in tail 32/128 under LAVA, over the goal's +0.25
+    # (docs/results/placement-matrix.md, "LAVA with LAS's host quantiles").
     cost_tolerance: float = Field(default=0.5, **_COST_TOLERANCE)
     recycle_above: float = Field(
         default=0.9,
