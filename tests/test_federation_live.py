@@ -43,7 +43,8 @@ async def _read(bootstrap: str, topic: str) -> list[Any]:
 
 
 def _metrics(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+    # Prometheus's default scrape timeout: a loaded CI box can keep a scrape waiting.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     values: dict[str, float] = {}
     for line in text.splitlines():
