@@ -33,6 +33,7 @@ from aiokafka import (
     TopicPartition,
 )
 
+from lavad.daemon.live.retry import unless_stopped
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import (
     OWNERS_GROUP,
@@ -212,7 +213,12 @@ class Owner:
         await self.consumer.start()
         try:
             while not stop.is_set():
-                batch = await self.consumer.getmany(timeout_ms=100, max_records=500)
+                # A stop also ends a fetch waiting on a rebalance that does not end.
+                batch = await unless_stopped(
+                    self.consumer.getmany(timeout_ms=100, max_records=500), stop
+                )
+                if batch is None:
+                    break
                 for tp, records in batch.items():
                     await self.handle(tp, records)
         finally:

@@ -24,6 +24,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from prometheus_client import CollectorRegistry
 
 from lavad.daemon.live.connection import client_options
+from lavad.daemon.live.retry import unless_stopped
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.fairness import Shares
 from lavad.federation.inflight import LaunchesInFlight
@@ -143,7 +144,12 @@ class Scheduler:
         next_retire = time.monotonic() + RETIRE_EVERY_S
         try:
             while not stop.is_set():
-                batch = await self.requests.getmany(timeout_ms=50, max_records=500)
+                # A stop also ends a fetch waiting on a rebalance that does not end.
+                batch = await unless_stopped(
+                    self.requests.getmany(timeout_ms=50, max_records=500), stop
+                )
+                if batch is None:
+                    break
                 async with self.lock:
                     if self.to_take:
                         await self.take_over()

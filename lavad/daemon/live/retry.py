@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Backoff:
@@ -35,3 +39,28 @@ class Backoff:
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
+    """``work``'s result, or None as soon as ``stop`` is set first (``work`` is then
+    cancelled).
+
+    For waits with no timeout of their own: aiokafka's ``getmany`` waits for
+    a rebalance in progress to end without one (``Fetcher.fetched_records``),
+    so a daemon whose group never settles could not otherwise be stopped
+    short of a kill.
+    """
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        stopping.cancel()
+    if not task.done():
+        # Not awaited: a cancelled wait has nothing left to say.
+        task.cancel()
+        return None
+    return task.result()

@@ -48,7 +48,7 @@ from lavad.daemon.live.lag_watch import FallingBehind, LagWatch
 from lavad.daemon.live.parsed_records import read_parsed_records
 from lavad.daemon.live.partitions import Partitions
 from lavad.daemon.live.publisher import Outgoing, Publisher, Stopping
-from lavad.daemon.live.retry import Backoff, sleep_or_stop
+from lavad.daemon.live.retry import Backoff, sleep_or_stop, unless_stopped
 from lavad.daemon.live.snapshot_topic import snapshot_store
 from lavad.daemon.live.snapshots import SnapshotError
 from lavad.daemon.live.state_codec import default_registry
@@ -295,13 +295,18 @@ class LiveDaemon:
         transactional = kafka.transactional_id is not None
         while not stop.is_set():
             try:
-                batch = await self._consumer.getmany(
-                    timeout_ms=kafka.fetch_wait_ms, max_records=kafka.max_batch_records
+                batch = await unless_stopped(
+                    self._consumer.getmany(
+                        timeout_ms=kafka.fetch_wait_ms, max_records=kafka.max_batch_records
+                    ),
+                    stop,
                 )
             except KafkaError as exc:
                 log.warning("fetch failed", error=repr(exc), retry_in_s=backoff.delay)
                 await backoff.wait(stop)
                 continue
+            if batch is None:
+                return  # stopped while the fetch waited (a rebalance that does not end)
             backoff.reset()
             async with partitions.lock:
                 out = intake.process(batch)
