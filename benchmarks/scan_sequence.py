@@ -16,8 +16,8 @@ in two ways interleaved, in CPU time, best of ``--rounds``:
 * as the product runs it: a kept floor that is still its host's exact cost
   is taken without a search (``kernels._costed``);
 * the baseline: the same scan with every floor's exact-until reset before
-  each scan (outside the timing), so a kept host is searched again, as it
-  was before floors kept their exact-until.
+  each scan (outside the timing), so a kept host is searched again, as a
+  scan whose floors are only lower bounds would.
 
 Both must decide as the replay did. The calls go through numba's dispatcher,
 so each includes its dispatch (a few microseconds the product's entry point
