@@ -121,7 +121,7 @@ def keep_runs(path: Path, every: int, length: int) -> list[Run]:
 
 def time_runs(runs: list[Run], reuse: bool) -> tuple[float, int, int]:
     """CPU seconds over every kept scan, how many decided as the replay did, and how many."""
-    no_tracker, no_model = kernels.no_refresh()
+    _, no_tracker, no_model = kernels.no_floors_nor_refresh()
     scan = tolerant_scan._tolerant_scan
     total = 0.0
     agree = 0

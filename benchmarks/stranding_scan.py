@@ -131,7 +131,7 @@ def replay_wrapping(
 
 
 def time_scans(kept: list[Kept], rounds: int) -> None:
-    no_tracker, no_model = kernels.no_refresh()
+    _, no_tracker, no_model = kernels.no_floors_nor_refresh()
     paper = no_stranding()
     scan = kernels._floored_lifetime_scan
 

@@ -649,10 +649,13 @@ def _floored_lifetime_scan(
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def no_refresh() -> tuple[TrackerArrays, ModelArrays]:
-    """Empty tracker and model arrays, typed as the real ones, for a scan that
-    refreshes nothing (``refresh`` false: they are never read)."""
+def no_floors_nor_refresh() -> tuple[Floors, TrackerArrays, ModelArrays]:
+    """Empty floors, tracker and model arrays, typed as the real ones, for a scan by a
+    host's point exit or a point lifetime (``use_floor`` and ``refresh`` false: the
+    arrays are never read)."""
     no_floats = np.empty(0)
+    no_ints = np.empty(0, dtype=np.int64)
+    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False, no_floats)
     no_tracker = (
         np.empty((0, 0)), np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
         np.empty((0, 0), dtype=np.int64), np.empty((0, 0)),
@@ -661,7 +664,29 @@ def no_refresh() -> tuple[TrackerArrays, ModelArrays]:
         np.empty((0, 0)), np.empty(0, dtype=np.bool_), np.empty((0, 0)), np.empty((0, 0)),
         no_floats, 0.0, no_floats,
     )  # fmt: skip
-    return no_tracker, no_model
+    return no_floors, no_tracker, no_model
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def by_host_quantiles(
+    thresholds: FloatArray,
+    floor: FloatArray,
+    floor_marks: IntArray,
+    epoch: int,
+    tracker: TrackerArrays,
+) -> tuple[LasInput, Floors]:
+    """How a refreshed scan costs hosts (by the host quantiles in the tracker's packed
+    arrays) and its floors: ``floor`` is the floors (row 0) and until when each is its
+    host's exact cost (row 1, -inf: a bound); ``floor_marks`` is the floors' epochs
+    (row 0) and the stamps they were costed at (row 1)."""
+    host_times = tracker[2]
+    # The buckets (``las[3]``) are not read when costing by thresholds.
+    las = (host_times[HOST_EXIT], thresholds, True, thresholds, tracker[4], True)
+    floors = (
+        floor[0], floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True,
+        floor[1],
+    )  # fmt: skip
+    return las, floors
 
 
 @numba.njit(cache=True, nogil=True)
@@ -675,10 +700,7 @@ def _probed_lifetime_scan(
     strand: Stranding,
 ) -> tuple[int, float, float, float]:
     """``_floored_lifetime_scan`` without floors or a refresh."""
-    no_floats = np.empty(0)
-    no_ints = np.empty(0, dtype=np.int64)
-    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False, no_floats)
-    no_tracker, no_model = no_refresh()
+    no_floors, no_tracker, no_model = no_floors_nor_refresh()
     return _floored_lifetime_scan(
         pool, request, preferred, las, ties, probe, no_floors, False, no_tracker, no_model, strand
     )
@@ -1178,20 +1200,11 @@ def _refreshed_lifetime_scan(
     by the host quantiles, with floors: the refresh done host by host inside
     the scan's own pass (its ``refresh``).
 
-    One call instead of two, on the tracker's packed arrays. ``tracker``'s
-    host quantiles are the tracker's whole array (the scan reads its first
-    ``n`` rows); ``floor`` is the floors (row 0) and until when each is its
-    host's exact cost (row 1, -inf: a bound); ``floor_marks`` is the floors'
-    epochs (row 0) and the stamps they were costed at (row 1).
+    One call instead of two, on the tracker's packed arrays (``by_host_quantiles``
+    says how the floors are laid out). ``tracker``'s host quantiles are the
+    tracker's whole array (the scan reads its first ``n`` rows).
     """
-    host_times = tracker[2]
-    host_q = tracker[4]
-    # The buckets (``las[3]``) are not read when costing by thresholds.
-    las = (host_times[HOST_EXIT], thresholds, True, thresholds, host_q, True)
-    floors = (
-        floor[0], floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True,
-        floor[1],
-    )  # fmt: skip
+    las, floors = by_host_quantiles(thresholds, floor, floor_marks, epoch, tracker)
     return _floored_lifetime_scan(
         pool, request, preferred, las, ties, probe, floors, True, tracker, model, strand
     )

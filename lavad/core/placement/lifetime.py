@@ -638,10 +638,9 @@ class LifetimeTracker(ClusterListener):
         Recomputed only for hosts whose ``host_exit`` changed since (all of
         them after a refit), so the cost per placement is one comparison.
         """
-        self.hosts.grow(n_hosts)
-        if len(self._creation_known) < len(self.model.mass):
-            self._grow_creation_quantiles(len(self.model.mass))
-        self._refresh_host_quantiles(n_hosts)
+        tracker, model = self.quantile_refresh(n_hosts)
+        # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
+        Direct.refresh_host_quantiles(n_hosts, tracker, model)
         return self.hosts.quantiles[:n_hosts]
 
     def quantile_refresh(self, n_hosts: int) -> tuple[TrackerArrays, ModelArrays]:
@@ -650,17 +649,16 @@ class LifetimeTracker(ClusterListener):
         yet refreshed), then what refreshing them reads.
 
         For a scan that brings ``host_exit_quantiles`` up to date itself, in
-        the same call: the hosts grown to ``n_hosts`` first, as it would.
+        the same call, and for ``host_exit_quantiles``'s own pass: the hosts
+        grown to ``n_hosts`` first.
         """
+        # ``grow`` makes no room when there is enough; the test saves its call.
         if n_hosts > self.hosts.times.shape[1]:
             self.hosts.grow(n_hosts)
         if len(self._creation_known) < len(self.model.mass):
             self._grow_creation_quantiles(len(self.model.mass))
-        return self._refresh_arrays()
-
-    def _refresh_arrays(self) -> tuple[TrackerArrays, ModelArrays]:
-        """What refreshing a host's quantiles reads and writes (``kernels._refresh_host``),
-        the same arrays for the scan that refreshes as it goes and for the pass alone."""
+        # What refreshing a host's quantiles reads and writes (``kernels._refresh_host``):
+        # the same arrays for the scan that refreshes as it goes and for the pass alone.
         model = self.model
         return (
             (
@@ -680,12 +678,6 @@ class LifetimeTracker(ClusterListener):
                 self._host_levels,
             ),
         )
-
-    def _refresh_host_quantiles(self, n_hosts: int) -> int:
-        """The compiled pass of ``host_exit_quantiles``: how many holders it found again."""
-        tracker, model = self._refresh_arrays()
-        # ``kernels.compiled_refresh_host_quantiles``, without numba's type dispatch.
-        return Direct.refresh_host_quantiles(n_hosts, tracker, model)
 
     def _grow_creation_quantiles(self, rows: int) -> None:
         size = max(rows, 2 * len(self._creation_known), 64)

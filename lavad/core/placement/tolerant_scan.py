@@ -31,8 +31,6 @@ import numpy as np
 
 from lavad.core.cluster import FloatArray, IntArray
 from lavad.core.placement.kernels import (
-    HOST_EXIT,
-    QUANTILES_STAMP,
     Floors,
     LasInput,
     ModelArrays,
@@ -48,9 +46,10 @@ from lavad.core.placement.kernels import (
     _refresh_host,
     _scan_inputs,
     _tie_in,
+    by_host_quantiles,
     entry_point,
     lifetime_warm_up_arguments,
-    no_refresh,
+    no_floors_nor_refresh,
 )
 from lavad.core.placement.strand_kernels import Stranding, host_strand_count
 
@@ -161,10 +160,7 @@ def _probed_tolerant_scan(
 ) -> tuple[int, float, float, float]:
     """``_tolerant_scan`` without floors or a refresh (a host's point exit, or a point
     lifetime)."""
-    no_floats = np.empty(0)
-    no_ints = np.empty(0, dtype=np.int64)
-    no_floors = (no_floats, no_ints, no_ints, no_ints, -1, False, no_floats)
-    no_tracker, no_model = no_refresh()
+    no_floors, no_tracker, no_model = no_floors_nor_refresh()
     return _tolerant_scan(
         pool, request, preferred, las, ties, probe, no_floors, False, no_tracker, no_model, strand
     )
@@ -187,13 +183,7 @@ def _refreshed_tolerant_scan(
 ) -> tuple[int, float, float, float]:
     """``_tolerant_scan`` by the host quantiles, with floors, refreshing the hosts'
     quantiles as it reaches them (``kernels._refreshed_lifetime_scan``'s arguments)."""
-    host_times = tracker[2]
-    host_q = tracker[4]
-    las = (host_times[HOST_EXIT], thresholds, True, thresholds, host_q, True)
-    floors = (
-        floor[0], floor_marks[0], floor_marks[1], tracker[3][QUANTILES_STAMP], epoch, True,
-        floor[1],
-    )  # fmt: skip
+    las, floors = by_host_quantiles(thresholds, floor, floor_marks, epoch, tracker)
     return _tolerant_scan(
         pool, request, preferred, las, ties, probe, floors, True, tracker, model, strand
     )
