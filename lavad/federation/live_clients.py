@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from lavad.daemon.live.connection import client_options
+from lavad.daemon.live.retry import unless_stopped
 from lavad.daemon.settings import KafkaSettings
 
 OWNERS_GROUP = "lavad-federation-owners"
@@ -45,6 +50,19 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[Topic
         await consumer.topics()
         parts = consumer.partitions_for_topic(topic) or set()
     return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
+async def fetches(
+    consumer: AIOKafkaConsumer, stop: asyncio.Event, *, timeout_ms: int
+) -> AsyncIterator[dict[TopicPartition, list[Any]]]:
+    """The consumer's batches of at most 500 records, each fetch waiting ``timeout_ms``
+    at most for records, until ``stop`` is set. A stop also ends a fetch waiting on a
+    rebalance that does not end: ``getmany`` has no timeout for that."""
+    while not stop.is_set():
+        batch = await unless_stopped(consumer.getmany(timeout_ms=timeout_ms, max_records=500), stop)
+        if batch is None:
+            return
+        yield batch
 
 
 async def read_partition(

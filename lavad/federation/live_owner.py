@@ -33,10 +33,10 @@ from aiokafka import (
     TopicPartition,
 )
 
-from lavad.daemon.live.retry import unless_stopped
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import (
     OWNERS_GROUP,
+    fetches,
     group_consumer,
     plain_consumer,
     producer,
@@ -212,13 +212,7 @@ class Owner:
         self.consumer.subscribe([LAUNCHES], listener=Listener())
         await self.consumer.start()
         try:
-            while not stop.is_set():
-                # A stop also ends a fetch waiting on a rebalance that does not end.
-                batch = await unless_stopped(
-                    self.consumer.getmany(timeout_ms=100, max_records=500), stop
-                )
-                if batch is None:
-                    break
+            async for batch in fetches(self.consumer, stop, timeout_ms=100):
                 for tp, records in batch.items():
                     await self.handle(tp, records)
         finally:

@@ -24,7 +24,6 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from prometheus_client import CollectorRegistry
 
 from lavad.daemon.live.connection import client_options
-from lavad.daemon.live.retry import unless_stopped
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.fairness import Shares
 from lavad.federation.inflight import LaunchesInFlight
@@ -32,6 +31,7 @@ from lavad.federation.launch_backlog import launches_since_owners_commit
 from lavad.federation.live_allocation import AllocationClock
 from lavad.federation.live_clients import (
     SCHEDULERS_GROUP,
+    fetches,
     group_consumer,
     plain_consumer,
     producer,
@@ -143,13 +143,7 @@ class Scheduler:
         next_state = next_commit = 0.0
         next_retire = time.monotonic() + RETIRE_EVERY_S
         try:
-            while not stop.is_set():
-                # A stop also ends a fetch waiting on a rebalance that does not end.
-                batch = await unless_stopped(
-                    self.requests.getmany(timeout_ms=50, max_records=500), stop
-                )
-                if batch is None:
-                    break
+            async for batch in fetches(self.requests, stop, timeout_ms=50):
                 async with self.lock:
                     if self.to_take:
                         await self.take_over()
