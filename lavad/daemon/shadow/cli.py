@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -11,10 +10,9 @@ from typing import IO, Annotated, Any
 import orjson
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
-from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.console import err, fail, out, replay_progress, settings_or_exit, shows_progress
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError, Settings
@@ -107,18 +105,13 @@ def run_shadow_replay(
         if out_path is not None:
             out_path.parent.mkdir(parents=True, exist_ok=True)
             decisions = stack.enter_context(out_path.open("wb"))
-        bar = stack.enter_context(_progress(f"shadow: {policy}", progress))
-        task = bar.add_task("shadow", total=None, clock=0.0)
+        tick = stack.enter_context(replay_progress(f"shadow: {policy}", progress))
         started = time.perf_counter()
         result = shadow_replay(
-            trace.events(),
-            engine_config,
-            end_time=end,
-            decisions_out=decisions,
-            progress=lambda count, clock: bar.update(task, completed=count, clock=max(clock, 0.0)),
+            trace.events(), engine_config, end_time=end, decisions_out=decisions, progress=tick
         )
     print_shadow(result, trace.name, out)
-    if not sys.stderr.isatty() or not progress:
+    if not shows_progress(progress):
         err.print(
             f"shadow {policy}: {result.lavad.events:,} events in"
             f" {time.perf_counter() - started:.1f} s, {sum(result.lavad.decisions.values()):,}"
@@ -135,19 +128,6 @@ def run_shadow_replay(
             raise fail(str(exc)) from None
         out.print(f"plot written to {plot}")
     return result
-
-
-def _progress(label: str, enabled: bool) -> Progress:
-    return Progress(
-        TextColumn(f"[bold]{label}[/bold]"),
-        BarColumn(),
-        TextColumn("{task.completed:,} events"),
-        TextColumn("trace t={task.fields[clock]:,.0f}s"),
-        TimeElapsedColumn(),
-        console=err,
-        disable=not (enabled and sys.stderr.isatty()),
-        transient=True,
-    )
 
 
 def print_shadow(result: ShadowResult, trace_name: str, console: Console) -> None:
