@@ -11,6 +11,7 @@ import orjson
 import typer
 from rich.console import Console
 
+from lavad.core.engine import EngineConfig
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.daemon.console import err, fail, out, replay_progress, settings_or_exit, shows_progress
 from lavad.daemon.plotting import PlotsUnavailable
@@ -18,7 +19,7 @@ from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError, Settings
 from lavad.daemon.shadow.placed import PlacedCounts, placed_events
 from lavad.daemon.shadow.replay import ShadowResult, shadow_replay
-from lavad.streams.adapters import TraceFormatError, open_trace
+from lavad.streams.adapters import Trace, TraceFormatError, open_trace
 
 shadow_app = typer.Typer(
     help="Shadow mode: lavad beside an existing scheduler.", no_args_is_help=True
@@ -43,11 +44,7 @@ def placements_command(
         raise fail(
             f"unknown or oracle policy {policy!r}; known: {', '.join(sorted(REGISTRY.names))}"
         )
-    try:
-        trace = open_trace(path, seed=settings.seed)
-        engine_config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
-    except (TraceFormatError, ConfigError) as exc:
-        raise fail(str(exc)) from None
+    trace, engine_config = _open_trace(settings, path, policy)
     counts = PlacedCounts()
     output.parent.mkdir(parents=True, exist_ok=True)
     newline = orjson.OPT_APPEND_NEWLINE
@@ -94,11 +91,7 @@ def run_shadow_replay(
     policy = settings.placement.policy
     if needs_true_lifetimes(policy):
         raise fail(f"shadow mode cannot run the oracle policy {policy!r}")
-    try:
-        trace = open_trace(path, seed=settings.seed)
-        engine_config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
-    except (TraceFormatError, ConfigError) as exc:
-        raise fail(str(exc)) from None
+    trace, engine_config = _open_trace(settings, path, policy)
     end = end_time if end_time is not None else trace.end_time
     with contextlib.ExitStack() as stack:
         decisions: IO[bytes] | None = None
@@ -128,6 +121,15 @@ def run_shadow_replay(
             raise fail(str(exc)) from None
         out.print(f"plot written to {plot}")
     return result
+
+
+def _open_trace(settings: Settings, path: Path, policy: str) -> tuple[Trace, EngineConfig]:
+    """The trace and the engine configuration running ``policy`` on it (exit 2 if either fails)."""
+    try:
+        trace = open_trace(path, seed=settings.seed)
+        return trace, settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
+    except (TraceFormatError, ConfigError) as exc:
+        raise fail(str(exc)) from None
 
 
 def print_shadow(result: ShadowResult, trace_name: str, console: Console) -> None:
