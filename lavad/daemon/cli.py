@@ -15,7 +15,6 @@ from typing import IO, Annotated, Any, Final
 import orjson
 import typer
 from pydantic import BaseModel
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.core.admission.registry import ADMISSION_POLICIES
 from lavad.core.limits.service import RECOMMENDER_REGISTRY
@@ -24,7 +23,7 @@ from lavad.core.migrations.orders import ORDERS
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.core.registry import Registry
 from lavad.daemon import heap
-from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.console import err, fail, out, replay_progress, settings_or_exit, shows_progress
 from lavad.daemon.live.cli import (
     broker_command,
     demo_command,
@@ -129,24 +128,7 @@ def replay_command(
                 decisions_file.parent.mkdir(parents=True, exist_ok=True)
                 decisions_out = stack.enter_context(decisions_file.open("wb"))
             dead_out = stack.enter_context(_LazyFile(dead_file))
-            show = progress and sys.stderr.isatty()
-            bar = stack.enter_context(
-                Progress(
-                    TextColumn(f"[bold]{name}[/bold]"),
-                    BarColumn(),
-                    TextColumn("{task.completed:,} events"),
-                    TextColumn("trace t={task.fields[clock]:,.0f}s"),
-                    TimeElapsedColumn(),
-                    console=err,
-                    disable=not show,
-                    transient=True,
-                )
-            )
-            task = bar.add_task(name, total=None, clock=0.0)
-
-            def tick(count: int, clock: float, task_id: object = task, p: Progress = bar) -> None:
-                p.update(task_id, completed=count, clock=max(clock, 0.0))  # type: ignore[arg-type]
-
+            tick = stack.enter_context(replay_progress(name, progress))
             fresh = open_trace(path, seed=settings.seed)
             events: Iterable[Event | BadRecord] = fresh.events()
             if needs_true_lifetimes(name) or settings.migrations.lifetimes == "oracle":
@@ -162,7 +144,7 @@ def replay_command(
                 dead_letters_out=dead_out,
                 progress=tick,
             )
-        if not show:
+        if not shows_progress(progress):
             # Piped (or --no-progress): one line per policy instead of a bar.
             err.print(_summary_line(result), highlight=False, soft_wrap=True)
         results.append(result)

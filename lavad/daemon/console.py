@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lavad.daemon.settings import ConfigError, Settings, check_live_settings, load_settings
 
@@ -44,3 +47,32 @@ def print_error(message: str) -> None:
 def fail(message: str) -> typer.Exit:
     print_error(message)
     return typer.Exit(2)
+
+
+def shows_progress(enabled: bool) -> bool:
+    """Whether a replay draws its bar: asked for, on a terminal (piped, it prints a summary)."""
+    return enabled and sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def replay_progress(label: str, enabled: bool) -> Iterator[Callable[[int, float], None]]:
+    """A bar on stderr while a replay runs (where ``shows_progress``), gone when it ends.
+
+    Yields the callback ``replay`` reports its event count and trace clock to.
+    """
+    with Progress(
+        TextColumn(f"[bold]{label}[/bold]"),
+        BarColumn(),
+        TextColumn("{task.completed:,} events"),
+        TextColumn("trace t={task.fields[clock]:,.0f}s"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not shows_progress(enabled),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None, clock=0.0)
+
+        def tick(count: int, clock: float) -> None:
+            bar.update(task, completed=count, clock=max(clock, 0.0))
+
+        yield tick

@@ -68,6 +68,16 @@ class _Integral:
     cpu_util_pct: float = 0.0
     memory_util_pct: float = 0.0
 
+    def totals(self) -> tuple[float, float, float, float, float]:
+        """(seconds, empty, cpu, memory, hosts used): the order ``summary`` unpacks."""
+        return (
+            self.seconds,
+            self.empty_pct,
+            self.cpu_util_pct,
+            self.memory_util_pct,
+            self.hosts_used,
+        )
+
 
 @dataclass(slots=True)
 class PoolMetrics:
@@ -91,7 +101,7 @@ class PoolMetrics:
     _mix: list[tuple[float, float, float, float]] = field(default_factory=list)
     _mix_next: int = 0
     _stranded_version: tuple[int, int] = (-1, -1)
-    # (time, seconds, empty, cpu, memory) integrals as of the latest request.
+    # (time, *integral.totals()) as of the latest request.
     _at_last_request: tuple[float, float, float, float, float, float] | None = None
 
     def advance(self, cluster: ClusterState, now: float) -> None:
@@ -124,15 +134,7 @@ class PoolMetrics:
     def observe_request(self, demand: tuple[float, float, float, float], now: float) -> None:
         """Count a request (after ``advance(now)``); remember the integrals at it."""
         self.requests += 1
-        acc = self.integral
-        self._at_last_request = (
-            now,
-            acc.seconds,
-            acc.empty_pct,
-            acc.cpu_util_pct,
-            acc.memory_util_pct,
-            acc.hosts_used,
-        )
+        self._at_last_request = (now, *self.integral.totals())
         mix = self._mix
         if len(mix) < self.config.mix_window:
             mix.append(demand)
@@ -213,15 +215,7 @@ class PoolMetrics:
 
     def summary(self, cluster: ClusterState, end: float) -> dict[str, Any]:
         self.advance(cluster, end)
-        acc = self.integral
-        until, seconds, empty, cpu, memory, used = (
-            end,
-            acc.seconds,
-            acc.empty_pct,
-            acc.cpu_util_pct,
-            acc.memory_util_pct,
-            acc.hosts_used,
-        )
+        until, seconds, empty, cpu, memory, used = (end, *self.integral.totals())
         if self.config.until == "last_request" and self._at_last_request is not None:
             until, seconds, empty, cpu, memory, used = self._at_last_request
         strands = [s for s in self.stranding if s.time <= until]

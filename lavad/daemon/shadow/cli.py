@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -11,16 +10,16 @@ from typing import IO, Annotated, Any
 import orjson
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lavad.core.engine import EngineConfig
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
-from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.console import err, fail, out, replay_progress, settings_or_exit, shows_progress
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError, Settings
 from lavad.daemon.shadow.placed import PlacedCounts, placed_events
 from lavad.daemon.shadow.replay import ShadowResult, shadow_replay
-from lavad.streams.adapters import TraceFormatError, open_trace
+from lavad.streams.adapters import Trace, TraceFormatError, open_trace
 
 shadow_app = typer.Typer(
     help="Shadow mode: lavad beside an existing scheduler.", no_args_is_help=True
@@ -45,11 +44,7 @@ def placements_command(
         raise fail(
             f"unknown or oracle policy {policy!r}; known: {', '.join(sorted(REGISTRY.names))}"
         )
-    try:
-        trace = open_trace(path, seed=settings.seed)
-        engine_config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
-    except (TraceFormatError, ConfigError) as exc:
-        raise fail(str(exc)) from None
+    trace, engine_config = _open_trace(settings, path, policy)
     counts = PlacedCounts()
     output.parent.mkdir(parents=True, exist_ok=True)
     newline = orjson.OPT_APPEND_NEWLINE
@@ -96,29 +91,20 @@ def run_shadow_replay(
     policy = settings.placement.policy
     if needs_true_lifetimes(policy):
         raise fail(f"shadow mode cannot run the oracle policy {policy!r}")
-    try:
-        trace = open_trace(path, seed=settings.seed)
-        engine_config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
-    except (TraceFormatError, ConfigError) as exc:
-        raise fail(str(exc)) from None
+    trace, engine_config = _open_trace(settings, path, policy)
     end = end_time if end_time is not None else trace.end_time
     with contextlib.ExitStack() as stack:
         decisions: IO[bytes] | None = None
         if out_path is not None:
             out_path.parent.mkdir(parents=True, exist_ok=True)
             decisions = stack.enter_context(out_path.open("wb"))
-        bar = stack.enter_context(_progress(f"shadow: {policy}", progress))
-        task = bar.add_task("shadow", total=None, clock=0.0)
+        tick = stack.enter_context(replay_progress(f"shadow: {policy}", progress))
         started = time.perf_counter()
         result = shadow_replay(
-            trace.events(),
-            engine_config,
-            end_time=end,
-            decisions_out=decisions,
-            progress=lambda count, clock: bar.update(task, completed=count, clock=max(clock, 0.0)),
+            trace.events(), engine_config, end_time=end, decisions_out=decisions, progress=tick
         )
     print_shadow(result, trace.name, out)
-    if not sys.stderr.isatty() or not progress:
+    if not shows_progress(progress):
         err.print(
             f"shadow {policy}: {result.lavad.events:,} events in"
             f" {time.perf_counter() - started:.1f} s, {sum(result.lavad.decisions.values()):,}"
@@ -137,17 +123,13 @@ def run_shadow_replay(
     return result
 
 
-def _progress(label: str, enabled: bool) -> Progress:
-    return Progress(
-        TextColumn(f"[bold]{label}[/bold]"),
-        BarColumn(),
-        TextColumn("{task.completed:,} events"),
-        TextColumn("trace t={task.fields[clock]:,.0f}s"),
-        TimeElapsedColumn(),
-        console=err,
-        disable=not (enabled and sys.stderr.isatty()),
-        transient=True,
-    )
+def _open_trace(settings: Settings, path: Path, policy: str) -> tuple[Trace, EngineConfig]:
+    """The trace and the engine configuration running ``policy`` on it (exit 2 if either fails)."""
+    try:
+        trace = open_trace(path, seed=settings.seed)
+        return trace, settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
+    except (TraceFormatError, ConfigError) as exc:
+        raise fail(str(exc)) from None
 
 
 def print_shadow(result: ShadowResult, trace_name: str, console: Console) -> None:

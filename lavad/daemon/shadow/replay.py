@@ -56,7 +56,6 @@ def shadow_replay(
     *,
     end_time: float | None = None,
     decisions_out: BinarySink | None = None,
-    dead_letters_out: BinarySink | None = None,
     progress: ProgressCallback | None = None,
     common_pool: bool = True,
 ) -> ShadowResult:
@@ -72,7 +71,6 @@ def shadow_replay(
         config,
         end_time=end_time,
         decisions_out=decisions_out,
-        dead_letters_out=dead_letters_out,
         progress=progress,
         engine=engine,
     )

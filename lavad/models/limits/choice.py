@@ -78,6 +78,7 @@ from typing import Final
 from lavad.models.limits.histogram import INTERVAL_S, Observation
 from lavad.models.limits.vpa import MEMORY_AGGREGATION_S, VPA_HALF_LIFE_S, VpaRecommender
 from lavad.models.limits.window import (
+    HeldLimit,
     LimitRecommender,
     MovingWindowRecommender,
     Resource,
@@ -198,7 +199,7 @@ class AnchorRung:
         """The anchor hears only of its own overruns (VPA's OOM bump is for its limit)."""
 
 
-class ChoiceRecommender:
+class ChoiceRecommender(HeldLimit):
     """Follows, per job, the candidate with least slack at no more overruns than the anchor."""
 
     def __init__(
@@ -252,10 +253,6 @@ class ChoiceRecommender:
         # limit in force; and the last window's peak.
         self.spread = 0.0
         self._last_peak: float | None = None
-
-    @property
-    def limit(self) -> float | None:
-        return self._limit
 
     @property
     def chosen(self) -> str | None:

@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lavad.models.limits.histogram import BucketScheme, FloatArray, Observation
+from lavad.models.limits.window import HeldLimit
 
 
 def _check_weight(name: str, value: float) -> None:
@@ -127,7 +128,7 @@ class Model:
         return f"d={self.decay:g},M={self.margin:g}"
 
 
-class MlRecommender:
+class MlRecommender(HeldLimit):
     """The ensemble for one job's one resource."""
 
     def __init__(self, config: MlConfig | None = None, scheme: BucketScheme | None = None) -> None:
@@ -222,10 +223,6 @@ class MlRecommender:
         pick = int(tied[np.argmin(limits[tied])])
         self._chosen = pick
         self._limit = float(limits[pick])
-
-    @property
-    def limit(self) -> float | None:
-        return self._limit
 
     def explain(self) -> dict[str, str | float | None]:
         model = self.chosen

@@ -33,6 +33,7 @@ from typing import Final, Literal
 import numpy as np
 
 from lavad.models.limits.histogram import HOUR_S, FloatArray, Observation
+from lavad.models.limits.window import HeldLimit
 
 MIB: Final = 1024.0 * 1024.0
 GIB: Final = 1024.0 * MIB
@@ -266,7 +267,7 @@ def oom_bump(request: float, min_bump: float, ratio: float) -> float:
     return max(request + min_bump, request * ratio)
 
 
-class VpaRecommender:
+class VpaRecommender(HeldLimit):
     """VPA's target for one job's one resource."""
 
     def __init__(self, resource: Literal["cpu", "memory"], config: VpaConfig | None = None):
@@ -323,10 +324,6 @@ class VpaRecommender:
         bumped = oom_bump(limit * self.unit, cfg.oom_min_bump_bytes, cfg.oom_bump_ratio)
         self._add_memory_peak(bumped, time)
         self._update()
-
-    @property
-    def limit(self) -> float | None:
-        return self._limit
 
     def explain(self) -> dict[str, str | float | None]:
         return {

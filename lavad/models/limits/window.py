@@ -76,6 +76,16 @@ class LimitRecommender(Protocol):
         """The window ending at ``time`` ran over ``limit`` (an OOM, for memory)."""
 
 
+class HeldLimit:
+    """A recommender that keeps the limit it chose in ``_limit``: callers read it, never set it."""
+
+    _limit: float | None
+
+    @property
+    def limit(self) -> float | None:
+        return self._limit
+
+
 def default_statistic(
     resource: Resource,
     job_class: JobClass = "serving",
@@ -130,7 +140,7 @@ class WindowConfig:
         return cls(default_statistic(resource, job_class, oom_tolerance), half)
 
 
-class MovingWindowRecommender:
+class MovingWindowRecommender(HeldLimit):
     """One statistic over the decayed signal, plus margin and one-hour hold."""
 
     def __init__(self, config: WindowConfig, scheme: BucketScheme | None = None) -> None:
@@ -188,10 +198,6 @@ class MovingWindowRecommender:
         while len(self._held) > 1 and self._held[0][0] <= obs.end - self.config.hold_s:
             self._held.popleft()
         self._limit = max(v for _, v in self._held)
-
-    @property
-    def limit(self) -> float | None:
-        return self._limit
 
     def explain(self) -> dict[str, str | float | None]:
         return {
