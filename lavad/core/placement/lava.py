@@ -38,8 +38,9 @@ Learned LAVA trails learned LAS on Azure V1 while their oracles are level
 (docs/results/lifetimes.md): its classes amplify a lifetime prediction's
 errors, which LAS's quantile costs average out. A longer deadline or an
 earlier recycling did not win on both seeds measured, so the paper's 1.1x
-and 90% stay. Open: the class of a host is that of its first VM's E[T],
-which a heavy-tailed distribution inflates; untested.
+and 90% stay. The class comes from E[T], which a heavy tail inflates; the
+median instead (``estimate = "median"``) lost in every cell it was tried
+on (docs/results/placement-matrix.md).
 """
 
 from __future__ import annotations
