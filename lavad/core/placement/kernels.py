@@ -357,7 +357,9 @@ def _exact_until(thresholds: FloatArray, below: int, exit_j: float) -> float:
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _present_weights(weights: FloatArray, present: np.ndarray) -> tuple[float, float, float, float]:
-    """Best Fit's four weights, 0 for a resource no host of the pool has."""
+    """Best Fit's four weights, 0 for a resource no host of the pool has: as four
+    scalars for the loops unrolled over the resources (``strand_kernels.present_weights``
+    gives the same as an array, for loops over them)."""
     return (
         weights[0] if present[0] else 0.0, weights[1] if present[1] else 0.0,
         weights[2] if present[2] else 0.0, weights[3] if present[3] else 0.0,
