@@ -130,7 +130,7 @@ def test_a_reused_exact_cost_is_the_cost_a_search_gives_as_time_crosses_threshol
         above = len(thresholds) - np.searchsorted(thresholds, remaining, side="left")
         expected = np.where(np.isnan(remaining), len(thresholds), above).sum(axis=1)
         for h in range(hosts):
-            kept = bool(_kept_floor(h, floors))
+            kept = bool(_kept_floor(h, *floors[1:6]))
             reused += kept and now <= until[h]
             got = _costed(h, las, float(now), float(now), floors, np.inf, kept)
             assert got == expected[h], (h, now)

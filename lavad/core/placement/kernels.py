@@ -394,10 +394,12 @@ def _scan_inputs(
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _kept_floor(h: int, floors: Floors) -> bool:
-    """Whether host ``h``'s floor was costed in this epoch on its current quantiles."""
-    _, floor_epoch, floor_stamp, stamp, epoch, use_floor, _ = floors
-    return use_floor and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
+def _kept_floor(
+    h: int, floor_epoch: IntArray, floor_stamp: IntArray, stamp: IntArray, epoch: int, use: bool
+) -> bool:
+    """Whether host ``h``'s floor was costed in this epoch on its current quantiles
+    (``Floors``' members: the scans unpack them once, before their pass)."""
+    return use and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -460,7 +462,8 @@ def _probe_bound(
     ):
         return np.inf, np.inf
     bound_p = preference[probe] if use_preference else 0.0
-    kept = _kept_floor(probe, floors)
+    _, floor_epoch, floor_stamp, stamp, epoch, use_floor, _ = floors
+    kept = _kept_floor(probe, floor_epoch, floor_stamp, stamp, epoch, use_floor)
     cost = _costed(probe, las, now, now + request[7], floors, np.inf, kept)
     counts, demand, zero, used, total, strand = counted
     if counts and cost < np.inf:
@@ -537,7 +540,10 @@ def _floored_lifetime_scan(
     n, d0, d1, d2, d3, tolerance, now, lifetime = request
     preference, use_preference = preferred
     host_exit = las[0]
-    floor = floors[0]
+    # Unpacked once: an array taken from a tuple inside the pass costs its
+    # reference count each time, a third of the scan's time when most hosts
+    # reuse their floors.
+    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor, exact_until = floors
     quantiles_exit, counted = _scan_inputs(request, present, las, refresh, tracker, strand)
     counts_strands, demand, zero, used, total, _ = counted
     # LAS's best level in pass 0 (its hosts in index order), when strands count.
@@ -613,14 +619,18 @@ def _floored_lifetime_scan(
                 cap = best_c
             if p == bound_p and bound_c < cap:
                 cap = bound_c
-            kept = _kept_floor(h, floors)
+            kept = _kept_floor(h, floor_epoch, floor_stamp, stamp, epoch, use_floor)
             if kept and floor[h] > cap:
                 continue
-            # A host costed before in this epoch and still in the running is
-            # costed in full: its exact cost is the floor that lets the next
-            # scans of the epoch skip it. Pass 1's caps are above pass 0's,
-            # so there a bound above the cap is a floor as good.
-            c = _costed(h, las, now, start, floors, np.inf if kept and not counting else cap, kept)
+            if kept and now <= exact_until[h]:
+                c = float(floor[h])  # ``_costed``'s reuse, without its unpacking
+            else:
+                # A host costed before in this epoch and still in the running
+                # is costed in full: its exact cost is the floor that lets the
+                # next scans of the epoch skip it. Pass 1's caps are above
+                # pass 0's, so there a bound above the cap is a floor as good.
+                full = kept and not counting
+                c = _costed(h, las, now, start, floors, np.inf if full else cap, kept)
             if c > cap:
                 continue
             if counting:

@@ -83,6 +83,8 @@ def _tolerant_scan(
     n, d0, d1, d2, d3, fit_tolerance, now, lifetime, cost_tolerance = request
     preference, use_preference = preferred
     host_exit = las[0]
+    # Unpacked once, as in the exact scan (its reference counts).
+    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor, exact_until = floors
     quantiles_exit, counted = _scan_inputs(request, present, las, refresh, tracker, strand)
     counts_strands, demand, zero, used, total, _ = counted
     start = now + lifetime
@@ -116,12 +118,15 @@ def _tolerant_scan(
         cap = least + cost_tolerance
         if p == bound_p and bound_c + cost_tolerance < cap:
             cap = bound_c + cost_tolerance
-        kept = _kept_floor(h, floors)
-        if kept and floors[0][h] > cap:
+        kept = _kept_floor(h, floor_epoch, floor_stamp, stamp, epoch, use_floor)
+        if kept and floor[h] > cap:
             continue
-        # As in the exact scan: a host kept from an earlier scan of the
-        # epoch is costed in full, so its floor becomes its exact cost.
-        c = _costed(h, las, now, start, floors, np.inf if kept else cap, kept)
+        if kept and now <= exact_until[h]:
+            c = float(floor[h])  # ``_costed``'s reuse, without its unpacking
+        else:
+            # As in the exact scan: a host kept from an earlier scan of the
+            # epoch is costed in full, so its floor becomes its exact cost.
+            c = _costed(h, las, now, start, floors, np.inf if kept else cap, kept)
         if c > cap:
             continue
         if counts_strands:
