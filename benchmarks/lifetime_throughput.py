@@ -15,6 +15,10 @@ ratio of two best rounds can pair a quiet Best Fit with a loaded LAS. So each
 round's CPU ratio, taken against the Best Fit replayed just before it, is
 printed too: their median and range say whether the goal holds, not only
 whether it held once.
+
+Each replay runs under the collector schedule ``lavad replay`` sets
+(``heap.tune_collector``, then ``heap.settle`` before each policy), so the
+figures are the command's, whether this runs alone or inside ``make bench``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lavad.core.placement.registry import validate_policy_args
+from lavad.daemon import heap
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
@@ -40,6 +45,7 @@ ROUNDS = 3
 
 def lifetime_throughput(path: Path, rounds: int = ROUNDS) -> None:
     settings = load_settings(ROOT / "config" / "lavad.toml")
+    heap.tune_collector()
     wall: dict[str, float] = {}
     cpu: dict[str, float] = {}
     # Per policy, each round's CPU time over that round's Best Fit's.
@@ -49,6 +55,7 @@ def lifetime_throughput(path: Path, rounds: int = ROUNDS) -> None:
         round_cpu: dict[str, float] = {}
         for name in POLICIES:
             trace = open_trace(path, seed=0)
+            heap.settle()
             began = time.process_time()
             if name == PAPER_LAS:
                 config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)

@@ -136,6 +136,11 @@ def replay_command(
                     true_exits = exit_times(open_trace(path, seed=settings.seed).events())
                 end = fresh.end_time if fresh.end_time is not None else float("inf")
                 events = with_true_lifetimes(events, true_exits, end)
+            # As the live shell after a restore: the previous policy's state
+            # collected, and what lives on (modules, compiled code, the
+            # trace's tables) out of the collector's view, so the collections
+            # during the replay scan only the state it builds.
+            heap.settle()
             result = replay(
                 events,
                 engine_config,
