@@ -59,10 +59,23 @@ class FloorSets:
     def for_scan(self, thresholds: FloatArray, now: float, n_hosts: int) -> tuple[int, int]:
         """The set a scan with ``thresholds`` at ``now`` over ``n_hosts`` hosts uses, and
         its epoch: the array's own set while time has not gone back, else a new epoch."""
+        found = self.current
+        if (
+            self.thresholds[found] is thresholds
+            and now >= self.last_now[found]
+            and self.floors.shape[2] >= n_hosts
+            and len(self.by_id) <= 2 * len(self.thresholds)
+        ):
+            # Most scans: the last scan's array, time gone on. Its ``by_id``
+            # entry was written when it became current (and a cache a
+            # restore left oversized is rebuilt below).
+            self.uses += 1
+            self.last_now[found] = now
+            self.last_used[found] = self.uses
+            return found, self.epochs[found]
         if self.floors.shape[2] < n_hosts:
             self._grow(n_hosts)
         self.uses += 1
-        found = self.current
         if self.thresholds[found] is not thresholds:
             found = self.by_id.get(id(thresholds), -1)
             if found < 0 or self.thresholds[found] is not thresholds:

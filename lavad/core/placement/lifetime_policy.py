@@ -103,13 +103,20 @@ class LifetimePolicy(Policy):
             or (request.max_per_host is not None and request.deployment)
         ):
             return super().place(cluster, request)
-        _, key, scratch = self._buffers(n)
         guard = self.guard
         preference = guard.below if guard is not None else self.preference
         if guard is not None:
             guard.observe(request)
-        if preference is not None:
-            preference.score(cluster, request, key, scratch)
+        if preference is not None or guard is not None:
+            _, key, scratch = self._buffers(n)
+            if preference is not None:
+                preference.score(cluster, request, key, scratch)
+        else:
+            # The scan reads no preference, and no host past ``n`` in the
+            # buffers: whole, they save the three slices of ``_buffers``.
+            if len(self._ties) < n:
+                self._buffers(n)
+            key = self._key
         tracker = self.las.tracker
         tracker.refresh(cluster, request.now)
         prediction = tracker.prediction_for(request)
