@@ -19,6 +19,11 @@ import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, FloatArray
 
+# The pool's arrays the waste kernels read, passed together: the free
+# capacity, its inverse capacity, which hosts are unschedulable, and which
+# resources some host has (``ClusterState``'s arrays).
+WastePool = tuple[FloatArray, FloatArray, np.ndarray, np.ndarray]
+
 # How the waste of a free vector is measured, the four always passed together:
 # the resources' weights, the request mix's mean shape and minimal shapes
 # (``waste.RequestMix``), and the fit tolerance.

@@ -54,17 +54,19 @@ from lavad.core.placement.lifetime import (
     LifetimeTracker,
     Prediction,
 )
-from lavad.core.placement.strand_kernels import Stranding, present_weights, strands_count
+from lavad.core.placement.strand_kernels import (
+    Stranding,
+    WastePool,
+    present_weights,
+    strands_count,
+)
 from lavad.core.placement.waste import RequestMix, waste_costs
 from lavad.models.lifetime.grouped import MAX_CACHED_KEYS
 
 
 @numba.njit(cache=True, nogil=True)
 def stranding_costs(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: np.ndarray,
-    present: np.ndarray,
+    pool: WastePool,
     n_hosts: int,
     demand: FloatArray,
     strand: Stranding,
@@ -73,6 +75,7 @@ def stranding_costs(
     scratch: FloatArray,
 ) -> None:
     """Raise ``las[h]`` (each fitting host's LAS count) to its count with stranded host time."""
+    free, inv_capacity, unschedulable, present = pool
     used = present_weights(strand[0], present)
     total = used.sum()
     if total <= 0.0:
@@ -92,10 +95,8 @@ def warm_up_stranding() -> None:
         np.ones(N_RESOURCES), np.ones(N_RESOURCES), np.zeros((1, N_RESOURCES)), np.ones(1),
         np.ones((1, 1)), LAS_BUCKETS_S, 1.0,
     )  # fmt: skip
-    stranding_costs(
-        free, free, np.zeros(1, dtype=np.bool_), present, 1, np.zeros(N_RESOURCES), strand,
-        np.zeros(1), 0.0, np.zeros(1),
-    )  # fmt: skip
+    pool = (free, free, np.zeros(1, dtype=np.bool_), present)
+    stranding_costs(pool, 1, np.zeros(N_RESOURCES), strand, np.zeros(1), 0.0, np.zeros(1))
 
 
 class LasStrandingCost(LasTemporalCost):
@@ -202,15 +203,5 @@ class LasStrandingCost(LasTemporalCost):
             self._scratch = np.zeros(max(n, 2 * len(self._scratch), 64))
         demand = self._demand
         demand[:] = request.demand
-        stranding_costs(
-            cluster.free,
-            cluster.inv_capacity,
-            cluster.unschedulable,
-            cluster.resource_present,
-            n,
-            demand,
-            strand,
-            out,
-            request.now,
-            self._scratch,
-        )
+        pool = (cluster.free, cluster.inv_capacity, cluster.unschedulable, cluster.resource_present)
+        stranding_costs(pool, n, demand, strand, out, request.now, self._scratch)

@@ -46,7 +46,12 @@ import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
 from lavad.core.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
-from lavad.core.placement.strand_kernels import WasteMeasure, added_waste, present_weights
+from lavad.core.placement.strand_kernels import (
+    WasteMeasure,
+    WastePool,
+    added_waste,
+    present_weights,
+)
 
 Shape = tuple[float, float, float, float]
 
@@ -215,10 +220,7 @@ def guard_levels(out: FloatArray, n_hosts: int, best: float, step: float) -> Non
 
 @numba.njit(cache=True, nogil=True)
 def guard_keys(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: np.ndarray,
-    present: np.ndarray,
+    pool: WastePool,
     n_hosts: int,
     demand: FloatArray,
     measure: WasteMeasure,
@@ -226,6 +228,7 @@ def guard_keys(
     out: FloatArray,
 ) -> None:
     """``waste_costs`` then ``guard_levels`` in one call (one dispatch per placement)."""
+    free, inv_capacity, unschedulable, present = pool
     weights, mean, minimal, tolerance = measure
     used = present_weights(weights, present)
     best = waste_costs(
@@ -276,7 +279,7 @@ def warm_up_waste() -> None:
         FIT_TOLERANCE,
     )
     guard_keys(
-        free, free, np.zeros(1, dtype=np.bool_), present, 1, demand, measure, 1.0, np.zeros(1)
+        (free, free, np.zeros(1, dtype=np.bool_), present), 1, demand, measure, 1.0, np.zeros(1)
     )
     all_within(free, free, present, np.zeros(1, dtype=np.int64), 1, demand, measure, 1.0)
 
@@ -331,17 +334,9 @@ class WasteGuard(NumpyScorer):
             return
         demand = self._demand
         demand[:] = request.demand
-        guard_keys(
-            cluster.free,
-            cluster.inv_capacity,
-            cluster.unschedulable,
-            cluster.resource_present,
-            n,
-            demand,
-            (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE),
-            self.tolerance,
-            out,
-        )
+        pool = (cluster.free, cluster.inv_capacity, cluster.unschedulable, cluster.resource_present)
+        measure = (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE)
+        guard_keys(pool, n, demand, measure, self.tolerance, out)
 
     def admits(
         self, cluster: ClusterState, request: PlacementRequest, hosts: np.ndarray, count: int
