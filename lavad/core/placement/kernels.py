@@ -541,8 +541,8 @@ def _floored_lifetime_scan(
     preference, use_preference = preferred
     host_exit = las[0]
     # Unpacked once: an array taken from a tuple inside the pass costs its
-    # reference count each time, a third of the scan's time when most hosts
-    # reuse their floors.
+    # reference count each time, read for every host that fits
+    # (docs/results/speed.md).
     floor, floor_epoch, floor_stamp, stamp, epoch, use_floor, exact_until = floors
     quantiles_exit, counted = _scan_inputs(request, present, las, refresh, tracker, strand)
     counts_strands, demand, zero, used, total, _ = counted

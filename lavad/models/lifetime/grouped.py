@@ -44,9 +44,8 @@ MAX_CACHED_KEYS: Final = 100_000
 # memory keeps its own (the lifetime tracker's, of whole predictions, until
 # each refit). With the long bound the model's cache kept every new group's
 # keys alive until it filled, seven objects each that the garbage collector
-# scanned again and again (a new tenant per batch on Azure V1: 58,000 misses
-# in a replay, 8 hits); at this bound the collector's time in a LAS replay
-# of the split went from 0.40-0.54 s to 0.27-0.31 s.
+# scanned again and again, while behind the tracker's memo it almost never
+# hit (docs/results/speed.md).
 MAX_MODEL_KEYS: Final = 4_096
 OVERFLOW_KEY: Final = frozenset({"lavad: groups past max_rows"})
 
