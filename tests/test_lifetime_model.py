@@ -10,7 +10,7 @@ from live_support import AZURE_SLICE
 
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS, lifetime_keys
-from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.grouped import MAX_MODEL_KEYS, GroupedLifeTables
 from lavad.models.lifetime.protocol import RunningVMs
 from lavad.models.lifetime.survival import (
     expected_remaining,
@@ -192,6 +192,22 @@ def test_a_stream_of_new_group_names_grows_no_table_past_its_bound() -> None:
     late = tables.rows_for(("tenant-new", ("shape", -1), ("hour", 3), (3,), ()))
     assert tables.groups <= 20 + LEVELS
     assert tables.deaths[late[0]].sum() > 0  # the overflow group pooled earlier exits
+
+
+def test_a_keys_rows_outlive_the_models_short_cache_of_keys() -> None:
+    """The model's cache of key tuples starts afresh every ``MAX_MODEL_KEYS`` new
+    tuples; a tuple met before and after that gets the rows it got first (rows are
+    the groups' own, the cache only saves the lookups), and the cache stays bounded."""
+    tables = GroupedLifeTables(BINS, min_observations=1)
+    first = ("tenant-0", ("s",), ("h",), (1,), ())
+    rows = tables.rows_for(first)
+    for i in range(1, MAX_MODEL_KEYS + 10):
+        tables.rows_for((f"tenant-{i}", ("s",), ("h",), (1,), ()))
+        assert len(tables._by_keys) <= MAX_MODEL_KEYS
+    assert first not in tables._by_keys  # cleared since: the rows come from the groups
+    assert tables.rows_for(first) == rows
+    # Each new tenant has its own row; the levels above it are shared.
+    assert tables.groups == MAX_MODEL_KEYS + 10 + 4
 
 
 def test_rows_a_table_grows_are_uniform_tables_with_their_own_sums() -> None:
