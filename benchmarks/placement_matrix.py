@@ -42,6 +42,7 @@ import orjson
 from benchmarks.lifetime_ablation import CONFIG, parse_variant
 from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
+from lavad.daemon import heap
 from lavad.daemon.replay import on_common_pool, replay
 from lavad.daemon.settings import HostSettings, load_settings
 from lavad.evaluation import hindsight
@@ -154,6 +155,9 @@ def _run_fleet(
         engine = Engine(config)
         if in_hindsight:
             hindsight.install(engine, fitted[plain])
+        # Each replay from a settled heap, under the collector schedule
+        # ``lavad replay`` sets (``tune_collector`` in ``run_unit``).
+        heap.settle()
         result = replay(events, config, end_time=opened.end_time, engine=engine)
         if spec + hindsight.SUFFIX in policies:
             # Kept only for a hindsight variant of it: a model holds a window's tables.
@@ -181,6 +185,7 @@ def run_unit(
     window_name: str, shape: str, seed: int, fleets: list[str], policies: list[str], scratch: str
 ) -> list[dict[str, Any]]:
     """Every fleet of one (window, shape, seed): the grown pool first, for Best Fit's peak."""
+    heap.tune_collector()  # in the worker process, which runs the replays
     window = WINDOWS[window_name]
     trace = trace_path(window_name, Path(scratch))
     cells = []
