@@ -60,22 +60,27 @@ class FloorSets:
         """The set a scan with ``thresholds`` at ``now`` over ``n_hosts`` hosts uses, and
         its epoch: the array's own set while time has not gone back, else a new epoch."""
         found = self.current
-        if (
+        if not (
             self.thresholds[found] is thresholds
             and now >= self.last_now[found]
             and self.floors.shape[2] >= n_hosts
             and len(self.by_id) <= 2 * len(self.thresholds)
         ):
-            # Most scans: the last scan's array, time gone on. Its ``by_id``
-            # entry was written when it became current (and a cache a
-            # restore left oversized is rebuilt below).
-            self.uses += 1
-            self.last_now[found] = now
-            self.last_used[found] = self.uses
-            return found, self.epochs[found]
+            # Most scans skip this: the last scan's array, time gone on (its
+            # ``by_id`` entry was written when it became current).
+            found = self._settle(thresholds, now, n_hosts)
+        self.uses += 1
+        self.last_now[found] = now
+        self.last_used[found] = self.uses
+        self.current = found
+        return found, self.epochs[found]
+
+    def _settle(self, thresholds: FloatArray, now: float, n_hosts: int) -> int:
+        """``thresholds``' set, found or taken (the least recently used), its epoch
+        moved on unless time went on since its last scan; the cache kept bounded."""
         if self.floors.shape[2] < n_hosts:
             self._grow(n_hosts)
-        self.uses += 1
+        found = self.current
         if self.thresholds[found] is not thresholds:
             found = self.by_id.get(id(thresholds), -1)
             if found < 0 or self.thresholds[found] is not thresholds:
@@ -96,10 +101,7 @@ class FloorSets:
             # Entries a restored snapshot brought (ids of another process) are
             # never popped: rebuilt from the sets, the cache stays bounded.
             self.by_id = {id(t): i for i, t in enumerate(self.thresholds) if t is not None}
-        self.last_now[found] = now
-        self.last_used[found] = self.uses
-        self.current = found
-        return found, self.epochs[found]
+        return found
 
     def _grow(self, n_hosts: int) -> None:
         size = max(n_hosts, 2 * self.floors.shape[2], 64)

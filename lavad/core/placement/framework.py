@@ -331,13 +331,17 @@ class Policy:
             only.kernel if compiled and only is not None and filters == DEFAULT_FILTERS else None
         )
 
-    def _buffers(self, n: int) -> tuple[BoolArray, FloatArray, FloatArray]:
+    def _grow_buffers(self, n: int) -> None:
+        """The per-host buffers (and ``_ties``) with room for ``n`` hosts."""
         if len(self._key) < n:
             size = max(n, 2 * len(self._key), 64)
             self._blocked = np.zeros(size, dtype=np.bool_)
             self._key = np.zeros(size)
             self._scratch = np.zeros(size)
             self._ties = np.zeros(size, dtype=np.int64)
+
+    def _buffers(self, n: int) -> tuple[BoolArray, FloatArray, FloatArray]:
+        self._grow_buffers(n)
         return self._blocked[:n], self._key[:n], self._scratch[:n]
 
     def place(self, cluster: ClusterState, request: PlacementRequest) -> PlacementResult:
@@ -345,8 +349,7 @@ class Policy:
         if n == 0:
             return Unfit("the pool has no hosts", retryable=True)
         if self._kernel is not None and (request.max_per_host is None or not request.deployment):
-            if len(self._ties) < n:
-                self._buffers(n)
+            self._grow_buffers(n)
             return self._place_compiled(cluster, request, self._kernel)
         blocked, key, scratch = self._buffers(n)
         blocked.fill(False)

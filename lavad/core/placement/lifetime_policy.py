@@ -114,8 +114,7 @@ class LifetimePolicy(Policy):
         else:
             # The scan reads no preference, and no host past ``n`` in the
             # buffers: whole, they save the three slices of ``_buffers``.
-            if len(self._ties) < n:
-                self._buffers(n)
+            self._grow_buffers(n)
             key = self._key
         tracker = self.las.tracker
         tracker.refresh(cluster, request.now)
