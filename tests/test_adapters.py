@@ -32,6 +32,7 @@ from lavad.streams.adapters import (
     detect_format,
     open_trace,
 )
+from lavad.streams.adapters.base import pick_listed
 from lavad.streams.codec import BadRecord
 from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import (
@@ -270,6 +271,33 @@ def _copy_slice(tmp_path: Path, split: str = "devhead", lines: int | None = None
         (target / "v1.devhead.txt").rename(target / f"v1.{split}.txt")
         (target / "v1.devhead.c2100000.txt").rename(target / f"v1.{split}.c2100000.txt")
     return target
+
+
+@pytest.mark.parametrize(
+    ("listed", "name", "default", "picked"),
+    [
+        # A name picks its file, whatever else is listed or defaulted.
+        ({"a": "a.csv", "b": "b.csv"}, "b", "a", ("b", "b.csv")),
+        # No name: the default when listed...
+        ({"a": "a.csv", "default": "d.csv"}, None, "default", ("default", "d.csv")),
+        # ...else the only file...
+        ({"a": "a.csv"}, None, "default", ("a", "a.csv")),
+        # ...else no choice: the adapter says how to make one.
+        ({"a": "a.csv", "b": "b.csv"}, None, "default", None),
+        ({}, None, None, None),
+    ],
+)
+def test_pick_listed(
+    listed: dict[str, str], name: str | None, default: str | None, picked: tuple[str, str] | None
+) -> None:
+    files = {key: Path(value) for key, value in listed.items()}
+    expected = None if picked is None else (picked[0], Path(picked[1]))
+    assert pick_listed(Path("trace"), files, name, what="list", default=default) == expected
+
+
+def test_pick_listed_unknown_name() -> None:
+    with pytest.raises(TraceOptionError, match=r"no list 'c' here; found \['a', 'b'\]"):
+        pick_listed(Path("trace"), {"a": Path("a"), "b": Path("b")}, "c", what="list")
 
 
 def test_azure_split_detection(tmp_path: Path) -> None:

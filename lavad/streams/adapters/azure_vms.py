@@ -56,6 +56,7 @@ from lavad.streams.adapters.base import (
     TraceItem,
     TraceOptionError,
     bad_record,
+    pick_listed,
 )
 from lavad.streams.codec import BadRecord
 from lavad.streams.fastbuild import fast_constructor
@@ -226,15 +227,9 @@ class AzureV1Vms(Trace):
         """The split and its arrival file, from a directory or one of the split's files."""
         if path.is_dir():
             splits = find_splits(path)
-            if split is not None:
-                if split not in splits:
-                    raise TraceOptionError(
-                        path, f"no split {split!r} here; splits found: {sorted(splits) or 'none'}"
-                    )
-                return split, splits[split]
-            if len(splits) == 1:
-                ((name, arrivals),) = splits.items()
-                return name, arrivals
+            picked = pick_listed(path, splits, split, what="split")
+            if picked is not None:
+                return picked
             if not splits:
                 raise TraceFormatError(path, "no arrival file v1.<split>.txt in this directory")
             example = path / f"v1.{sorted(splits)[0]}.txt"

@@ -111,6 +111,34 @@ class Trace(ABC):
         )
 
 
+def pick_listed(
+    path: Path,
+    listed: Mapping[str, Path],
+    name: str | None,
+    *,
+    what: str,
+    default: str | None = None,
+) -> tuple[str, Path] | None:
+    """The file a trace folder lists under ``name``, or, without a name, under ``default``
+    or alone; None when the folder lists several and none is chosen (the caller says how
+    to choose one).
+
+    Raises ``TraceOptionError`` for a ``name`` the folder does not list.
+    """
+    if name is not None:
+        if name not in listed:
+            raise TraceOptionError(
+                path, f"no {what} {name!r} here; found {sorted(listed) or 'none'}"
+            )
+        return name, listed[name]
+    if default is not None and default in listed:
+        return default, listed[default]
+    if len(listed) == 1:
+        ((only, file),) = listed.items()
+        return only, file
+    return None
+
+
 def bad_record(source: Path | str, lineno: int, raw: bytes | str, reason: str) -> BadRecord:
     """A BadRecord for line ``lineno`` of ``source``: the line's bytes without its end."""
     data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw

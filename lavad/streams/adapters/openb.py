@@ -41,6 +41,7 @@ from lavad.streams.adapters.base import (
     bad_record,
     number,
     optional_time,
+    pick_listed,
     rows_by_time,
     unique_id,
     with_later,
@@ -96,22 +97,14 @@ class AlibabaOpenb(Trace):
         directory = path if path.is_dir() else path.parent
         if path.is_dir():
             lists = find_pod_lists(path)
-            if pods is not None:
-                if pods not in lists:
-                    raise TraceOptionError(
-                        path, f"no pod list {pods!r}; found {sorted(lists) or 'none'}"
-                    )
-                self.pods_file = lists[pods]
-            elif DEFAULT_PODS in lists:
-                self.pods_file = lists[DEFAULT_PODS]
-            elif len(lists) == 1:
-                self.pods_file = next(iter(lists.values()))
-            else:
+            picked = pick_listed(path, lists, pods, what="pod list", default=DEFAULT_PODS)
+            if picked is None:
                 raise TraceFormatError(
                     path,
                     f"pod lists {sorted(lists) or 'none'} and no 'default'; "
                     "pass a pod list file or pods=<name>",
                 )
+            self.pods_file = picked[1]
         else:
             if pods is not None:
                 raise TraceOptionError(
