@@ -41,8 +41,9 @@ earlier recycling did not win on both seeds measured, so the paper's 1.1x
 and 90% stay. The class comes from E[T], which a heavy tail inflates; the
 median instead (``estimate = "median"``) lost in every cell it was tried
 on (docs/results/placement-matrix.md). Recycling is most of LAVA's gain on
-Azure and most of its loss on DLRM, where one class holds nearly every VM
-(the same page): no threshold suits both, so the paper's 90% stays.
+Azure and most of its loss on DLRM, where nearly every VM is of a class
+with almost none above it (the same page): no threshold suits both, so the
+paper's 90% stays.
 """
 
 from __future__ import annotations
