@@ -32,6 +32,7 @@ from lavad.core.placement.lifetime import (
 )
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.survival import (
+    Tables,
     midpoint_levels,
     remaining_quantiles,
     remaining_quantiles_into,
@@ -118,19 +119,23 @@ def test_tracker_takes_the_quantiles_of_the_host_longest_lived_vm() -> None:
     got = tracker.host_exit_quantiles(2)
     long_slot = tracker._slot["long"]
     model = tracker.model
-    expected = now + remaining_quantiles(
-        model.bins, model.mass, model.m0, model.m1,
-        np.array([tracker.slots.row[long_slot]]), np.zeros(1), midpoint_levels(2),
-    )[0]  # fmt: skip
+    expected = (
+        now
+        + remaining_quantiles(
+            model, np.array([tracker.slots.row[long_slot]]), np.zeros(1), midpoint_levels(2)
+        )[0]
+    )
     np.testing.assert_array_equal(got[0], expected)
     assert (got[1] == -np.inf).all()
     # The long VM leaves: the host's quantiles become the short VM's.
     tracker.on_released(cluster, cluster.release("long"), now + 60.0, exited=True)
     short_slot = tracker._slot["short"]
-    expected_short = now + remaining_quantiles(
-        model.bins, model.mass, model.m0, model.m1,
-        np.array([tracker.slots.row[short_slot]]), np.zeros(1), midpoint_levels(2),
-    )[0]  # fmt: skip
+    expected_short = (
+        now
+        + remaining_quantiles(
+            model, np.array([tracker.slots.row[short_slot]]), np.zeros(1), midpoint_levels(2)
+        )[0]
+    )
     np.testing.assert_array_equal(tracker.host_exit_quantiles(2)[0], expected_short)
     assert expected_short[1] < expected[1]
 
@@ -153,7 +158,7 @@ def test_compiled_remaining_quantiles_are_numpys_numbers() -> None:
     for row in range(len(mass)):
         for uptime in uptimes:
             expected = remaining_quantiles(
-                bins, mass, m0, m1, np.array([row]), np.array([uptime]), levels
+                Tables(bins, mass, m0, m1), np.array([row]), np.array([uptime]), levels
             )
             got = np.zeros((2, len(levels)))
             remaining_quantiles_into(

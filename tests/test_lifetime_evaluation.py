@@ -20,7 +20,7 @@ from lavad.evaluation.lifetime import (
     log_score,
 )
 from lavad.models.lifetime.bins import LifetimeBins
-from lavad.models.lifetime.survival import expected_remaining, life_table, suffix_sums
+from lavad.models.lifetime.survival import Tables, expected_remaining, life_table, suffix_sums
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import VmExit, VmRequest
 
@@ -67,8 +67,8 @@ def test_pareto_tail_keeps_the_mass_and_shortens_the_unknown_tail() -> None:
     assert tailed[0, -1] < plain[0, -1]
     rows = np.array([0])
     u = np.array([bins.edges[13]])
-    remaining_plain = expected_remaining(bins, plain, *suffix_sums(plain, bins), rows, u)
-    remaining_tailed = expected_remaining(bins, tailed, *suffix_sums(tailed, bins), rows, u)
+    remaining_plain = expected_remaining(Tables(bins, plain, *suffix_sums(plain, bins)), rows, u)
+    remaining_tailed = expected_remaining(Tables(bins, tailed, *suffix_sums(tailed, bins)), rows, u)
     assert remaining_tailed[0] < remaining_plain[0]
     # Still a heavy tail: it expects at least as long again as it has run.
     assert remaining_tailed[0] >= u[0]

@@ -13,6 +13,7 @@ from lavad.models.lifetime.features import LEVELS, lifetime_keys
 from lavad.models.lifetime.grouped import MAX_MODEL_KEYS, GroupedLifeTables
 from lavad.models.lifetime.protocol import RunningVMs
 from lavad.models.lifetime.survival import (
+    Tables,
     expected_remaining,
     fill_suffix_sums,
     life_table,
@@ -48,14 +49,14 @@ def test_expected_remaining_matches_a_direct_computation() -> None:
     mass = life_table(deaths, np.zeros(BINS.count))
     m0, m1 = suffix_sums(mass, BINS)
     # At uptime 0, E[T] is the mean of the binned distribution.
-    got = expected_remaining(BINS, mass, m0, m1, np.array([0]), np.array([0.0]))[0]
+    got = expected_remaining(Tables(BINS, mass, m0, m1), np.array([0]), np.array([0.0]))[0]
     assert got == pytest.approx(float((mass[0] * BINS.representative).sum()))
     # At an uptime on a bin edge, E[T | T > u] is the mean of the bins beyond.
     edge = 10
     u = BINS.edges[edge]
     beyond = mass[0, edge:]
     direct = float((beyond * BINS.representative[edge:]).sum() / beyond.sum()) - u
-    got = expected_remaining(BINS, mass, m0, m1, np.array([0]), np.array([u]))[0]
+    got = expected_remaining(Tables(BINS, mass, m0, m1), np.array([0]), np.array([u]))[0]
     assert got == pytest.approx(direct)
 
 
@@ -102,7 +103,7 @@ def test_remaining_lifetime_grows_with_uptime_on_real_lifetimes() -> None:
     mass = life_table(deaths, censored)
     m0, m1 = suffix_sums(mass, BINS)
     uptimes = np.array([3_600.0, 6 * 3_600.0, 86_400.0, 3 * 86_400.0])
-    remaining = expected_remaining(BINS, mass, m0, m1, np.zeros(4, dtype=np.int64), uptimes)
+    remaining = expected_remaining(Tables(BINS, mass, m0, m1), np.zeros(4, dtype=np.int64), uptimes)
     assert np.all(np.diff(remaining) > 0), remaining
 
 
@@ -121,11 +122,11 @@ def test_censored_long_lived_vms_never_shorten_the_prediction() -> None:
     aware.refit(RunningVMs(running, np.full(50, 3 * 86_400.0)))
     row = np.array([rows_plain[0]])
     zero = np.zeros(1)
-    e_plain = expected_remaining(BINS, plain.mass, plain.m0, plain.m1, row, zero)[0]
-    e_aware = expected_remaining(BINS, aware.mass, aware.m0, aware.m1, row, zero)[0]
+    e_plain = expected_remaining(plain, row, zero)[0]
+    e_aware = expected_remaining(aware, row, zero)[0]
     assert e_aware > e_plain
-    p_plain = survival_beyond(BINS, plain.mass, plain.m0, plain.m1, row, 86_400.0, zero)[0]
-    p_aware = survival_beyond(BINS, aware.mass, aware.m0, aware.m1, row, 86_400.0, zero)[0]
+    p_plain = survival_beyond(plain, row, 86_400.0, zero)[0]
+    p_aware = survival_beyond(aware, row, 86_400.0, zero)[0]
     assert p_aware > p_plain
 
 
@@ -155,7 +156,7 @@ def test_repredictions_are_finite_and_non_negative_over_many_vms() -> None:
     m0, m1 = suffix_sums(mass, BINS)
     rows = np.array(list(itertools.islice(itertools.cycle([0, 1, 2]), 1_000)))
     uptimes = np.linspace(0.0, 40 * 86_400.0, 1_000)  # past the horizon too
-    remaining = expected_remaining(BINS, mass, m0, m1, rows, uptimes)
+    remaining = expected_remaining(Tables(BINS, mass, m0, m1), rows, uptimes)
     assert np.all(np.isfinite(remaining))
     assert np.all(remaining >= 0.0)
 
@@ -166,11 +167,11 @@ def test_median_remaining_against_numpy_on_real_lifetimes(uptime: float) -> None
     lifetimes, _ = _azure_lifetimes()
     deaths = np.bincount(BINS.index(lifetimes), minlength=BINS.count).astype(float)
     mass = life_table(deaths, np.zeros(BINS.count))
-    m0, m1 = suffix_sums(mass, BINS)
+    tables = Tables(BINS, mass, *suffix_sums(mass, BINS))
     rows, u = np.array([0]), np.array([uptime])
-    got = median_remaining(BINS, mass, m0, m1, rows, u)[0]
+    got = median_remaining(tables, rows, u)[0]
     # Consistent with the distribution: half the mass ahead of u lies beyond u + median.
-    assert survival_beyond(BINS, mass, m0, m1, rows, uptime + got, u)[0] == pytest.approx(0.5)
+    assert survival_beyond(tables, rows, uptime + got, u)[0] == pytest.approx(0.5)
     # And within one bin of the exact median (these bins are log-spaced by 1.37x).
     direct = float(np.median(lifetimes[lifetimes > uptime]))
     ratio = (uptime + got) / direct

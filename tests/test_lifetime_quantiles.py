@@ -18,6 +18,7 @@ from lavad.core.placement.lifetime import (
 from lavad.core.placement.registry import PolicyConfigError, validate_policy_args
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.survival import (
+    Tables,
     creation_quantiles,
     life_table,
     median_remaining,
@@ -60,7 +61,7 @@ def test_remaining_quantiles_by_hand(
     table = np.array([mass])
     m0, m1 = suffix_sums(table, BINS)
     got = remaining_quantiles(
-        BINS, table, m0, m1, np.array([0]), np.array([uptime]), np.array(levels)
+        Tables(BINS, table, m0, m1), np.array([0]), np.array([uptime]), np.array(levels)
     )
     np.testing.assert_allclose(got[0], expected)
 
@@ -69,11 +70,11 @@ def test_level_one_half_is_the_median() -> None:
     bins = LifetimeBins.log_spaced()
     rng = np.random.default_rng(3)
     table = rng.dirichlet(np.ones(bins.count), size=5)
-    m0, m1 = suffix_sums(table, bins)
+    tables = Tables(bins, table, *suffix_sums(table, bins))
     rows = np.arange(5)
     uptimes = np.array([0.0, 200.0, 4000.0, 1e5, 3e6])
-    half = remaining_quantiles(bins, table, m0, m1, rows, uptimes, np.array([0.5]))[:, 0]
-    np.testing.assert_allclose(half, median_remaining(bins, table, m0, m1, rows, uptimes))
+    half = remaining_quantiles(tables, rows, uptimes, np.array([0.5]))[:, 0]
+    np.testing.assert_allclose(half, median_remaining(tables, rows, uptimes))
 
 
 def test_midpoint_levels() -> None:
@@ -182,7 +183,6 @@ def test_compiled_creation_quantiles_are_numpys_bit_for_bit() -> None:
     for count in (1, 8, 32):
         levels = midpoint_levels(count)
         for row in range(len(mass)):
-            expected = remaining_quantiles(
-                bins, mass, m0, m1, np.array([row]), np.array([0.0]), levels
-            )[0]
-            assert np.array_equal(creation_quantiles(bins, mass, m0, row, levels), expected)
+            tables = Tables(bins, mass, m0, m1)
+            expected = remaining_quantiles(tables, np.array([row]), np.array([0.0]), levels)[0]
+            assert np.array_equal(creation_quantiles(tables, row, levels), expected)

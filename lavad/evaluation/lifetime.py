@@ -58,6 +58,7 @@ from lavad.models.lifetime.mixture import BAND_EDGES_S, MixtureLifeTables
 from lavad.models.lifetime.protocol import GroupRows, RunningVMs
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
 from lavad.models.lifetime.survival import (
+    Tables,
     expected_remaining,
     suffix_sums,
     survival_at,
@@ -132,6 +133,9 @@ class _Distributions:
     m0: FloatArray
     m1: FloatArray
     rows: dict[tuple[str, str], int]
+
+    def tables(self, bins: LifetimeBins) -> Tables:
+        return Tables(bins, self.mass, self.m0, self.m1)
 
 
 def f1_score(predicted: np.ndarray, truth: np.ndarray) -> float:
@@ -515,9 +519,7 @@ def log_score(
     columns = bins.index(lived[exited])
     p[exited] = predicted.mass[rows[exited], columns]
     running = ~exited
-    p[running] = survival_at(
-        bins, predicted.mass, predicted.m0, predicted.m1, rows[running], lived[running]
-    )
+    p[running] = survival_at(predicted.tables(bins), rows[running], lived[running])
     return float(np.mean(-np.log(np.maximum(p, 1e-12))))
 
 
@@ -532,7 +534,7 @@ def _threshold_report(
 ) -> ThresholdReport:
     """F1 over ``lifetimes`` (the settled exits); calibration over every test VM it can judge."""
     report = ThresholdReport(threshold)
-    mass, m0, m1 = predicted.mass, predicted.m0, predicted.m1
+    tables = predicted.tables(bins)
     keys = list(lifetimes)
     rows = np.array([predicted.rows[k] for k in keys], dtype=np.int64)
     lifetime = np.array([lifetimes[k] for k in keys])
@@ -540,7 +542,7 @@ def _threshold_report(
     report.positives = int(np.count_nonzero(truth))
     for fraction in FRACTIONS:
         uptime = fraction * lifetime
-        p = survival_beyond(bins, mass, m0, m1, rows, threshold, uptime)
+        p = survival_beyond(tables, rows, threshold, uptime)
         guess = p > 0.5
         report.f1[fraction] = f1_score(guess, truth)
         undecided = uptime < threshold
@@ -552,7 +554,7 @@ def _threshold_report(
         c_rows = np.array([predicted.rows[k] for k in judged], dtype=np.int64)
         # Exited VMs: their lifetime; still running at the end: past the threshold.
         c_truth = np.array([all_lifetimes.get(k, float("inf")) > threshold for k in judged])
-        p0 = survival_beyond(bins, mass, m0, m1, c_rows, threshold, np.zeros(len(judged)))
+        p0 = survival_beyond(tables, c_rows, threshold, np.zeros(len(judged)))
         report.calibration, report.expected_calibration_error = calibration(p0, c_truth)
         report.calibration_vms = len(judged)
     return report
@@ -566,9 +568,10 @@ def _reprediction_cost(bins: LifetimeBins, predicted: _Distributions) -> float:
     rng = np.random.default_rng(0)
     batch = rows[rng.integers(len(rows), size=1000)]
     uptimes = rng.uniform(0.0, 30 * 86_400.0, size=1000)
+    tables = predicted.tables(bins)
     best = float("inf")
     for _ in range(5):
         started = time.perf_counter_ns()
-        expected_remaining(bins, predicted.mass, predicted.m0, predicted.m1, batch, uptimes)
+        expected_remaining(tables, batch, uptimes)
         best = min(best, (time.perf_counter_ns() - started) / 1000.0 / len(batch))
     return best

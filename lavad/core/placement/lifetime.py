@@ -385,7 +385,7 @@ class LifetimeTracker(ClusterListener):
         thresholds = None
         if self.settings.scoring == "quantiles":
             # remaining_quantiles at uptime 0, compiled (the same numbers).
-            quantiles = creation_quantiles(model.bins, model.mass, model.m0, chosen, self._levels)
+            quantiles = creation_quantiles(model, chosen, self._levels)
             thresholds = cost_thresholds(quantiles)
         if self.settings.estimate == "median":
             lifetime = float(self.remaining_estimate(np.array([chosen]), np.zeros(1))[0])
@@ -396,15 +396,8 @@ class LifetimeTracker(ClusterListener):
 
     def remaining_quantiles(self, row: int, uptime: float) -> FloatArray:
         """The ``settings.quantiles`` quantiles of one VM's T_r | T_u."""
-        model = self.model
         quantiles: FloatArray = remaining_quantiles(
-            model.bins,
-            model.mass,
-            model.m0,
-            model.m1,
-            np.array([row]),
-            np.array([uptime]),
-            self._levels,
+            self.model, np.array([row]), np.array([uptime]), self._levels
         )[0]
         return quantiles
 
@@ -452,17 +445,13 @@ class LifetimeTracker(ClusterListener):
             return self.remaining_quantiles(
                 prediction.row, request.now - float(self.slots.start[slot])
             )
-        model = self.model
-        quantiles: FloatArray = creation_quantiles(
-            model.bins, model.mass, model.m0, prediction.row, self._levels
-        )
+        quantiles: FloatArray = creation_quantiles(self.model, prediction.row, self._levels)
         return quantiles
 
     def remaining_estimate(self, rows: np.ndarray, uptimes: FloatArray) -> FloatArray:
         """Each VM's remaining lifetime from its uptime: the mean or the median of T_r | T_u."""
-        model = self.model
         estimator = median_remaining if self.settings.estimate == "median" else expected_remaining
-        return estimator(model.bins, model.mass, model.m0, model.m1, rows, uptimes)
+        return estimator(self.model, rows, uptimes)
 
     # ---------------------------------------------------------------- timers
 

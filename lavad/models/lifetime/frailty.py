@@ -277,8 +277,8 @@ class FrailtyLifeTables(ComboLifeTables):
             inside = end > start
             if not inside.any():
                 continue
-            at_start = ahead_of(self.bins, base.mass, base.m0, chosen[inside], start[inside])
-            at_end = ahead_of(self.bins, base.mass, base.m0, chosen[inside], end[inside])
+            at_start = ahead_of(base, chosen[inside], start[inside])
+            at_end = ahead_of(base, chosen[inside], end[inside])
             scale = total[inside]
             hazard = np.log(np.maximum(at_start / scale, MIN_SURVIVAL)) - np.log(
                 np.maximum(at_end / scale, MIN_SURVIVAL)

@@ -359,8 +359,8 @@ class MixtureLifeTables(ComboLifeTables):
         scores = np.empty((len(rows), len(self.members)))
         for k, member in enumerate(self.members):
             chosen = chosen_rows(member.observations, rows, self.min_observations)
-            start = ahead_of(self.bins, member.mass, member.m0, chosen, u0)
-            end = ahead_of(self.bins, member.mass, member.m0, chosen, np.maximum(u1, u0))
+            start = ahead_of(member, chosen, u0)
+            end = ahead_of(member, chosen, np.maximum(u1, u0))
             with np.errstate(divide="ignore", invalid="ignore"):
                 lives = np.where(start > 1e-12, np.clip(end / start, 0.0, 1.0), 1.0)
             p = np.where(died, 1.0 - lives, lives)

@@ -23,8 +23,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from lavad.models.arrays import FloatArray
-from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.features import LEVELS
+from lavad.models.lifetime.survival import LifeTables
 
 GroupRows = tuple[int, ...]
 
@@ -58,28 +58,12 @@ class RunningVMs:
 
 
 @runtime_checkable
-class LifetimeModel(Protocol):
-    """An online, censoring-aware model of VM lifetimes as distributions over bins."""
+class LifetimeModel(LifeTables, Protocol):
+    """An online, censoring-aware model of VM lifetimes as distributions over bins.
 
-    @property
-    def bins(self) -> LifetimeBins:
-        """The support of every distribution."""
-        ...
-
-    @property
-    def mass(self) -> FloatArray:
-        """Per distribution row, the probability of each bin."""
-        ...
-
-    @property
-    def m0(self) -> FloatArray:
-        """Per row, the mass at or after each bin (``survival.suffix_sums``)."""
-        ...
-
-    @property
-    def m1(self) -> FloatArray:
-        """Per row, the first moment of the mass at or after each bin."""
-        ...
+    Its distributions (``bins``, ``mass``, ``m0``, ``m1``) are ``LifeTables``,
+    which the repredictions in ``survival`` read.
+    """
 
     @property
     def deaths(self) -> FloatArray:
