@@ -20,7 +20,7 @@ from lavad.core.placement.lava import (
     preference_cost,
 )
 from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
-from lavad.models.lifetime.features import ORACLE_FEATURE
+from lavad.models.lifetime.features import LEFT_TRUNCATED, ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 
 HOUR = 3600.0
@@ -75,14 +75,26 @@ class _Pool:
         tracker = LifetimeTracker(LifetimeSettings(oracle=True))
         self.lava = LavaHosts(tracker)
 
-    def book(self, vm_id: str, cores: float, memory: float, lifetime_h: float, now: float) -> None:
+    def book(
+        self,
+        vm_id: str,
+        cores: float,
+        memory: float,
+        lifetime_h: float,
+        now: float,
+        *,
+        preexisting: bool = False,
+    ) -> None:
+        features: dict[str, float | bool] = {ORACLE_FEATURE: lifetime_h * HOUR}
+        if preexisting:
+            features[LEFT_TRUNCATED] = True
         event = VmRequest(
             time=now,
             pool="p",
             vm_id=vm_id,
             cores=cores,
             memory_gib=memory,
-            features={ORACLE_FEATURE: lifetime_h * HOUR},
+            features=features,
         )
         record = self.cluster.book(vm_id, 0, (cores, memory, 0.0, 0.0), "", now)
         self.lava.on_booked(self.cluster, record, now, event)
@@ -117,6 +129,19 @@ def test_open_becomes_recycling_only_above_90_percent() -> None:
     pool.book("b", 0.1, 1.0, lifetime_h=0.5, now=10.0)
     assert pool.state()[0] == HostPhase.RECYCLING
     assert pool.lava.residual[0] == {"a", "b"}
+
+
+def test_a_vm_of_unknown_age_does_not_start_recycling() -> None:
+    pool = _Pool()
+    # A VM that existed before the recording fills 15 of 16 cores (93.8%):
+    # the host opens with its class (10-100h) but does not recycle.
+    pool.book("old", 15.0, 8.0, lifetime_h=50.0, now=0.0, preexisting=True)
+    assert pool.state()[:2] == (HostPhase.OPEN, 2)
+    # The next VM of known age finds it still over 90%: it recycles, and
+    # both VMs are its residual VMs.
+    pool.book("new", 0.5, 1.0, lifetime_h=0.5, now=60.0)
+    assert pool.state()[:2] == (HostPhase.RECYCLING, 2)
+    assert pool.lava.residual[0] == {"old", "new"}
 
 
 def test_memory_alone_triggers_recycling() -> None:
