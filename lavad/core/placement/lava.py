@@ -44,7 +44,8 @@ median instead (``estimate = "median"``) lost in every cell it was tried
 on (docs/results/placement-matrix.md). Recycling is most of LAVA's gain on
 Azure and most of its loss on DLRM, where nearly every VM is of a class
 with almost none above it (the same page): no threshold suits both, so the
-paper's 90% stays.
+paper's 90% stays. Nor does a rule on the request mix by class: Azure's
+mix is at times as concentrated in one class as DLRM's.
 
 Where we differ from the paper, for VMs of unknown age: the booking of a
 VM that existed before the recording (or before the daemon took the fleet
