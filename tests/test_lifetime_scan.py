@@ -27,6 +27,7 @@ from lavad.core.placement.lifetime import LAS_BUCKETS_S
 from lavad.core.placement.lifetime_policy import LifetimePolicy
 from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.core.placement.strand_kernels import no_stranding
+from lavad.core.placement.waste import WasteGuard
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 
@@ -140,6 +141,32 @@ def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
     # were drawn among several hosts.
     assert len(placed) < len(compiled)
     assert any(r.ties > 1 for r in placed)
+
+
+@pytest.mark.parametrize("name", ["las", "lava"])
+def test_under_a_cost_tolerance_the_guard_scores_every_host_only_when_it_must(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unguarded choice stands when the guard passes its ties and a host of the
+    least cost; only the other placements score every host's level and rescan.
+    Both paths are taken here, and the decisions are the pipeline's."""
+    args = {"cost_tolerance": 0.5, "waste_tolerance": 0.02}
+    scored: list[int] = []
+    levels = WasteGuard.levels
+
+    def counting(
+        self: WasteGuard, cluster: ClusterState, request: PlacementRequest, out: Any
+    ) -> None:
+        scored.append(1)
+        levels(self, cluster, request, out)
+
+    monkeypatch.setattr(WasteGuard, "levels", counting)
+    compiled = _run(name, args, scan=True)
+    rescans = len(scored)
+    monkeypatch.setattr(WasteGuard, "levels", levels)
+    assert compiled == _run(name, args, scan=False)
+    placed = sum(isinstance(r, Placed) for r in compiled)
+    assert 0 < rescans < placed
 
 
 @pytest.mark.parametrize("name", ["las", "lava"])

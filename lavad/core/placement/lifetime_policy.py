@@ -14,6 +14,9 @@ fitting, whose explanation the pipeline gives) goes to the pipeline.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
@@ -32,7 +35,7 @@ from lavad.core.placement.kernels import Direct, warm_up_lifetime
 from lavad.core.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
 from lavad.core.placement.strand_kernels import Stranding, no_stranding
 from lavad.core.placement.stranding_cost import LasStrandingCost
-from lavad.core.placement.tolerant_scan import TolerantDirect, warm_up_tolerant
+from lavad.core.placement.tolerant_scan import ScanResult, TolerantDirect, warm_up_tolerant
 from lavad.core.placement.waste import WasteGuard
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
@@ -119,18 +122,14 @@ class LifetimePolicy(Policy):
         tracker = self.las.tracker
         tracker.refresh(cluster, request.now)
         prediction = tracker.prediction_for(request)
-        count, best_p, best_c, best_s = self._scan(
+        count, best_p, best_c, best_s, least_host = self._scan(
             cluster, request, key, preference is not None, prediction
         )
         rescanned = False
-        # The unguarded choice stands when the guard admits all its ties, as
-        # the least host among the admitted is then the least of all; with a
-        # cost tolerance the least cost that sets the ties may be refused
-        # while the ties are not, so the levels are always scored.
         if (
             guard is not None
             and count
-            and (self._tolerance > 0.0 or not guard.admits(cluster, request, self._ties, count))
+            and not self._guard_keeps(guard, cluster, request, count, least_host)
         ):
             rescanned = True
             if len(self._levels) < n:
@@ -138,7 +137,7 @@ class LifetimePolicy(Policy):
             levels = self._levels[:n]
             guard.levels(cluster, request, levels)
             guard.pack(levels, key if preference is not None else None, key)
-            count, best_p, best_c, best_s = self._scan(cluster, request, key, True, prediction)
+            count, best_p, best_c, best_s, _ = self._scan(cluster, request, key, True, prediction)
         if count == 0:
             # No host passed the default filters the scan applies: the
             # pipeline would score every host only to find none left.
@@ -155,6 +154,29 @@ class LifetimePolicy(Policy):
         scores[self.best_fit.name] = best_s
         return Placed(host=host, ties=count, scores=scores)
 
+    def _guard_keeps(
+        self,
+        guard: WasteGuard,
+        cluster: ClusterState,
+        request: PlacementRequest,
+        count: int,
+        least_host: int,
+    ) -> bool:
+        """Whether the unguarded choice is the guarded one, without scoring every host.
+
+        It is when the guard passes every tie and a host of the least LAS
+        cost (at the best preference): the least cost among the hosts the
+        guard passes is then that same least cost, so the hosts within the
+        cost tolerance of it are the same less those the guard refuses, and
+        the ties, the best Best Fit among them, are all still there. Without
+        a tolerance the ties are hosts of the least cost themselves.
+        """
+        if self._tolerance == 0.0:
+            return guard.admits(cluster, request, self._ties, count)
+        if least_host < 0:
+            return False  # no host of a finite least cost to test: score every host
+        return guard.admits(cluster, request, self._ties, count, also=least_host)
+
     def _scan(
         self,
         cluster: ClusterState,
@@ -162,8 +184,12 @@ class LifetimePolicy(Policy):
         key: FloatArray,
         has_preference: bool,
         prediction: Prediction,
-    ) -> tuple[int, float, float, float]:
-        """The compiled scan: filters, then (preference,) LAS, Best Fit; ties into ``_ties``."""
+    ) -> ScanResult:
+        """The compiled scan: filters, then (preference,) LAS, Best Fit; ties into ``_ties``.
+
+        Returns (count, best preference, least LAS cost, best Best Fit score,
+        a host of that least cost or -1), as ``tolerant_scan.ScanResult``.
+        """
         n = cluster.n_hosts
         tracker = self.las.tracker
         now = request.now
@@ -178,7 +204,10 @@ class LifetimePolicy(Policy):
             self.best_fit.kernel_weights,
         )
         scanned: tuple[float, ...] = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s)
-        if self._tolerance > 0.0:
+        tolerant = self._tolerance > 0.0
+        refreshed_scan: Callable[..., tuple[Any, ...]]
+        probed_scan: Callable[..., tuple[Any, ...]]
+        if tolerant:
             scanned = (*scanned, self._tolerance)
             refreshed_scan, probed_scan = TolerantDirect.refreshed, TolerantDirect.probed
         else:
@@ -200,7 +229,7 @@ class LifetimePolicy(Policy):
             # scan, bringing each stale host's quantiles up to date as it
             # reaches it, costing the previous choice first to skip hosts that
             # cost more.
-            count, best_p, best_c, best_s = refreshed_scan(
+            result = refreshed_scan(
                 pool,
                 scanned,
                 preferred,
@@ -230,7 +259,7 @@ class LifetimePolicy(Policy):
                 _NO_HOST_QUANTILES,
                 False,
             )
-            count, best_p, best_c, best_s = probed_scan(
+            result = probed_scan(
                 pool,
                 scanned,
                 preferred,
@@ -239,4 +268,8 @@ class LifetimePolicy(Policy):
                 self._probe,
                 _NO_STRANDING if strand is None else strand,
             )
-        return count, best_p, best_c, best_s
+        if tolerant:
+            return cast(ScanResult, result)
+        # The exact scan's ties are themselves hosts of the least cost.
+        count, best_p, best_c, best_s = cast(tuple[int, float, float, float], result)
+        return count, best_p, best_c, best_s, int(self._ties[0]) if count else -1

@@ -56,6 +56,10 @@ from lavad.core.placement.strand_kernels import Stranding, host_strand_count
 # The scan's request: hosts to scan, the demand's four resources, the fit
 # tolerance, now, the VM's predicted lifetime, and the cost tolerance.
 TolerantRequest = tuple[int, float, float, float, float, float, float, float, float]
+# (count, best preference, least LAS cost, best Best Fit score, a host of that
+# least cost at that preference, or -1 when none fits): the waste guard may
+# keep the choice without scoring every host only if that host passes it too.
+ScanResult = tuple[int, float, float, float, int]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -71,13 +75,13 @@ def _tolerant_scan(
     tracker: TrackerArrays,
     model: ModelArrays,
     strand: Stranding,
-) -> tuple[int, float, float, float]:
+) -> ScanResult:
     """(preference, LAS cost within the tolerance of the least, Best Fit) in one pass.
 
     The arguments are ``kernels._floored_lifetime_scan``'s, the request
     with the cost tolerance last. Returns (count, best preference, least LAS
-    cost, best Best Fit score) and the tied hosts, ascending, in
-    ``ties[:count]``.
+    cost, best Best Fit score, a host of that least cost) and the tied
+    hosts, ascending, in ``ties[:count]``.
     """
     free, inv_capacity, unschedulable, present, weights = pool
     n, d0, d1, d2, d3, fit_tolerance, now, lifetime, cost_tolerance = request
@@ -96,6 +100,7 @@ def _tolerant_scan(
     n_candidates = 0
     best_p = np.inf
     least = np.inf
+    least_host = -1
     # The probe's (preference, cost): its cost bounds the least, so nothing
     # costing more than it plus the tolerance can tie.
     bound_p, bound_c = _probe_bound(
@@ -114,6 +119,7 @@ def _tolerant_scan(
         if p < best_p:
             best_p = p
             least = np.inf
+            least_host = -1
             n_candidates = 0
         cap = least + cost_tolerance
         if p == bound_p and bound_c + cost_tolerance < cap:
@@ -136,7 +142,9 @@ def _tolerant_scan(
             c = max(c, raised)
             if c > cap:
                 continue
-        least = min(least, c)
+        if c < least:
+            least = c
+            least_host = h
         candidates[n_candidates] = h
         costs[n_candidates] = c
         n_candidates += 1
@@ -150,7 +158,7 @@ def _tolerant_scan(
         h = candidates[i]
         score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
         best_s, count = _tie_in(score, best_s, h, ties, count)
-    return count, best_p, least, best_s
+    return count, best_p, least, best_s, least_host
 
 
 @numba.njit(cache=True, nogil=True)
@@ -162,7 +170,7 @@ def _probed_tolerant_scan(
     ties: IntArray,
     probe: int,
     strand: Stranding,
-) -> tuple[int, float, float, float]:
+) -> ScanResult:
     """``_tolerant_scan`` without floors or a refresh (a host's point exit, or a point
     lifetime)."""
     no_floors, no_tracker, no_model = no_floors_nor_refresh()
@@ -185,16 +193,13 @@ def _refreshed_tolerant_scan(
     tracker: TrackerArrays,
     model: ModelArrays,
     strand: Stranding,
-) -> tuple[int, float, float, float]:
+) -> ScanResult:
     """``_tolerant_scan`` by the host quantiles, with floors, refreshing the hosts'
     quantiles as it reaches them (``kernels._refreshed_lifetime_scan``'s arguments)."""
     las, floors = by_host_quantiles(thresholds, floor, floor_marks, epoch, tracker)
     return _tolerant_scan(
         pool, request, preferred, las, ties, probe, floors, True, tracker, model, strand
     )
-
-
-ScanResult = tuple[int, float, float, float]
 
 
 class TolerantDirect:

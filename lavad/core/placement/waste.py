@@ -248,11 +248,13 @@ def all_within(
     present: np.ndarray,
     hosts: np.ndarray,
     count: int,
+    also: int,
     demand: FloatArray,
     measure: WasteMeasure,
     step: float,
 ) -> bool:
-    """Whether each of ``hosts[:count]`` adds at most ``step`` of waste.
+    """Whether each of ``hosts[:count]``, and host ``also`` unless it is -1, adds at
+    most ``step`` of waste.
 
     Such a host is at level 0 whatever the best host adds (level 0 reaches
     max(best, 0) + step), so an unguarded choice among them stands.
@@ -264,7 +266,7 @@ def all_within(
         cost = added_waste(free, hosts[i], demand, zero, inv_capacity, used)
         if cost > step:
             return False
-    return True
+    return also < 0 or added_waste(free, also, demand, zero, inv_capacity, used) <= step
 
 
 def warm_up_waste() -> None:
@@ -281,7 +283,7 @@ def warm_up_waste() -> None:
     guard_keys(
         (free, free, np.zeros(1, dtype=np.bool_), present), 1, demand, measure, 1.0, np.zeros(1)
     )
-    all_within(free, free, present, np.zeros(1, dtype=np.int64), 1, demand, measure, 1.0)
+    all_within(free, free, present, np.zeros(1, dtype=np.int64), 1, 0, demand, measure, 1.0)
 
 
 class WasteGuard(NumpyScorer):
@@ -339,9 +341,15 @@ class WasteGuard(NumpyScorer):
         guard_keys(pool, n, demand, measure, self.tolerance, out)
 
     def admits(
-        self, cluster: ClusterState, request: PlacementRequest, hosts: np.ndarray, count: int
+        self,
+        cluster: ClusterState,
+        request: PlacementRequest,
+        hosts: np.ndarray,
+        count: int,
+        also: int = -1,
     ) -> bool:
-        """Whether every host of ``hosts[:count]`` is surely at level 0 for ``request``."""
+        """Whether every host of ``hosts[:count]``, and host ``also`` unless it is -1, is
+        surely at level 0 for ``request``."""
         mix = self.mix
         if not mix.known:
             return True
@@ -354,6 +362,7 @@ class WasteGuard(NumpyScorer):
                 cluster.resource_present,
                 hosts,
                 count,
+                also,
                 demand,
                 (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE),
                 self.tolerance,
