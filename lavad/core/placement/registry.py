@@ -99,7 +99,8 @@ class WastePackingArgs(BestFitArgs, WasteMixArgs):
         gt=0,
         le=4,
         description="hosts whose added waste (fractions of a host, summed over resources) is "
-        "within this of the least share the first level; Best Fit decides among them",
+        "within this of the least over hosts running VMs share the first level; Best Fit "
+        "decides among them",
     )
 
 
@@ -124,7 +125,8 @@ class LifetimeArgs(WasteMixArgs):
         gt=0,
         le=4,
         description="the lifetime score decides only among hosts whose added waste (fractions "
-        "of a host, summed over resources) is within this of the least; None: no guard",
+        "of a host, summed over resources) is within this of the least over hosts running VMs; "
+        "None: no guard",
     )
     # Off by default: the cost tolerance below holds stranding within the goal
     # on every cell of the placement matrix with more of the oracle's gain,
