@@ -190,9 +190,10 @@ def _setups() -> Iterable[tuple[str, Engine]]:
         for policy in ("las", "lava"):
             changed = _with_policy_args(settings, policy, model=model.name)
             yield f"{policy} {model.name}", _replayed(changed, policy, vms)
-    for args in ({"stranding_cost": True}, {"waste_tolerance": 0.05}, {"cost_tolerance": 0.0}):
-        changed = _with_policy_args(settings, "las", **args)
-        yield f"las {args}", _replayed(changed, "las", vms)
+    for args in ({"stranding_cost": True}, {"waste_guard": False}, {"cost_tolerance": 0.0}):
+        for policy in ("las", "lava"):
+            changed = _with_policy_args(settings, policy, **args)
+            yield f"{policy} {args}", _replayed(changed, policy, vms)
     usage = _events(GOOGLE_LIMITS, USAGE_EVENTS, UsageSample)
     for recommender in RECOMMENDER_REGISTRY:
         limits = LimitsConfig(recommender.name, 0.05)

@@ -120,7 +120,10 @@ def _pool(
 
 
 def _oracle(name: str, stranding: bool, weight: float = 1.0) -> Policy:
+    # Without the stranding cost, the paper's LAS: no waste guard either.
     raw: dict[str, object] = {"tie_break": "first", "stranding_cost": stranding}
+    if not stranding:
+        raw["waste_guard"] = False
     if stranding:
         raw |= {"mix_refresh": 1, "stranding_weight": weight}
     args = validate_policy_args(name, raw)

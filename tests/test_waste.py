@@ -303,19 +303,42 @@ def test_a_guarded_policy_resumes_from_its_snapshot(name: str) -> None:
         ("las", {"waste_tolerance": 0.02, "mix_refresh": 10**12}, "mix_refresh"),
         ("las", {"waste_tolerance": 0.0}, "waste_tolerance"),
         # Settings that would change nothing are refused, not ignored.
-        ("las", {"stranding_cost": False, "mix_window": 500}, "need waste_tolerance"),
-        ("las", {"waste_tolerance": 0.02, "stranding_cost": True}, "choose one"),
+        ("las", {"waste_guard": False, "mix_window": 500}, "need the waste guard"),
+        ("las", {"waste_guard": True, "stranding_cost": True}, "choose one"),
+        # The stranding cost replaces the default guard, so a tolerance would do nothing.
+        ("las", {"waste_tolerance": 0.02, "stranding_cost": True}, "needs the waste guard"),
+        ("lava", {"waste_guard": False, "waste_tolerance": 0.02}, "needs the waste guard"),
         ("las", {"stranding_cost": False, "stranding_weight": 2.0}, "needs stranding_cost"),
         ("lava", {"stranding_weight": 0.0}, "stranding_weight"),
         # The weight scales a host-time count: an absurd one is refused, not clipped.
         ("las", {"stranding_weight": 1e12}, "stranding_weight"),
         ("la-binary", {"stranding_cost": True}, "la-binary has no LAS cost"),
-        ("la-binary", {"waste_tolerance": 0.02}, "la-binary takes no waste guard"),
+        ("la-binary", {"waste_guard": True}, "la-binary takes no waste guard"),
+        ("la-binary", {"waste_tolerance": 0.02}, "needs the waste guard"),
     ],
 )
 def test_unusable_guard_settings_are_refused(name: str, args: dict[str, object], key: str) -> None:
     with pytest.raises(ValueError, match=key):
         validate_policy_args(name, args)
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "guarded"),
+    [
+        ("las", {}, True),
+        ("lava", {}, True),
+        ("las-oracle", {}, True),
+        ("las", {"waste_guard": False}, False),
+        ("las", {"stranding_cost": True}, False),
+        ("la-binary", {}, False),
+    ],
+)
+def test_the_guard_is_on_by_default_unless_turned_off_or_replaced(
+    name: str, args: dict[str, object], guarded: bool
+) -> None:
+    built = build_policy(name, validate_policy_args(name, args), np.random.default_rng(0))
+    has_guard = any(isinstance(s, WasteGuard) for s in getattr(built, "scorers", ()))
+    assert has_guard is guarded
 
 
 def test_a_young_mix_refreshes_a_logarithmic_number_of_times(

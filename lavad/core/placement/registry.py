@@ -120,22 +120,30 @@ _HOST_QUANTILES: Final[dict[str, Any]] = {
 
 
 class LifetimeArgs(WasteMixArgs):
-    waste_tolerance: float | None = Field(
+    # On by default for LAS and LAVA: measured from the hosts that run VMs, the
+    # guard at 0.01 keeps stranded CPU and memory within Best Fit + 0.25 pp on
+    # every host shape and fleet measured, memory-tight hosts included, where
+    # the cost tolerance alone stranded up to +1.2 pp (docs/results/placement-matrix.md,
+    # "The waste guard's bar").
+    waste_guard: bool | None = Field(
         default=None,
+        description="the lifetime score decides only among hosts whose added waste is within "
+        "waste_tolerance of the least over hosts running VMs (None: on, unless stranding_cost)",
+    )
+    waste_tolerance: float = Field(
+        default=0.01,
         gt=0,
         le=4,
-        description="the lifetime score decides only among hosts whose added waste (fractions "
-        "of a host, summed over resources) is within this of the least over hosts running VMs; "
-        "None: no guard",
+        description="the waste guard's tolerance, in fractions of a host summed over resources",
     )
-    # Off by default: the cost tolerance below holds stranding within the goal
-    # on every cell of the placement matrix with more of the oracle's gain,
-    # and without the stranded count's time (docs/results/placement-matrix.md).
+    # Off by default: the waste guard holds stranding within the goal with
+    # more of the oracle's gain, and without the stranded count's time
+    # (docs/results/placement-matrix.md).
     stranding_cost: bool = Field(
         default=False,
         description="LAS counts the host time a placement strands for the pool's request mix "
-        "beside the host time it extends (placement/stranding_cost.py); not with "
-        "waste_tolerance",
+        "beside the host time it extends (placement/stranding_cost.py); it replaces the "
+        "waste guard",
     )
     stranding_weight: float = Field(
         default=8.0,
@@ -214,20 +222,31 @@ class LifetimeArgs(WasteMixArgs):
             raise ValueError(
                 f"categorical cannot name {sorted(leaked)}: an oracle field or a numeric feature"
             )
+        if self.waste_guard and self.stranding_cost:
+            raise ValueError("waste_guard and stranding_cost: choose one way to weigh waste")
         # A setting that would change nothing is refused rather than ignored.
+        if "waste_tolerance" in self.model_fields_set and not self.guarded:
+            raise ValueError("waste_tolerance needs the waste guard (off here)")
         unused = sorted(set(WasteMixArgs.model_fields) & self.model_fields_set)
-        if self.waste_tolerance is None and not self.stranding_cost and unused:
+        if not self.guarded and not self.stranding_cost and unused:
             raise ValueError(
-                f"{', '.join(unused)} need waste_tolerance or stranding_cost"
+                f"{', '.join(unused)} need the waste guard or stranding_cost"
                 " (otherwise no request mix is kept)"
             )
         if "stranding_weight" in self.model_fields_set and not self.stranding_cost:
             raise ValueError("stranding_weight needs stranding_cost")
-        if self.waste_tolerance is not None and self.stranding_cost:
-            raise ValueError("waste_tolerance and stranding_cost: choose one way to weigh waste")
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the waste guard sits above the lifetime score: unless turned off, or
+        the stranding cost weighs waste instead."""
+        return not self.stranding_cost if self.waste_guard is None else self.waste_guard
 
 
 class LaBinaryArgs(LifetimeArgs):
+    waste_guard: bool | None = Field(
+        default=False, description="la-binary takes no waste guard (las and lava do)"
+    )
     stranding_cost: bool = Field(
         default=False, description="la-binary has no LAS cost to add stranded host time to"
     )
@@ -237,8 +256,8 @@ class LaBinaryArgs(LifetimeArgs):
 
     def model_post_init(self, _context: Any) -> None:
         super().model_post_init(_context)
-        if self.waste_tolerance is not None:
-            raise ValueError("waste_tolerance: la-binary takes no waste guard (las and lava do)")
+        if self.guarded:
+            raise ValueError("waste_guard: la-binary takes no waste guard (las and lava do)")
         if self.stranding_cost:
             raise ValueError("stranding_cost: la-binary has no LAS cost to add it to")
 
@@ -416,7 +435,7 @@ def _las(*, oracle: bool) -> PolicyFactory:
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle)
         scorers: tuple[ScorePlugin, ...] = (_las_cost(args, tracker), BestFitScore())
-        if args.waste_tolerance is not None:
+        if args.guarded:
             scorers = (_waste_guard(args, args.waste_tolerance, {}, None), *scorers)
         return LifetimePolicy(
             name, scorers, rng, random_ties=args.tie_break == "random", hooks=tracker
@@ -444,7 +463,7 @@ def _lava(*, oracle: bool) -> PolicyFactory:
             tracker, recycle_above=raw.recycle_above, deadline_factor=raw.deadline_factor
         )
         preference: ScorePlugin = LavaPreference(hosts)
-        if raw.waste_tolerance is not None:
+        if raw.guarded:
             preference = _waste_guard(raw, raw.waste_tolerance, {}, preference)
         scorers = (preference, _las_cost(raw, tracker), BestFitScore())
         return LifetimePolicy(

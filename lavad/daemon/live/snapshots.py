@@ -59,12 +59,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # first placement); 16: the lifetime policy keeps its floors in sets, one per
 # recent thresholds array (``placement.floor_sets``; a v15 pool would fail at
 # its first placement); 17: the floor sets keep a cache of their arrays by
-# identity (a v16 pool would fail at its first placement)
-SNAPSHOT_VERSION = 17
+# identity (a v16 pool would fail at its first placement); 18: LAS and LAVA run
+# under the waste guard by default, so LAVA's guard holds its preference below it
+# (a v17 LAVA pool has none, and its configuration no longer matches either)
+SNAPSHOT_VERSION = 18
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "1cc3bf2c5bd8d60d"
+SNAPSHOT_LAYOUT = "b789a4a4f097f9ac"
 
 
 class SnapshotError(Exception):
