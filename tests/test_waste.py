@@ -179,11 +179,18 @@ def test_an_empty_host_does_not_set_the_guards_bar() -> None:
     request = PlacementRequest("v", (8.0, 14.0, 0.0, 0.0), "", None, 0.0)
     guard.levels(cluster, request, out)
     assert out.tolist() == [0.0, 0.0]
+    # The waste policy learns its mix from what it is asked: 25 times MIX
+    # (placements not booked) and the request, a mean near MIX's, (1.81,
+    # 9.55), and the same sides of the bar; Best Fit below takes hC.
     policy = build_policy(
         "waste",
-        validate_policy_args("waste", {"waste_tolerance": 0.02, "tie_break": "first"}),
+        validate_policy_args(
+            "waste", {"waste_tolerance": 0.02, "tie_break": "first", "mix_refresh": 1}
+        ),
         np.random.default_rng(0),
     )
+    for i, shape in enumerate(MIX * 25):
+        policy.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, 0.0))
     result = policy.place(cluster, request)
     assert isinstance(result, Placed)
     assert result.host == 0

@@ -121,9 +121,9 @@ _HOST_QUANTILES: Final[dict[str, Any]] = {
 
 class LifetimeArgs(WasteMixArgs):
     # On by default for LAS and LAVA: measured from the hosts that run VMs, the
-    # guard at 0.01 keeps stranded CPU and memory within Best Fit + 0.25 pp on
-    # every host shape and fleet measured, memory-tight hosts included, where
-    # the cost tolerance alone stranded up to +1.2 pp (docs/results/placement-matrix.md,
+    # guard at 0.01 keeps stranded CPU within Best Fit + 0.06 pp on the
+    # matrix's shapes and + 0.27 pp on memory-tight hosts, where the cost
+    # tolerance alone stranded up to +1.2 pp (docs/results/placement-matrix.md,
     # "The waste guard's bar").
     waste_guard: bool | None = Field(
         default=None,
