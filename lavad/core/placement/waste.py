@@ -50,12 +50,14 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Callable
 
 import numba
 import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
 from lavad.core.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
+from lavad.core.placement.kernels import entry_point
 from lavad.core.placement.strand_kernels import (
     WasteMeasure,
     WastePool,
@@ -313,7 +315,17 @@ def warm_up_waste() -> None:
         1.0,
         np.zeros(1),
     )
-    all_within(free, free, present, np.zeros(1, dtype=np.int64), 1, 0, demand, measure, 1.0)
+    args = (free, free, present, np.zeros(1, dtype=np.int64), 1, 0, demand, measure, 1.0)
+    all_within(*args)
+    WasteDirect.all_within = entry_point(all_within, args)
+
+
+class WasteDirect:
+    """The guard's test without numba's type dispatch (``kernels.entry_point``): it
+    runs once a placement, and its nine arguments' dispatch cost more than its
+    work on a few hosts. Set by ``warm_up_waste``; until then, the dispatcher."""
+
+    all_within: Callable[..., bool] = all_within
 
 
 class WasteGuard(NumpyScorer):
@@ -386,7 +398,7 @@ class WasteGuard(NumpyScorer):
         demand = self._demand
         demand[:] = request.demand
         return bool(
-            all_within(
+            WasteDirect.all_within(
                 cluster.free,
                 cluster.inv_capacity,
                 cluster.resource_present,
