@@ -309,6 +309,10 @@ def test_a_guarded_policy_resumes_from_its_snapshot(name: str) -> None:
         ("waste", {"mix_window": 10**9}, "mix_window"),
         ("las", {"waste_tolerance": 0.02, "mix_refresh": 10**12}, "mix_refresh"),
         ("las", {"waste_tolerance": 0.0}, "waste_tolerance"),
+        # Absurd tolerances from a config file or the environment: refused with the key.
+        ("las", {"waste_tolerance": float("nan")}, "waste_tolerance"),
+        ("lava", {"waste_tolerance": 1e300}, "waste_tolerance"),
+        ("las", {"waste_guard": "maybe"}, "waste_guard"),
         # Settings that would change nothing are refused, not ignored.
         ("las", {"waste_guard": False, "mix_window": 500}, "need the waste guard"),
         ("las", {"waste_guard": True, "stranding_cost": True}, "choose one"),

@@ -38,10 +38,10 @@ a host fits. Alone above Best Fit it is the ``waste`` packing policy.
 The best host is the best of those that already run VMs, when one of them
 fits; an empty host sets the bar only when no used host fits. Measured from
 every host, an empty host (which often *lowers* its own structural waste by
-taking a VM) put every used host that would keep a fragment above level 0,
-and the guard spread VMs over hosts that would have stayed empty: on a
-fixed memory-tight fleet it lost 1.08 pp of empty hosts to Best Fit while
-stranding less (docs/results/placement-matrix.md, "The waste guard's bar").
+taking a VM) puts every used host that would keep a fragment above level 0,
+and the guard spreads VMs over hosts that would have stayed empty: on a
+fixed memory-tight fleet that rule loses 1.08 pp of empty hosts to Best Fit
+while stranding less (docs/results/placement-matrix.md, "The waste guard's bar").
 On a pool scored by its empty hosts, a fragment on a used host costs less
 than a host opened to spare it.
 """
