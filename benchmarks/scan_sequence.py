@@ -100,7 +100,7 @@ def keep_runs(path: Path, every: int, length: int) -> list[Run]:
                 tracker[4][:n].copy(), True,
             )  # fmt: skip
             stamps = tracker[3][kernels.QUANTILES_STAMP][:n].copy()
-            state = (kept_pool, scanned, (preferred[0][:n].copy(), preferred[1]), las, stamps)
+            state = (kept_pool, scanned, (preferred[0][:n].copy(), *preferred[1:]), las, stamps)
             result = original(*args)
             kept = (*state, probe, index, epoch, strand, tuple(result), int(ties[0]))
             runs[-1].scans.append(kept)

@@ -275,3 +275,21 @@ def test_an_entry_point_refuses_arguments_of_other_types_on_its_first_call() -> 
     ties = np.zeros(2, dtype=np.int64)
     with pytest.raises(TypeError, match="argument 0"):
         Direct.lifetime_scan(pool, request, (np.zeros(2), False), las, ties, -1, no_stranding())
+    # A refused call leaves the check in place: the next one is checked again.
+    with pytest.raises(TypeError, match="argument 0"):
+        Direct.lifetime_scan(pool, request, (np.zeros(2), False), las, ties, -1, no_stranding())
+
+
+def test_an_entry_point_gives_way_to_the_compiled_code_once_its_first_call_passed() -> None:
+    """The checking wrapper costs a call in Python on every placement: after one
+    call whose types passed, the holder's attribute is the compiled code itself."""
+    warm_up_lifetime()
+    wrapper = Direct.over_threshold
+    capacity = np.full((4, 2), 10.0)
+    # Host 0 has 0.5 of 10 cores free (95% booked), host 1 half its cores.
+    free = np.array([[0.5, 5.0], [10.0, 10.0], [10.0, 10.0], [10.0, 10.0]])
+    assert wrapper(capacity, free, 0, 0.9)
+    assert Direct.over_threshold is not wrapper
+    assert not Direct.over_threshold(capacity, free, 1, 0.9)
+    assert Direct.over_threshold(capacity, free, 0, 0.9)
+

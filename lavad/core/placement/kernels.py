@@ -241,8 +241,11 @@ def warm_up() -> None:
     pool = (free, free, unschedulable, present, weights)
     for d2 in (0.0, 1.0):  # both the cores+memory scan and the general one
         _filter_and_score(pool, (1, 1.0, 1.0, d2, 0.0, 0.0), BESTFIT, ties)
-    Direct.filter_and_score = entry_point(
-        _filter_and_score, (pool, (1, 1.0, 1.0, 0.0, 0.0, 0.0), BESTFIT, ties)
+    install_entry_point(
+        Direct,
+        "filter_and_score",
+        _filter_and_score,
+        (pool, (1, 1.0, 1.0, 0.0, 0.0, 0.0), BESTFIT, ties),
     )
 
 
@@ -432,7 +435,7 @@ def _costed(
 def _probe_bound(
     pool: ScanPool,
     request: Any,
-    preferred: Preference,
+    preferred: Any,
     las: LasInput,
     probe: int,
     floors: Floors,
@@ -451,7 +454,8 @@ def _probe_bound(
     n, d0, d1, d2, d3, tolerance, now = (
         request[0], request[1], request[2], request[3], request[4], request[5], request[6],
     )  # fmt: skip
-    preference, use_preference = preferred
+    # Indexed, not unpacked: the tolerant scans' preference carries the guard's test too.
+    preference, use_preference = preferred[0], preferred[1]
     host_exit = las[0]
     if refresh and 0 <= probe < n and host_exit[probe] != tracker[2][QUANTILES_EXIT][probe]:
         _refresh_host(probe, tracker, model)
@@ -796,16 +800,16 @@ def warm_up_lifetime() -> None:
     for args in probed:
         _lifetime_scan(*args[:5])
         _probed_lifetime_scan(*args)
-    Direct.lifetime_scan = entry_point(_probed_lifetime_scan, probed[-1])
+    install_entry_point(Direct, "lifetime_scan", _probed_lifetime_scan, probed[-1])
     _refreshed_lifetime_scan(*refreshed)
-    Direct.refreshed_lifetime_scan = entry_point(_refreshed_lifetime_scan, refreshed)
-    Direct.book_slot, Direct.release_slot = _warm_up_hooks()
-    Direct.lava_preference = entry_point(_lava_preference, preference)
+    install_entry_point(Direct, "refreshed_lifetime_scan", _refreshed_lifetime_scan, refreshed)
+    _warm_up_hooks()
+    install_entry_point(Direct, "lava_preference", _lava_preference, preference)
     free = refreshed[0][0]
     threshold = (free, free, 0, 0.9)
     _over_threshold(*threshold)
-    Direct.over_threshold = entry_point(_over_threshold, threshold)
-    Direct.refresh_host_quantiles = entry_point(_refresh_host_quantiles, refresh)
+    install_entry_point(Direct, "over_threshold", _over_threshold, threshold)
+    install_entry_point(Direct, "refresh_host_quantiles", _refresh_host_quantiles, refresh)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1138,7 +1142,11 @@ def rebuild_host_exits(
                 holder[h] = slot
 
 
-def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
+def entry_point(
+    kernel: Any,
+    args: tuple[Any, ...],
+    install: Callable[[Callable[..., Any]], None] | None = None,
+) -> Callable[..., Any]:
     """The compiled code ``kernel`` runs for arguments of these types, callable without
     numba's dispatch, its arguments' types checked on its first call.
 
@@ -1151,7 +1159,9 @@ def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
     argument's type against the signature and raises TypeError naming the
     first that differs, so a caller that passes anything else fails loudly
     there, in the tests, not later. Raises TypeError at once if there is no
-    compiled code for the warm-up's own arguments.
+    compiled code for the warm-up's own arguments. Once that first call has
+    passed, ``install`` (if given) gets the compiled code itself, to put in
+    the checking wrapper's place (``install_entry_point``).
     """
     typeof: Callable[[Any], Any] = numba.typeof  # untyped in numba
     signature = tuple(typeof(arg) for arg in args)
@@ -1175,9 +1185,22 @@ def entry_point(kernel: Any, args: tuple[Any, ...]) -> Callable[..., Any]:
                         f"{kernel.__name__}: argument {index} is {found}, compiled for {expected}"
                     )
             checked = True
+            if install is not None:
+                install(compiled)
         return compiled(*given)
 
     return first_checked
+
+
+def install_entry_point(holder: type, name: str, kernel: Any, args: tuple[Any, ...]) -> None:
+    """``holder.<name>`` = ``entry_point(kernel, args)``, replaced by the compiled code
+    itself once its first call has checked the types: the checking wrapper alone costs
+    about 0.2 us a call, more than numba's dispatch of a few arguments."""
+
+    def install(compiled: Callable[..., Any]) -> None:
+        setattr(holder, name, compiled)
+
+    setattr(holder, name, entry_point(kernel, args, install))
 
 
 def _converts(found: Any, expected: Any) -> bool:
@@ -1222,8 +1245,8 @@ def _refreshed_lifetime_scan(
     )
 
 
-def _warm_up_hooks() -> tuple[Callable[..., int], Callable[..., tuple[int, bool]]]:
-    """Compile (or load) the tracker's booking and release kernels; their entry points."""
+def _warm_up_hooks() -> None:
+    """Compile (or load) the tracker's booking and release kernels; install their entry points."""
     slot_times = np.zeros((SLOT_TIMES, 2))
     slot_ints = np.full((SLOT_INTS, 2), -1, dtype=np.int64)
     slot_flags = np.zeros((SLOT_FLAGS, 2), dtype=np.bool_)
@@ -1236,7 +1259,8 @@ def _warm_up_hooks() -> tuple[Callable[..., int], Callable[..., tuple[int, bool]
     table = np.zeros((2, 2))
     release = (0, 1.0, True, True, table, table.copy(), np.array([0.0, 1.0]), packed)
     _release_slot(*release)
-    return entry_point(_book_slot, book), entry_point(_release_slot, release)
+    install_entry_point(Direct, "book_slot", _book_slot, book)
+    install_entry_point(Direct, "release_slot", _release_slot, release)
 
 
 class Direct:

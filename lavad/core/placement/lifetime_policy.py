@@ -36,7 +36,7 @@ from lavad.core.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Predic
 from lavad.core.placement.strand_kernels import Stranding, no_stranding
 from lavad.core.placement.stranding_cost import LasStrandingCost
 from lavad.core.placement.tolerant_scan import ScanResult, TolerantDirect, warm_up_tolerant
-from lavad.core.placement.waste import WasteGuard
+from lavad.core.placement.waste import NO_GUARD_TEST, WasteGuard
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
 _NO_HOST_QUANTILES: FloatArray = np.zeros((0, 0))
@@ -122,14 +122,14 @@ class LifetimePolicy(Policy):
         tracker = self.las.tracker
         tracker.refresh(cluster, request.now)
         prediction = tracker.prediction_for(request)
-        count, best_p, best_c, best_s, least_host = self._scan(
-            cluster, request, key, preference is not None, prediction
+        count, best_p, best_c, best_s, least_host, within = self._scan(
+            cluster, request, key, preference is not None, prediction, guard
         )
         rescanned = False
         if (
             guard is not None
             and count
-            and not self._guard_keeps(guard, cluster, request, count, least_host)
+            and not self._guard_keeps(guard, cluster, request, count, least_host, within)
         ):
             rescanned = True
             if len(self._levels) < n:
@@ -137,7 +137,9 @@ class LifetimePolicy(Policy):
             levels = self._levels[:n]
             guard.levels(cluster, request, levels)
             guard.pack(levels, key if preference is not None else None, key)
-            count, best_p, best_c, best_s, _ = self._scan(cluster, request, key, True, prediction)
+            count, best_p, best_c, best_s, _, _ = self._scan(
+                cluster, request, key, True, prediction, None
+            )
         if count == 0:
             # No host passed the default filters the scan applies: the
             # pipeline would score every host only to find none left.
@@ -161,6 +163,7 @@ class LifetimePolicy(Policy):
         request: PlacementRequest,
         count: int,
         least_host: int,
+        within: bool,
     ) -> bool:
         """Whether the unguarded choice is the guarded one, without scoring every host.
 
@@ -169,13 +172,15 @@ class LifetimePolicy(Policy):
         guard passes is then that same least cost, so the hosts within the
         cost tolerance of it are the same less those the guard refuses, and
         the ties, the best Best Fit among them, are all still there. Without
-        a tolerance the ties are hosts of the least cost themselves.
+        a tolerance the ties are hosts of the least cost themselves. The
+        tolerant scan has tested this itself (``within``); the exact scan
+        leaves it to the guard.
         """
         if self._tolerance == 0.0:
             return guard.admits(cluster, request, self._ties, count)
         if least_host < 0:
             return False  # no host of a finite least cost to test: score every host
-        return guard.admits(cluster, request, self._ties, count, also=least_host)
+        return within
 
     def _scan(
         self,
@@ -184,11 +189,14 @@ class LifetimePolicy(Policy):
         key: FloatArray,
         has_preference: bool,
         prediction: Prediction,
+        guard: WasteGuard | None,
     ) -> ScanResult:
         """The compiled scan: filters, then (preference,) LAS, Best Fit; ties into ``_ties``.
 
-        Returns (count, best preference, least LAS cost, best Best Fit score,
-        a host of that least cost or -1), as ``tolerant_scan.ScanResult``.
+        Returns ``tolerant_scan.ScanResult``: (count, best preference, least
+        LAS cost, best Best Fit score, a host of that least cost or -1, and
+        whether ``guard`` passes the ties and that host; the exact scan
+        leaves the guard's test to the caller and says True).
         """
         n = cluster.n_hosts
         tracker = self.las.tracker
@@ -207,12 +215,13 @@ class LifetimePolicy(Policy):
         tolerant = self._tolerance > 0.0
         refreshed_scan: Callable[..., tuple[Any, ...]]
         probed_scan: Callable[..., tuple[Any, ...]]
+        preferred: tuple[Any, ...] = (key, has_preference)
         if tolerant:
             scanned = (*scanned, self._tolerance)
             refreshed_scan, probed_scan = TolerantDirect.refreshed, TolerantDirect.probed
+            preferred = (key, has_preference, NO_GUARD_TEST if guard is None else guard.scan_test())
         else:
             refreshed_scan, probed_scan = Direct.refreshed_lifetime_scan, Direct.lifetime_scan
-        preferred = (key, has_preference)
         if thresholds is not None and self._by_host_quantiles:
             floors = self._floors
             index, epoch = floors.for_scan(thresholds, now, n)
@@ -272,4 +281,4 @@ class LifetimePolicy(Policy):
             return cast(ScanResult, result)
         # The exact scan's ties are themselves hosts of the least cost.
         count, best_p, best_c, best_s = cast(tuple[int, float, float, float], result)
-        return count, best_p, best_c, best_s, int(self._ties[0]) if count else -1
+        return count, best_p, best_c, best_s, int(self._ties[0]) if count else -1, True

@@ -19,6 +19,13 @@ choice), so this scan counts stranded host time in its single pass, for
 each host whose LAS cost alone leaves it within the tolerance of the best
 so far. Floors, the probe and the refresh work as in the exact scan: a
 floor or the probe's cost plus the tolerance bounds what can still tie.
+
+Under a waste guard (``waste.WasteGuard``) the scan runs unguarded, and
+tests in the same call whether its choice is the guarded one: every tie,
+and a host of the least cost, within the guard's step of waste
+(``waste.all_within``). The policy rescans with the guard's levels only
+when that fails; one call instead of two, since the test is most of what
+the guard costs a placement.
 """
 
 from __future__ import annotations
@@ -34,7 +41,6 @@ from lavad.core.placement.kernels import (
     Floors,
     LasInput,
     ModelArrays,
-    Preference,
     ScanPool,
     TrackerArrays,
     _bestfit_score,
@@ -47,26 +53,30 @@ from lavad.core.placement.kernels import (
     _scan_inputs,
     _tie_in,
     by_host_quantiles,
-    entry_point,
+    install_entry_point,
     lifetime_warm_up_arguments,
     no_floors_nor_refresh,
 )
 from lavad.core.placement.strand_kernels import Stranding, host_strand_count
+from lavad.core.placement.waste import NO_GUARD_TEST, GuardTest, all_within
 
 # The scan's request: hosts to scan, the demand's four resources, the fit
 # tolerance, now, the VM's predicted lifetime, and the cost tolerance.
 TolerantRequest = tuple[int, float, float, float, float, float, float, float, float]
+# LAVA's preference (or nothing, with False), and the guard's test.
+GuardedPreference = tuple[FloatArray, bool, GuardTest]
 # (count, best preference, least LAS cost, best Best Fit score, a host of that
-# least cost at that preference, or -1 when none fits): the waste guard may
-# keep the choice without scoring every host only if that host passes it too.
-ScanResult = tuple[int, float, float, float, int]
+# least cost at that preference or -1 when none fits, and whether the ties and
+# that host are all within the guard's step): the waste guard keeps the
+# choice without scoring every host only if that host passes it too.
+ScanResult = tuple[int, float, float, float, int, bool]
 
 
 @numba.njit(cache=True, nogil=True)
 def _tolerant_scan(
     pool: ScanPool,
     request: TolerantRequest,
-    preferred: Preference,
+    preferred: GuardedPreference,
     las: LasInput,
     ties: IntArray,
     probe: int,
@@ -79,13 +89,12 @@ def _tolerant_scan(
     """(preference, LAS cost within the tolerance of the least, Best Fit) in one pass.
 
     The arguments are ``kernels._floored_lifetime_scan``'s, the request
-    with the cost tolerance last. Returns (count, best preference, least LAS
-    cost, best Best Fit score, a host of that least cost) and the tied
-    hosts, ascending, in ``ties[:count]``.
+    with the cost tolerance last and the preference with the guard's test.
+    Returns ``ScanResult`` and the tied hosts, ascending, in ``ties[:count]``.
     """
     free, inv_capacity, unschedulable, present, weights = pool
     n, d0, d1, d2, d3, fit_tolerance, now, lifetime, cost_tolerance = request
-    preference, use_preference = preferred
+    preference, use_preference, guard = preferred
     host_exit = las[0]
     # Unpacked once, as in the exact scan (its reference counts).
     floor, floor_epoch, floor_stamp, stamp, epoch, use_floor, exact_until = floors
@@ -158,14 +167,20 @@ def _tolerant_scan(
         h = candidates[i]
         score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
         best_s, count = _tie_in(score, best_s, h, ties, count)
-    return count, best_p, least, best_s, least_host
+    measure, step, test = guard
+    within = True
+    if test and count > 0 and least_host >= 0:
+        within = all_within(
+            free, inv_capacity, present, ties, count, least_host, demand, measure, step
+        )
+    return count, best_p, least, best_s, least_host, within
 
 
 @numba.njit(cache=True, nogil=True)
 def _probed_tolerant_scan(
     pool: ScanPool,
     request: TolerantRequest,
-    preferred: Preference,
+    preferred: GuardedPreference,
     las: LasInput,
     ties: IntArray,
     probe: int,
@@ -183,7 +198,7 @@ def _probed_tolerant_scan(
 def _refreshed_tolerant_scan(
     pool: ScanPool,
     request: TolerantRequest,
-    preferred: Preference,
+    preferred: GuardedPreference,
     thresholds: FloatArray,
     ties: IntArray,
     probe: int,
@@ -211,8 +226,9 @@ class TolerantDirect:
 
 
 def _with_tolerance(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An exact scan's warm-up arguments with a cost tolerance added to the request."""
-    return (args[0], (*args[1], 1.0), *args[2:])
+    """An exact scan's warm-up arguments with a cost tolerance added to the request
+    and the guard's test to the preference."""
+    return (args[0], (*args[1], 1.0), (*args[2], NO_GUARD_TEST), *args[3:])
 
 
 def warm_up_tolerant() -> None:
@@ -220,6 +236,10 @@ def warm_up_tolerant() -> None:
     refreshed, probed = lifetime_warm_up_arguments()
     for args in probed:
         _probed_tolerant_scan(*_with_tolerance(args))
-    TolerantDirect.probed = entry_point(_probed_tolerant_scan, _with_tolerance(probed[-1]))
+    install_entry_point(
+        TolerantDirect, "probed", _probed_tolerant_scan, _with_tolerance(probed[-1])
+    )
     _refreshed_tolerant_scan(*_with_tolerance(refreshed))
-    TolerantDirect.refreshed = entry_point(_refreshed_tolerant_scan, _with_tolerance(refreshed))
+    install_entry_point(
+        TolerantDirect, "refreshed", _refreshed_tolerant_scan, _with_tolerance(refreshed)
+    )

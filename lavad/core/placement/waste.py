@@ -57,7 +57,7 @@ import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
 from lavad.core.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
-from lavad.core.placement.kernels import entry_point
+from lavad.core.placement.kernels import install_entry_point
 from lavad.core.placement.strand_kernels import (
     WasteMeasure,
     WastePool,
@@ -66,6 +66,16 @@ from lavad.core.placement.strand_kernels import (
 )
 
 Shape = tuple[float, float, float, float]
+
+# The waste guard's test of a lifetime scan's choice (``tolerant_scan``):
+# how waste is measured, the guard's step, and whether to test at all (False:
+# no guard, or its mix is not yet known; every host then counts as within).
+GuardTest = tuple[WasteMeasure, float, bool]
+NO_GUARD_TEST: GuardTest = (
+    (np.zeros(N_RESOURCES), np.zeros(N_RESOURCES), np.zeros((0, N_RESOURCES)), FIT_TOLERANCE),
+    0.0,
+    False,
+)
 
 # A lexicographic key packs the guard's level above the preference below it
 # (LAVA's costs are small integers, at most 6 plus a class difference): the
@@ -317,7 +327,7 @@ def warm_up_waste() -> None:
     )
     args = (free, free, present, np.zeros(1, dtype=np.int64), 1, 0, demand, measure, 1.0)
     all_within(*args)
-    WasteDirect.all_within = entry_point(all_within, args)
+    install_entry_point(WasteDirect, "all_within", all_within, args)
 
 
 class WasteDirect:
@@ -410,6 +420,14 @@ class WasteGuard(NumpyScorer):
                 self.tolerance,
             )
         )
+
+    def scan_test(self) -> GuardTest:
+        """The test ``admits`` makes, as a lifetime scan makes it in its own call
+        (``tolerant_scan``); not run while the mix is unknown, as ``admits`` passes every host."""
+        mix = self.mix
+        if not mix.known:
+            return NO_GUARD_TEST
+        return (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE), self.tolerance, True
 
     def pack(self, levels: FloatArray, below: FloatArray | None, out: FloatArray) -> None:
         """The key of level then preference, level * stride + preference, into ``out``.
