@@ -110,12 +110,12 @@ class LifetimePolicy(Policy):
         preference = guard.below if guard is not None else self.preference
         if guard is not None:
             guard.observe(request)
-        if preference is not None or guard is not None:
+        if preference is not None:
             _, key, scratch = self._buffers(n)
-            if preference is not None:
-                preference.score(cluster, request, key, scratch)
+            preference.score(cluster, request, key, scratch)
         else:
-            # The scan reads no preference, and no host past ``n`` in the
+            # The scan reads no preference (the guard's rescan writes its
+            # levels into the first ``n``), and no host past ``n`` in the
             # buffers: whole, they save the three slices of ``_buffers``.
             self._grow_buffers(n)
             key = self._key
@@ -136,7 +136,7 @@ class LifetimePolicy(Policy):
                 self._levels = np.zeros(len(self._key))
             levels = self._levels[:n]
             guard.levels(cluster, request, levels)
-            guard.pack(levels, key if preference is not None else None, key)
+            guard.pack(levels, key if preference is not None else None, key[:n])
             count, best_p, best_c, best_s, _, _ = self._scan(
                 cluster, request, key, True, prediction, None
             )

@@ -136,27 +136,36 @@ class RequestMix:
 
     def add(self, shape: Shape) -> None:
         ring = self._ring
-        counts = self._counts
         if len(ring) < self.window:
             ring.append(shape)
+            self._count_in(shape)
         else:
-            old = ring[self._next]
-            left = counts[old] - 1
-            if left:
-                counts[old] = left
-            else:
-                del counts[old]
-            ring[self._next] = shape
-            self._next = (self._next + 1) % self.window
+            at = self._next
+            old = ring[at]
+            # A pool's mix is a few shapes: the one leaving is often the one
+            # coming in, and the counts stay as they are.
+            if old != shape:
+                counts = self._counts
+                left = counts[old] - 1
+                if left:
+                    counts[old] = left
+                else:
+                    del counts[old]
+                ring[at] = shape
+                self._count_in(shape)
+            at += 1
+            self._next = 0 if at == self.window else at
+        since = self._since_refresh = self._since_refresh + 1
+        seen = self._seen = self._seen + 1
+        every = self.refresh_every
+        if since >= every or (seen < every and seen & (seen - 1) == 0):
+            self.refresh()
+
+    def _count_in(self, shape: Shape) -> None:
+        counts = self._counts
         # ``get``, not Counter's ``+=``: a new shape would go through
         # ``__missing__``, a Python call on every placement's path.
         counts[shape] = counts.get(shape, 0) + 1
-        self._since_refresh += 1
-        self._seen += 1
-        seen = self._seen
-        young = seen < self.refresh_every and seen & (seen - 1) == 0
-        if young or self._since_refresh >= self.refresh_every:
-            self.refresh()
 
     def refresh(self) -> None:
         self._since_refresh = 0
