@@ -292,4 +292,3 @@ def test_an_entry_point_gives_way_to_the_compiled_code_once_its_first_call_passe
     assert Direct.over_threshold is not wrapper
     assert not Direct.over_threshold(capacity, free, 1, 0.9)
     assert Direct.over_threshold(capacity, free, 0, 0.9)
-
