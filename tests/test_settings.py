@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,22 @@ def test_bad_configuration_names_key_and_reason(
         load_settings(path)
     assert caught.value.key.startswith(key) if key else str(path) == caught.value.key
     assert reason in str(caught.value)
+
+
+def test_a_configuration_error_crosses_a_process_boundary_whole(tmp_path: Path) -> None:
+    """The placement matrix runs its cells in worker processes: an error there is
+    pickled back, and must arrive with its key and reason, not break the pool."""
+    path = tmp_path / "bad.toml"
+    path.write_text("[hosts]\ncores = -1\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert isinstance(copy, ConfigError)
+    assert (copy.key, copy.reason, str(copy)) == (
+        caught.value.key,
+        caught.value.reason,
+        str(caught.value),
+    )
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:

@@ -67,6 +67,11 @@ class ConfigError(Exception):
         self.key = key
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
+        # Rebuilt from its key and reason, not its message: an error raised in
+        # a worker process (the matrix's cells) crosses back with both.
+        return ConfigError, (self.key, self.reason)
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
