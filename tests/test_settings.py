@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lavad.core.input_bounds import InputBounds, PoolNames
+from lavad.core.placement.registry import PolicyConfigError, validate_policy_args
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import ConfigError, check_live_settings, load_settings
 
@@ -86,6 +87,12 @@ def test_a_configuration_error_crosses_a_process_boundary_whole(tmp_path: Path) 
         caught.value.reason,
         str(caught.value),
     )
+    # And a policy's refused argument, raised by the registry in a worker.
+    with pytest.raises(PolicyConfigError) as refused:
+        validate_policy_args("lava", {"waste_tolerance": -1.0})
+    again = pickle.loads(pickle.dumps(refused.value))
+    assert isinstance(again, PolicyConfigError)
+    assert (again.key, again.reason) == (refused.value.key, refused.value.reason)
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:

@@ -35,6 +35,10 @@ class RegistryError(ValueError):
         self.key = key
         self.reason = reason
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # From its key and reason, as raised: a worker process's error crosses back whole.
+        return (type(self), (self.key, self.reason))
+
 
 @dataclass(frozen=True, slots=True)
 class Entry(Generic[Built]):

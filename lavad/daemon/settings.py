@@ -67,10 +67,10 @@ class ConfigError(Exception):
         self.key = key
         self.reason = reason
 
-    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
-        # Rebuilt from its key and reason, not its message: an error raised in
-        # a worker process (the matrix's cells) crosses back with both.
-        return ConfigError, (self.key, self.reason)
+    def __reduce__(self) -> tuple[Any, ...]:
+        # From its key and reason, as raised: an error in a worker process
+        # (the placement matrix's cells) crosses back whole.
+        return (type(self), (self.key, self.reason))
 
 
 class _Section(BaseModel):
