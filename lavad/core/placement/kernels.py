@@ -449,7 +449,8 @@ def _probe_bound(
     exit moved, or is NaN, for which != is true): most are not, and a call per host
     (its arrays' reference counts) would cost more than the comparison. Where
     ``counted`` says strands count, the cost is raised to the probe's count with
-    the host time the placement strands, as every host's is."""
+    the host time the placement strands, as every host's is. ``preferred`` is a
+    ``Preference``, or the tolerant scans' with the guard's test after it."""
     free, inv_capacity, unschedulable, _, _ = pool
     n, d0, d1, d2, d3, tolerance, now = (
         request[0], request[1], request[2], request[3], request[4], request[5], request[6],
