@@ -144,15 +144,19 @@ def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("name", ["las", "lava"])
+@pytest.mark.parametrize("tolerance", [0.02, 0.005])
 def test_under_a_cost_tolerance_the_guard_scores_every_host_only_when_it_must(
-    name: str, monkeypatch: pytest.MonkeyPatch
+    name: str, tolerance: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The unguarded choice stands when the guard passes its ties and a host of the
-    least cost; only the other placements score every host's level and rescan.
-    Both paths are taken here, and the decisions are the pipeline's."""
-    args = {"cost_tolerance": 0.5, "waste_tolerance": 0.02}
+    least cost, first against a bar of 0 (no host scored), then against the real
+    bar (every host's level scored, no second scan); only the other placements
+    scan again with the levels. All three paths are taken here, and the
+    decisions are the pipeline's."""
+    args = {"cost_tolerance": 0.5, "waste_tolerance": tolerance}
     scored: list[int] = []
-    levels = WasteGuard.levels
+    packed: list[int] = []
+    levels, pack = WasteGuard.levels, WasteGuard.pack
 
     def counting(
         self: WasteGuard, cluster: ClusterState, request: PlacementRequest, out: Any
@@ -160,13 +164,19 @@ def test_under_a_cost_tolerance_the_guard_scores_every_host_only_when_it_must(
         scored.append(1)
         levels(self, cluster, request, out)
 
+    def counting_packs(self: WasteGuard, *given: Any) -> None:
+        packed.append(1)
+        pack(self, *given)
+
     monkeypatch.setattr(WasteGuard, "levels", counting)
+    monkeypatch.setattr(WasteGuard, "pack", counting_packs)
     compiled = _run(name, args, scan=True)
-    rescans = len(scored)
+    rescans, scans_again = len(scored), len(packed)
     monkeypatch.setattr(WasteGuard, "levels", levels)
+    monkeypatch.setattr(WasteGuard, "pack", pack)
     assert compiled == _run(name, args, scan=False)
     placed = sum(isinstance(r, Placed) for r in compiled)
-    assert 0 < rescans < placed
+    assert 0 < scans_again < rescans < placed, (scans_again, rescans, placed)
 
 
 @pytest.mark.parametrize("name", ["las", "lava"])

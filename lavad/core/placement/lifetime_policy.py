@@ -131,15 +131,19 @@ class LifetimePolicy(Policy):
             and count
             and not self._guard_keeps(guard, cluster, request, count, least_host, within)
         ):
-            rescanned = True
             if len(self._levels) < n:
                 self._levels = np.zeros(len(self._key))
             levels = self._levels[:n]
             guard.levels(cluster, request, levels)
-            guard.pack(levels, key if preference is not None else None, key[:n])
-            count, best_p, best_c, best_s, _, _ = self._scan(
-                cluster, request, key, True, prediction, None
-            )
+            # The test above measured against a bar of 0; against the real
+            # bar the same hosts may all be at level 0 still, and then the
+            # unguarded choice stands as ``_guard_keeps`` argues.
+            if least_host < 0 or levels[self._ties[:count]].any() or levels[least_host]:
+                rescanned = True
+                guard.pack(levels, key if preference is not None else None, key[:n])
+                count, best_p, best_c, best_s, _, _ = self._scan(
+                    cluster, request, key, True, prediction, None
+                )
         if count == 0:
             # No host passed the default filters the scan applies: the
             # pipeline would score every host only to find none left.
