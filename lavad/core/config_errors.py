@@ -2,7 +2,8 @@
 
 Every place that validates a table of the configuration (the settings, the
 policy and admission registries) reports the first error the same way: the
-dotted key under the table's own key, and pydantic's message.
+dotted key under the table's own key, and pydantic's message; and raises it
+as a ``KeyedError``.
 """
 
 from __future__ import annotations
@@ -34,3 +35,23 @@ def first_error(exc: ValidationError, prefix: str = "") -> FieldError:
         # "extra": one wording for one mistake, whichever kind of table.
         kind, reason = "extra_forbidden", "Extra inputs are not permitted"
     return FieldError(key, reason, first.get("input"), kind)
+
+
+class KeyedError(Exception):
+    """An error located by a configuration key, with its reason.
+
+    It pickles from its key and reason, as raised: an error in a worker
+    process (the placement matrix's cells) crosses back whole, where the
+    default pickling (from the message alone) breaks the process pool.
+    """
+
+    # How the message reads; ``key`` and ``reason`` fill it.
+    template = "{key}: {reason}"
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(self.template.format(key=key, reason=reason))
+        self.key = key
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.reason))

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from lavad.core.config_errors import first_error
+from lavad.core.config_errors import KeyedError, first_error
 
 Built = TypeVar("Built")
 
@@ -27,17 +27,8 @@ class NoArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RegistryError(ValueError):
+class RegistryError(KeyedError, ValueError):
     """A name the registry does not hold, or arguments its entry refuses; ``key`` locates it."""
-
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"{key}: {reason}")
-        self.key = key
-        self.reason = reason
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # From its key and reason, as raised: a worker process's error crosses back whole.
-        return (type(self), (self.key, self.reason))
 
 
 @dataclass(frozen=True, slots=True)

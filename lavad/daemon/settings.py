@@ -43,7 +43,7 @@ from pydantic_settings import (
 
 from lavad.core.admission.registry import AdmissionConfigError, validate_admission_args
 from lavad.core.admission.service import AdmissionConfig
-from lavad.core.config_errors import first_error
+from lavad.core.config_errors import KeyedError, first_error
 from lavad.core.engine import EngineConfig, HostShape, PoolSetup
 from lavad.core.input_bounds import InputBounds, PoolNames
 from lavad.core.limits.service import LimitsConfig
@@ -61,16 +61,8 @@ from lavad.models.deployments.process import DeploymentPriors, GammaBelief
 from lavad.streams.kafka.topics import TopicNames
 
 
-class ConfigError(Exception):
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"configuration error at {key}: {reason}")
-        self.key = key
-        self.reason = reason
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # From its key and reason, as raised: an error in a worker process
-        # (the placement matrix's cells) crosses back whole.
-        return (type(self), (self.key, self.reason))
+class ConfigError(KeyedError):
+    template = "configuration error at {key}: {reason}"
 
 
 class _Section(BaseModel):
