@@ -23,9 +23,12 @@ floor or the probe's cost plus the tolerance bounds what can still tie.
 Under a waste guard (``waste.WasteGuard``) the scan runs unguarded, and
 tests in the same call whether its choice is the guarded one: every tie,
 and a host of the least cost, within the guard's step of waste
-(``waste.all_within``). The policy rescans with the guard's levels only
-when that fails; one call instead of two, since the test is most of what
-the guard costs a placement.
+(``waste.all_within``), measured against a bar of 0. Only when that fails
+does the policy score every host's level against the real bar, and only
+when the ties or that host fail there too does it scan again with the
+levels (``lifetime_policy.LifetimePolicy.place``). The test runs in the
+scan's call, not one of its own, since on most placements it is all the
+guard costs.
 """
 
 from __future__ import annotations

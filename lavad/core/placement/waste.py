@@ -340,7 +340,8 @@ def warm_up_waste() -> None:
 
 
 class WasteDirect:
-    """The guard's test without numba's type dispatch (``kernels.entry_point``): it
+    """The guard's test without numba's type dispatch (``kernels.entry_point``), for
+    the exact scan (no cost tolerance; the tolerant scan tests in its own call): it
     runs once a placement, and its nine arguments' dispatch cost more than its
     work on a few hosts. Set by ``warm_up_waste``; until then, the dispatcher."""
 
