@@ -102,6 +102,11 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("las", {"waste_tolerance": 0.005}),
         ("lava", {"waste_tolerance": 0.005}),
         ("las-oracle", {"waste_tolerance": 0.02}),
+        # Any positive tolerance is allowed: at 1e-300 the levels past 0 are
+        # about 1e298, too large to keep LAVA's preference exact beneath them,
+        # which costs nothing (a host of level 0 always fits, and wins), and the
+        # guard still decides as the pipeline.
+        ("lava", {"waste_tolerance": 1e-300}),
         # The stranding cost: the scan's choice stands unless a tied host
         # strands host time; the pipeline always scores it.
         ("las", {"stranding_cost": True}),
