@@ -399,7 +399,7 @@ class WasteGuard(NumpyScorer):
         demand = self._demand
         demand[:] = request.demand
         pool = (cluster.free, cluster.inv_capacity, cluster.unschedulable, cluster.resource_present)
-        measure = (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE)
+        measure = self._measure()
         guard_keys(pool, cluster.vm_count, n, demand, measure, self.tolerance, out)
 
     def admits(
@@ -426,7 +426,7 @@ class WasteGuard(NumpyScorer):
                 count,
                 also,
                 demand,
-                (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE),
+                self._measure(),
                 self.tolerance,
             )
         )
@@ -437,7 +437,12 @@ class WasteGuard(NumpyScorer):
         mix = self.mix
         if not mix.known:
             return NO_GUARD_TEST
-        return (self.weights, mix.mean, mix.minimal, FIT_TOLERANCE), self.tolerance, True
+        return self._measure(), self.tolerance, True
+
+    def _measure(self) -> WasteMeasure:
+        """How the guard measures waste against the mix as it stands (its last refresh)."""
+        mix = self.mix
+        return self.weights, mix.mean, mix.minimal, FIT_TOLERANCE
 
     def pack(self, levels: FloatArray, below: FloatArray | None, out: FloatArray) -> None:
         """The key of level then preference, level * stride + preference, into ``out``.
