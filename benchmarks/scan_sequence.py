@@ -5,7 +5,7 @@ than a change to the scan is worth, and the scan's floors only pay across
 consecutive scans (an epoch: the same thresholds array, time going on), so
 ``stranding_scan``'s kept states, one every few dozen scans, cannot show
 them. This benchmark replays the Azure dev split once with the default LAS
-(the tolerant scan, ``core/placement/tolerant_scan.py``) and keeps runs of
+(``core/placement/lifetime_scan.py``) and keeps runs of
 ``--length`` consecutive scans, one run every ``--every`` scans: each scan's
 pool, request and host quantiles (brought up to date first, as the scan
 would) and the floor set it used (``floor_sets``), and the policy's floor
@@ -23,7 +23,7 @@ Both must decide as the replay did. The calls go through numba's dispatcher,
 so each includes its dispatch (a few microseconds the product's entry point
 does not pay); the difference between the two is the floors' own effect.
 
-It wraps the scan's entry point (``TolerantDirect.refreshed``) for the one
+It wraps the scan's entry point (``ScanDirect.refreshed``) for the one
 replay and restores it after; the product is not changed.
 
     .venv/bin/python -m benchmarks.scan_sequence [--every 10000] [--length 300]
@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stranding_scan import azure_trace, replay_wrapping
-from lavad.core.placement import kernels, tolerant_scan
+from lavad.core.placement import kernels, lifetime_scan
 from lavad.core.placement.floor_sets import FloorSets
 
-# The name under which the lifetime policies resolve the tolerant scan's entry points.
-WARM_UP = "warm_up_tolerant"
+# The name under which the lifetime policies resolve the scan's entry points.
+WARM_UP = "warm_up_lifetime_scan"
 
 
 class Run:
@@ -108,12 +108,14 @@ def keep_runs(path: Path, every: int, length: int) -> list[Run]:
 
         return scan
 
-    def keep() -> None:
-        tolerant_scan.TolerantDirect.refreshed = capturing(tolerant_scan.TolerantDirect.refreshed)
+    def wrap() -> None:
+        # The dispatcher, not the entry point: an entry point puts the compiled
+        # code in the holder's place after its first call, over this wrapper.
+        lifetime_scan.ScanDirect.refreshed = capturing(lifetime_scan._refreshed_lifetime_scan)
 
     FloorSets.for_scan = choosing  # type: ignore[method-assign]
     try:
-        replay_wrapping(path, {}, WARM_UP, keep)
+        replay_wrapping(path, {}, WARM_UP, wrap)
     finally:
         FloorSets.for_scan = for_scan  # type: ignore[method-assign]
     return [run for run in runs if run.scans]
@@ -122,7 +124,7 @@ def keep_runs(path: Path, every: int, length: int) -> list[Run]:
 def time_runs(runs: list[Run], reuse: bool) -> tuple[float, int, int]:
     """CPU seconds over every kept scan, how many decided as the replay did, and how many."""
     _, no_tracker, no_model = kernels.no_floors_nor_refresh()
-    scan = tolerant_scan._tolerant_scan
+    scan = lifetime_scan._lifetime_scan
     total = 0.0
     agree = 0
     count = 0

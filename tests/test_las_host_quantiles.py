@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 
 from lavad.core.cluster import ClusterState
-from lavad.core.placement.kernels import compiled_lifetime_scan
 from lavad.core.placement.lifetime import (
     LAS_BUCKETS_S,
     LifetimeSettings,
@@ -30,6 +29,9 @@ from lavad.core.placement.lifetime import (
     cost_thresholds,
     expected_cost_counts,
 )
+from lavad.core.placement.lifetime_scan import _probed_lifetime_scan
+from lavad.core.placement.strand_kernels import no_stranding
+from lavad.core.placement.waste import NO_GUARD_TEST
 from lavad.models.lifetime.bins import LifetimeBins
 from lavad.models.lifetime.survival import (
     Tables,
@@ -62,15 +64,15 @@ def test_cost_by_hand(host_remaining: list[float], expected: float) -> None:
     assert _numpy_cost(host_remaining) == expected
     # The compiled scan on that host alone gives the same count.
     host_q = NOW + np.array([host_remaining])
-    count, _, cost, _ = compiled_lifetime_scan(
+    count, _, cost, *_ = _probed_lifetime_scan(
         (
             np.full((4, 1), 10.0), np.ones((4, 1)), np.zeros(1, dtype=np.bool_),
             np.array([True, True, False, False]), np.ones(4),
         ),
-        (1, 1.0, 1.0, 0.0, 0.0, 0.0, NOW, 0.0),
-        (np.zeros(1), False),
+        (1, 1.0, 1.0, 0.0, 0.0, 0.0, NOW, 0.0, 0.0),
+        (np.zeros(1), False, NO_GUARD_TEST),
         (np.full(1, NOW), cost_thresholds(VM_REMAINING), True, LAS_BUCKETS_S, host_q, True),
-        np.zeros(1, dtype=np.int64),
+        np.zeros(1, dtype=np.int64), -1, no_stranding(),
     )  # fmt: skip
     assert count == 1
     assert cost == expected
@@ -79,15 +81,15 @@ def test_cost_by_hand(host_remaining: list[float], expected: float) -> None:
 def test_scan_picks_the_cheapest_host() -> None:
     host_q = NOW + np.array([h for h, _ in HOSTS])
     ties = np.zeros(4, dtype=np.int64)
-    count, _, cost, _ = compiled_lifetime_scan(
+    count, _, cost, *_ = _probed_lifetime_scan(
         (
             np.full((4, 4), 10.0), np.ones((4, 4)), np.zeros(4, dtype=np.bool_),
             np.array([True, True, False, False]), np.ones(4),
         ),
-        (4, 1.0, 1.0, 0.0, 0.0, 0.0, NOW, 0.0),
-        (np.zeros(4), False),
+        (4, 1.0, 1.0, 0.0, 0.0, 0.0, NOW, 0.0, 0.0),
+        (np.zeros(4), False, NO_GUARD_TEST),
         (np.full(4, NOW), cost_thresholds(VM_REMAINING), True, LAS_BUCKETS_S, host_q, True),
-        ties,
+        ties, -1, no_stranding(),
     )  # fmt: skip
     assert (count, cost, int(ties[0])) == (1, 7.0, 2)
 

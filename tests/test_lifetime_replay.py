@@ -12,9 +12,9 @@ from support import PROJECT_ROOT, replay_trace
 from typer.testing import CliRunner
 
 from lavad.core.engine import Engine
-from lavad.core.placement import kernels, tolerant_scan
+from lavad.core.placement import kernels, lifetime_scan
 from lavad.core.placement.kernels import Direct
-from lavad.core.placement.tolerant_scan import TolerantDirect
+from lavad.core.placement.lifetime_scan import ScanDirect
 from lavad.daemon.cli import app
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
@@ -148,10 +148,12 @@ def test_an_engine_resolves_its_policys_kernels_before_any_pool_opens(
     are resolved (compiled or loaded) at start-up, not when the first pool opens
     mid-stream, and no pool is opened for it."""
     # The dispatchers, as before any warm-up in this process.
-    monkeypatch.setattr(TolerantDirect, "refreshed", tolerant_scan._refreshed_tolerant_scan)
-    monkeypatch.setattr(Direct, "lifetime_scan", kernels._probed_lifetime_scan)
+    monkeypatch.setattr(ScanDirect, "refreshed", lifetime_scan._refreshed_lifetime_scan)
+    monkeypatch.setattr(ScanDirect, "probed", lifetime_scan._probed_lifetime_scan)
+    monkeypatch.setattr(Direct, "book_slot", kernels._book_slot)
     engine = Engine(load_settings(CONFIG).engine_config(policy, trace_has_hosts=False))
     engine.warm_up()
-    assert TolerantDirect.refreshed is not tolerant_scan._refreshed_tolerant_scan
-    assert Direct.lifetime_scan is not kernels._probed_lifetime_scan
+    assert ScanDirect.refreshed is not lifetime_scan._refreshed_lifetime_scan
+    assert ScanDirect.probed is not lifetime_scan._probed_lifetime_scan
+    assert Direct.book_slot is not kernels._book_slot
     assert not engine.pools

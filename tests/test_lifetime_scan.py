@@ -19,15 +19,19 @@ from lavad.core.placement.kernels import (
     Direct,
     _count_exceeds,
     compiled_lava_preference,
-    compiled_lifetime_scan,
     warm_up_lifetime,
 )
 from lavad.core.placement.lava import preference_cost
 from lavad.core.placement.lifetime import LAS_BUCKETS_S
 from lavad.core.placement.lifetime_policy import LifetimePolicy
+from lavad.core.placement.lifetime_scan import (
+    ScanDirect,
+    _probed_lifetime_scan,
+    warm_up_lifetime_scan,
+)
 from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.core.placement.strand_kernels import no_stranding
-from lavad.core.placement.waste import WasteGuard
+from lavad.core.placement.waste import NO_GUARD_TEST, WasteGuard
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 
@@ -116,15 +120,16 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("las", {"stranding_cost": True, "stranding_weight": 16.0, "tie_break": "first"}),
         ("las-oracle", {"stranding_cost": True}),
         ("lava-oracle", {"stranding_cost": True}),
-        # The exact scan (no tolerance), alone and with each level it takes.
+        # No cost tolerance (the paper's exact order, in the same scan), alone
+        # and with each level it takes.
         ("las", {"cost_tolerance": 0.0}),
         ("lava", {"cost_tolerance": 0.0}),
         ("las", {"cost_tolerance": 0.0, "stranding_cost": True}),
         ("lava", {"cost_tolerance": 0.0, "stranding_cost": True}),
         ("las", {"cost_tolerance": 0.0, "waste_tolerance": 0.005}),
-        # A cost tolerance: the tolerant scan, one pass counting stranded
-        # host time for every host within reach; the pipeline ties the
-        # LAS level's costs within the tolerance of its least.
+        # A cost tolerance: the scan counts stranded host time for every
+        # host within reach; the pipeline ties the LAS level's costs within
+        # the tolerance of its least.
         ("las", {"cost_tolerance": 0.5}),
         ("lava", {"cost_tolerance": 0.5}),
         ("las", {"cost_tolerance": 0.25, "host_quantiles": 0}),
@@ -250,7 +255,8 @@ def test_direct_entry_points_decide_as_the_dispatchers() -> None:
     numba's dispatch; scalars are still converted to the signature's types (a
     whole-number time as an int gives the float's answer)."""
     warm_up_lifetime()
-    assert Direct.lifetime_scan is not compiled_lifetime_scan
+    warm_up_lifetime_scan()
+    assert ScanDirect.probed is not _probed_lifetime_scan
     assert Direct.lava_preference is not compiled_lava_preference
     free = np.array([[4.0, 8.0, 2.0], [16.0, 32.0, 8.0], [0.0] * 3, [0.0] * 3])
     inv_capacity = np.full((4, 3), 1.0 / 32.0)
@@ -262,16 +268,16 @@ def test_direct_entry_points_decide_as_the_dispatchers() -> None:
         np.ones(4),
     )  # fmt: skip
     las = (exits, np.zeros(0), False, LAS_BUCKETS_S, np.zeros((0, 0)), False)
-    preferred = (np.zeros(3), False)
-    request = (3, 2.0, 8.0, 0.0, 0.0, 1e-9, 3600.0, 5400.0)
-    dispatched = compiled_lifetime_scan(pool, request, preferred, las, ties_dispatch)
+    preferred = (np.zeros(3), False, NO_GUARD_TEST)
+    request = (3, 2.0, 8.0, 0.0, 0.0, 1e-9, 3600.0, 5400.0, 0.0)
+    dispatched = _probed_lifetime_scan(
+        pool, request, preferred, las, ties_dispatch, -1, no_stranding()
+    )
     assert dispatched[0] >= 1
     # Any probe host, or none, gives the same answer (it only bounds the search).
-    whole = (3, 2, 8, 0.0, 0.0, 1e-9, 3600, 5400)
+    whole = (3, 2, 8, 0.0, 0.0, 1e-9, 3600, 5400, 0)
     for probe in (-1, 0, 1, 2, 7):
-        direct = Direct.lifetime_scan(
-            pool, whole, preferred, las, ties_direct, probe, no_stranding()
-        )
+        direct = ScanDirect.probed(pool, whole, preferred, las, ties_direct, probe, no_stranding())
         assert direct == dispatched
         assert ties_direct.tolist() == ties_dispatch.tolist()
 
@@ -279,20 +285,21 @@ def test_direct_entry_points_decide_as_the_dispatchers() -> None:
 def test_an_entry_point_refuses_arguments_of_other_types_on_its_first_call() -> None:
     """Without dispatch an array of another type would be read as the wrong memory:
     the first call after a warm-up checks the types and names the one that differs."""
-    warm_up_lifetime()
+    warm_up_lifetime_scan()
     free = np.ones((4, 2))
     pool = (
         free, free, np.zeros(2, dtype=np.bool_), np.ones(4, dtype=np.bool_),
         np.ones(4, dtype=np.float32),  # Best Fit's weights as float32, not float64
     )  # fmt: skip
     las = (np.zeros(2), np.zeros(0), False, LAS_BUCKETS_S, np.zeros((0, 0)), False)
-    request = (2, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 60.0)
+    request = (2, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 60.0, 0.0)
     ties = np.zeros(2, dtype=np.int64)
+    preferred = (np.zeros(2), False, NO_GUARD_TEST)
     with pytest.raises(TypeError, match="argument 0"):
-        Direct.lifetime_scan(pool, request, (np.zeros(2), False), las, ties, -1, no_stranding())
+        ScanDirect.probed(pool, request, preferred, las, ties, -1, no_stranding())
     # A refused call leaves the check in place: the next one is checked again.
     with pytest.raises(TypeError, match="argument 0"):
-        Direct.lifetime_scan(pool, request, (np.zeros(2), False), las, ties, -1, no_stranding())
+        ScanDirect.probed(pool, request, preferred, las, ties, -1, no_stranding())
 
 
 def test_an_entry_point_gives_way_to_the_compiled_code_once_its_first_call_passed() -> None:

@@ -2,7 +2,7 @@
 
 ``LifetimePolicy`` keeps, per host, a lower bound of its LAS cost from
 earlier scans while the VMs placed score with the same thresholds and time
-goes forward (``kernels._floored_lifetime_scan``). Batches of one tenant's
+goes forward (``lifetime_scan``). Batches of one tenant's
 VMs of one shape, as the Azure trace has, keep one thresholds array for
 many placements in a row; the compiled policy must still decide exactly as
 the numpy pipeline does, with exits, refits and repredictions moving the

@@ -1,6 +1,6 @@
 """The scan's own refresh of the host quantiles against the refresh pass before it.
 
-``kernels._refreshed_lifetime_scan`` brings each stale host's quantiles up
+``lifetime_scan._refreshed_lifetime_scan`` brings each stale host's quantiles up
 to date inside the scan's pass (the probe first, every other host at the
 top of its iteration). That must leave every array as the pass of
 ``_refresh_host_quantiles`` followed by the scan does, and choose the same
@@ -33,12 +33,12 @@ from lavad.core.placement.kernels import (
     SLOT_INTS,
     SLOT_TIMES,
     START,
-    _floored_lifetime_scan,
     _refresh_host_quantiles,
-    _refreshed_lifetime_scan,
     warm_up_lifetime,
 )
+from lavad.core.placement.lifetime_scan import _lifetime_scan, _refreshed_lifetime_scan
 from lavad.core.placement.strand_kernels import no_stranding
+from lavad.core.placement.waste import NO_GUARD_TEST
 
 HOSTS = 40
 ROWS = 6
@@ -110,8 +110,9 @@ def _copy(state: dict[str, Any]) -> dict[str, Any]:
     return {key: value.copy() for key, value in state.items()}
 
 
+@pytest.mark.parametrize("cost_tolerance", [0.0, 1.5])
 @pytest.mark.parametrize("seed", range(12))
-def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
+def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int, cost_tolerance: float) -> None:
     warm_up_lifetime()
     rng = np.random.default_rng(seed)
     state = _random_state(rng)
@@ -138,8 +139,8 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
         (s["creation_q"], s["creation_known"], s["mass"], s["m0"], *tail),
     )
     pool = (free, inv_capacity, unschedulable, present, weights)
-    request = (HOSTS, *demand, 0.0, now, lifetime)
-    preferred = (preference, False)
+    request = (HOSTS, *demand, 0.0, now, lifetime, cost_tolerance)
+    preferred = (preference, False, NO_GUARD_TEST)
     las = (s["host_times"][HOST_EXIT], thresholds, True, thresholds, s["host_q"], True)
     floors = (
         separate_floor[0], separate_marks[0], separate_marks[1], s["host_ints"][QUANTILES_STAMP],
@@ -148,7 +149,7 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int) -> None:
     tracker = (s["slot_times"], s["slot_ints"], s["host_times"], s["host_ints"], s["host_q"])
     model = (s["creation_q"], s["creation_known"], s["mass"], s["m0"], *tail)
     # Refreshed by the pass before: the scan itself does not refresh.
-    expected = _floored_lifetime_scan(
+    expected = _lifetime_scan(
         pool, request, preferred, las, separate_ties, probe, floors, False, tracker, model,
         no_stranding(),
     )  # fmt: skip

@@ -2,7 +2,7 @@
 
 A floor is a lower bound of a host's LAS cost for one VM's thresholds,
 valid while time goes on and the host's quantiles stay as they were
-(``kernels._floored_lifetime_scan``); kept until when it is the host's exact
+(``lifetime_scan``); kept until when it is the host's exact
 cost, it is that cost without a search (``kernels._costed``). VMs of one
 group share one thresholds array until the next refit, and the trace
 interleaves a few groups: a single set, started anew whenever the array

@@ -25,8 +25,6 @@ import numpy as np
 from lavad.core.cluster import BoolArray, FloatArray, IntArray
 from lavad.core.placement.strand_kernels import (
     Stranding,
-    host_strand_count,
-    no_stranding,
     present_weights,
 )
 from lavad.models.lifetime.features import LEVELS
@@ -74,24 +72,20 @@ HEAD: Final = 1
 QUANTILES_STAMP: Final = 2
 HOST_INTS: Final = 3
 
-# The lifetime scan's arguments in groups (a tuple is one argument to numba,
-# typed once): the pool's arrays and Best Fit's weights (free, inverse
-# capacity, unschedulable, resources present, weights); the request (hosts
-# to scan, the demand's four resources, the fit tolerance, now, the VM's
-# predicted lifetime); LAVA's preference per host and whether it applies;
-# how LAS costs a host (the hosts' exits, the VM's thresholds and whether
-# they apply, the point buckets, the host quantiles and whether they apply);
-# the floors (lower bounds of LAS costs, their epochs and stamps, the hosts'
+# The lifetime scan's arguments in groups (``lifetime_scan``; a tuple is one
+# argument to numba, typed once): the pool's arrays and Best Fit's weights
+# (free, inverse capacity, unschedulable, resources present, weights); how
+# LAS costs a host (the hosts' exits, the VM's thresholds and whether they
+# apply, the point buckets, the host quantiles and whether they apply); the
+# floors (lower bounds of LAS costs, their epochs and stamps, the hosts'
 # quantile stamps, the current epoch, whether they apply, and until when
-# each floor is its host's exact cost); the tracker's
-# packed arrays (slot times, slot ints, host times, host ints, host
-# quantiles) and the model's (creation quantiles and whether each row's are
-# known, the mass tables, the bin edges, the open bin's lifetime, the levels).
+# each floor is its host's exact cost); the tracker's packed arrays (slot
+# times, slot ints, host times, host ints, host quantiles) and the model's
+# (creation quantiles and whether each row's are known, the mass tables,
+# the bin edges, the open bin's lifetime, the levels).
 ScanPool = tuple[FloatArray, FloatArray, BoolArray, BoolArray, FloatArray]
-ScanRequest = tuple[int, float, float, float, float, float, float, float]
 # Best Fit's and First Fit's request: hosts to scan, the demand, the fit tolerance.
 FitRequest = tuple[int, float, float, float, float, float]
-Preference = tuple[FloatArray, bool]
 LasInput = tuple[FloatArray, FloatArray, bool, FloatArray, FloatArray, bool]
 Floors = tuple[FloatArray, IntArray, IntArray, IntArray, int, bool, FloatArray]
 # Whether the scan counts stranded host time, and the count's inputs (the
@@ -432,240 +426,6 @@ def _costed(
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _probe_bound(
-    pool: ScanPool,
-    request: Any,
-    preferred: Any,
-    las: LasInput,
-    probe: int,
-    floors: Floors,
-    refresh: bool,
-    tracker: TrackerArrays,
-    model: ModelArrays,
-    counted: StrandCount,
-) -> tuple[float, float]:
-    """The probe's (preference, LAS cost), refreshed first if stale; (inf, inf) when
-    there is no probe or the VM does not fit it. Only a stale host is refreshed (its
-    exit moved, or is NaN, for which != is true): most are not, and a call per host
-    (its arrays' reference counts) would cost more than the comparison. Where
-    ``counted`` says strands count, the cost is raised to the probe's count with
-    the host time the placement strands, as every host's is. ``preferred`` is a
-    ``Preference``, or the tolerant scans' with the guard's test after it."""
-    free, inv_capacity, unschedulable, _, _ = pool
-    n, d0, d1, d2, d3, tolerance, now = (
-        request[0], request[1], request[2], request[3], request[4], request[5], request[6],
-    )  # fmt: skip
-    # Indexed, not unpacked: the tolerant scans' preference carries the guard's test too.
-    preference, use_preference = preferred[0], preferred[1]
-    host_exit = las[0]
-    if refresh and 0 <= probe < n and host_exit[probe] != tracker[2][QUANTILES_EXIT][probe]:
-        _refresh_host(probe, tracker, model)
-    if not (
-        0 <= probe < n
-        and not unschedulable[probe]
-        and _fits(free, probe, d0, d1, d2, d3, tolerance)
-    ):
-        return np.inf, np.inf
-    bound_p = preference[probe] if use_preference else 0.0
-    _, floor_epoch, floor_stamp, stamp, epoch, use_floor, _ = floors
-    kept = _kept_floor(probe, floor_epoch, floor_stamp, stamp, epoch, use_floor)
-    cost = _costed(probe, las, now, now + request[7], floors, np.inf, kept)
-    counts, demand, zero, used, total, strand = counted
-    if counts and cost < np.inf:
-        raised = host_strand_count(
-            free, inv_capacity, probe, demand, zero, used, total, strand, now, np.inf
-        )
-        cost = max(cost, raised)
-    return bound_p, cost
-
-
-@numba.njit(cache=True, nogil=True)
-def _floored_lifetime_scan(
-    pool: ScanPool,
-    request: ScanRequest,
-    preferred: Preference,
-    las: LasInput,
-    ties: IntArray,
-    probe: int,
-    floors: Floors,
-    refresh: bool,
-    tracker: TrackerArrays,
-    model: ModelArrays,
-    strand: Stranding,
-) -> tuple[int, float, float, float]:
-    """LAS (optionally under LAVA's preference), then Best Fit, in one pass over the hosts.
-
-    Lexicographic in (preference, LAS cost, Best Fit score), each computed as
-    the numpy scorers compute it, in the same floating-point order:
-
-    * LAS, point: the bucket of (now + lifetime) - max(host_exit, now),
-      clipped at 0 (``lifetime.temporal_cost``);
-    * LAS, quantiles: the thresholds at or above max(host_exit, now) - now
-      (``lifetime.expected_cost_counts``); with ``use_host_q``, that count
-      summed over the host's quantile exits ``host_q[h]`` instead;
-    * Best Fit: as ``_filter_and_score``.
-
-    ``probe``, a host (or -1), is costed first: the best host costs no more
-    than it does, so any host that costs more in (preference, LAS) is skipped
-    without its LAS cost. Which host is probed changes only the speed (the
-    policy probes its previous choice, often as good for the next VM).
-
-    ``use_floor`` (host quantiles only): ``floor[h]`` is a lower bound of
-    host ``h``'s LAS cost, kept from earlier scans, valid while
-    ``floor_epoch[h]`` is ``epoch`` and ``floor_stamp[h]`` is ``stamp[h]``
-    (the version of ``host_q[h]``). The caller starts a new epoch unless
-    the thresholds are the same array as in the last scan with these floors
-    and ``now`` has not gone back (``floor_sets``): then a host's cost can
-    only have grown since (each remaining life max(q, now) - now shrinks or
-    stays as now grows, in floating point too, so each count of thresholds
-    above it grows or stays). A host whose floor is above the best cost so far is skipped
-    without a search; every cost or bound computed becomes its floor (the
-    first time in an epoch a bound above the cap, after that the exact cost).
-
-    ``refresh`` (host quantiles only): each host of ``[0, n)`` is first
-    brought up to date as ``_refresh_host_quantiles`` would (``_refresh_host``
-    on ``tracker`` and ``model``; the floors' ``stamp`` is the quantile stamps),
-    the probe before it is costed and every other host at the top of its
-    iteration, before it can be skipped. A host's refresh touches only its
-    own entries, so this gives the same quantiles and stamps as a pass of
-    its own before the scan, without that pass's second walk over the hosts.
-
-    ``strand`` (weight > 0): LAS's cost is raised to the count with the
-    host time the placement strands (``stranding_cost.py``). When a host
-    LAS alone would choose strands more, the hosts of LAS's best level that
-    strand nothing more decide if there are any (no host costs less); else
-    a second pass decides, raising each host's cost once LAS's alone leaves
-    it in the running: the floors stay LAS's own costs, lower bounds of the
-    raised ones. The result is the pipeline's with that score either way.
-
-    Returns (count, best preference, best LAS cost, best Best Fit score) and
-    the tied hosts, ascending, in ``ties[:count]``.
-    """
-    free, inv_capacity, unschedulable, present, weights = pool
-    n, d0, d1, d2, d3, tolerance, now, lifetime = request
-    preference, use_preference = preferred
-    host_exit = las[0]
-    # Unpacked once: an array taken from a tuple inside the pass costs its
-    # reference count each time, read for every host that fits
-    # (docs/results/speed.md).
-    floor, floor_epoch, floor_stamp, stamp, epoch, use_floor, exact_until = floors
-    quantiles_exit, counted = _scan_inputs(request, present, las, refresh, tracker, strand)
-    counts_strands, demand, zero, used, total, _ = counted
-    # LAS's best level in pass 0 (its hosts in index order), when strands count.
-    level = np.empty(n if counts_strands else 0, dtype=np.int64)
-    n_level = 0
-    w0, w1, w2, w3 = _present_weights(weights, present)
-    best_p = np.inf
-    best_c = np.inf
-    best_s = np.inf
-    count = 0
-    start = now + lifetime
-    # Pass 0 is LAS's; pass 1, counting stranded host time, runs only when a
-    # host LAS chose strands more by that count (most placements it does
-    # not: the stranded count costs far more than LAS's). It is probed with
-    # LAS's choice, a close bound, and reads the floors pass 0 left.
-    for counting in range(2):
-        if counting:
-            if not counts_strands or count == 0:
-                break
-            stands = True
-            for i in range(count):
-                raised = host_strand_count(
-                    free, inv_capacity, ties[i], demand, zero, used, total, strand, now, best_c
-                )
-                if raised > best_c:
-                    stands = False
-                    break
-            if stands:
-                break
-            # No host can cost less than LAS's best level; those of its hosts
-            # the placement strands nothing more on keep it, so when there are
-            # any the decision is among them, without a second pass.
-            kept = 0
-            for i in range(n_level):
-                h = level[i]
-                raised = host_strand_count(
-                    free, inv_capacity, h, demand, zero, used, total, strand, now, best_c
-                )
-                if raised <= best_c:
-                    level[kept] = h
-                    kept += 1
-            if kept > 0:
-                best_s = np.inf
-                count = 0
-                for i in range(kept):
-                    h = level[i]
-                    score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-                    best_s, count = _tie_in(score, best_s, h, ties, count)
-                break
-            probe = ties[0]
-            refresh = False  # pass 0 brought every host up to date
-            best_p = np.inf
-            best_c = np.inf
-            best_s = np.inf
-            count = 0
-        # The probe's (preference, cost): an upper bound on the best's.
-        counted = (counting > 0, demand, zero, used, total, strand)
-        bound_p, bound_c = _probe_bound(
-            pool, request, preferred, las, probe, floors, refresh, tracker, model, counted
-        )
-        for h in range(n):
-            if refresh and h != probe and host_exit[h] != quantiles_exit[h]:
-                _refresh_host(h, tracker, model)
-            if unschedulable[h]:
-                continue
-            if not _fits(free, h, d0, d1, d2, d3, tolerance):
-                continue
-            p = preference[h] if use_preference else 0.0
-            if p > best_p or p > bound_p:
-                continue
-            cap = np.inf
-            if p == best_p:
-                cap = best_c
-            if p == bound_p and bound_c < cap:
-                cap = bound_c
-            kept = _kept_floor(h, floor_epoch, floor_stamp, stamp, epoch, use_floor)
-            if kept and floor[h] > cap:
-                continue
-            if kept and now <= exact_until[h]:
-                c = float(floor[h])  # ``_costed``'s reuse, without its unpacking
-            else:
-                # A host costed before in this epoch and still in the running
-                # is costed in full: its exact cost is the floor that lets the
-                # next scans of the epoch skip it. Pass 1's caps are above
-                # pass 0's, so there a bound above the cap is a floor as good.
-                full = kept and not counting
-                c = _costed(h, las, now, start, floors, np.inf if full else cap, kept)
-            if c > cap:
-                continue
-            if counting:
-                raised = host_strand_count(
-                    free, inv_capacity, h, demand, zero, used, total, strand, now, cap
-                )
-                c = max(c, raised)
-                if c > cap:
-                    continue
-            if counts_strands and not counting:
-                # Every host reached costs no more than the best so far in
-                # (preference, LAS): a lower one starts LAS's best level anew.
-                if p < best_p or c < best_c:
-                    n_level = 0
-                level[n_level] = h
-                n_level += 1
-            score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-            if p < best_p or c < best_c or score < best_s:
-                best_p = p
-                best_c = c
-                best_s = score
-                ties[0] = h
-                count = 1
-            elif score == best_s:
-                ties[count] = h
-                count += 1
-    return count, best_p, best_c, best_s
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
 def no_floors_nor_refresh() -> tuple[Floors, TrackerArrays, ModelArrays]:
     """Empty floors, tracker and model arrays, typed as the real ones, for a scan by a
     host's point exit or a point lifetime (``use_floor`` and ``refresh`` false: the
@@ -706,90 +466,30 @@ def by_host_quantiles(
     return las, floors
 
 
-@numba.njit(cache=True, nogil=True)
-def _probed_lifetime_scan(
-    pool: ScanPool,
-    request: ScanRequest,
-    preferred: Preference,
-    las: LasInput,
-    ties: IntArray,
-    probe: int,
-    strand: Stranding,
-) -> tuple[int, float, float, float]:
-    """``_floored_lifetime_scan`` without floors or a refresh."""
-    no_floors, no_tracker, no_model = no_floors_nor_refresh()
-    return _floored_lifetime_scan(
-        pool, request, preferred, las, ties, probe, no_floors, False, no_tracker, no_model, strand
-    )
-
-
-@numba.njit(cache=True, nogil=True)
-def _lifetime_scan(
-    pool: ScanPool,
-    request: ScanRequest,
-    preferred: Preference,
-    las: LasInput,
-    ties: IntArray,
-) -> tuple[int, float, float, float]:
-    """``_probed_lifetime_scan`` without a probe or stranded host time."""
-    nothing = (
-        np.zeros(4), np.zeros(4), np.zeros((0, 4)), np.zeros(1), np.zeros((0, 1)), np.zeros(1),
-        0.0,
-    )  # fmt: skip
-    return _probed_lifetime_scan(pool, request, preferred, las, ties, -1, nothing)
-
-
-# The compiled function itself, typed: a Python wrapper around it would cost
-# as much per call as the whole scan of a 1,000-host pool.
-compiled_lifetime_scan: Callable[
-    [ScanPool, ScanRequest, Preference, LasInput, IntArray], tuple[int, float, float, float]
-] = _lifetime_scan
-
-
-def lifetime_warm_up_arguments() -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
-    """Small arguments of the types the policies pass: the refreshed scan's, and the
-    probed scan's for each way LAS costs a host (a point, thresholds on the point exit,
-    thresholds on host quantiles). Other scans over the same inputs warm up on them."""
-    free = np.zeros((4, 1))
-    ties = np.zeros(1, dtype=np.int64)
-    ones = np.ones(4)
-    present = np.ones(4, dtype=np.bool_)
-    unschedulable = np.zeros(1, dtype=np.bool_)
-    one = np.zeros(1)
+def warm_up_tracker_arrays() -> tuple[TrackerArrays, ModelArrays]:
+    """Small tracker and model arrays of the types the tracker packs, host 0's
+    quantiles stale (so a refresh runs over it): what the lifetime kernels warm up on."""
     host_q = np.zeros((1, 1))
-    edges = np.array([0.0, 1.0])
     slot_times = np.zeros((SLOT_TIMES, 1))
     slot_ints = np.zeros((SLOT_INTS, 1), dtype=np.int64)
     host_times = np.zeros((HOST_TIMES, 1))
-    host_times[QUANTILES_EXIT] = np.nan  # stale: the refresh runs over host 0
+    host_times[QUANTILES_EXIT] = np.nan
     host_ints = np.zeros((HOST_INTS, 1), dtype=np.int64)
     host_ints[HEAD] = -1
-    # The refresh's arguments after the host count: the tracker's packed
-    # arrays and quantiles, then the creation quantiles' and the model's.
+    # The tracker's packed arrays and quantiles, then the creation quantiles'
+    # and the model's.
     tracker = (slot_times, slot_ints, host_times, host_ints, host_q.copy())
     model = (
-        host_q.copy(), np.zeros(1, dtype=np.bool_), np.ones((1, 2)), np.ones((1, 3)), edges, 2.0,
-        one,
+        host_q.copy(), np.zeros(1, dtype=np.bool_), np.ones((1, 2)), np.ones((1, 3)),
+        np.array([0.0, 1.0]), 2.0, np.zeros(1),
     )  # fmt: skip
-    pool = (free, free, unschedulable, present, ones)
-    request = (1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    preferred = (one, True)
-    probed = [
-        (pool, request, preferred, (one, one, use_thresholds, one, host_q, use_host_q), ties, 0,
-         no_stranding())
-        for use_thresholds, use_host_q in ((False, False), (True, False), (True, True))
-    ]  # fmt: skip
-    refreshed = (
-        pool, request, preferred, one, ties, 0, np.zeros((2, 1)), np.full((2, 1), -1), 0, tracker,
-        model, no_stranding(),
-    )  # fmt: skip
-    return refreshed, probed
+    return tracker, model
 
 
 def warm_up_lifetime() -> None:
-    """Compile (or load) the lifetime kernels before anything is timed; resolve ``Direct``."""
-    refreshed, probed = lifetime_warm_up_arguments()
-    tracker, model = refreshed[9], refreshed[10]
+    """Compile (or load) the tracker's and LAVA's kernels before anything is timed;
+    resolve their ``Direct`` entry points (the scan has its own, ``lifetime_scan``)."""
+    tracker, model = warm_up_tracker_arrays()
     one = np.zeros(1)
     preference = (
         np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
@@ -798,15 +498,9 @@ def warm_up_lifetime() -> None:
     _lava_preference(*preference)
     refresh = (1, tracker, model)
     _refresh_host_quantiles(*refresh)
-    for args in probed:
-        _lifetime_scan(*args[:5])
-        _probed_lifetime_scan(*args)
-    install_entry_point(Direct, "lifetime_scan", _probed_lifetime_scan, probed[-1])
-    _refreshed_lifetime_scan(*refreshed)
-    install_entry_point(Direct, "refreshed_lifetime_scan", _refreshed_lifetime_scan, refreshed)
     _warm_up_hooks()
     install_entry_point(Direct, "lava_preference", _lava_preference, preference)
-    free = refreshed[0][0]
+    free = np.zeros((4, 1))
     threshold = (free, free, 0, 0.9)
     _over_threshold(*threshold)
     install_entry_point(Direct, "over_threshold", _over_threshold, threshold)
@@ -931,7 +625,7 @@ def _refresh_host_quantiles(n: int, tracker: TrackerArrays, model: ModelArrays) 
     A host whose holder is unknown (-1) gets it found again from its list
     of VMs: the lowest slot among those with the latest predicted exit.
     Each host whose quantiles are rewritten has its stamp moved on (so the
-    LAS floors of ``_floored_lifetime_scan`` kept for it lapse). Returns
+    LAS floors of ``lifetime_scan`` kept for it lapse). Returns
     how many holders were found again.
     """
     count = 0
@@ -1217,35 +911,6 @@ def _converts(found: Any, expected: Any) -> bool:
     return isinstance(found, types.Integer) and bool(expected == types.float64)
 
 
-@numba.njit(cache=True, nogil=True)
-def _refreshed_lifetime_scan(
-    pool: ScanPool,
-    request: ScanRequest,
-    preferred: Preference,
-    thresholds: FloatArray,
-    ties: IntArray,
-    probe: int,
-    floor: FloatArray,
-    floor_marks: IntArray,
-    epoch: int,
-    tracker: TrackerArrays,
-    model: ModelArrays,
-    strand: Stranding,
-) -> tuple[int, float, float, float]:
-    """``_refresh_host_quantiles`` of hosts ``[0, n)``, then ``_floored_lifetime_scan``
-    by the host quantiles, with floors: the refresh done host by host inside
-    the scan's own pass (its ``refresh``).
-
-    One call instead of two, on the tracker's packed arrays (``by_host_quantiles``
-    says how the floors are laid out). ``tracker``'s host quantiles are the
-    tracker's whole array (the scan reads its first ``n`` rows).
-    """
-    las, floors = by_host_quantiles(thresholds, floor, floor_marks, epoch, tracker)
-    return _floored_lifetime_scan(
-        pool, request, preferred, las, ties, probe, floors, True, tracker, model, strand
-    )
-
-
 def _warm_up_hooks() -> None:
     """Compile (or load) the tracker's booking and release kernels; install their entry points."""
     slot_times = np.zeros((SLOT_TIMES, 2))
@@ -1279,14 +944,6 @@ class Direct:
         _filter_and_score
     )
 
-    # ``_probed_lifetime_scan``: ``compiled_lifetime_scan``'s arguments, a probe
-    # host and the stranded host time to count.
-    lifetime_scan: Callable[..., tuple[int, float, float, float]] = _probed_lifetime_scan
-    # ``_refreshed_lifetime_scan``: the scan by host quantiles with floors, on the
-    # tracker's packed arrays, after refreshing them.
-    refreshed_lifetime_scan: Callable[..., tuple[int, float, float, float]] = (
-        _refreshed_lifetime_scan
-    )
     lava_preference: Callable[..., None] = _lava_preference
     over_threshold: Callable[..., bool] = _over_threshold
     refresh_host_quantiles: Callable[..., int] = _refresh_host_quantiles

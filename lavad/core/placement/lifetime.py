@@ -633,7 +633,7 @@ class LifetimeTracker(ClusterListener):
         return self.hosts.quantiles[:n_hosts]
 
     def quantile_refresh(self, n_hosts: int) -> tuple[TrackerArrays, ModelArrays]:
-        """The arguments of ``kernels._refreshed_lifetime_scan`` after the floors'
+        """The arguments of ``lifetime_scan._refreshed_lifetime_scan`` after the floors'
         epoch: the tracker's packed arrays and host quantiles (all hosts, not
         yet refreshed), then what refreshing them reads.
 

@@ -1,4 +1,4 @@
-"""LAS and LAVA placement in one compiled pass over the hosts (``kernels.compiled_lifetime_scan``).
+"""LAS and LAVA placement in one compiled pass over the hosts (``lifetime_scan``).
 
 The policies stay the numpy pipeline of ``framework.Policy`` (filters, then
 the lexicographic scorers LAVA preference -> LAS -> Best Fit); this subclass
@@ -14,9 +14,6 @@ fitting, whose explanation the pipeline gives) goes to the pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, cast
-
 import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
@@ -31,11 +28,11 @@ from lavad.core.placement.framework import (
     Policy,
     ScorePlugin,
 )
-from lavad.core.placement.kernels import Direct, warm_up_lifetime
+from lavad.core.placement.kernels import warm_up_lifetime
 from lavad.core.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
+from lavad.core.placement.lifetime_scan import ScanDirect, ScanResult, warm_up_lifetime_scan
 from lavad.core.placement.strand_kernels import Stranding, no_stranding
 from lavad.core.placement.stranding_cost import LasStrandingCost
-from lavad.core.placement.tolerant_scan import ScanResult, TolerantDirect, warm_up_tolerant
 from lavad.core.placement.waste import NO_GUARD_TEST, WasteGuard
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
@@ -82,16 +79,15 @@ class LifetimePolicy(Policy):
         self._probe = -1
         # Per host, a lower bound of its LAS cost from earlier scans (host
         # quantiles only), valid in the epoch it names while the host's
-        # quantiles keep the stamp it names (``kernels._floored_lifetime_scan``),
+        # quantiles keep the stamp it names (``lifetime_scan``),
         # one set per recent thresholds array (``floor_sets``).
         self._floors = FloorSets()
-        # LAS costs within this of the least tie (``tolerant_scan``); 0: exact.
+        # LAS costs within this of the least tie (``lifetime_scan``); 0: exact.
         self._tolerance = las.tie_tolerance
         if compiled:
             # Compile (or load from numba's cache) before the first placement is timed.
             warm_up_lifetime()
-            if self._tolerance > 0.0:
-                warm_up_tolerant()
+            warm_up_lifetime_scan()
 
     def place(self, cluster: ClusterState, request: PlacementRequest) -> PlacementResult:
         n = cluster.n_hosts
@@ -126,18 +122,20 @@ class LifetimePolicy(Policy):
             cluster, request, key, preference is not None, prediction, guard
         )
         rescanned = False
-        if (
-            guard is not None
-            and count
-            and not self._guard_keeps(guard, cluster, request, count, least_host, within)
-        ):
+        # The unguarded choice is the guarded one when the guard passes every
+        # tie and a host of the least LAS cost (at the best preference): the
+        # least cost among the hosts the guard passes is then that same least
+        # cost, so the hosts within the cost tolerance of it are the same less
+        # those the guard refuses, and the ties, the best Best Fit among them,
+        # are all still there. The scan has tested this itself (``within``).
+        if guard is not None and count and not (least_host >= 0 and within):
             if len(self._levels) < n:
                 self._levels = np.zeros(len(self._key))
             levels = self._levels[:n]
             guard.levels(cluster, request, levels)
-            # The test above measured against a bar of 0; against the real
+            # The scan's test measured against a bar of 0; against the real
             # bar the same hosts may all be at level 0 still, and then the
-            # unguarded choice stands as ``_guard_keeps`` argues.
+            # unguarded choice stands as argued above.
             if least_host < 0 or levels[self._ties[:count]].any() or levels[least_host]:
                 rescanned = True
                 guard.pack(levels, key if preference is not None else None, key[:n])
@@ -160,32 +158,6 @@ class LifetimePolicy(Policy):
         scores[self.best_fit.name] = best_s
         return Placed(host=host, ties=count, scores=scores)
 
-    def _guard_keeps(
-        self,
-        guard: WasteGuard,
-        cluster: ClusterState,
-        request: PlacementRequest,
-        count: int,
-        least_host: int,
-        within: bool,
-    ) -> bool:
-        """Whether the unguarded choice is the guarded one, without scoring every host.
-
-        It is when the guard passes every tie and a host of the least LAS
-        cost (at the best preference): the least cost among the hosts the
-        guard passes is then that same least cost, so the hosts within the
-        cost tolerance of it are the same less those the guard refuses, and
-        the ties, the best Best Fit among them, are all still there. Without
-        a tolerance the ties are hosts of the least cost themselves. The
-        tolerant scan has tested this itself (``within``); the exact scan
-        leaves it to the guard.
-        """
-        if self._tolerance == 0.0:
-            return guard.admits(cluster, request, self._ties, count)
-        if least_host < 0:
-            return False  # no host of a finite least cost to test: score every host
-        return within
-
     def _scan(
         self,
         cluster: ClusterState,
@@ -197,17 +169,15 @@ class LifetimePolicy(Policy):
     ) -> ScanResult:
         """The compiled scan: filters, then (preference,) LAS, Best Fit; ties into ``_ties``.
 
-        Returns ``tolerant_scan.ScanResult``: (count, best preference, least
+        Returns ``lifetime_scan.ScanResult``: (count, best preference, least
         LAS cost, best Best Fit score, a host of that least cost or -1, and
-        whether ``guard`` passes the ties and that host; the exact scan
-        leaves the guard's test to the caller and says True).
+        whether ``guard`` passes the ties and that host; True without one).
         """
         n = cluster.n_hosts
         tracker = self.las.tracker
         now = request.now
         thresholds = prediction.thresholds
         d0, d1, d2, d3 = request.demand
-        stranding = self.stranding
         pool = (
             cluster.free,
             cluster.inv_capacity,
@@ -215,34 +185,21 @@ class LifetimePolicy(Policy):
             cluster.resource_present,
             self.best_fit.kernel_weights,
         )
-        scanned: tuple[float, ...] = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s)
-        tolerant = self._tolerance > 0.0
-        refreshed_scan: Callable[..., tuple[Any, ...]]
-        probed_scan: Callable[..., tuple[Any, ...]]
-        preferred: tuple[Any, ...] = (key, has_preference)
-        if tolerant:
-            scanned = (*scanned, self._tolerance)
-            refreshed_scan, probed_scan = TolerantDirect.refreshed, TolerantDirect.probed
-            preferred = (key, has_preference, NO_GUARD_TEST if guard is None else guard.scan_test())
-        else:
-            refreshed_scan, probed_scan = Direct.refreshed_lifetime_scan, Direct.lifetime_scan
+        scanned = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s, self._tolerance)
+        preferred = (key, has_preference, NO_GUARD_TEST if guard is None else guard.scan_test())
         if thresholds is not None and self._by_host_quantiles:
             floors = self._floors
             index, epoch = floors.for_scan(thresholds, now, n)
             # Grows the tracker's arrays first: the stranded count reads the
             # host quantiles the scan refreshes, so the same array.
             tracker_arrays, model_arrays = tracker.quantile_refresh(n)
-            strand = (
-                None
-                if stranding is None
-                else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
-            )
-            # ``kernels._refreshed_lifetime_scan`` without numba's type dispatch
-            # (the types its warm-up compiled, checked on the first call): the
-            # scan, bringing each stale host's quantiles up to date as it
-            # reaches it, costing the previous choice first to skip hosts that
-            # cost more.
-            result = refreshed_scan(
+            strand = self._strand(cluster, request, prediction)
+            # ``lifetime_scan._refreshed_lifetime_scan`` without numba's type
+            # dispatch (the types its warm-up compiled, checked on the first
+            # call): the scan, bringing each stale host's quantiles up to date
+            # as it reaches them, costing the previous choice first to skip
+            # hosts that cost more.
+            return ScanDirect.refreshed(
                 pool,
                 scanned,
                 preferred,
@@ -254,35 +211,28 @@ class LifetimePolicy(Policy):
                 epoch,
                 tracker_arrays,
                 model_arrays,
-                _NO_STRANDING if strand is None else strand,
+                strand,
             )
-        else:
-            # ``kernels.compiled_lifetime_scan`` as above, by the hosts' point
-            # exits (unclipped: the scan takes max(exit, now) itself).
-            strand = (
-                None
-                if stranding is None
-                else stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
-            )
-            las = (
-                tracker.hosts.latest(n),
-                _NO_THRESHOLDS if thresholds is None else thresholds,
-                thresholds is not None,
-                LAS_BUCKETS_S,
-                _NO_HOST_QUANTILES,
-                False,
-            )
-            result = probed_scan(
-                pool,
-                scanned,
-                preferred,
-                las,
-                self._ties,
-                self._probe,
-                _NO_STRANDING if strand is None else strand,
-            )
-        if tolerant:
-            return cast(ScanResult, result)
-        # The exact scan's ties are themselves hosts of the least cost.
-        count, best_p, best_c, best_s = cast(tuple[int, float, float, float], result)
-        return count, best_p, best_c, best_s, int(self._ties[0]) if count else -1, True
+        # As above, by the hosts' point exits (unclipped: the scan takes
+        # max(exit, now) itself).
+        las = (
+            tracker.hosts.latest(n),
+            _NO_THRESHOLDS if thresholds is None else thresholds,
+            thresholds is not None,
+            LAS_BUCKETS_S,
+            _NO_HOST_QUANTILES,
+            False,
+        )
+        strand = self._strand(cluster, request, prediction)
+        return ScanDirect.probed(pool, scanned, preferred, las, self._ties, self._probe, strand)
+
+    def _strand(
+        self, cluster: ClusterState, request: PlacementRequest, prediction: Prediction
+    ) -> Stranding:
+        """What the scan counts of stranded host time: nothing without the stranding cost,
+        or before its pool has a request mix."""
+        stranding = self.stranding
+        if stranding is None:
+            return _NO_STRANDING
+        strand = stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
+        return _NO_STRANDING if strand is None else strand

@@ -3,8 +3,8 @@
 counted in LAS's buckets (``stranding_cost.py`` explains the score).
 
 Both the numpy pipeline's scorers and the lifetime scan
-(``kernels._floored_lifetime_scan``, which costs a host's stranded time
-only once its LAS cost alone leaves it in the running) run these. The
+(``lifetime_scan``, which costs a host's stranded time only once its LAS
+cost alone leaves it in the running) run these. The
 module imports no policy module, so the scan's kernels can call it.
 
 The scan takes the score's inputs as one ``Stranding`` tuple: numba types

@@ -37,7 +37,7 @@ gain in empty hosts falls.
 Departure from the paper: LAS stays a lexicographic level above Best Fit, but
 the level's cost is no longer dT alone. The lifetime scan counts a host's
 stranded time only once LAS's cost alone leaves the host in the running
-(``kernels._floored_lifetime_scan``, from ``kernel_input``), in the same
+(``lifetime_scan``, from ``kernel_input``), in the same
 pass; a test holds its decisions equal to the pipeline's (``score``).
 """
 

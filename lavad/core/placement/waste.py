@@ -50,14 +50,12 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable
 
 import numba
 import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
 from lavad.core.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
-from lavad.core.placement.kernels import install_entry_point
 from lavad.core.placement.strand_kernels import (
     WasteMeasure,
     WastePool,
@@ -67,7 +65,7 @@ from lavad.core.placement.strand_kernels import (
 
 Shape = tuple[float, float, float, float]
 
-# The waste guard's test of a lifetime scan's choice (``tolerant_scan``):
+# The waste guard's test of a lifetime scan's choice (``lifetime_scan``):
 # how waste is measured, the guard's step, and whether to test at all (False:
 # no guard, or its mix is not yet known; every host then counts as within).
 GuardTest = tuple[WasteMeasure, float, bool]
@@ -334,18 +332,6 @@ def warm_up_waste() -> None:
         1.0,
         np.zeros(1),
     )
-    args = (free, free, present, np.zeros(1, dtype=np.int64), 1, 0, demand, measure, 1.0)
-    all_within(*args)
-    install_entry_point(WasteDirect, "all_within", all_within, args)
-
-
-class WasteDirect:
-    """The guard's test without numba's type dispatch (``kernels.entry_point``), for
-    the exact scan (no cost tolerance; the tolerant scan tests in its own call): it
-    runs once a placement, and its nine arguments' dispatch cost more than its
-    work on a few hosts. Set by ``warm_up_waste``; until then, the dispatcher."""
-
-    all_within: Callable[..., bool] = all_within
 
 
 class WasteGuard(NumpyScorer):
@@ -402,38 +388,10 @@ class WasteGuard(NumpyScorer):
         measure = self._measure()
         guard_keys(pool, cluster.vm_count, n, demand, measure, self.tolerance, out)
 
-    def admits(
-        self,
-        cluster: ClusterState,
-        request: PlacementRequest,
-        hosts: np.ndarray,
-        count: int,
-        also: int = -1,
-    ) -> bool:
-        """Whether every host of ``hosts[:count]``, and host ``also`` unless it is -1, is
-        surely at level 0 for ``request``."""
-        mix = self.mix
-        if not mix.known:
-            return True
-        demand = self._demand
-        demand[:] = request.demand
-        return bool(
-            WasteDirect.all_within(
-                cluster.free,
-                cluster.inv_capacity,
-                cluster.resource_present,
-                hosts,
-                count,
-                also,
-                demand,
-                self._measure(),
-                self.tolerance,
-            )
-        )
-
     def scan_test(self) -> GuardTest:
-        """The test ``admits`` makes, as a lifetime scan makes it in its own call
-        (``tolerant_scan``); not run while the mix is unknown, as ``admits`` passes every host."""
+        """The guard's test of a lifetime scan's choice, made in the scan's own call
+        (``lifetime_scan``, ``all_within``): not run while the mix is unknown, as then
+        every host is level 0."""
         mix = self.mix
         if not mix.known:
             return NO_GUARD_TEST
