@@ -31,7 +31,7 @@ from lavad.core.cluster import (
     IntArray,
     VmRecord,
 )
-from lavad.core.placement.kernels import Direct
+from lavad.core.placement.kernels import Direct, ScanPool
 from lavad.streams.schema import UsageSample, VmPlaced, VmRequest
 
 # The per-request value types below are not frozen: a frozen dataclass sets
@@ -130,6 +130,17 @@ class ScorePlugin(Protocol):
         Lower is better; blocked hosts' values are ignored. ``scratch`` is a
         buffer of the same length the scorer may overwrite.
         """
+
+
+def scan_pool(cluster: ClusterState, scorer: ScorePlugin) -> ScanPool:
+    """The pool as the compiled scans take it: the cluster's arrays, ``scorer``'s weights."""
+    return (
+        cluster.free,
+        cluster.inv_capacity,
+        cluster.unschedulable,
+        cluster.resource_present,
+        scorer.kernel_weights,
+    )
 
 
 @dataclass(slots=True)
@@ -380,20 +391,13 @@ class Policy:
     def _place_compiled(
         self, cluster: ClusterState, request: PlacementRequest, kernel: int
     ) -> PlacementResult:
-        scorer = self.scorers[0]
         d0, d1, d2, d3 = request.demand
-        pool = (
-            cluster.free,
-            cluster.inv_capacity,
-            cluster.unschedulable,
-            cluster.resource_present,
-            scorer.kernel_weights,
-        )
+        pool = scan_pool(cluster, self.scorers[0])
         fit = (cluster.n_hosts, d0, d1, d2, d3, FIT_TOLERANCE)
         count, best = Direct.filter_and_score(pool, fit, kernel, self._ties)
         if count == 0:
             return self._explain_unfit(cluster, request)
-        return Placed(host=self._tied_host(count), ties=count, scores={scorer.name: best})
+        return Placed(host=self._tied_host(count), ties=count, scores={self.scorers[0].name: best})
 
     def _tied_host(self, count: int) -> int:
         """The host chosen among a compiled scan's ``count`` ties (``_ties[:count]``)."""

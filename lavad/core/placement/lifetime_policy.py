@@ -27,6 +27,7 @@ from lavad.core.placement.framework import (
     PlacementResult,
     Policy,
     ScorePlugin,
+    scan_pool,
 )
 from lavad.core.placement.kernels import warm_up_lifetime
 from lavad.core.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
@@ -178,13 +179,7 @@ class LifetimePolicy(Policy):
         now = request.now
         thresholds = prediction.thresholds
         d0, d1, d2, d3 = request.demand
-        pool = (
-            cluster.free,
-            cluster.inv_capacity,
-            cluster.unschedulable,
-            cluster.resource_present,
-            self.best_fit.kernel_weights,
-        )
+        pool = scan_pool(cluster, self.best_fit)
         scanned = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s, self._tolerance)
         preferred = (key, has_preference, NO_GUARD_TEST if guard is None else guard.scan_test())
         if thresholds is not None and self._by_host_quantiles:
