@@ -49,12 +49,13 @@ levels (``lifetime_policy.LifetimePolicy.place``). The test runs in the
 scan's call, not one of its own, since on most placements it is all the
 guard costs.
 
-A two-pass exact scan (LAS's best level, then the stranded count only
-where it could change the choice) once served a tolerance of 0. It decided
-as this scan does on every configuration of the Azure dev split, in the
-same time within noise except LAS with the stranding cost and no tolerance
-(not a default), which this single pass makes about 25% slower; one scan
-to keep correct is worth that.
+One scan serves every tolerance, 0 included. A scan of its own for a
+tolerance of 0, in two passes (LAS's best level, then the stranded count
+only where it could change the choice), decides the same on every
+configuration of the Azure dev split and is no faster, except for LAS with
+the stranding cost and no tolerance (not a default), where this single
+pass takes about 1.25x its time; one scan to keep correct is worth that
+(docs/results/placement-matrix.md, "One scan for every tolerance").
 """
 
 from __future__ import annotations
