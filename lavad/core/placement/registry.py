@@ -153,7 +153,8 @@ class LifetimeArgs(WasteMixArgs):
     )
     # 0.25 for LAS (0.5 for LAVA): chosen among 0.25, 0.5 and 1.0 by the worst
     # cell of the placement matrix (benchmarks/placement_matrix.py;
-    # docs/results/placement-matrix.md), never by one cell.
+    # docs/results/placement-matrix.md), never by one cell; under the waste
+    # guard, against 0 too, the choice stands.
     cost_tolerance: float = Field(default=0.25, **_COST_TOLERANCE)
     refit_interval_s: float = Field(
         default=3600.0, gt=0, description="event time between refits of the lifetime tables"
