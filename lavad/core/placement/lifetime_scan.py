@@ -34,7 +34,8 @@ pass over a few hundred hosts cheap:
   (``exact_until``) is taken without a search.
 * ``refresh`` (host quantiles): each stale host's quantiles are brought up
   to date (``kernels._refresh_host``) as the pass reaches it, before it can
-  be skipped, instead of in a pass of its own.
+  be skipped, instead of in a pass of its own; a host's refresh touches
+  only its own entries, so the quantiles and stamps are that pass's.
 * ``strand`` (weight > 0, the stranding cost, ``stranding_cost.py``): each
   host whose LAS cost leaves it within the cap has its cost raised to the
   count with the host time the placement strands, in the same pass.
