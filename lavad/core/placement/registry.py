@@ -159,6 +159,9 @@ class LifetimeArgs(WasteMixArgs):
     refit_interval_s: float = Field(
         default=3600.0, gt=0, description="event time between refits of the lifetime tables"
     )
+    # 30: against 10 and 100 under the guard, the best least share for LAVA
+    # and within a point for LAS (docs/results/placement-matrix.md, "The
+    # model's evidence bar").
     min_observations: int = Field(
         default=30, ge=1, description="observations a feature group needs before it is used"
     )
