@@ -12,6 +12,11 @@ It computes exactly what the numpy pipeline does, in the same floating-point
 order (sum over resources in index order, starting from 0.0; no fastmath), so
 both give bit-identical scores and the same seeded tie-break; a test holds
 them equal on random states.
+
+It also holds what the LAS and LAVA scan (``lifetime_scan``) inlines (the
+fit test, Best Fit's score, LAS's cost of a host and its floors) and the
+lifetime tracker's compiled upkeep (booking, release, the refresh of the
+hosts' exit quantiles), over the tracker's packed arrays laid out below.
 """
 
 from __future__ import annotations
