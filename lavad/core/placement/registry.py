@@ -156,6 +156,9 @@ class LifetimeArgs(WasteMixArgs):
     # docs/results/placement-matrix.md), never by one cell; under the waste
     # guard, against 0 too, the choice stands.
     cost_tolerance: float = Field(default=0.25, **_COST_TOLERANCE)
+    # An hour: half an hour gained LAS two points of least share, within the
+    # seeds' spread, at twice the refits; two hours lost share for both
+    # (docs/results/placement-matrix.md, "How often the model refits").
     refit_interval_s: float = Field(
         default=3600.0, gt=0, description="event time between refits of the lifetime tables"
     )
