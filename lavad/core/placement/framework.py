@@ -391,13 +391,14 @@ class Policy:
     def _place_compiled(
         self, cluster: ClusterState, request: PlacementRequest, kernel: int
     ) -> PlacementResult:
+        scorer = self.scorers[0]
         d0, d1, d2, d3 = request.demand
-        pool = scan_pool(cluster, self.scorers[0])
+        pool = scan_pool(cluster, scorer)
         fit = (cluster.n_hosts, d0, d1, d2, d3, FIT_TOLERANCE)
         count, best = Direct.filter_and_score(pool, fit, kernel, self._ties)
         if count == 0:
             return self._explain_unfit(cluster, request)
-        return Placed(host=self._tied_host(count), ties=count, scores={self.scorers[0].name: best})
+        return Placed(host=self._tied_host(count), ties=count, scores={scorer.name: best})
 
     def _tied_host(self, count: int) -> int:
         """The host chosen among a compiled scan's ``count`` ties (``_ties[:count]``)."""
