@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from federation_live_support import (
     create_topics,
     federation_config,
+    launches,
     produce,
     start,
     stop_all,
@@ -128,6 +129,17 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
             return len(await verdicts(bootstrap)) >= 40
 
         await until(some_verdicts, 60, "40 verdicts")
+
+        # tenant 0's scheduler has decided all 60, its overflow into the other's
+        # partitions among them, before tenant 1's tasks exist: otherwise a slow box lets
+        # tenant 1's scheduler take those hosts first, and tenant 0's, refreshed by its own
+        # verdicts' summaries, steers clear of them, and no launch is ever stale
+        async def all_launched() -> bool:
+            found = await launches(bootstrap, 2)
+            sent = {v["task"]["task"] for _, v in found if v["kind"] != "end"}
+            return set(range(60)) <= sent
+
+        await until(all_launched, 60, "a launch for each of tenant 0's 60 tasks")
         killed_at = time.time()
         owner_a.send_signal(signal.SIGKILL)
         owner_a.wait()
