@@ -192,9 +192,22 @@ class PoolSetup:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolPolicy:
+    """Pools whose names match ``pattern`` (fnmatch) are placed by ``policy``, with ``args``,
+    instead of the engine's policy: a fleet's GPU pools by Best Fit, say, where lifetime
+    awareness does not pay (docs/results/placement-matrix.md), its CPU pools by LAS."""
+
+    pattern: str
+    policy: str
+    args: PolicyArgs
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     policy: str
     policy_args: PolicyArgs
+    # The first whose pattern matches a pool's name places it; none: ``policy``.
+    pool_policies: tuple[PoolPolicy, ...] = ()
     pools: PoolSetup = field(default_factory=PoolSetup)
     seed: int = 0
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
@@ -238,6 +251,15 @@ class PoolRuntime:
     # Each placed VM's request, kept only when a host.down places its VMs
     # again (on_host_down = "replace"), so the new placement sees the request.
     requests: dict[str, VmRequest] | None = None
+
+
+def pool_policy(config: EngineConfig, pool: str) -> tuple[str, PolicyArgs]:
+    """The policy that places ``pool`` and its arguments: the first of ``pool_policies``
+    whose pattern matches the name, else the engine's own."""
+    for chosen in config.pool_policies:
+        if fnmatch.fnmatchcase(pool, chosen.pattern):
+            return chosen.policy, chosen.args
+    return config.policy, config.policy_args
 
 
 def _stable_seed(seed: int, pool: str, stream: int) -> np.random.Generator:
@@ -626,8 +648,12 @@ class Engine:
         heartbeats, scrapes) or count in a replay's time.
         """
         warm_up_kernels()
-        # Its own generator: no pool's seeded draws are taken by the throwaway.
-        build_policy(self.config.policy, self.config.policy_args, np.random.default_rng(0))
+        config = self.config
+        policies = [(config.policy, config.policy_args)]
+        policies += [(chosen.policy, chosen.args) for chosen in config.pool_policies]
+        for name, args in policies:
+            # Its own generator: no pool's seeded draws are taken by the throwaway.
+            build_policy(name, args, np.random.default_rng(0))
 
     def pool(self, name: str) -> PoolRuntime:
         """The pool of this name, opened if new.
@@ -641,7 +667,8 @@ class Engine:
 
     def _open_pool(self, name: str) -> PoolRuntime:
         config = self.config
-        policy = build_policy(config.policy, config.policy_args, _stable_seed(config.seed, name, 0))
+        policy_name, args = pool_policy(config, name)
+        policy = build_policy(policy_name, args, _stable_seed(config.seed, name, 0))
         pool = PoolRuntime(
             name=name,
             cluster=ClusterState(),

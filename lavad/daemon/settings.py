@@ -44,8 +44,8 @@ from pydantic_settings import (
 from lavad.core.admission.registry import AdmissionConfigError, validate_admission_args
 from lavad.core.admission.service import AdmissionConfig
 from lavad.core.config_errors import KeyedError, first_error
-from lavad.core.engine import EngineConfig, HostShape, PoolSetup
-from lavad.core.input_bounds import InputBounds, PoolNames
+from lavad.core.engine import EngineConfig, HostShape, PoolPolicy, PoolSetup
+from lavad.core.input_bounds import InputBounds, PoolNames, PoolPattern
 from lavad.core.limits.service import LimitsConfig
 from lavad.core.metrics.pool import MetricsConfig
 from lavad.core.migrations.config import MigrationsConfig
@@ -71,6 +71,17 @@ class _Section(BaseModel):
 
 class PlacementSettings(_Section):
     policy: str = Field(default="bestfit", description="a name from `lavad policies`")
+    # A fleet mixes pools: Best Fit for its GPU pools (where no lifetime policy
+    # gains, not even with true lifetimes: docs/results/placement-matrix.md),
+    # LAS for its CPU pools. Patterns, not names: pools open as events name
+    # them, and a fleet names them by kind ("gpu-*").
+    pools: dict[PoolPattern, str] = Field(
+        default_factory=dict,
+        max_length=1_000,
+        description="per fnmatch pattern of pool names, the policy that places those pools "
+        "instead of `policy` (the first pattern in the file that matches wins); its "
+        "arguments are those of [policies.<name>]",
+    )
 
 
 class GammaSettings(_Section):
@@ -317,6 +328,10 @@ class Settings(BaseSettings):
         return EngineConfig(
             policy=name,
             policy_args=self.policy_args(name),
+            pool_policies=tuple(
+                PoolPolicy(pattern, chosen, self.policy_args(chosen))
+                for pattern, chosen in self.placement.pools.items()
+            ),
             pools=PoolSetup(
                 shape=shape if use_shape else None,
                 initial_hosts=hosts.count if use_shape else 0,
@@ -371,6 +386,13 @@ def load_settings(path: Path | str | None = None) -> Settings:
             f"known: {', '.join(sorted(REGISTRY.names))}",
         )
     settings.policy_args(settings.placement.policy)
+    for pattern, name in settings.placement.pools.items():
+        if name not in REGISTRY:
+            raise ConfigError(
+                f"placement.pools.{pattern}",
+                f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY.names))}",
+            )
+        settings.policy_args(name)
     settings.admission_config()
     _check_live(settings)
     for name in settings.policies:
@@ -390,26 +412,31 @@ def check_live_settings(settings: Settings) -> None:
     daemon does. Raises ``ConfigError`` with the key.
     """
     policy = settings.placement.policy
-    if needs_true_lifetimes(policy):
-        # The daemon cannot know a VM's future: an oracle is for replays only.
-        raise ConfigError(
-            "placement.policy",
-            f"{policy!r} is an oracle (it reads each VM's true lifetime, which only"
-            " `lavad replay` knows); use it without '-oracle'",
-        )
+    placing = {"placement.policy": policy}
+    placing.update((f"placement.pools.{p}", name) for p, name in settings.placement.pools.items())
+    for key, name in placing.items():
+        if needs_true_lifetimes(name):
+            # The daemon cannot know a VM's future: an oracle is for replays only.
+            raise ConfigError(
+                key,
+                f"{name!r} is an oracle (it reads each VM's true lifetime, which only"
+                " `lavad replay` knows); use it without '-oracle'",
+            )
     if settings.migrations.lifetimes == "oracle":
         raise ConfigError(
             "migrations.lifetimes",
             "'oracle' reads each VM's true lifetime, which only `lavad replay` knows; use 'policy'",
         )
-    if settings.migrations.relief.enabled and policy != "gpa":
+    if settings.migrations.relief.enabled:
         # A replay may name its policies on the command line; the engine
         # refuses relief for a pool that is not placed by gpa there.
-        raise ConfigError(
-            "migrations.relief.enabled",
-            "relief moves VMs off GPA hosts that break their overflow promise; it needs"
-            f" placement.policy 'gpa', got {policy!r}",
-        )
+        for key, name in placing.items():
+            if name != "gpa":
+                raise ConfigError(
+                    "migrations.relief.enabled",
+                    "relief moves VMs off GPA hosts that break their overflow promise; it needs"
+                    f" every pool placed by 'gpa', got {key} {name!r}",
+                )
 
 
 ENV_PREFIX = "LAVAD_"

@@ -194,6 +194,7 @@ def evaluate_migrations(
                 base,
                 policy="bestfit",
                 policy_args=validate_policy_args("bestfit", {}),
+                pool_policies=(),
                 pools=PoolSetup(shape=base.pools.shape, grow_on_demand=True),
             )
             _, pool = _only_pool(run("sizing (bestfit, growing pool)", sizing))

@@ -145,6 +145,7 @@ def actual_config(config: EngineConfig) -> EngineConfig:
         config,
         policy=ACTUAL_POLICY,
         policy_args=validate_policy_args(ACTUAL_POLICY, {}),
+        pool_policies=(),
         pools=dataclasses.replace(config.pools, grow_on_demand=False),
         limits=LimitsConfig(recommender="off"),
         admission=None,
