@@ -17,9 +17,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from typer.testing import CliRunner
 
 from lavad.core.engine import PoolPolicy, pool_policy
 from lavad.core.placement.registry import validate_policy_args
+from lavad.daemon.cli import app
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import ConfigError, Settings, check_live_settings, load_settings
 from lavad.streams.adapters import open_trace
@@ -142,3 +144,18 @@ def test_the_environment_sets_the_pools_policies(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("LAVAD_PLACEMENT__POOLS", '{"gpu-*": "bestfit"}')
     settings = load_settings(CONFIG)
     assert settings.placement.pools == {"gpu-*": "bestfit"}
+
+
+def test_a_replay_feeds_true_lifetimes_to_an_oracle_named_for_a_pool(tmp_path: Path) -> None:
+    # The slice's one pool is "default": placed by the oracle while `policy` is Best
+    # Fit, so only the pool's policy asks for the lifetimes the replay must know.
+    config = tmp_path / "lavad.toml"
+    config.write_text('[placement.pools]\n"def*" = "las-oracle"\n', encoding="utf-8")
+    out = tmp_path / "decisions.jsonl"
+    result = CliRunner().invoke(
+        app,
+        ["replay", str(AZURE_SLICE), "--config", str(config), "--out", str(out), "--no-progress"],
+    )
+    assert result.exit_code == 0, result.output
+    lines = out.read_bytes().splitlines()
+    assert lines and {orjson.loads(line)["policy"] for line in lines} == {"las-oracle"}

@@ -131,7 +131,9 @@ def replay_command(
             tick = stack.enter_context(replay_progress(name, progress))
             fresh = open_trace(path, seed=settings.seed)
             events: Iterable[Event | BadRecord] = fresh.events()
-            if needs_true_lifetimes(name) or settings.migrations.lifetimes == "oracle":
+            placing = [name, *(chosen.policy for chosen in engine_config.pool_policies)]
+            oracle = any(needs_true_lifetimes(policy) for policy in placing)
+            if oracle or settings.migrations.lifetimes == "oracle":
                 if true_exits is None:
                     true_exits = exit_times(open_trace(path, seed=settings.seed).events())
                 end = fresh.end_time if fresh.end_time is not None else float("inf")
