@@ -79,6 +79,29 @@ async def test_kafka_gives_the_decisions_of_an_in_process_replay(
         assert got[pool] == lines, f"pool {pool}: Kafka and in-process decisions differ"
 
 
+async def test_each_pool_is_placed_by_its_own_policy_over_kafka(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    # LAS places "east"; "west" matches a pattern that gives it Best Fit.
+    base = live_settings(broker.bootstrap_servers, tmp_path)
+    settings = base.model_copy(
+        update={
+            "placement": base.placement.model_copy(
+                update={"policy": "las", "pools": {"w*": "bestfit"}}
+            )
+        }
+    )
+    events = two_pool_events(2_000)
+    expected = replay_in_process(settings, events)
+    await _consume_all(broker, settings, events)
+    total = sum(len(lines) for lines in expected.values())
+    records = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=total)
+    got = by_pool(record.value for record in records)
+    for pool, policy in (("east", "las"), ("west", "bestfit")):
+        assert got[pool] == expected[pool], f"pool {pool}: Kafka and in-process decisions differ"
+        assert {orjson.loads(line)["policy"] for line in got[pool]} == {policy}
+
+
 async def test_malformed_records_go_to_dead_letters_and_valid_decisions_are_unaffected(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
