@@ -159,3 +159,26 @@ def test_a_replay_feeds_true_lifetimes_to_an_oracle_named_for_a_pool(tmp_path: P
     assert result.exit_code == 0, result.output
     lines = out.read_bytes().splitlines()
     assert lines and {orjson.loads(line)["policy"] for line in lines} == {"las-oracle"}
+
+
+def test_an_existing_schedulers_stream_places_every_pool_by_its_one_policy(
+    tmp_path: Path,
+) -> None:
+    # `lavad shadow placements` stands for the scheduler lavad is compared with: the
+    # pools' policies of lavad's own configuration do not reach it.
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text(
+        CONFIG.read_text(encoding="utf-8") + '\n[placement.pools]\n"def*" = "bestfit"\n',
+        encoding="utf-8",
+    )
+    streams = []
+    for config in (CONFIG, mixed):
+        out = tmp_path / f"placed-{config.stem}.jsonl"
+        result = CliRunner().invoke(
+            app,
+            ["shadow", "placements", str(AZURE_SLICE), str(out), "--policy", "firstfit",
+             "--config", str(config)],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        streams.append(out.read_bytes())
+    assert streams[0] and streams[0] == streams[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -45,6 +46,9 @@ def placements_command(
             f"unknown or oracle policy {policy!r}; known: {', '.join(sorted(REGISTRY.names))}"
         )
     trace, engine_config = _open_trace(settings, path, policy)
+    # The existing scheduler places every pool by its one policy, whatever
+    # [placement.pools] gives lavad's own pools.
+    engine_config = dataclasses.replace(engine_config, pool_policies=())
     counts = PlacedCounts()
     output.parent.mkdir(parents=True, exist_ok=True)
     newline = orjson.OPT_APPEND_NEWLINE
@@ -89,8 +93,9 @@ def run_shadow_replay(
 ) -> ShadowResult:
     """The shadow replay behind both commands; prints the table and writes the files."""
     policy = settings.placement.policy
-    if needs_true_lifetimes(policy):
-        raise fail(f"shadow mode cannot run the oracle policy {policy!r}")
+    for name in (policy, *settings.placement.pools.values()):
+        if needs_true_lifetimes(name):
+            raise fail(f"shadow mode cannot run the oracle policy {name!r}")
     trace, engine_config = _open_trace(settings, path, policy)
     end = end_time if end_time is not None else trace.end_time
     with contextlib.ExitStack() as stack:
