@@ -61,12 +61,15 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # its first placement); 17: the floor sets keep a cache of their arrays by
 # identity (a v16 pool would fail at its first placement); 18: LAS and LAVA run
 # under the waste guard by default, so LAVA's guard holds its preference below it
-# (a v17 LAVA pool has none, and its configuration no longer matches either)
-SNAPSHOT_VERSION = 18
+# (a v17 LAVA pool has none, and its configuration no longer matches either);
+# 19: LAS's model forgets by default (observations count half after 72 h), so
+# its tables hold decayed counts and when they were last aged (a v18 LAS pool's
+# counts never decayed, and its configuration no longer matches either)
+SNAPSHOT_VERSION = 19
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "b789a4a4f097f9ac"
+SNAPSHOT_LAYOUT = "c7742b8923602054"
 
 
 class SnapshotError(Exception):
