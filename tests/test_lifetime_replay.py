@@ -157,3 +157,21 @@ def test_an_engine_resolves_its_policys_kernels_before_any_pool_opens(
     assert ScanDirect.probed is not lifetime_scan._probed_lifetime_scan
     assert Direct.book_slot is not kernels._book_slot
     assert not engine.pools
+
+
+def _las_replay(args: dict[str, object]) -> bytes:
+    settings = load_settings(CONFIG)
+    settings = settings.model_copy(update={"policies": {**settings.policies, "las": args}})
+    trace = open_trace(AZURE_SLICE, seed=1)
+    sink = io.BytesIO()
+    config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
+    replay(trace.events(), config, end_time=trace.end_time, decisions_out=sink)
+    return sink.getvalue()
+
+
+def test_las_forgets_by_default_and_a_file_turns_it_off_with_inf() -> None:
+    # TOML has no None: `half_life_s = inf` must decide exactly as never forgetting,
+    # and the default (72 h) must be in force, or the two would not differ.
+    never = _las_replay({"half_life_s": None})
+    assert _las_replay({"half_life_s": float("inf")}) == never
+    assert _las_replay({}) == _las_replay({"half_life_s": 259_200.0}) != never

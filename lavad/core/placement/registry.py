@@ -217,7 +217,9 @@ class LifetimeArgs(WasteMixArgs):
         "running siblings (same tenant or deployment, and shape)",
     )
     half_life_s: float | None = Field(
-        default=None, gt=0, description="lifetime observations count half after this (None: never)"
+        default=None,
+        gt=0,
+        description="lifetime observations count half after this (inf or None: never)",
     )
 
     def model_post_init(self, _context: Any) -> None:
@@ -258,11 +260,13 @@ class LasArgs(LifetimeArgs):
     # 20% against 19% and 19%, stranding within Best Fit + 0.04 pp
     # (docs/results/placement-matrix.md, "Forgetting"). 72 h is the half-life
     # the online calibration of the tables chose (docs/results/lifetime-models.md);
-    # LAVA does not forget: there it lost 0.85 pp on OpenB against 0.18.
+    # LAVA does not forget: there it lost 0.85 pp on OpenB against 0.18. A
+    # configuration file turns it off with ``half_life_s = inf`` (TOML has no
+    # None), which decides exactly as never forgetting.
     half_life_s: float | None = Field(
         default=259_200.0,
         gt=0,
-        description="lifetime observations count half after this (None: never)",
+        description="lifetime observations count half after this (inf or None: never)",
     )
 
 
