@@ -64,19 +64,27 @@ async def _consume_all(broker: EmbeddedBroker, settings: Settings, events: Seque
     await task
 
 
-async def test_kafka_gives_the_decisions_of_an_in_process_replay(
-    broker: EmbeddedBroker, tmp_path: Path
-) -> None:
-    settings = live_settings(broker.bootstrap_servers, tmp_path)
-    events = two_pool_events(3_000)
+async def _placed_as_replayed(
+    broker: EmbeddedBroker, settings: Settings, events: Sequence[Event]
+) -> dict[str, list[bytes]]:
+    """The daemon's placements of ``events``, per pool, held equal to an in-process replay's."""
     expected = replay_in_process(settings, events)
     await _consume_all(broker, settings, events)
     total = sum(len(lines) for lines in expected.values())
     records = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=total)
     got = by_pool(record.value for record in records)
-    assert set(got) == {"east", "west"}
+    assert set(got) == set(expected)
     for pool, lines in expected.items():
         assert got[pool] == lines, f"pool {pool}: Kafka and in-process decisions differ"
+    return got
+
+
+async def test_kafka_gives_the_decisions_of_an_in_process_replay(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = live_settings(broker.bootstrap_servers, tmp_path)
+    got = await _placed_as_replayed(broker, settings, two_pool_events(3_000))
+    assert set(got) == {"east", "west"}
 
 
 async def test_each_pool_is_placed_by_its_own_policy_over_kafka(
@@ -91,14 +99,8 @@ async def test_each_pool_is_placed_by_its_own_policy_over_kafka(
             )
         }
     )
-    events = two_pool_events(2_000)
-    expected = replay_in_process(settings, events)
-    await _consume_all(broker, settings, events)
-    total = sum(len(lines) for lines in expected.values())
-    records = await read_topic(broker.bootstrap_servers, NAMES.placements, at_least=total)
-    got = by_pool(record.value for record in records)
+    got = await _placed_as_replayed(broker, settings, two_pool_events(2_000))
     for pool, policy in (("east", "las"), ("west", "bestfit")):
-        assert got[pool] == expected[pool], f"pool {pool}: Kafka and in-process decisions differ"
         assert {orjson.loads(line)["policy"] for line in got[pool]} == {policy}
 
 
