@@ -256,11 +256,11 @@ class LasArgs(LifetimeArgs):
     # LAS's own default: its model forgets, observations counting half after
     # 72 h. On the placement matrix's worst cells against never and 24 h: its
     # least gain over Best Fit -0.03 pp against -0.29 (OpenB, where without
-    # forgetting it loses what the oracle loses) and -0.04, its least share
-    # 20% against 19% and 19%, stranding within Best Fit + 0.04 pp
+    # forgetting it loses more than the paper's oracle) and -0.04, its least
+    # share 20% against 19% and 19%, stranding within Best Fit + 0.04 pp
     # (docs/results/placement-matrix.md, "Forgetting"). 72 h is the half-life
-    # the online calibration of the tables chose (docs/results/lifetime-models.md);
-    # LAVA does not forget: there it lost 0.85 pp on OpenB against 0.18. A
+    # the online calibration of the tables chose (docs/results/lifetime-models.md).
+    # LAVA does not forget: at 72 h it lost 0.85 pp on OpenB against 0.18. A
     # configuration file turns it off with ``half_life_s = inf`` (TOML has no
     # None), which decides exactly as never forgetting.
     half_life_s: float | None = Field(
