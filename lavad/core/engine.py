@@ -221,6 +221,15 @@ class EngineConfig:
     # (a placement with no host); "replace" also places each VM again.
     on_host_down: Literal["evict", "replace"] = "evict"
 
+    def policies(self) -> dict[str, PolicyArgs]:
+        """Every policy that may place a pool, once each, with its arguments: ``policy``
+        and each of ``pool_policies`` (a name given twice keeps its first arguments: what
+        compiling its kernels and asking for true lifetimes read is the name)."""
+        named = {self.policy: self.policy_args}
+        for chosen in self.pool_policies:
+            named.setdefault(chosen.policy, chosen.args)
+        return named
+
 
 @dataclass(slots=True)
 class PoolRuntime:
@@ -648,10 +657,7 @@ class Engine:
         heartbeats, scrapes) or count in a replay's time.
         """
         warm_up_kernels()
-        config = self.config
-        policies = [(config.policy, config.policy_args)]
-        policies += [(chosen.policy, chosen.args) for chosen in config.pool_policies]
-        for name, args in policies:
+        for name, args in self.config.policies().items():
             # Its own generator: no pool's seeded draws are taken by the throwaway.
             build_policy(name, args, np.random.default_rng(0))
 

@@ -131,8 +131,7 @@ def replay_command(
             tick = stack.enter_context(replay_progress(name, progress))
             fresh = open_trace(path, seed=settings.seed)
             events: Iterable[Event | BadRecord] = fresh.events()
-            placing = [name, *(chosen.policy for chosen in engine_config.pool_policies)]
-            oracle = any(needs_true_lifetimes(policy) for policy in placing)
+            oracle = any(needs_true_lifetimes(policy) for policy in engine_config.policies())
             if oracle or settings.migrations.lifetimes == "oracle":
                 if true_exits is None:
                     true_exits = exit_times(open_trace(path, seed=settings.seed).events())

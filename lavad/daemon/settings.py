@@ -320,6 +320,14 @@ class Settings(BaseSettings):
             admission.refresh_s,
         )
 
+    def placing_policies(self) -> dict[str, str]:
+        """Each configured policy that places pools, by its key: ``placement.policy``,
+        then ``placement.pools.<pattern>``."""
+        placing = {"placement.policy": self.placement.policy}
+        for pattern, name in self.placement.pools.items():
+            placing[f"placement.pools.{pattern}"] = name
+        return placing
+
     def engine_config(self, policy: str | None = None, *, trace_has_hosts: bool) -> EngineConfig:
         name = policy or self.placement.policy
         hosts = self.hosts
@@ -379,18 +387,10 @@ def load_settings(path: Path | str | None = None) -> Settings:
     values = {} if path is None else read_config_file(Path(path))
     check_environment(os.environ)
     settings = _read_secret_files(validate_config(Settings, values))
-    if settings.placement.policy not in REGISTRY:
-        raise ConfigError(
-            "placement.policy",
-            f"unknown policy {settings.placement.policy!r}; "
-            f"known: {', '.join(sorted(REGISTRY.names))}",
-        )
-    settings.policy_args(settings.placement.policy)
-    for pattern, name in settings.placement.pools.items():
+    for key, name in settings.placing_policies().items():
         if name not in REGISTRY:
             raise ConfigError(
-                f"placement.pools.{pattern}",
-                f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY.names))}",
+                key, f"unknown policy {name!r}; known: {', '.join(sorted(REGISTRY.names))}"
             )
         settings.policy_args(name)
     settings.admission_config()
@@ -411,9 +411,7 @@ def check_live_settings(settings: Settings) -> None:
     ``load_settings``, so the check accepts and refuses exactly what the
     daemon does. Raises ``ConfigError`` with the key.
     """
-    policy = settings.placement.policy
-    placing = {"placement.policy": policy}
-    placing.update((f"placement.pools.{p}", name) for p, name in settings.placement.pools.items())
+    placing = settings.placing_policies()
     for key, name in placing.items():
         if needs_true_lifetimes(name):
             # The daemon cannot know a VM's future: an oracle is for replays only.

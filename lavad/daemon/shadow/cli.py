@@ -93,7 +93,7 @@ def run_shadow_replay(
 ) -> ShadowResult:
     """The shadow replay behind both commands; prints the table and writes the files."""
     policy = settings.placement.policy
-    for name in (policy, *settings.placement.pools.values()):
+    for name in settings.placing_policies().values():
         if needs_true_lifetimes(name):
             raise fail(f"shadow mode cannot run the oracle policy {name!r}")
     trace, engine_config = _open_trace(settings, path, policy)
