@@ -104,13 +104,18 @@ def test_the_pools_policies_are_in_the_engines_fingerprint(tmp_path: Path) -> No
     [
         ('"gpu-*" = "worstfit"\n', "placement.pools.gpu-*", "unknown policy 'worstfit'"),
         ('"" = "bestfit"\n', "placement.pools", "at least 1 character"),
+        (f'"{"g" * 257}" = "bestfit"\n', "placement.pools", "at most 256 characters"),
+        ("".join(f'"p{i}" = "bestfit"\n' for i in range(1_001)), "placement.pools", "1000 items"),
     ],
+    ids=["unknown", "empty", "long-pattern", "too-many"],
 )
 def test_a_bad_pool_policy_names_its_key(tmp_path: Path, text: str, key: str, reason: str) -> None:
     with pytest.raises(ConfigError) as caught:
         _settings(tmp_path, "\n[placement.pools]\n" + text)
     assert caught.value.key.startswith(key)
     assert reason in str(caught.value)
+    # A thousand patterns refused are not echoed back whole: the reason stays readable.
+    assert len(caught.value.reason) < 600
 
 
 def test_a_pools_policy_takes_its_arguments_from_its_table(tmp_path: Path) -> None:

@@ -379,7 +379,19 @@ def validate_config(model: type[_Model], values: dict[str, Any]) -> _Model:
         # type is still a secret: neither value is shown.
         if error.kind == "extra_forbidden" or _is_secret(error.key):
             raise ConfigError(error.key, error.reason) from None
-        raise ConfigError(error.key, f"{error.reason} (got {error.value!r})") from None
+        raise ConfigError(error.key, f"{error.reason} (got {_shown(error.value)})") from None
+
+
+# A refused value is shown so its key can be mended, but a table of a thousand
+# entries (or a megabyte string) would bury the reason: only its start is shown.
+_SHOWN_CHARS = 200
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS]}... ({len(text):,} characters)"
 
 
 def load_settings(path: Path | str | None = None) -> Settings:
