@@ -10,6 +10,7 @@ scratch, over random bookings and releases.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lavad.core.cluster import ClusterState, VmRecord
 from lavad.core.placement.framework import PlacementRequest
@@ -124,9 +125,13 @@ def test_host_lists_and_latest_exits_follow_bookings_and_releases() -> None:
             assert int(tracker.hosts.holder[h]) == slots[int(np.argmax(exits))]
 
 
-def test_compiled_counting_is_observe_exit_and_observe_censored() -> None:
-    """Counted by the release kernel or by the model's own methods: the same tables."""
-    settings = LifetimeSettings(refit_interval_s=600.0, min_observations=2)
+@pytest.mark.parametrize("half_life_s", [None, 3_600.0])
+def test_compiled_counting_is_observe_exit_and_observe_censored(half_life_s: float | None) -> None:
+    """Counted by the release kernel or by the model's own methods: the same tables,
+    forgetting's weights included."""
+    settings = LifetimeSettings(
+        refit_interval_s=600.0, min_observations=2, half_life_s=half_life_s
+    )
     compiled = LifetimeTracker(settings)
     assert compiled._counts_plainly
     by_model = LifetimeTracker(settings)
@@ -144,7 +149,13 @@ def test_compiled_counting_is_observe_exit_and_observe_censored() -> None:
 def test_models_that_weigh_or_recalibrate_count_for_themselves() -> None:
     bins = LifetimeBins.log_spaced()
     assert GroupedLifeTables(bins).counts_plainly()
-    assert not GroupedLifeTables(bins, half_life_s=86_400.0).counts_plainly()
+    assert not GroupedLifeTables(bins).counts_by_age
+    assert GroupedLifeTables(bins).count_weight(1e6) == 1.0
+    # Forgetting weighs each count by its VM's creation, which a caller can take.
+    forgetting = GroupedLifeTables(bins, half_life_s=86_400.0)
+    assert forgetting.counts_plainly() and forgetting.counts_by_age
+    assert forgetting.count_weight(0.0) == 1.0
+    assert forgetting.count_weight(86_400.0) == pytest.approx(2.0)
     assert not GroupedLifeTables(bins, calibrator=SurvivalCalibrator(bins)).counts_plainly()
     # The wrappers learn from each exit themselves: they declare it.
     for name in ("mixture", "mixture-calibrated", "mixture-frailty-calibrated"):

@@ -771,6 +771,7 @@ def _release_slot(
     now: float,
     exited: bool,
     count: bool,
+    weight: float,
     deaths: FloatArray,
     censored: FloatArray,
     edges: FloatArray,
@@ -779,8 +780,9 @@ def _release_slot(
     """``LifetimeTracker.on_released``'s writes, in one call: (the VM's host, whether it learns).
 
     With ``count`` (the model ``counts_plainly``), a VM the model learns
-    from adds 1.0 to its rows' deaths (``exited``) or censorings at the
-    column of its lifetime, max(now - start, 0), as ``observe_exit`` adds.
+    from adds ``weight`` (the model's ``count_weight``) to its rows' deaths
+    (``exited``) or censorings at the column of its lifetime,
+    max(now - start, 0), as ``observe_exit`` adds.
     """
     slot_times, slot_ints, slot_flags, levels, host_times, host_ints = packed
     learned = slot_flags[LEARNS, slot]
@@ -791,7 +793,7 @@ def _release_slot(
         column = bin_of(edges, lived)
         counts = deaths if exited else censored
         for k in range(levels.shape[1]):
-            counts[levels[slot, k], column] += 1.0
+            counts[levels[slot, k], column] += weight
     host = slot_ints[HOST, slot]
     slot_flags[ALIVE, slot] = False
     slot_ints[HOST, slot] = -1
@@ -928,7 +930,7 @@ def _warm_up_hooks() -> None:
     book = (0, 0, 0.0, 0, (0,) * LEVELS, 1.0, True, packed)
     _book_slot(*book)
     table = np.zeros((2, 2))
-    release = (0, 1.0, True, True, table, table.copy(), np.array([0.0, 1.0]), packed)
+    release = (0, 1.0, True, True, 1.0, table, table.copy(), np.array([0.0, 1.0]), packed)
     _release_slot(*release)
     install_entry_point(Direct, "book_slot", _book_slot, book)
     install_entry_point(Direct, "release_slot", _release_slot, release)

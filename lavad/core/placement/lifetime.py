@@ -742,11 +742,16 @@ class LifetimeTracker(ClusterListener):
             else:
                 # Evicted (host down): it lived at least this long; not an exit.
                 model.observe_censored(rows, lived, now)
+        weight = 1.0
+        if count and model.counts_by_age and self.slots.flags[LEARNS, slot]:
+            # Forgetting: the weight of the VM's creation, taken (and the counts
+            # re-anchored) before the compiled call adds it.
+            weight = model.count_weight(now - max(now - self.slots.times[START, slot], 0.0))
         # The exit or censoring counted (``count``), the slot freed, the host's
         # latest exits from the VMs left on it: one compiled call.
         packed = self.slots.packed_with(self.levels, self.hosts)
         _, learns = Direct.release_slot(
-            slot, now, exited, count, model.deaths, model.censored, model.bins.edges, packed
+            slot, now, exited, count, weight, model.deaths, model.censored, model.bins.edges, packed
         )
         if count and learns:
             model.touch(rows)

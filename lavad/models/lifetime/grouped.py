@@ -252,15 +252,25 @@ class GroupedLifeTables:
         return self.calibrator is None
 
     def counts_plainly(self) -> bool:
-        """Whether an exit or a censoring only adds 1.0 to its rows' counts at its column.
+        """Whether an exit or a censoring only adds ``count_weight`` to its rows' counts
+        at its column.
 
-        So without forgetting or recalibration: a compiled caller may then
-        add to ``deaths`` or ``censored`` itself (column ``bins.index`` of
-        the lifetime) and ``touch`` the rows, which is what ``observe_exit``
+        So without recalibration: a compiled caller may then add to
+        ``deaths`` or ``censored`` itself (column ``bins.index`` of the
+        lifetime) and ``touch`` the rows, which is what ``observe_exit``
         would do. A subclass that counts otherwise says so by overriding
         this.
         """
-        return not self.decay and self.calibrator is None
+        return self.calibrator is None
+
+    @property
+    def counts_by_age(self) -> bool:
+        return bool(self.decay)
+
+    def count_weight(self, born: float) -> float:
+        # ``observe_exit``'s own weight, re-anchoring included, so a compiled
+        # caller adds the same bits.
+        return self._weight(born)
 
     def touch(self, rows: GroupRows) -> None:
         """Rows whose counts a caller changed (``counts_plainly``): the next refit rebuilds them."""

@@ -11,7 +11,7 @@ read back predicts what the one written did.
 What a caller may skip is declared, not guessed from which methods a class
 overrides: ``pure_choice`` (a keys tuple's prediction may be cached until the
 next refit or recount) and ``counts_plainly`` (a caller may add an exit or a
-censoring to ``deaths`` or ``censored`` itself).
+censoring, weighed by ``count_weight``, to ``deaths`` or ``censored`` itself).
 """
 
 from __future__ import annotations
@@ -110,11 +110,24 @@ class LifetimeModel(LifeTables, Protocol):
         ...
 
     def counts_plainly(self) -> bool:
-        """Whether an exit or censoring only adds 1.0 at its rows and column of the counts.
+        """Whether an exit or censoring only adds ``count_weight`` at its rows and column.
 
         A caller may then add it to ``deaths`` or ``censored`` itself and
         ``touch`` the rows, instead of calling ``observe_exit`` or
         ``observe_censored``.
+        """
+        ...
+
+    @property
+    def counts_by_age(self) -> bool:
+        """Whether ``count_weight`` depends on the VM's creation (forgetting); else it is 1.0."""
+        ...
+
+    def count_weight(self, born: float) -> float:
+        """What one exit or censoring of a VM created at ``born`` adds to its counts.
+
+        It may rescale the stored counts first (forgetting's re-anchoring):
+        take it before adding.
         """
         ...
 
