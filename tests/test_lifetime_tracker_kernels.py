@@ -129,9 +129,7 @@ def test_host_lists_and_latest_exits_follow_bookings_and_releases() -> None:
 def test_compiled_counting_is_observe_exit_and_observe_censored(half_life_s: float | None) -> None:
     """Counted by the release kernel or by the model's own methods: the same tables,
     forgetting's weights included."""
-    settings = LifetimeSettings(
-        refit_interval_s=600.0, min_observations=2, half_life_s=half_life_s
-    )
+    settings = LifetimeSettings(refit_interval_s=600.0, min_observations=2, half_life_s=half_life_s)
     compiled = LifetimeTracker(settings)
     assert compiled._counts_plainly
     by_model = LifetimeTracker(settings)
