@@ -125,7 +125,8 @@ def test_host_lists_and_latest_exits_follow_bookings_and_releases() -> None:
             assert int(tracker.hosts.holder[h]) == slots[int(np.argmax(exits))]
 
 
-@pytest.mark.parametrize("half_life_s", [None, 3_600.0])
+# 60 s: the counts are re-anchored (``GroupedLifeTables._weight``) within the churn.
+@pytest.mark.parametrize("half_life_s", [None, 3_600.0, 60.0])
 def test_compiled_counting_is_observe_exit_and_observe_censored(half_life_s: float | None) -> None:
     """Counted by the release kernel or by the model's own methods: the same tables,
     forgetting's weights included."""
@@ -141,6 +142,9 @@ def test_compiled_counting_is_observe_exit_and_observe_censored(half_life_s: flo
     np.testing.assert_array_equal(compiled.model.censored, by_model.model.censored)
     np.testing.assert_array_equal(compiled.model.mass, by_model.model.mass)
     assert compiled.model._touched == by_model.model._touched
+    if half_life_s == 60.0:
+        # The first anchor is the creation of the first VM counted, in the first minutes.
+        assert compiled.model._anchor is not None and compiled.model._anchor > 5_000.0
     np.testing.assert_array_equal(compiled.slots.predicted_exit, by_model.slots.predicted_exit)
 
 
