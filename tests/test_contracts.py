@@ -136,6 +136,10 @@ def test_a_lifetime_model_is_a_lifetime_model(name: str) -> None:
     assert isinstance(model, LifetimeModel)
     assert isinstance(model.pure_choice, bool)
     assert isinstance(model.counts_plainly(), bool)
+    assert isinstance(model.counts_by_age, bool)
+    if not model.counts_by_age:
+        # A weight that does not depend on the VM's creation is a plain count.
+        assert model.count_weight(3_600.0) == 1.0
 
 
 @pytest.mark.parametrize("name", LIFETIME_NAMES)

@@ -148,7 +148,7 @@ def test_compiled_counting_is_observe_exit_and_observe_censored(half_life_s: flo
     np.testing.assert_array_equal(compiled.slots.predicted_exit, by_model.slots.predicted_exit)
 
 
-def test_models_that_weigh_or_recalibrate_count_for_themselves() -> None:
+def test_which_models_a_caller_may_count_for() -> None:
     bins = LifetimeBins.log_spaced()
     assert GroupedLifeTables(bins).counts_plainly()
     assert not GroupedLifeTables(bins).counts_by_age
