@@ -60,6 +60,12 @@ def live_settings(bootstrap: str, snapshots: Path, **live: Any) -> Settings:
     )
 
 
+def with_section(settings: Settings, section: str, **changes: Any) -> Settings:
+    """``settings`` with fields of its ``section`` (a pydantic table) changed, the rest kept."""
+    table = getattr(settings, section).model_copy(update=changes)
+    return settings.model_copy(update={section: table})
+
+
 def replay_in_process(settings: Settings, events: Iterable[Event]) -> dict[str, list[bytes]]:
     """Decisions of an in-process replay, per pool, as published bytes."""
     sink = io.BytesIO()

@@ -24,6 +24,7 @@ from live_support import (
     replay_in_process,
     two_pool_events,
     wait_for,
+    with_section,
 )
 from prometheus_client.parser import text_string_to_metric_families
 from replicas_support import slice_events
@@ -91,13 +92,11 @@ async def test_each_pool_is_placed_by_its_own_policy_over_kafka(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     # LAS places "east"; "west" matches a pattern that gives it Best Fit.
-    base = live_settings(broker.bootstrap_servers, tmp_path)
-    settings = base.model_copy(
-        update={
-            "placement": base.placement.model_copy(
-                update={"policy": "las", "pools": {"w*": "bestfit"}}
-            )
-        }
+    settings = with_section(
+        live_settings(broker.bootstrap_servers, tmp_path),
+        "placement",
+        policy="las",
+        pools={"w*": "bestfit"},
     )
     got = await _placed_as_replayed(broker, settings, two_pool_events(2_000))
     for pool, policy in (("east", "las"), ("west", "bestfit")):
@@ -244,9 +243,7 @@ async def test_idempotent_producer_against_tansu_fails_at_start_with_the_reason(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     settings = live_settings(broker.bootstrap_servers, tmp_path)
-    settings = settings.model_copy(
-        update={"kafka": settings.kafka.model_copy(update={"enable_idempotence": True})}
-    )
+    settings = with_section(settings, "kafka", enable_idempotence=True)
     await create_topics(broker.bootstrap_servers)
     daemon = LiveDaemon(settings, live_engine_config(settings))
     with pytest.raises(StartupError, match="enable_idempotence"):
@@ -259,9 +256,7 @@ async def test_a_taken_http_port_stops_start_up_with_the_key(tmp_path: Path) -> 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        settings = settings.model_copy(
-            update={"http": settings.http.model_copy(update={"port": port})}
-        )
+        settings = with_section(settings, "http", port=port)
         daemon = LiveDaemon(settings, live_engine_config(settings))
         with pytest.raises(StartupError, match=r"http\.port"):
             await daemon.run(asyncio.Event())
@@ -271,9 +266,7 @@ async def test_lava_repredictions_are_published_as_in_a_replay(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     settings = live_settings(broker.bootstrap_servers, tmp_path)
-    settings = settings.model_copy(
-        update={"placement": settings.placement.model_copy(update={"policy": "lava"})}
-    )
+    settings = with_section(settings, "placement", policy="lava")
     events = pool_events(("east",), 3_000)
     expected = replay_in_process(settings, events)["east"]
     placements = [line for line in expected if b'"kind":"placement"' in line]
@@ -338,12 +331,8 @@ async def test_admissions_are_published_as_in_a_replay(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
     settings = live_settings(broker.bootstrap_servers, tmp_path)
-    settings = settings.model_copy(
-        update={
-            "admission": settings.admission.model_copy(
-                update={"policy": "zeroth", "capacity_cores": 10.0, "args": {"threshold": 0.8}}
-            )
-        }
+    settings = with_section(
+        settings, "admission", policy="zeroth", capacity_cores=10.0, args={"threshold": 0.8}
     )
     # Deployments of 2-5 cores arriving and growing on a 10-core pool: some
     # arrivals and scale-outs are refused.
