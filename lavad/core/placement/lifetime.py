@@ -734,19 +734,19 @@ class LifetimeTracker(ClusterListener):
         rows = self.slot_rows[slot]
         model = self.model
         count = self._counts_plainly
-        if not count and self.slots.flags[LEARNS, slot]:
-            # (Not when left-truncated: its age is unknown, so is its lifetime.)
+        weight = 1.0
+        # (Not when left-truncated: its age is unknown, so is its lifetime.)
+        if (not count or model.counts_by_age) and self.slots.flags[LEARNS, slot]:
             lived = max(now - self.slots.times[START, slot], 0.0)
-            if exited:
+            if count:
+                # Forgetting: the weight of the VM's creation, taken (and the
+                # counts re-anchored) before the compiled call adds it.
+                weight = model.count_weight(now - lived)
+            elif exited:
                 model.observe_exit(rows, lived, now)
             else:
                 # Evicted (host down): it lived at least this long; not an exit.
                 model.observe_censored(rows, lived, now)
-        weight = 1.0
-        if count and model.counts_by_age and self.slots.flags[LEARNS, slot]:
-            # Forgetting: the weight of the VM's creation, taken (and the counts
-            # re-anchored) before the compiled call adds it.
-            weight = model.count_weight(now - max(now - self.slots.times[START, slot], 0.0))
         # The exit or censoring counted (``count``), the slot freed, the host's
         # latest exits from the VMs left on it: one compiled call.
         packed = self.slots.packed_with(self.levels, self.hosts)

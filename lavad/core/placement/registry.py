@@ -119,6 +119,9 @@ _HOST_QUANTILES: Final[dict[str, Any]] = {
 }
 
 
+_HALF_LIFE = "lifetime observations count half after this (inf or None: never)"
+
+
 class LifetimeArgs(WasteMixArgs):
     # On by default for LAS and LAVA, at 0.005: chosen against 0.01 by the
     # worst cell of the matrix with memory-tight hosts (stranded CPU at most
@@ -216,11 +219,7 @@ class LifetimeArgs(WasteMixArgs):
         description="when a VM exits, recount its owner group at once and repredict its "
         "running siblings (same tenant or deployment, and shape)",
     )
-    half_life_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="lifetime observations count half after this (inf or None: never)",
-    )
+    half_life_s: float | None = Field(default=None, gt=0, description=_HALF_LIFE)
 
     def model_post_init(self, _context: Any) -> None:
         LIFETIME_MODELS.check(self.model)
@@ -263,11 +262,7 @@ class LasArgs(LifetimeArgs):
     # LAVA does not forget: at 72 h it lost 0.85 pp on OpenB against 0.18. A
     # configuration file turns it off with ``half_life_s = inf`` (TOML has no
     # None), which decides exactly as never forgetting.
-    half_life_s: float | None = Field(
-        default=259_200.0,
-        gt=0,
-        description="lifetime observations count half after this (inf or None: never)",
-    )
+    half_life_s: float | None = Field(default=259_200.0, gt=0, description=_HALF_LIFE)
 
 
 class LaBinaryArgs(LifetimeArgs):
