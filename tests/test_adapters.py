@@ -549,6 +549,20 @@ def test_jsonl_bad_lines_and_order(tmp_path: Path) -> None:
     assert bad[1].raw == b"not json"
 
 
+def test_jsonl_line_that_is_not_utf8_is_a_bad_record(tmp_path: Path) -> None:
+    first = VmRequest(time=1.0, pool="p", vm_id="a", cores=1.0, memory_gib=1.0)
+    last = VmExit(time=5.0, pool="p", vm_id="a")
+    broken = orjson.dumps(VmRequest(time=2.0, pool="p", vm_id="b", cores=1.0, memory_gib=1.0))
+    broken = broken.replace(b'"b"', b'"\xe2\x82"')  # a three-byte character cut short
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join([orjson.dumps(first), broken, orjson.dumps(last)]) + b"\n")
+    items = list(open_trace(path, end_time=9.0).events())
+    assert events_only(items) == [first, last]
+    (bad,) = [i for i in items if isinstance(i, BadRecord)]
+    assert (bad.position, bad.raw) == ("line 2", broken)
+    assert "not valid UTF-8" in bad.reason
+
+
 def test_convert_dead_letters_bad_records(tmp_path: Path) -> None:
     directory = _copy_slice(tmp_path, lines=30)
     arrivals = directory / "v1.devhead.txt"

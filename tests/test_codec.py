@@ -92,6 +92,52 @@ def test_not_an_object(raw: bytes) -> None:
     assert caught.value.field == "<record>"
 
 
+# JSON is UTF-8 text. msgspec raised UnicodeDecodeError, not a SchemaError,
+# for bytes that are not UTF-8 inside a string it keeps (and the live intake
+# let it through, stopping the daemon on the record), and skipped them in a
+# field it does not know. Every such record is refused, saying where.
+GOOD_BYTES = orjson.dumps({**GOOD, "tenant": "t", "features": {"k": "x"}})
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "why"),
+    [
+        (b'"az-1-0"', b'"az-\xff"', "invalid start byte"),  # in the VM's id
+        (b'"k"', b'"\xc3"', "invalid continuation byte"),  # a feature's name cut short
+        (b'"x"', b'"\xc0\xaf"', "invalid start byte"),  # an overlong "/"
+        (b'"t"', b'"\xed\xa0\x80"', "invalid continuation byte"),  # a surrogate
+        (b'{"v"', b'{"n\x80te":1,"v"', "invalid start byte"),  # a key no event has
+    ],
+)
+def test_bytes_that_are_not_utf8_are_refused(good: bytes, bad: bytes, why: str) -> None:
+    raw = GOOD_BYTES.replace(good, bad)
+    # Every other byte is ASCII: the first one that is not is where it breaks.
+    at = next(i for i, byte in enumerate(raw) if byte >= 0x80)
+    # Spaced out, the record misses the fast path for lavad's own encoding.
+    for record, offset in ((raw, at), (raw.replace(b",", b", "), at + raw[:at].count(b","))):
+        with pytest.raises(SchemaError) as caught:
+            decode_event(record)
+        assert caught.value.field == "<record>"
+        assert caught.value.reason == f"not valid UTF-8: {why} at byte {offset}"
+
+
+def test_text_with_a_lone_surrogate_is_refused() -> None:
+    text = GOOD_BYTES.decode().replace("az-1-0", "az-\ud800")
+    with pytest.raises(SchemaError) as caught:
+        decode_event(text)
+    at = text.index("\ud800")
+    reason = f"not encodable as UTF-8: surrogates not allowed at character {at}"
+    assert caught.value.reason == reason
+    # What the refusal shows can itself be written as UTF-8 (a dead letter's header).
+    str(caught.value).encode("utf-8")
+
+
+def test_utf8_text_beyond_ascii_decodes() -> None:
+    vm_id, features = "vm-\u00e9-\u65e5\u672c", {"r\u00e9gion": "Z\u00fcrich"}
+    event = decode_event(orjson.dumps({**GOOD, "vm_id": vm_id, "features": features}))
+    assert (event.vm_id, event.features) == (vm_id, features)
+
+
 # One valid record of every event type: strict decoding must still take them,
 # ints where floats are expected included.
 VALID = {

@@ -125,17 +125,43 @@ def decode_event(raw: bytes | str) -> Event:
         if kind is not None:
             try:
                 event: Event = _DECODERS[kind].decode(raw)
-            except msgspec.DecodeError:
-                pass  # the exact path says why
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                # msgspec raises UnicodeDecodeError for bytes that are not
+                # UTF-8 inside a string it keeps; the exact path says why.
+                pass
             else:
                 # A control character in a decoded string was written as an
                 # escape, a raw DEL or a raw UTF-8 C1 (0xC2 0x80-0x9F): JSON
                 # forbids raw C0 controls in strings. An ASCII record with no
                 # backslash and no DEL cannot hold one (find: ~70 ns each).
-                if raw.isascii() and raw.find(b"\\") < 0 and raw.find(b"\x7f") < 0:
-                    return event
-                return _checked(event, kind)
+                if raw.isascii():
+                    if raw.find(b"\\") < 0 and raw.find(b"\x7f") < 0:
+                        return event
+                    return _checked(event, kind)
+                # msgspec skips an unknown field without reading it as text, so
+                # bytes that are not UTF-8 there decode; the exact path refuses
+                # the record as the same bytes in a known field are refused.
+                if _not_utf8(raw) is None:
+                    return _checked(event, kind)
     return _decode_exact(raw)
+
+
+def _not_utf8(raw: bytes | str) -> str | None:
+    """Why ``raw`` is not UTF-8 text, the one encoding of JSON (RFC 8259, 8.1), or None.
+
+    Text (``str``) fails when it holds a lone surrogate, which no UTF-8 spells.
+    """
+    try:
+        if isinstance(raw, bytes):
+            if not raw.isascii():
+                raw.decode("utf-8")
+        else:
+            raw.encode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8: {exc.reason} at byte {exc.start}"
+    except UnicodeEncodeError as exc:
+        return f"not encodable as UTF-8: {exc.reason} at character {exc.start}"
+    return None
 
 
 def _decode_exact(raw: bytes | str) -> Event:
@@ -149,6 +175,9 @@ def _decode_exact(raw: bytes | str) -> Event:
             _preview(raw[:_MAX_SHOWN_CHARS]),
             f"record of {size} bytes is larger than the {MAX_RECORD_BYTES}-byte limit",
         )
+    not_utf8 = _not_utf8(raw)
+    if not_utf8 is not None:
+        raise SchemaError("<record>", _preview(raw), not_utf8)
     try:
         header = _HEADER.decode(raw)
     except msgspec.ValidationError:
@@ -323,8 +352,11 @@ def _shown(value: object) -> object:
 
 
 def _preview(raw: bytes | str) -> str:
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    return text[:200]
+    # What is not UTF-8 is replaced, not kept: the preview travels in a dead
+    # letter's header. 200 characters take at most 800 bytes of UTF-8.
+    if isinstance(raw, bytes):
+        return raw[:800].decode("utf-8", "replace")[:200]
+    return raw[:200].encode("utf-8", "replace").decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
