@@ -36,6 +36,7 @@ from lavad.streams.adapters.base import pick_listed
 from lavad.streams.codec import BadRecord
 from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import (
+    MAX_USAGE,
     DeploymentArrival,
     DeploymentScaleIn,
     DeploymentScaleOut,
@@ -840,6 +841,23 @@ def test_google_gcd_first_rows(shared_data: Path, tmp_path: Path) -> None:
         assert sample.cpu.mean == sample.cpu.peak == float(cpu) / 100
         assert sample.memory is not None
         assert sample.memory.mean == float(mem) / 100
+
+
+def test_a_usage_reading_past_the_schemas_bound_is_a_bad_record(tmp_path: Path) -> None:
+    # The bundled PlanetLab slice: one VM's readings, the third made absurd.
+    source = sorted((ROOT / "data" / "planetlab-slices-slice" / "20110303").iterdir())[0]
+    lines = source.read_bytes().splitlines()
+    lines[2] = b"1e300"  # percent of the request: 1e298 times it
+    day = tmp_path / "pl" / "20110303"
+    day.mkdir(parents=True)
+    (day / source.name).write_bytes(b"\n".join(lines) + b"\n")
+    items = list(open_trace(tmp_path / "pl").events())
+    (bad,) = [i for i in items if isinstance(i, BadRecord)]
+    assert (bad.position, bad.raw.strip()) == ("line 3", b"1e300")
+    assert "cpu%: must be <= 1e+08" in bad.reason
+    samples = [i for i in items if isinstance(i, UsageSample)]
+    assert len(samples) == len(lines) - 1
+    assert max(s.cpu.peak for s in samples) <= MAX_USAGE
 
 
 @pytest.mark.shared_data

@@ -280,10 +280,26 @@ STILL_REFUSED = [
 ]
 
 
+# Quantities and usage past any fleet's: the engine's arithmetic on them had
+# overflowed (a usage of 1e300 times the request stopped it on the record).
+PAST_BOUNDS = [
+    ("vm.request", {"cores": 1.5e9}, "cores", "less than or equal to 1000000000"),
+    ("vm.request", {"memory_gib": 1e300}, "memory_gib", "less than or equal to"),
+    ("vm.placed", {"gpus": 2e9}, "gpus", "less than or equal to"),
+    ("host.up", {"disk_gib": 1e10}, "disk_gib", "less than or equal to"),
+    ("deployment.arrival", {"cores": 1e300}, "cores", "less than or equal to"),
+    ("deployment.scale_out", {"memory_gib": 2e9}, "memory_gib", "less than or equal to"),
+    ("usage", {"interval_s": 2e9}, "interval_s", "less than or equal to 1000000000"),
+    ("usage", {"cpu": {"mean": 0, "peak": 1e300}}, "cpu.peak", "less than or equal to 1000000"),
+    ("usage", {"cpu": {"mean": 0, "peak": 1, "samples": [0, 2e6]}}, "cpu.samples.1", "less"),
+]
+
+
 @pytest.mark.parametrize(
     ("kind", "change", "field", "reason"),
     [pytest.param(*case, id=f"lenient-{n}") for n, case in enumerate(LENIENT)]
-    + [pytest.param(*case, id=f"still-{n}") for n, case in enumerate(STILL_REFUSED)],
+    + [pytest.param(*case, id=f"still-{n}") for n, case in enumerate(STILL_REFUSED)]
+    + [pytest.param(*case, id=f"bound-{n}") for n, case in enumerate(PAST_BOUNDS)],
 )
 def test_lenient_decoding_is_refused(
     kind: str, change: dict[str, object], field: str, reason: str

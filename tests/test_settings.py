@@ -186,6 +186,16 @@ def test_input_bounds_and_pool_names_default_as_documented() -> None:
         (f'[pools]\nallow = ["{"p" * 257}"]\n', "pools.allow.0", "at most 256 characters"),
         ('[pools]\nallow = "prod-*"\n', "pools.allow", "valid tuple"),
         ("[pools]\nmax_pools = 0\n", "pools.max_pools", "greater than or equal to 1"),
+        # An infinite host made Best Fit's score of it NaN (inf free times a
+        # zero inverse): every VM then opened a host of its own.
+        ("[hosts]\nmemory_gib = inf\n", "hosts.memory_gib", "finite number"),
+        ("[hosts]\ngpus = 1e-320\n", "hosts.gpus", "must be 0 or within [1e-09, 1e+09]"),
+        ("[hosts]\ncores = 2e9\n", "hosts.cores", "must be 0 or within [1e-09, 1e+09]"),
+        # Every section refuses what TOML spells inf and nan, not only the
+        # keys that said so one by one.
+        ("[admission]\nrefresh_s = nan\n", "admission.refresh_s", "finite number"),
+        ("[live]\nretry_max_s = inf\n", "live.retry_max_s", "finite number"),
+        ("[policies.las]\nhalf_life_s = inf\n", "policies.las.half_life_s", "finite number"),
     ],
 )
 def test_bad_input_and_pool_settings_name_the_key(

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 # Re-exported: the daemon names its arrays from here, the models from lavad.models.arrays.
 from lavad.models.arrays import FloatArray as FloatArray  # noqa: PLC0414
+from lavad.streams.schema import MAX_AMOUNT
 
 RESOURCES: Final = ("cores", "memory_gib", "disk_gib", "gpus")
 N_RESOURCES: Final = len(RESOURCES)
@@ -24,6 +25,12 @@ N_RESOURCES: Final = len(RESOURCES)
 # Free capacity is kept by subtraction; trace shapes such as 0.1 cores are not
 # exact in binary, so a fit allows this much rounding below zero.
 FIT_TOLERANCE: Final = 1e-6
+
+# A host has none of a resource (0) or at least this much of it. The scores
+# divide by a host's capacity: a host of 5e-324 GiB had an infinite inverse,
+# and Best Fit's score of it NaN, which left no host chosen and stopped the
+# engine.
+MIN_CAPACITY: Final = 1e-9
 
 BoolArray = NDArray[np.bool_]
 IntArray = NDArray[np.int64]
@@ -48,6 +55,13 @@ class VmRecord:
 
 class ClusterError(Exception):
     """An event that contradicts the cluster state (unknown host, duplicate VM, ...)."""
+
+
+def capacity_problem(value: float) -> str | None:
+    """What a host's capacity in a resource must be, if ``value`` is not that; else None."""
+    if value == 0.0 or MIN_CAPACITY <= value <= MAX_AMOUNT:  # NaN fails both
+        return None
+    return f"a host's capacity must be 0 or within [{MIN_CAPACITY:g}, {MAX_AMOUNT:g}]"
 
 
 class ClusterState:
@@ -125,6 +139,10 @@ class ClusterState:
 
     def add_host(self, host_id: str, capacity: tuple[float, float, float, float]) -> int:
         """Bring a host up (new, or back from DOWN). Returns its column."""
+        for name, value in zip(RESOURCES, capacity, strict=True):
+            problem = capacity_problem(value)
+            if problem is not None:
+                raise ClusterError(f"host {host_id!r} has {name} {value!r}: {problem}")
         index = self.host_index.get(host_id)
         if index is not None:
             if self.state[index] != HostState.DOWN:

@@ -23,7 +23,7 @@ NEVER: Final = float("-inf")
 class InputBounds:
     """The ``[input]`` table: plausible event times; an event outside them is dead-lettered."""
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_time: Annotated[
         float,
@@ -104,7 +104,7 @@ def _list_from_environment(value: Any) -> Any:
 class PoolNames:
     """The ``[pools]`` table: each pool keeps its state for ever, so both are bounded."""
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     allow: Annotated[
         tuple[PoolPattern, ...],

@@ -24,7 +24,7 @@ Built = TypeVar("Built")
 class NoArgs(BaseModel):
     """The arguments of an entry that takes none: any key is refused."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class RegistryError(KeyedError, ValueError):

@@ -34,6 +34,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    field_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -43,6 +44,7 @@ from pydantic_settings import (
 
 from lavad.core.admission.registry import AdmissionConfigError, validate_admission_args
 from lavad.core.admission.service import AdmissionConfig
+from lavad.core.cluster import capacity_problem
 from lavad.core.config_errors import KeyedError, first_error
 from lavad.core.engine import EngineConfig, HostShape, PoolPolicy, PoolSetup
 from lavad.core.input_bounds import InputBounds, PoolNames, PoolPattern
@@ -66,7 +68,7 @@ class ConfigError(KeyedError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PlacementSettings(_Section):
@@ -122,6 +124,17 @@ class HostSettings(_Section):
     disk_gib: float = Field(default=0.0, ge=0)
     gpus: float = Field(default=0.0, ge=0)
     count: int = Field(default=0, ge=0, description="hosts of this shape at start")
+
+    @field_validator("cores", "memory_gib", "disk_gib", "gpus")
+    @classmethod
+    def _a_host_capacity(cls, value: float) -> float:
+        # The rule a host.up's capacity is held to: refused here at start-up,
+        # not when the pool first grows.
+        problem = capacity_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     grow_on_demand: bool = Field(
         default=True, description="open a new host when no host fits (shape source only)"
     )
@@ -248,6 +261,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
     )
 
     seed: int = Field(default=0, ge=0)

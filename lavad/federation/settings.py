@@ -53,7 +53,7 @@ FEDERATION_KAFKA = KafkaSettings(session_timeout_ms=4000, heartbeat_interval_ms=
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class OwnerSettings(_Strict):

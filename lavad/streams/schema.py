@@ -45,15 +45,27 @@ class NoControlChars:
 
 NO_CONTROL: Final = NoControlChars()
 
+# Quantities (cores, GiB, GPUs) of a VM, host or deployment, far past any
+# fleet's. Bounded so the models' arithmetic on them stays finite: a request
+# of 1e300 cores overflowed the request mix's mean.
+MAX_AMOUNT: Final = 1e9
+# Usage, a multiple of the request (a burst may pass 1): a usage of 1e300
+# times the request overflowed the limits' histogram and the usage moments,
+# which stopped the engine on the record.
+MAX_USAGE: Final = 1e6
+# A usage interval: about 31 years.
+MAX_INTERVAL_S: Final = 1e9
+
 # The codec decodes strictly (a JSON true is not 1 and "8" is not 8; an int
 # is still a float). Infinities and NaN cannot be written in JSON, and a
 # number too large for a float is refused as out of range.
-NonNegative = Annotated[float, Meta(ge=0.0)]
-Positive = Annotated[float, Meta(gt=0.0)]
+Amount = Annotated[float, Meta(ge=0.0, le=MAX_AMOUNT)]
+PositiveAmount = Annotated[float, Meta(gt=0.0, le=MAX_AMOUNT)]
+Usage = Annotated[float, Meta(ge=0.0, le=MAX_USAGE)]
+Interval = Annotated[float, Meta(gt=0.0, le=MAX_INTERVAL_S)]
 Time = Annotated[float, Meta(ge=0.0)]
 Ident = Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS), NO_CONTROL]
 Name = Annotated[str, Meta(max_length=MAX_NAME_CHARS), NO_CONTROL]
-Fraction = Annotated[float, Meta(ge=0.0, le=1.0)]
 _Key = Annotated[str, Meta(min_length=1, max_length=MAX_KEY_CHARS)]
 _Value = Annotated[str, Meta(max_length=MAX_VALUE_CHARS)]
 
@@ -76,10 +88,10 @@ class VmRequest:
     time: Time
     pool: Ident
     vm_id: Ident
-    cores: Positive
-    memory_gib: NonNegative
-    disk_gib: NonNegative = 0.0
-    gpus: NonNegative = 0.0
+    cores: PositiveAmount
+    memory_gib: Amount
+    disk_gib: Amount = 0.0
+    gpus: Amount = 0.0
     tenant: Name = ""
     deployment: Name = ""
     flavor: Name = ""
@@ -109,10 +121,10 @@ class VmPlaced:
     pool: Ident
     vm_id: Ident
     host_id: Ident
-    cores: Positive
-    memory_gib: NonNegative
-    disk_gib: NonNegative = 0.0
-    gpus: NonNegative = 0.0
+    cores: PositiveAmount
+    memory_gib: Amount
+    disk_gib: Amount = 0.0
+    gpus: Amount = 0.0
     tenant: Name = ""
     deployment: Name = ""
     flavor: Name = ""
@@ -128,10 +140,10 @@ class HostUp:
     time: Time
     pool: Ident
     host_id: Ident
-    cores: Positive
-    memory_gib: Positive
-    disk_gib: NonNegative = 0.0
-    gpus: NonNegative = 0.0
+    cores: PositiveAmount
+    memory_gib: PositiveAmount
+    disk_gib: Amount = 0.0
+    gpus: Amount = 0.0
     labels: Labels = field(default_factory=dict)
     type: Literal["host.up"] = "host.up"
     v: Literal[1] = 1
@@ -166,8 +178,8 @@ class DeploymentArrival:
     time: Time
     pool: Ident
     deployment_id: Ident
-    cores: NonNegative
-    memory_gib: NonNegative = 0.0
+    cores: Amount
+    memory_gib: Amount = 0.0
     tenant: Name = ""
     features: _ValidFeatures = field(default_factory=dict)
     type: Literal["deployment.arrival"] = "deployment.arrival"
@@ -181,8 +193,8 @@ class DeploymentScaleOut:
     time: Time
     pool: Ident
     deployment_id: Ident
-    cores: Positive
-    memory_gib: NonNegative = 0.0
+    cores: PositiveAmount
+    memory_gib: Amount = 0.0
     type: Literal["deployment.scale_out"] = "deployment.scale_out"
     v: Literal[1] = 1
 
@@ -194,8 +206,8 @@ class DeploymentScaleIn:
     time: Time
     pool: Ident
     deployment_id: Ident
-    cores: Positive
-    memory_gib: NonNegative = 0.0
+    cores: PositiveAmount
+    memory_gib: Amount = 0.0
     type: Literal["deployment.scale_in"] = "deployment.scale_in"
     v: Literal[1] = 1
 
@@ -208,9 +220,9 @@ class UsageStats:
     lossless form) when the source has them; mean and peak are always given.
     """
 
-    mean: NonNegative
-    peak: NonNegative
-    samples: Annotated[tuple[NonNegative, ...], Meta(max_length=MAX_SAMPLES)] = ()
+    mean: Usage
+    peak: Usage
+    samples: Annotated[tuple[Usage, ...], Meta(max_length=MAX_SAMPLES)] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +232,7 @@ class UsageSample:
     time: Time
     pool: Ident
     vm_id: Ident
-    interval_s: Positive
+    interval_s: Interval
     cpu: UsageStats
     memory: UsageStats | None = None
     type: Literal["usage"] = "usage"

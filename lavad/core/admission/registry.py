@@ -23,7 +23,7 @@ from lavad.core.registry import Entry, Registry, RegistryError
 
 
 class AdmissionArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ZerothArgs(AdmissionArgs):

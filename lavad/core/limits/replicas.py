@@ -35,7 +35,7 @@ class ScalerConfig:
     checks the whole again where code builds one directly.
     """
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     target_utilization: Annotated[
         float,

@@ -94,7 +94,7 @@ def _known_recommender(name: str) -> str:
 class LimitsConfig:
     """The ``[limits]`` table: the settings validate it with these constraints."""
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     recommender: Annotated[
         str,

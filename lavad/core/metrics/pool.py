@@ -38,7 +38,7 @@ CORES, MEMORY = 0, 1
 class MetricsConfig:
     """The ``[metrics]`` table: the settings validate it with these constraints."""
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     warmup_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 86_400.0
     sample_interval_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 3_600.0

@@ -28,7 +28,7 @@ class DefragConfig:
     ``empty_below`` 0 turns defragmentation off (maintenance drains still run).
     """
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     empty_below: Annotated[
         float,
@@ -71,7 +71,7 @@ class RollingConfig:
     Empty or already closed hosts are passed over.
     """
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     batch: Annotated[int, Field(ge=1)]
     every_s: Annotated[float, Field(gt=0)]
@@ -105,7 +105,7 @@ class MigrationsConfig:
     (``relief_rule.py``, ``relief.py``); off unless enabled.
     """
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     order: Annotated[
         OrderName, Field(description="which queued VM goes next; lars: longest remaining first")

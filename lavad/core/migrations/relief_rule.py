@@ -49,7 +49,7 @@ class ReliefConfig:
     Only a pool placed by ``gpa`` can be relieved (its hooks score the windows).
     """
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: Annotated[
         bool, Field(description="relieve GPA hosts whose realised overflows reject rho")

@@ -49,7 +49,7 @@ ResourceName = Literal["cores", "memory_gib", "disk_gib", "gpus"]
 
 
 class PolicyArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class BestFitArgs(PolicyArgs):

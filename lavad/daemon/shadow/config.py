@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class ShadowSettings(BaseModel):
     """Shadow mode: follow the existing scheduler, publish lavad's choices as advice."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     enabled: bool = Field(
         default=False,

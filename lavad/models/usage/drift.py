@@ -58,7 +58,7 @@ DRIFT_DETECTORS: Final = ("off", "cusum")
 class DriftConfig:
     """Per-VM regime-change detection (``[migrations.relief]``'s ``drift*`` keys)."""
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     detector: Annotated[
         Literal["off", "cusum"],

@@ -193,7 +193,14 @@ class RowError(ValueError):
     """Why one row cannot become an event; adapters turn it into a BadRecord."""
 
 
-def number(text: str, column: str, *, minimum: float | None = 0.0, positive: bool = False) -> float:
+def number(
+    text: str,
+    column: str,
+    *,
+    minimum: float | None = 0.0,
+    positive: bool = False,
+    maximum: float | None = None,
+) -> float:
     """Parse a finite float from a trace cell, or raise ``RowError`` naming the column."""
     try:
         value = float(text)
@@ -205,6 +212,8 @@ def number(text: str, column: str, *, minimum: float | None = 0.0, positive: boo
         raise RowError(f"{column}: must be > 0, got {text!r}")
     if minimum is not None and value < minimum:
         raise RowError(f"{column}: must be >= {minimum:g}, got {text!r}")
+    if maximum is not None and value > maximum:
+        raise RowError(f"{column}: must be <= {maximum:g}, got {text!r}")
     return value
 
 

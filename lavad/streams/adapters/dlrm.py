@@ -44,6 +44,7 @@ from lavad.streams.adapters.base import (
 )
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import (
+    MAX_AMOUNT,
     DeploymentArrival,
     DeploymentScaleIn,
     DeploymentScaleOut,
@@ -102,10 +103,12 @@ class _Instance:
             raise RowError("instance_sn: empty")
         if not self.app:
             raise RowError("app_name: empty")
-        self.cores = number(cells[col["cpu_request"]], "cpu_request", positive=True)
-        self.gpus = number(cells[col["gpu_request"]], "gpu_request")
-        self.memory = number(cells[col["memory_request"]], "memory_request")
-        self.disk = number(cells[col["disk_request"]], "disk_request")
+        self.cores = number(
+            cells[col["cpu_request"]], "cpu_request", positive=True, maximum=MAX_AMOUNT
+        )
+        self.gpus = number(cells[col["gpu_request"]], "gpu_request", maximum=MAX_AMOUNT)
+        self.memory = number(cells[col["memory_request"]], "memory_request", maximum=MAX_AMOUNT)
+        self.disk = number(cells[col["disk_request"]], "disk_request", maximum=MAX_AMOUNT)
         limit = number(cells[col["max_instance_per_node"]], "max_instance_per_node", minimum=-1)
         if limit != int(limit) or limit == 0:
             raise RowError(f"max_instance_per_node: want -1 or a positive integer, got {limit:g}")

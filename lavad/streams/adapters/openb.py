@@ -47,7 +47,11 @@ from lavad.streams.adapters.base import (
     with_later,
 )
 from lavad.streams.codec import BadRecord
-from lavad.streams.schema import Event, HostUp, VmExit, VmRequest
+from lavad.streams.schema import MAX_AMOUNT, Event, HostUp, VmExit, VmRequest
+
+# The schema's bound on a quantity, in the trace's units (milli-cores, MiB).
+_MILLI = 1000.0 * MAX_AMOUNT
+_MIB = 1024.0 * MAX_AMOUNT
 
 TRACE_END: Final = 12_902_960.0
 NODE_LIST: Final = "openb_node_list_all_node.csv"
@@ -154,9 +158,10 @@ class AlibabaOpenb(Trace):
                 continue
             try:
                 host_id = unique_id(cells, col["sn"], "sn", "host id", seen)
-                cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True) / 1000.0
-                memory = number(cells[col["memory_mib"]], "memory_mib", positive=True) / 1024.0
-                gpus = number(cells[col["gpu"]], "gpu")
+                cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True, maximum=_MILLI)
+                memory = number(cells[col["memory_mib"]], "memory_mib", positive=True, maximum=_MIB)
+                gpus = number(cells[col["gpu"]], "gpu", maximum=MAX_AMOUNT)
+                cores, memory = cores / 1000.0, memory / 1024.0
             except RowError as exc:
                 yield bad_record(nodes.path, lineno, raw, str(exc))
                 continue
@@ -180,10 +185,11 @@ class AlibabaOpenb(Trace):
 
         def parse(cells: list[str]) -> tuple[float, tuple[VmRequest, VmExit | None]]:
             vm_id = unique_id(cells, col["name"], "name", "pod name", seen)
-            cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True) / 1000.0
-            memory = number(cells[col["memory_mib"]], "memory_mib") / 1024.0
-            num_gpu = number(cells[col["num_gpu"]], "num_gpu")
-            gpu_milli = number(cells[col["gpu_milli"]], "gpu_milli")
+            cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True, maximum=_MILLI)
+            memory = number(cells[col["memory_mib"]], "memory_mib", maximum=_MIB) / 1024.0
+            num_gpu = number(cells[col["num_gpu"]], "num_gpu", maximum=MAX_AMOUNT)
+            gpu_milli = number(cells[col["gpu_milli"]], "gpu_milli", maximum=1000.0 * MAX_AMOUNT)
+            cores /= 1000.0
             created = number(cells[col["creation_time"]], "creation_time")
             deleted = optional_time(cells[col["deletion_time"]], "deletion_time")
             if deleted is not None and deleted < created:

@@ -41,7 +41,7 @@ from lavad.streams.adapters.base import (
 )
 from lavad.streams.codec import BadRecord
 from lavad.streams.fastbuild import fast_constructor
-from lavad.streams.schema import UsageSample, UsageStats
+from lavad.streams.schema import MAX_USAGE, UsageSample, UsageStats
 
 INTERVAL_S: Final = 300.0
 DAY_S: Final = 86_400.0
@@ -52,6 +52,16 @@ _sample: Callable[[float, str, str, float, UsageStats, UsageStats | None], Usage
     fast_constructor(UsageSample, "time", "pool", "vm_id", "interval_s", "cpu", "memory")
 )
 _stats: Callable[[float, float], UsageStats] = fast_constructor(UsageStats, "mean", "peak")
+# Readings in percent of the request, bounded as the schema bounds usage (the
+# models' arithmetic stays finite).
+_MAX_PERCENT = 100.0 * MAX_USAGE
+
+
+def _usage(value: float, column: str) -> float:
+    """A reading as a multiple of the request, within the schema's bound."""
+    if value > MAX_USAGE:
+        raise RowError(f"{column}: {value:g} times the request, more than {MAX_USAGE:g}")
+    return value
 
 
 class _Series:
@@ -240,8 +250,10 @@ class Bitbrains(Trace):
                     mem_cap = number(cells[col[_BB_MEM_CAP]], _BB_MEM_CAP)
                     if cpu_cap <= 0 or mem_cap <= 0:
                         raise RowError("provisioned CPU or memory is 0: no usage fraction")
-                    cpu = number(cells[col[_BB_CPU_USE]], _BB_CPU_USE) / cpu_cap
-                    mem = number(cells[col[_BB_MEM_USE]], _BB_MEM_USE) / mem_cap
+                    used_cpu = number(cells[col[_BB_CPU_USE]], _BB_CPU_USE)
+                    used_mem = number(cells[col[_BB_MEM_USE]], _BB_MEM_USE)
+                    cpu = _usage(used_cpu / cpu_cap, _BB_CPU_USE)
+                    mem = _usage(used_mem / mem_cap, _BB_MEM_USE)
                 except (RowError, UnicodeDecodeError) as exc:
                     series.add_bad(bad_record(path, lineno, raw, str(exc)), lineno)
                     continue
@@ -351,8 +363,8 @@ class AzureV1Cpu(Trace):
                 for column in range(1, width):
                     one = series[column - 1]
                     try:
-                        mean = number(avg[column], header[column]) / 100.0
-                        top = number(peak[column], header[column]) / 100.0
+                        mean = number(avg[column], header[column], maximum=_MAX_PERCENT) / 100.0
+                        top = number(peak[column], header[column], maximum=_MAX_PERCENT) / 100.0
                     except RowError as exc:
                         one.add_bad(bad_record(self.avg_file, lineno, avg_raw, str(exc)), lineno)
                         continue
@@ -380,8 +392,8 @@ def _gcd_reading(raw: bytes) -> tuple[float, float | None]:
     parts = raw.split()
     if len(parts) != 2:
         raise RowError(f"want 'cpu% mem%', got {len(parts)} fields")
-    cpu = number(parts[0].decode("ascii"), "cpu%") / 100.0
-    mem = number(parts[1].decode("ascii"), "mem%") / 100.0
+    cpu = number(parts[0].decode("ascii"), "cpu%", maximum=_MAX_PERCENT) / 100.0
+    mem = number(parts[1].decode("ascii"), "mem%", maximum=_MAX_PERCENT) / 100.0
     return cpu, mem
 
 
@@ -454,7 +466,7 @@ def _planetlab_days(path: Path) -> list[tuple[Path, dt.date]]:
 
 
 def _planetlab_reading(raw: bytes) -> tuple[float, float | None]:
-    return number(raw.decode("ascii").strip(), "cpu%") / 100.0, None
+    return number(raw.decode("ascii").strip(), "cpu%", maximum=_MAX_PERCENT) / 100.0, None
 
 
 def sniff_planetlab(path: Path) -> bool:

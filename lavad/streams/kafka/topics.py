@@ -30,7 +30,7 @@ class TopicNames(BaseModel):
     partition count.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     vm_events: str = Field(default="lavad.vm-events", min_length=1, max_length=249)
     deployments: str = Field(default="lavad.deployments", min_length=1, max_length=249)
