@@ -32,7 +32,9 @@ from lavad.streams.adapters import (
     detect_format,
     open_trace,
 )
+from lavad.streams.adapters.azure_vms import read_batch_buckets
 from lavad.streams.adapters.base import pick_listed
+from lavad.streams.adapters.usage import _natural
 from lavad.streams.codec import BadRecord
 from lavad.streams.fastbuild import fast_constructor
 from lavad.streams.schema import (
@@ -880,3 +882,12 @@ def test_planetlab_first_rows(shared_data: Path, tmp_path: Path) -> None:
     later = _first_samples(tmp_path / "pl" / days[1].name)  # a day folder alone
     assert isinstance(later[0], UsageSample)
     assert later[0].time == 300
+
+
+def test_file_names_and_map_lines_of_digits_int_refuses_are_not_numbers(tmp_path: Path) -> None:
+    # isdigit takes "\u00b2" and 5,000 digits; int() refuses both (ValueError).
+    assert _natural(tmp_path / "\u00b2.csv") == (str(tmp_path), -1, "\u00b2")
+    assert _natural(tmp_path / "10.csv") == (str(tmp_path), 10, "10")
+    path = tmp_path / "batch_size_map.txt"
+    path.write_text("9" * 5_000 + " 4\n2 1\n")
+    assert read_batch_buckets(path) == {2: "1"}

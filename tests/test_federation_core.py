@@ -365,6 +365,10 @@ def test_sparrow_worked_by_hand() -> None:
         ("1.0 1 5.0 nan", "duration 'nan' is not a finite number >= 0"),
         ("1.0 0 5.0", "want 'arrival n mean d_1..d_n'"),
         ("1.0 200000 5.0 1.0", "task count 200000 outside"),
+        ("1.0 x 5.0 1.0", "task count 'x' is not a number"),
+        ("1.0 inf 5.0 1.0", "task count 'inf' is not a finite number >= 0"),
+        ("1.0 1e400 5.0 1.0", "task count '1e400' is not a finite number >= 0"),
+        ("1.0 1.5 5.0 1.0", "task count '1.5' is not a whole number"),
     ],
 )
 def test_trace_lines_refused_with_the_reason(tmp_path: Path, line: str, reason: str) -> None:

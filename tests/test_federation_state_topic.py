@@ -1,7 +1,7 @@
 """The federation's state topic on the embedded broker: owners publish summaries, a
 global scheduler's view reads them; a summary from a non-owner, a record that is not
-a summary and one under the wrong key are refused with the reason, and reading goes
-on."""
+a summary and one under the wrong key (or a key of thousands of digits) are refused
+with the reason, and reading goes on."""
 
 from __future__ import annotations
 
@@ -72,6 +72,8 @@ async def test_view_built_from_the_state_topic_refuses_non_owners_and_goes_on(
         await raw.send_and_wait(TOPIC, b"not a summary", key=pool_key(1))
         await raw.send_and_wait(TOPIC, encode_summary(owners[1].summary(2.5)), key=pool_key(0))
         await raw.send_and_wait(TOPIC, b"{}", key=b"elsewhere")
+        # More digits than int() takes (4,300): refused as naming no pool, not raised.
+        await raw.send_and_wait(TOPIC, b"{}", key=b"pool-" + b"9" * 5_000)
         owners[0].end(1, 3.0)
         await publish(owners[0].summary(3.0))  # reading goes on after the bad ones
     finally:
@@ -80,7 +82,7 @@ async def test_view_built_from_the_state_topic_refuses_non_owners_and_goes_on(
     reader = StateTopicReader(kafka, TOPIC, view)
     await reader.start()
     try:
-        assert await reader.catch_up() == 7
+        assert await reader.catch_up() == 8
     finally:
         await reader.stop()
     assert view.free[0].ravel().tolist() == [1, 1, 1, 1]  # the owner's newest
@@ -91,5 +93,6 @@ async def test_view_built_from_the_state_topic_refuses_non_owners_and_goes_on(
     assert "not JSON" in reasons
     assert "summary of pool 1 under the key of pool 0" in reasons
     assert "key b'elsewhere' names no pool" in reasons
-    assert len(reader.refused) == 4
+    assert "key b'pool-9999" in reasons
+    assert len(reader.refused) == 5
     np.testing.assert_array_equal(view.tenant_usage(), [[1]])

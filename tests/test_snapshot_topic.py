@@ -14,7 +14,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from lavad.core.engine import Engine
-from lavad.daemon.live.snapshot_topic import TopicSnapshotStore, snapshot_store
+from lavad.daemon.live.snapshot_topic import TopicSnapshotStore, generation_of, snapshot_store
 from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.settings import KafkaSettings, Settings, load_settings
@@ -212,3 +212,16 @@ def test_a_load_after_a_prefetch_sees_a_snapshot_written_since_and_settle_lets_g
     assert loaded is not None and again is not None
     assert loaded.offsets == again.offsets == {"vm-events": 2500}
     assert dumps(loaded.pools) == dumps(again.pools) == dumps(loads(dumps(newer)))
+
+
+@pytest.mark.parametrize(
+    ("snapshot_id", "generation"),
+    [
+        ("0000000042-0123456789abcdef", 42),  # as the store writes it
+        ("\u00b2-0123456789abcdef", 0),  # isdigit, but int() refuses it
+        ("9" * 5_000 + "-x", 0),  # more digits than int() takes
+        ("other", 0),
+    ],
+)
+def test_a_snapshot_ids_generation_is_read_or_zero(snapshot_id: str, generation: int) -> None:
+    assert generation_of(snapshot_id) == generation

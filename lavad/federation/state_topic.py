@@ -116,9 +116,12 @@ class StateTopicReader:
 
     def _pool_of(self, key: bytes) -> int | None:
         text = key.decode("ascii", errors="replace")
-        if not text.startswith("pool-") or not text[5:].isdigit():
+        # At most 18 digits: int() refuses more than 4,300, and no topology
+        # has 10**18 pools.
+        number = text[5:]
+        if not text.startswith("pool-") or not number.isdigit() or len(number) > 18:
             return None
-        pool = int(text[5:])
+        pool = int(number)
         return pool if 0 <= pool < len(self.view.topology.pools) else None
 
     def _refuse(self, reason: str) -> None:

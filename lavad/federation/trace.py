@@ -48,10 +48,12 @@ def parse_line(line: str, line_no: int, index: int) -> Job:
             f"line {line_no}: want 'arrival n mean d_1..d_n', got {len(fields)} fields"
         )
     arrival = _number(fields[0], line_no, "arrival")
-    try:
-        count = int(float(fields[1]))
-    except ValueError:
-        raise TraceError(f"line {line_no}: task count {fields[1]!r} is not a number") from None
+    # A whole number, "45" or "45.0": int(float(...)) took "1.5" as 1 task and
+    # let "inf" raise OverflowError instead of a TraceError.
+    tasks = _number(fields[1], line_no, "task count")
+    if not tasks.is_integer():
+        raise TraceError(f"line {line_no}: task count {fields[1]!r} is not a whole number")
+    count = int(tasks)
     if not 1 <= count <= MAX_TASKS_PER_JOB:
         raise TraceError(f"line {line_no}: task count {count} outside 1..{MAX_TASKS_PER_JOB}")
     if len(fields) != 3 + count:

@@ -465,10 +465,18 @@ class TopicSnapshotStore:
         ):
             raise SnapshotError(f"{where}: torn snapshot {snapshot_id}: body checksum differs")
         loaded = decode_snapshot(where, header, body, partition, fingerprint)
-        generation = snapshot_id.split("-", 1)[0]
         self._current[partition] = (snapshot_id, count)
-        self._generation[partition] = int(generation) if generation.isdigit() else 0
+        self._generation[partition] = generation_of(snapshot_id)
         return loaded
+
+
+def generation_of(snapshot_id: str) -> int:
+    """The generation a snapshot id starts with (ten ASCII digits as this module writes
+    them), or 0 for any other id: Unicode digits int() refuses, or thousands of digits."""
+    generation = snapshot_id.split("-", 1)[0]
+    if generation.isascii() and generation.isdigit() and len(generation) <= 18:
+        return int(generation)
+    return 0
 
 
 def snapshot_store(settings: Settings) -> SnapshotStorage:

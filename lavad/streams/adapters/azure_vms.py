@@ -182,7 +182,8 @@ def read_batch_buckets(path: Path) -> dict[int, str]:
         return buckets
     for line in path.read_text(encoding="ascii", errors="replace").splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit():
+        # (int() refuses more than 4,300 digits.)
+        if len(parts) == 2 and parts[0].isdigit() and len(parts[0]) <= 18:
             buckets[int(parts[0])] = parts[1]
     return buckets
 

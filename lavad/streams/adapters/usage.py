@@ -175,7 +175,8 @@ def _bitbrains_files(path: Path) -> list[Path]:
 def _natural(path: Path) -> tuple[str, int, str]:
     """Sort key: directory, then numeric file stems in number order (2.csv before 10.csv)."""
     stem = path.stem
-    return (str(path.parent), int(stem) if stem.isdigit() else -1, stem)
+    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit takes.
+    return (str(path.parent), int(stem) if stem.isdecimal() else -1, stem)
 
 
 def _bitbrains_columns(path: Path) -> dict[str, int]:
