@@ -195,7 +195,8 @@ def test_input_bounds_and_pool_names_default_as_documented() -> None:
         # keys that said so one by one.
         ("[admission]\nrefresh_s = nan\n", "admission.refresh_s", "finite number"),
         ("[live]\nretry_max_s = inf\n", "live.retry_max_s", "finite number"),
-        ("[policies.las]\nhalf_life_s = inf\n", "policies.las.half_life_s", "finite number"),
+        ("[policies.las]\ncost_tolerance = inf\n", "policies.las.cost_tolerance", "finite"),
+        ("[policies.las]\nhalf_life_s = nan\n", "policies.las.half_life_s", "greater than 0"),
     ],
 )
 def test_bad_input_and_pool_settings_name_the_key(

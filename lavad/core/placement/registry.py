@@ -49,6 +49,7 @@ ResourceName = Literal["cores", "memory_gib", "disk_gib", "gpus"]
 
 
 class PolicyArgs(BaseModel):
+    # No inf or nan (TOML spells both) unless a field says what inf means.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -219,7 +220,9 @@ class LifetimeArgs(WasteMixArgs):
         description="when a VM exits, recount its owner group at once and repredict its "
         "running siblings (same tenant or deployment, and shape)",
     )
-    half_life_s: float | None = Field(default=None, gt=0, description=_HALF_LIFE)
+    half_life_s: float | None = Field(
+        default=None, gt=0, allow_inf_nan=True, description=_HALF_LIFE
+    )
 
     def model_post_init(self, _context: Any) -> None:
         LIFETIME_MODELS.check(self.model)
@@ -262,7 +265,9 @@ class LasArgs(LifetimeArgs):
     # LAVA does not forget: at 72 h it lost 0.85 pp on OpenB against 0.18. A
     # configuration file turns it off with ``half_life_s = inf`` (TOML has no
     # None), which decides exactly as never forgetting.
-    half_life_s: float | None = Field(default=259_200.0, gt=0, description=_HALF_LIFE)
+    half_life_s: float | None = Field(
+        default=259_200.0, gt=0, allow_inf_nan=True, description=_HALF_LIFE
+    )
 
 
 class LaBinaryArgs(LifetimeArgs):
@@ -322,7 +327,10 @@ class GpaArgs(PolicyArgs):
         description="among hosts that pass: smallest standardised headroom, or the first",
     )
     half_life_s: float | None = Field(
-        default=None, gt=0, description="half-life of the usage statistics (None: no decay)"
+        default=None,
+        gt=0,
+        allow_inf_nan=True,
+        description="half-life of the usage statistics (None or inf: no decay)",
     )
     min_samples: int = Field(
         default=12, ge=1, description="usage samples before a VM's estimate replaces its request"
