@@ -343,7 +343,7 @@ def configuration_page(tables: list[Table]) -> str:
         "alone, the same check `lavad run` makes (`--replay` checks for `lavad replay`,",
         "which also accepts the oracle policies). Secrets are never printed or logged.",
         "Numbers are finite: TOML's `inf` and `nan` are refused everywhere but in a",
-        "half-life, where `inf` means never (TOML has no null). A host shape's",
+        "lifetime model's half-life, where `inf` means never (TOML has no null). A host shape's",
         "capacity in each resource is 0 or within [1e-9, 1e9], as a `host.up`'s is.",
         "The arguments of each policy (`[policies.<name>]`, `[admission] args`) are on",
         "[Policy arguments](policy-arguments.md).",

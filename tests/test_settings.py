@@ -197,6 +197,8 @@ def test_input_bounds_and_pool_names_default_as_documented() -> None:
         ("[live]\nretry_max_s = inf\n", "live.retry_max_s", "finite number"),
         ("[policies.las]\ncost_tolerance = inf\n", "policies.las.cost_tolerance", "finite"),
         ("[policies.las]\nhalf_life_s = nan\n", "policies.las.half_life_s", "greater than 0"),
+        # The usage moments take no infinite half-life: refused here, not when built.
+        ("[policies.gpa]\nhalf_life_s = inf\n", "policies.gpa.half_life_s", "finite number"),
     ],
 )
 def test_bad_input_and_pool_settings_name_the_key(

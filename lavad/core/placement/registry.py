@@ -327,10 +327,7 @@ class GpaArgs(PolicyArgs):
         description="among hosts that pass: smallest standardised headroom, or the first",
     )
     half_life_s: float | None = Field(
-        default=None,
-        gt=0,
-        allow_inf_nan=True,
-        description="half-life of the usage statistics (None or inf: no decay)",
+        default=None, gt=0, description="half-life of the usage statistics (None: no decay)"
     )
     min_samples: int = Field(
         default=12, ge=1, description="usage samples before a VM's estimate replaces its request"
