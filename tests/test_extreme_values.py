@@ -62,61 +62,36 @@ def _stats(draw: st.DrawFn) -> UsageStats:
     return UsageStats(mean=draw(USAGE), peak=draw(USAGE), samples=tuple(samples))
 
 
-@st.composite
-def _event(draw: st.DrawFn, time: float) -> Event:
-    kind = draw(st.integers(0, 9))
-    pool = "p"
-    if kind == 0:
-        return VmRequest(
-            time=time,
-            pool=pool,
-            vm_id=draw(VMS),
-            cores=draw(AMOUNTS),
-            memory_gib=draw(SIZES),
-            gpus=draw(SIZES),
-            tenant=draw(st.sampled_from(["", "t"])),
-            deployment=draw(st.sampled_from(["", "d0"])),
-            max_per_host=draw(st.sampled_from([None, 1])),
-        )
-    if kind == 1:
-        return VmExit(time=time, pool=pool, vm_id=draw(VMS))
-    if kind == 2:
-        return VmPlaced(
-            time=time,
-            pool=pool,
-            vm_id=draw(VMS),
-            host_id=draw(HOSTS),
-            cores=draw(AMOUNTS),
-            memory_gib=draw(SIZES),
-        )
-    if kind == 3:
-        return HostUp(
-            time=time,
-            pool=pool,
-            host_id=draw(HOSTS),
-            cores=draw(AMOUNTS),
-            memory_gib=draw(AMOUNTS),
-            gpus=draw(SIZES),
-        )
-    if kind == 4:
-        return HostDown(time=time, pool=pool, host_id=draw(HOSTS))
-    if kind == 5:
-        return HostDrain(time=time, pool=pool, host_id=draw(HOSTS))
-    if kind == 6:
-        return DeploymentArrival(
-            time=time, pool=pool, deployment_id=draw(DEPLOYMENTS), cores=draw(SIZES)
-        )
-    if kind == 7:
-        out = draw(st.booleans())
-        scale = DeploymentScaleOut if out else DeploymentScaleIn
-        return scale(time=time, pool=pool, deployment_id=draw(DEPLOYMENTS), cores=draw(AMOUNTS))
-    return UsageSample(
-        time=time,
-        pool=pool,
-        vm_id=draw(VMS),
-        interval_s=draw(st.sampled_from([TINY, 1.0, 300.0, MAX_INTERVAL_S])),
-        cpu=draw(_stats()),
-        memory=draw(st.one_of(st.none(), _stats())),
+def _event(time: float) -> st.SearchStrategy[Event]:
+    at = {"time": st.just(time), "pool": st.just("p")}
+    scale = st.sampled_from([DeploymentScaleOut, DeploymentScaleIn])
+    return st.one_of(
+        st.builds(
+            VmRequest,
+            **at,
+            vm_id=VMS,
+            cores=AMOUNTS,
+            memory_gib=SIZES,
+            gpus=SIZES,
+            tenant=st.sampled_from(["", "t"]),
+            deployment=st.sampled_from(["", "d0"]),
+            max_per_host=st.sampled_from([None, 1]),
+        ),
+        st.builds(VmExit, **at, vm_id=VMS),
+        st.builds(VmPlaced, **at, vm_id=VMS, host_id=HOSTS, cores=AMOUNTS, memory_gib=SIZES),
+        st.builds(HostUp, **at, host_id=HOSTS, cores=AMOUNTS, memory_gib=AMOUNTS, gpus=SIZES),
+        st.builds(HostDown, **at, host_id=HOSTS),
+        st.builds(HostDrain, **at, host_id=HOSTS),
+        st.builds(DeploymentArrival, **at, deployment_id=DEPLOYMENTS, cores=SIZES),
+        scale.flatmap(lambda kind: st.builds(kind, **at, deployment_id=DEPLOYMENTS, cores=AMOUNTS)),
+        st.builds(
+            UsageSample,
+            **at,
+            vm_id=VMS,
+            interval_s=st.sampled_from([TINY, 1.0, 300.0, MAX_INTERVAL_S]),
+            cpu=_stats(),
+            memory=st.one_of(st.none(), _stats()),
+        ),
     )
 
 
