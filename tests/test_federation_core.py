@@ -369,6 +369,9 @@ def test_sparrow_worked_by_hand() -> None:
         ("1.0 inf 5.0 1.0", "task count 'inf' is not a finite number >= 0"),
         ("1.0 1e400 5.0 1.0", "task count '1e400' is not a finite number >= 0"),
         ("1.0 1.5 5.0 1.0", "task count '1.5' is not a whole number"),
+        # An arrival plus a duration of 1e308 overflowed, and the latencies were NaN.
+        ("1.0 1 5.0 1e308", "duration '1e308' is over 1e+09"),
+        ("2e9 1 5.0 1.0", "arrival '2e9' is over 1e+09"),
     ],
 )
 def test_trace_lines_refused_with_the_reason(tmp_path: Path, line: str, reason: str) -> None:

@@ -2,8 +2,8 @@
 
 Read with bounds, since a trace is input: a line longer than ``max_line_chars``, a job
 of more than ``max_tasks_per_job`` tasks, a count that disagrees with the durations
-given, a negative or non-finite time: each is refused with the line number and the
-reason (``TraceError``), never skipped silently.
+given, a negative or non-finite time or one over ``MAX_SECONDS``: each is refused with
+the line number and the reason (``TraceError``), never skipped silently.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from typing import TextIO
 
 MAX_LINE_CHARS = 2_000_000
 MAX_TASKS_PER_JOB = 100_000
+# Arrivals and durations, about 31 years: an arrival plus a duration of 1e308
+# overflowed to inf, and the simulators' latency figures came out NaN.
+MAX_SECONDS = 1e9
 
 
 class TraceError(ValueError):
@@ -29,13 +32,15 @@ class Job:
     durations: tuple[float, ...]
 
 
-def _number(text: str, line_no: int, what: str) -> float:
+def _number(text: str, line_no: int, what: str, most: float = MAX_SECONDS) -> float:
     try:
         value = float(text)
     except ValueError:
         raise TraceError(f"line {line_no}: {what} {text!r} is not a number") from None
     if not math.isfinite(value) or value < 0.0:
         raise TraceError(f"line {line_no}: {what} {text!r} is not a finite number >= 0")
+    if value > most:
+        raise TraceError(f"line {line_no}: {what} {text!r} is over {most:g}")
     return value
 
 
@@ -50,7 +55,7 @@ def parse_line(line: str, line_no: int, index: int) -> Job:
     arrival = _number(fields[0], line_no, "arrival")
     # A whole number, "45" or "45.0": int(float(...)) took "1.5" as 1 task and
     # let "inf" raise OverflowError instead of a TraceError.
-    tasks = _number(fields[1], line_no, "task count")
+    tasks = _number(fields[1], line_no, "task count", most=math.inf)
     if not tasks.is_integer():
         raise TraceError(f"line {line_no}: task count {fields[1]!r} is not a whole number")
     count = int(tasks)
