@@ -124,6 +124,14 @@ class HostSettings(_Section):
     disk_gib: float = Field(default=0.0, ge=0)
     gpus: float = Field(default=0.0, ge=0)
     count: int = Field(default=0, ge=0, description="hosts of this shape at start")
+    grow_on_demand: bool = Field(
+        default=True, description="open a new host when no host fits (shape source only)"
+    )
+    on_down: Literal["evict", "replace"] = Field(
+        default="evict",
+        description="a host.down with VMs on it: evict publishes each eviction (a placement "
+        "with no host); replace also places each evicted VM again, as a placement decision",
+    )
 
     @field_validator("cores", "memory_gib", "disk_gib", "gpus")
     @classmethod
@@ -134,15 +142,6 @@ class HostSettings(_Section):
         if problem is not None:
             raise ValueError(problem)
         return value
-
-    grow_on_demand: bool = Field(
-        default=True, description="open a new host when no host fits (shape source only)"
-    )
-    on_down: Literal["evict", "replace"] = Field(
-        default="evict",
-        description="a host.down with VMs on it: evict publishes each eviction (a placement "
-        "with no host); replace also places each evicted VM again, as a placement decision",
-    )
 
 
 class KafkaSettings(_Section):
