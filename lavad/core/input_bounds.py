@@ -29,7 +29,6 @@ class InputBounds:
         float,
         Field(
             gt=0,
-            allow_inf_nan=False,
             description="event times beyond this are implausible (default 2100-01-01 in Unix"
             " seconds: catches milliseconds sent as seconds)",
         ),
@@ -38,7 +37,6 @@ class InputBounds:
         float,
         Field(
             ge=0,
-            allow_inf_nan=False,
             description="how far an event may be ahead of its pool's clock (0: no bound)",
         ),
     ] = 2_592_000.0
@@ -46,7 +44,6 @@ class InputBounds:
         float,
         Field(
             ge=0,
-            allow_inf_nan=False,
             description="how far behind its pool's clock an event is still handled (at the"
             " pool's clock); further behind is dead-lettered",
         ),

@@ -63,7 +63,6 @@ class FirstArgs(MomentArgs):
     threshold: float = Field(
         default=0.8,
         gt=0,
-        allow_inf_nan=False,
         description="admit while expected cores stay below this x capacity (may exceed 1: "
         "Markov's bound is loose and the threshold is tuned)",
     )

@@ -42,13 +42,12 @@ class ScalerConfig:
         Field(
             gt=0,
             le=1,
-            allow_inf_nan=False,
             description="r*: the deployment's usage statistic over this is the replica count",
         ),
     ] = 0.7
     horizon_s: Annotated[
         float,
-        Field(gt=0, allow_inf_nan=False, description="T: the usage statistic's look-back"),
+        Field(gt=0, description="T: the usage statistic's look-back"),
     ] = 72 * HOUR_S
     statistic: Annotated[
         Literal["max", "p95"],
@@ -58,20 +57,18 @@ class ScalerConfig:
         float,
         Field(
             ge=0,
-            allow_inf_nan=False,
             description="T_d: a lower count waits until it has been the need this long",
         ),
     ] = 48 * HOUR_S
     halving_s: Annotated[
         float,
-        Field(gt=0, allow_inf_nan=False, description="surplus replicas halve over this time"),
+        Field(gt=0, description="surplus replicas halve over this time"),
     ] = HOUR_S
     small_change: Annotated[
         float,
         Field(
             ge=0,
             lt=1,
-            allow_inf_nan=False,
             description="a change below this fraction of the current count is deferred",
         ),
     ] = 0.1
@@ -79,13 +76,12 @@ class ScalerConfig:
         float,
         Field(
             gt=0,
-            allow_inf_nan=False,
             description="at most this times the current count may be initialising (growth)",
         ),
     ] = 0.5
     init_s: Annotated[
         float,
-        Field(gt=0, allow_inf_nan=False, description="how long an added replica initialises"),
+        Field(gt=0, description="how long an added replica initialises"),
     ] = INTERVAL_S
     min_replicas: Annotated[int, Field(ge=1, description="never fewer replicas than this")] = 1
 

@@ -105,7 +105,6 @@ class LimitsConfig:
         float,
         Field(
             ge=0,
-            allow_inf_nan=False,
             description="a limit within this fraction of the last is not news",
         ),
     ] = 0.05

@@ -40,8 +40,8 @@ class MetricsConfig:
 
     __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    warmup_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 86_400.0
-    sample_interval_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 3_600.0
+    warmup_s: Annotated[float, Field(ge=0)] = 86_400.0
+    sample_interval_s: Annotated[float, Field(gt=0)] = 3_600.0
     stranding: bool = True
     until: Annotated[
         Literal["last_request", "trace_end"],

@@ -188,7 +188,7 @@ class AlibabaOpenb(Trace):
             cores = number(cells[col["cpu_milli"]], "cpu_milli", positive=True, maximum=_MILLI)
             memory = number(cells[col["memory_mib"]], "memory_mib", maximum=_MIB) / 1024.0
             num_gpu = number(cells[col["num_gpu"]], "num_gpu", maximum=MAX_AMOUNT)
-            gpu_milli = number(cells[col["gpu_milli"]], "gpu_milli", maximum=1000.0 * MAX_AMOUNT)
+            gpu_milli = number(cells[col["gpu_milli"]], "gpu_milli", maximum=_MILLI)
             cores /= 1000.0
             created = number(cells[col["creation_time"]], "creation_time")
             deleted = optional_time(cells[col["deletion_time"]], "deletion_time")
