@@ -15,6 +15,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from lavad.core.engine import Handler, Handlers, PlainStrategy, PoolRuntime
 from lavad.daemon.live.shell import live_engine_config
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import Settings, load_settings
@@ -22,7 +23,7 @@ from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord
 from lavad.streams.kafka.publish import publish_trace
 from lavad.streams.kafka.topics import TopicNames, ensure_topics
-from lavad.streams.schema import Event
+from lavad.streams.schema import Decision, Event, VmRequest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 AZURE_SLICE = PROJECT_ROOT / "data" / "azure-v1-vms-slice"
@@ -45,6 +46,27 @@ def pool_events(names: Iterable[str], per_pool: int) -> list[Event]:
         )
         pools.append(list(itertools.islice(events, per_pool)))
     return list(heapq.merge(*pools, key=lambda event: event.time))
+
+
+class DefectAt(PlainStrategy):
+    """Books ``vm_id``'s request in ``pool`` as the engine does, then raises: a defect met
+    half-way, leaving the pool's state half-changed (pools made of one slice share VM ids)."""
+
+    def __init__(self, pool: str, vm_id: str) -> None:
+        self.pool = pool
+        self.vm_id = vm_id
+
+    def handlers(self, plain: Handlers) -> Handlers:
+        request = plain[VmRequest]
+
+        def half_way(pool: PoolRuntime, event: VmRequest, now: float) -> list[Decision]:
+            decisions = request(pool, event, now)
+            if event.vm_id == self.vm_id and event.pool == self.pool:
+                raise RuntimeError(f"injected defect after booking {event.vm_id}")
+            return decisions
+
+        replaced: Handler = half_way
+        return {**plain, VmRequest: replaced}
 
 
 def live_settings(bootstrap: str, snapshots: Path, **live: Any) -> Settings:

@@ -164,6 +164,7 @@ def test_the_alerts_read_only_exported_metrics_and_cover_the_failures(
         "LavadOverflowAboveRho",
         "LavadNotReady",
         "LavadStateEvicting",
+        "LavadPoolQuarantined",
     } <= names
 
 
@@ -212,7 +213,7 @@ def test_promtool_checks_the_rules() -> None:
         [_promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_promtool_runs_the_rules_unit_tests() -> None:

@@ -6,6 +6,9 @@
   runner);
 * a refused event publishes the decisions its timers made on the way, as a
   replay does (before the issue the live daemon dropped them);
+* a defect in one pool quarantines that pool: its records are dead-lettered,
+  the other pool decides as a replay does, and the quarantine outlives a
+  restart;
 * a fuzz of a few hundred generated records of every kind, valid and not:
   the daemon stays ready, every record is decided or dead-lettered, and the
   decisions equal an in-process replay's.
@@ -25,6 +28,8 @@ from hypothesis import strategies as st
 from live_support import (
     NAMES,
     DaemonProcess,
+    DefectAt,
+    by_pool,
     create_topics,
     live_settings,
     pool_events,
@@ -35,6 +40,8 @@ from live_support import (
     wait_for,
 )
 
+from lavad.core.engine import Engine, EngineConfig, EngineStrategy
+from lavad.daemon.live import shell
 from lavad.daemon.live.shell import LiveDaemon, live_engine_config
 from lavad.daemon.replay import replay
 from lavad.streams.codec import SchemaError, decode_event, encode
@@ -136,6 +143,74 @@ async def test_a_refused_event_still_publishes_the_migrations_its_timers_made(
         await task
     assert [record.value for record in migrations] == expected
     assert [header_map(record.headers)["lavad.stage"] for record in dead] == ["engine"]
+
+
+async def _run_until(daemon: LiveDaemon, processed: int) -> None:
+    """Run ``daemon`` until it has processed ``processed`` records, then stop it."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    try:
+        await wait_for(lambda: daemon.records_processed >= processed, 60, "the records")
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_defect_quarantines_its_pool_and_the_quarantine_outlives_a_restart(
+    broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    settings = live_settings(bootstrap, tmp_path / "snapshots")
+    config = live_engine_config(settings)
+    events = pool_events(["east", "west"], 600)
+    east = [event for event in events if event.pool == "east"]
+    failing = [event for event in east if isinstance(event, VmRequest)][100]
+    after = len(east) - east.index(failing) - 1
+    # The replay of the same stream, with the same defect, in process.
+    sink, dead_sink = io.BytesIO(), io.BytesIO()
+    defective = Engine(config, DefectAt("east", failing.vm_id))
+    replay(events, config, decisions_out=sink, dead_letters_out=dead_sink, engine=defective)
+    expected = by_pool(sink.getvalue().splitlines())
+    assert len(dead_sink.getvalue().splitlines()) == 1 + after
+
+    def with_defect(config: EngineConfig, strategy: EngineStrategy | None) -> Engine:
+        assert strategy is None
+        return Engine(config, DefectAt("east", failing.vm_id))
+
+    await create_topics(bootstrap)
+    await produce(bootstrap, events)
+    monkeypatch.setattr(shell, "Engine", with_defect)
+    daemon = LiveDaemon(settings, config)
+    monkeypatch.undo()
+    await _run_until(daemon, len(events))
+    daemon.refresh_gauges()
+    assert daemon.health() == {"falling_behind": False, "pools_quarantined": True}
+    assert daemon.telemetry.registry.get_sample_value("lavad_pools_quarantined") == 1.0
+    placements = await read_topic(
+        bootstrap, NAMES.placements, at_least=sum(map(len, expected.values()))
+    )
+    assert by_pool(record.value for record in placements) == expected
+    dead = await read_topic(bootstrap, NAMES.dead_letters, at_least=1 + after, timeout_s=10)
+    stages = [header_map(record.headers)["lavad.stage"] for record in dead]
+    assert stages == ["defect"] + ["quarantined"] * after
+    assert dead[0].value == encode(failing)
+    assert "RuntimeError: injected defect" in header_map(dead[0].headers)["lavad.reason"]
+
+    # Restarted from its snapshots (no defect now): east stays quarantined, west decides.
+    end = events[-1].time
+    late = [
+        VmRequest(time=end + 1.0, pool="east", vm_id="late-east", cores=1.0, memory_gib=1.0),
+        VmRequest(time=end + 1.0, pool="west", vm_id="late-west", cores=1.0, memory_gib=1.0),
+    ]
+    await produce(bootstrap, late)
+    restarted = LiveDaemon(settings, config)
+    await _run_until(restarted, len(late))
+    assert restarted.health()["pools_quarantined"]
+    placed = await read_topic(bootstrap, NAMES.placements, at_least=len(placements) + 1)
+    assert [orjson.loads(r.value)["vm_id"] for r in placed[len(placements) :]] == ["late-west"]
+    dead = await read_topic(bootstrap, NAMES.dead_letters, at_least=2 + after, timeout_s=10)
+    assert header_map(dead[-1].headers)["lavad.stage"] == "quarantined"
+    assert dead[-1].value == encode(late[0])
 
 
 # ------------------------------------------------------------------- fuzz

@@ -20,7 +20,10 @@ the event that brought the clock there is dead-lettered. Refused:
 * an event of a pool whose name is not allowed, or that would open one pool
   more than ``PoolNames.max_pools``;
 * an event that contradicts the state (exit of an unknown VM, a duplicate VM
-  id, an unknown host): refused before the event changes anything.
+  id, an unknown host): refused before the event changes anything;
+* under ``on_defect = "quarantine"``, an event on which the engine failed for
+  a reason it does not know (a defect), and every later event of that pool
+  (``quarantine.py``): the other pools go on.
 
 Time going backwards within a pool: an event at most ``max_behind_s`` older
 than the pool's clock (the latest event time it handled) is handled at the
@@ -41,7 +44,7 @@ import hashlib
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -73,6 +76,7 @@ from lavad.core.placement.framework import (
 from lavad.core.placement.gpa import UsageHooks
 from lavad.core.placement.kernels import warm_up as warm_up_kernels
 from lavad.core.placement.registry import PolicyArgs, build_policy
+from lavad.core.quarantine import DefectPolicy, Quarantine
 from lavad.models.limits.decision import LimitDecision
 from lavad.models.limits.replicas import ReplicaDecision
 from lavad.streams.fastbuild import fast_constructor
@@ -133,13 +137,15 @@ class InvalidEvent(Exception):
         self.reason = reason
 
 
-RejectionStage = Literal["time", "pool", "engine"]
+RejectionStage = Literal["time", "pool", "engine", "defect", "quarantined"]
 
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
     """Why an event was refused: ``stage`` "time" (implausible event time), "pool"
-    (pool name not allowed, or too many pools) or "engine" (contradicts the state)."""
+    (pool name not allowed, or too many pools), "engine" (contradicts the state),
+    "defect" (the engine failed on it and quarantined its pool) or "quarantined"
+    (its pool is)."""
 
     stage: RejectionStage
     reason: str
@@ -220,6 +226,8 @@ class EngineConfig:
     # What a host.down does to the VMs on it: "evict" publishes each eviction
     # (a placement with no host); "replace" also places each VM again.
     on_host_down: Literal["evict", "replace"] = "evict"
+    # What an exception the engine does not know does (``quarantine.py``).
+    on_defect: DefectPolicy = "stop"
 
     def policies(self) -> dict[str, PolicyArgs]:
         """Every policy that may place a pool, once each, with its arguments: ``policy``
@@ -260,6 +268,8 @@ class PoolRuntime:
     # Each placed VM's request, kept only when a host.down places its VMs
     # again (on_host_down = "replace"), so the new placement sees the request.
     requests: dict[str, VmRequest] | None = None
+    # Set when a defect stopped the pool (``quarantine.py``): it decides no more.
+    quarantine: Quarantine | None = None
 
 
 def pool_policy(config: EngineConfig, pool: str) -> tuple[str, PolicyArgs]:
@@ -371,6 +381,8 @@ class Engine:
             DeploymentScaleIn: self._on_deployment,
         }
         self._handlers: dict[type[Event], Handler] = dict(self.strategy.handlers(plain))
+        # Pools quarantined since the shell last asked (``take_defects``).
+        self._defects: list[tuple[str, Quarantine]] = []
 
     # ------------------------------------------------------------ interface
 
@@ -390,26 +402,49 @@ class Engine:
             if refused is not None:
                 return Handled([], refused)
             pool = self._open_pool(event.pool)
-        if now >= clock:
+        elif pool.quarantine is not None:
+            return Handled([], Rejection("quarantined", pool.quarantine.refusal(pool.name)))
+        # Late events are handled at the pool's clock (the pool never goes back).
+        if now >= pool.clock:
             pool.clock = now
         else:
-            # A little late: handled as if it arrived now (the pool never goes back).
             pool.counters["late_events"] += 1
-            now = clock
-        # The pool's own timers first, whatever the shell's watermark says:
-        # a pool then decides the same in a replay and in the live daemon.
-        # What they decide comes out first too, before the event's decisions,
-        # as if the shell had advanced the engine to ``now`` before the event
-        # (replay does, the live intake does not): a LAVA deadline falling on
-        # an event's time is published in one order by both shells.
+            now = pool.clock
+        timed: list[Decision] = []
+        during = "timers"
+        try:
+            timed = self._timers_before(pool, now)
+            during = f"{event.type} event"
+            return self._apply(pool, event, now, timed)
+        except Exception as exc:  # a defect: re-raised or quarantined
+            if self.config.on_defect == "stop":
+                raise
+            quarantine = self._quarantine(pool, exc, during)
+            # What the timers decided before the event failed stands, as for
+            # an event refused; nothing of the failing step is published.
+            return Handled(timed, Rejection("defect", quarantine.defect(pool.name)))
+
+    def _timers_before(self, pool: PoolRuntime, now: float) -> list[Decision]:
+        """The pool's own timers due by ``now``, run before its event at ``now``.
+
+        Whatever the shell's watermark says: a pool then decides the same in
+        a replay and in the live daemon. What they decide comes out first
+        too, before the event's decisions, as if the shell had advanced the
+        engine to ``now`` before the event (replay does, the live intake does
+        not): a LAVA deadline falling on an event's time is published in one
+        order by both shells.
+        """
         hooks = pool.policy.hooks
-        if now >= hooks.next_deadline or now >= pool.migrations.next_deadline:
-            timed = self._run_timers(pool, now)
-            early = hooks.take_notices()
-            if early:
-                timed = self._notices_first(pool, early, now, timed)
-        else:
-            timed = []
+        if now < hooks.next_deadline and now < pool.migrations.next_deadline:
+            return []
+        timed = self._run_timers(pool, now)
+        early = hooks.take_notices()
+        if early:
+            timed = self._notices_first(pool, early, now, timed)
+        return timed
+
+    def _apply(self, pool: PoolRuntime, event: Event, now: float, timed: list[Decision]) -> Handled:
+        """The event in its pool at ``now``, after the timers that decided ``timed``."""
         metrics = pool.metrics
         if metrics.last is None or now > metrics.last:
             # Metrics advance lazily, per pool: its state held since its last event.
@@ -428,7 +463,7 @@ class Engine:
                 decisions, rejection = [], Rejection("engine", exc.reason)
         if timed:
             decisions = timed + decisions
-        notices = hooks.take_notices()
+        notices = pool.policy.hooks.take_notices()
         if notices:
             decisions = self._notices_first(pool, notices, now, decisions)
         return Handled(decisions, rejection)
@@ -479,7 +514,9 @@ class Engine:
         """The earliest time ``advance`` has work to do (inf when no timer is set)."""
         earliest = self.strategy.next_deadline
         for pool in self.pools.values():
-            earliest = min(earliest, pool.policy.hooks.next_deadline, pool.migrations.next_deadline)
+            if pool.quarantine is None:
+                hooks = pool.policy.hooks
+                earliest = min(earliest, hooks.next_deadline, pool.migrations.next_deadline)
         return earliest
 
     def advance(self, now: float) -> list[Decision]:
@@ -502,13 +539,31 @@ class Engine:
         """The engine's own timers due by ``now`` (``advance`` under the plain strategy)."""
         out: list[Decision] = []
         for pool in self.pools.values():
-            timed = self._run_timers(pool, now)
-            notices = pool.policy.hooks.take_notices()
-            if notices:
-                out.extend(self._notices_first(pool, notices, now, timed))
-            else:
-                out.extend(timed)
+            if pool.quarantine is not None:
+                continue
+            try:
+                timed = self._run_timers(pool, now)
+                notices = pool.policy.hooks.take_notices()
+                if notices:
+                    timed = self._notices_first(pool, notices, now, timed)
+            except Exception as exc:  # a defect: re-raised or quarantined
+                if self.config.on_defect == "stop":
+                    raise
+                # What the failing pool decided in this call is withheld with it.
+                self._quarantine(pool, exc, "timers")
+                continue
+            out.extend(timed)
         return out
+
+    def _quarantine(self, pool: PoolRuntime, exc: Exception, during: str) -> Quarantine:
+        quarantine = pool.quarantine = Quarantine.of(exc, pool.clock, during)
+        self._defects.append((pool.name, quarantine))
+        return quarantine
+
+    def take_defects(self) -> list[tuple[str, Quarantine]]:
+        """The pools quarantined since the last call, for the shell to log and count."""
+        defects, self._defects = self._defects, []
+        return defects
 
     def _notices_first(
         self, pool: PoolRuntime, notices: list[Notice], now: float, decisions: list[Decision]
@@ -545,6 +600,16 @@ class Engine:
     @staticmethod
     def pool_summary(pool: PoolRuntime, end: float) -> dict[str, Any]:
         """One pool's metrics, counters and policy summary, up to ``end``."""
+        quarantine = pool.quarantine
+        if quarantine is not None:
+            # Its state may be half-changed: only why and when it stopped is told.
+            return {
+                "quarantine": {
+                    "time": quarantine.time,
+                    "during": quarantine.during,
+                    "error": quarantine.error,
+                }
+            }
         summary = {
             **pool.metrics.summary(pool.cluster, end),
             "counters": dict(pool.counters),
@@ -570,7 +635,8 @@ class Engine:
         A snapshot taken under another policy, seed or host setup would resume
         a different run; the live shell refuses it instead of mixing the two.
         """
-        identity = self.strategy.identity(self.config)
+        # What a defect does changes no decision: a snapshot carries over.
+        identity = self.strategy.identity(replace(self.config, on_defect="stop"))
         return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
     def take_pools(self, names: Iterable[str]) -> dict[str, PoolRuntime]:

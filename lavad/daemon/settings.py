@@ -58,6 +58,7 @@ from lavad.core.placement.registry import (
     needs_true_lifetimes,
     validate_policy_args,
 )
+from lavad.core.quarantine import DefectPolicy
 from lavad.daemon.shadow.config import ShadowSettings
 from lavad.models.deployments.process import DeploymentPriors, GammaBelief
 from lavad.streams.kafka.topics import TopicNames
@@ -227,6 +228,16 @@ class LiveSettings(_Section):
         description=(
             "falling behind also needs the lag to have grown by at least this many records"
             " over those falling_behind_samples refreshes"
+        ),
+    )
+    on_defect: DefectPolicy = Field(
+        default="quarantine",
+        description=(
+            "an exception the engine does not know (a defect in lavad) while handling a"
+            " pool's record or timers: 'quarantine' dead-letters the record (stage 'defect')"
+            " and every later record of that pool (stage 'quarantined'), keeps the quarantine"
+            " across restarts, and lets the other pools go on; 'stop' exits, and the same"
+            " record stops the daemon again at each restart. Replay always stops"
         ),
     )
     on_bad_snapshot: Literal["stop", "rebuild"] = Field(

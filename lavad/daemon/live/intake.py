@@ -64,6 +64,7 @@ class Intake:
         for event_type, count in self._event_counts.items():
             self.telemetry.events.labels(event_type).inc(count)
         self._event_counts.clear()
+        self._log_defects()
         return out
 
     def _records(
@@ -134,7 +135,21 @@ class Intake:
     def advance_timers(self) -> list[Outgoing]:
         now = self.watermark.current(time.time())
         self.telemetry.watermark.set(now if now != NEVER else 0.0)
-        return [self.decision(d, None) for d in self.engine.advance(now)]
+        decided = [self.decision(d, None) for d in self.engine.advance(now)]
+        self._log_defects()
+        return decided
+
+    def _log_defects(self) -> None:
+        """Each pool a defect quarantined since the last call, with its trace, at error level."""
+        for pool, quarantine in self.engine.take_defects():
+            log.error(
+                "pool quarantined",
+                pool=pool,
+                during=quarantine.during,
+                event_time=quarantine.time,
+                error=quarantine.error,
+                trace=quarantine.trace,
+            )
 
     def decision(self, decision: Decision, timestamp_ms: int | None) -> Outgoing:
         if self.log_decisions:

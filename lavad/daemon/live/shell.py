@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from typing import Any
 
@@ -168,7 +169,8 @@ class LiveDaemon:
 
     def health(self) -> dict[str, bool]:
         """What /healthz reports beside being alive: true marks the daemon degraded."""
-        return {"falling_behind": self.lag_watch.detector.on}
+        quarantined = any(pool.quarantine is not None for pool in self.engine.pools.values())
+        return {"falling_behind": self.lag_watch.detector.on, "pools_quarantined": quarantined}
 
     # ------------------------------------------------------------------ run
 
@@ -509,4 +511,7 @@ def live_engine_config(settings: Settings) -> EngineConfig:
     cannot say in advance, so "auto" means the shape (as for traces without
     hosts), and fleets that announce every host with host.up set "trace".
     """
-    return settings.engine_config(trace_has_hosts=settings.hosts.source == "trace")
+    config = settings.engine_config(trace_has_hosts=settings.hosts.source == "trace")
+    # A defect quarantines its pool rather than stopping every pool of the
+    # partition at each restart (``core/quarantine.py``); replay stops.
+    return dataclasses.replace(config, on_defect=settings.live.on_defect)

@@ -64,12 +64,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # (a v17 LAVA pool has none, and its configuration no longer matches either);
 # 19: LAS's model forgets by default (observations count half after 72 h), so
 # its tables hold decayed counts and when they were last aged (a v18 LAS pool's
-# counts never decayed, and its configuration no longer matches either)
-SNAPSHOT_VERSION = 19
+# counts never decayed, and its configuration no longer matches either); 20: a
+# pool carries its quarantine, None unless a defect stopped it (a v19 pool has
+# no such field and would fail at its first event)
+SNAPSHOT_VERSION = 20
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "c7742b8923602054"
+SNAPSHOT_LAYOUT = "a5af2cb41354a4d2"
 
 
 class SnapshotError(Exception):

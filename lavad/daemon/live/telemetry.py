@@ -102,6 +102,11 @@ class Telemetry:
             "lavad_pools",
             "Pools this instance holds (pools.max_pools bounds it; more are dead-lettered)",
         )
+        self.quarantined = self.gauge(
+            "lavad_pools_quarantined",
+            "Pools a defect stopped (live.on_defect = quarantine): their records are"
+            " dead-lettered at stage 'quarantined' until their state is rebuilt",
+        )
         self.assigned_partitions = self.gauge(
             "lavad_assigned_partitions", "Input partitions assigned"
         )
@@ -171,8 +176,14 @@ class Telemetry:
         """
         pools = list(pools)
         self.pools.set(len(pools))
+        quarantined = 0
         for pool in pools:
-            self.refresh_pool(pool)
+            if pool.quarantine is None:
+                self.refresh_pool(pool)
+            else:
+                # Its state may be half-changed: its gauges keep their last values.
+                quarantined += 1
+        self.quarantined.set(quarantined)
         if consumer is None:
             return None
         lags: dict[tuple[str, int], int] = {}

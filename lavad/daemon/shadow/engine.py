@@ -210,7 +210,8 @@ class Shadow(PlainStrategy):
 
     def identity(self, config: EngineConfig) -> str:
         """Both sides' configurations: a snapshot of a plain engine is not a shadow one."""
-        return f"shadow:{config!r}:{self.follower.config!r}"
+        actual = dataclasses.replace(self.follower.config, on_defect="stop")
+        return f"shadow:{config!r}:{actual!r}"
 
     def handlers(self, plain: Handlers) -> Handlers:
         request = plain[VmRequest]
