@@ -122,8 +122,15 @@ async def produce(bootstrap: str, items: Iterable[Event | BadRecord]) -> int:
         await producer.stop()
 
 
-async def produce_raw(bootstrap: str, topic: str, values: list[tuple[bytes | None, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+async def produce_raw(
+    bootstrap: str,
+    topic: str,
+    values: list[tuple[bytes | None, bytes]],
+    max_request_size: int = 1 << 20,
+) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=max_request_size
+    )
     await producer.start()
     try:
         futures = [await producer.send(topic, value, key=key) for key, value in values]

@@ -4,6 +4,8 @@
   not UTF-8) is dead-lettered while the daemon keeps answering and deciding
   (a child process, so a hang is bounded by the test, not by the test
   runner);
+* a record too large to be a dead letter is cut to the bound, and the
+  daemon goes on;
 * a refused event publishes the decisions its timers made on the way, as a
   replay does (before the issue the live daemon dropped them);
 * a defect in one pool quarantines that pool: its records are dead-lettered,
@@ -97,6 +99,41 @@ async def test_the_poison_pill_is_dead_lettered_and_the_daemon_stays_live(
     assert headers["lavad.stage"] == stage
     assert reason in headers["lavad.reason"]
     assert dead.value == pill
+
+
+async def test_a_record_too_large_for_a_dead_letter_is_cut_to_fit_and_the_daemon_goes_on(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """Kafka refuses a record past the dead-letter topic's max.message.bytes on every
+    retry, which would stop the daemon's publishing for good; the embedded broker takes
+    any size, so what is asserted is the dead letter's size and that nothing stalls."""
+    bootstrap = broker.bootstrap_servers
+    settings = live_settings(bootstrap, tmp_path / "snapshots")
+    events = pool_events(["default"], 200)
+    expected = replay_in_process(settings, events)["default"]
+    huge = b'{"v":1,"pad":"' + b"x" * 2_000_000 + b'"}'
+    await create_topics(bootstrap)
+    await produce_raw(bootstrap, NAMES.vm_events, [(b"default", huge)], max_request_size=3 << 20)
+    await produce(bootstrap, events)
+    daemon = LiveDaemon(settings, live_engine_config(settings))
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    try:
+        await wait_for(lambda: daemon.records_processed >= 1 + len(events), 60, "all records")
+        placements = await read_topic(bootstrap, NAMES.placements, at_least=len(expected))
+        (dead,) = await read_topic(bootstrap, NAMES.dead_letters, at_least=1, timeout_s=10)
+    finally:
+        stop.set()
+        await task
+    assert [record.value for record in placements] == expected
+    headers = header_map(dead.headers)
+    assert headers["lavad.stage"] == "decode"
+    assert "larger than the 1048576-byte limit" in headers["lavad.reason"]
+    assert headers["lavad.truncated"] == f"value={len(huge)} key=7"
+    assert dead.key == b"default"
+    assert huge.startswith(dead.value)
+    size = len(dead.key) + len(dead.value) + sum(len(n) + len(c) for n, c in dead.headers)
+    assert size <= settings.kafka.dead_letter_max_bytes
 
 
 def _drain_then_unknown_exit() -> list[Event]:

@@ -61,6 +61,7 @@ from lavad.core.placement.registry import (
 from lavad.core.quarantine import DefectPolicy
 from lavad.daemon.shadow.config import ShadowSettings
 from lavad.models.deployments.process import DeploymentPriors, GammaBelief
+from lavad.streams.kafka.deadletter import DEFAULT_MAX_BYTES
 from lavad.streams.kafka.topics import TopicNames
 
 
@@ -182,6 +183,16 @@ class KafkaSettings(_Section):
     heartbeat_interval_ms: int = Field(default=3_000, ge=100)
     max_batch_records: int = Field(default=2_000, ge=1)
     fetch_wait_ms: int = Field(default=20, ge=0)
+    dead_letter_max_bytes: int = Field(
+        default=DEFAULT_MAX_BYTES,
+        ge=4096,
+        description=(
+            "a dead letter's key, value and headers past this are cut to fit, with the header"
+            " lavad.truncated giving the original sizes: keep it under the dead-letter topic's"
+            " max.message.bytes (1,048,588 by default), which refuses a larger record on every"
+            " retry"
+        ),
+    )
 
 
 class LiveSettings(_Section):

@@ -25,7 +25,7 @@ from lavad.daemon.live.publisher import Outgoing
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.streams.codec import SchemaError, decode_event, encode
-from lavad.streams.kafka.deadletter import dead_letter_headers
+from lavad.streams.kafka.deadletter import bounded, dead_letter_headers
 from lavad.streams.kafka.topics import TopicNames
 from lavad.streams.schema import Decision, Placement
 
@@ -40,6 +40,8 @@ class Intake:
     telemetry: Telemetry
     names: TopicNames
     log_decisions: bool
+    # A dead letter's key, value and headers at most (``deadletter.bounded``).
+    dead_letter_max_bytes: int
     records_processed: int = field(init=False, default=0)
     _event_counts: Counter[str] = field(init=False, default_factory=Counter)
 
@@ -181,11 +183,12 @@ class Intake:
             partition=tp.partition,
             offset=record.offset,
         )
-        return Outgoing(
-            self.names.dead_letters,
+        key, value, headers = bounded(
             record.key,
             record.value if record.value is not None else b"",
             dead_letter_headers(stage, reason, tp.topic, tp.partition, record.offset),
-            record.timestamp,
-            "dead_letter",
+            self.dead_letter_max_bytes,
+        )
+        return Outgoing(
+            self.names.dead_letters, key, value, headers, record.timestamp, "dead_letter"
         )

@@ -118,6 +118,7 @@ class LiveDaemon:
             self.telemetry,
             self.names,
             log_decisions=settings.log.level == "debug",
+            dead_letter_max_bytes=settings.kafka.dead_letter_max_bytes,
         )
         self.publisher = Publisher(
             self.telemetry, self._backoff, settings.kafka.group_id, self._unreachable
