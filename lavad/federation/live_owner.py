@@ -68,7 +68,7 @@ from lavad.federation.request_ledger import LaunchId
 from lavad.federation.state_topic import pool_key
 from lavad.federation.summary_codec import encode_summary
 from lavad.federation.topology import Topology
-from lavad.streams.kafka.deadletter import DEFAULT_MAX_BYTES, bounded, dead_letter_headers
+from lavad.streams.kafka.deadletter import dead_letter_of
 
 log = structlog.get_logger()
 
@@ -173,14 +173,7 @@ class Owner:
     async def dead_letter(self, record: Any, reason: str) -> Any:
         """The record as it came, its reason and origin in headers: never dropped silently."""
         log.warning("launch dead-lettered", instance=self.instance, reason=reason)
-        key, value, headers = bounded(
-            record.key,
-            record.value or b"",
-            dead_letter_headers(
-                "federation-owner", reason, record.topic, record.partition, record.offset
-            ),
-            DEFAULT_MAX_BYTES,
-        )
+        key, value, headers = dead_letter_of(record, "federation-owner", reason)
         return await self.producer.send(DEAD_LETTERS, value, key=key, headers=headers)
 
     async def snapshot(self, pool: int) -> None:

@@ -58,7 +58,7 @@ from lavad.federation.scheduler import GlobalScheduler, Launch, Preempt
 from lavad.federation.state_topic import StateTopicReader
 from lavad.federation.topology import Topology
 from lavad.federation.view import GlobalView
-from lavad.streams.kafka.deadletter import DEFAULT_MAX_BYTES, bounded, dead_letter_headers
+from lavad.streams.kafka.deadletter import dead_letter_of
 
 log = structlog.get_logger()
 
@@ -342,14 +342,7 @@ class Scheduler:
     async def dead_letter(self, record: Any, reason: str) -> None:
         """The record as it came, its reason and origin in headers: never dropped silently."""
         log.warning("request dead-lettered", offset=record.offset, reason=reason)
-        key, value, headers = bounded(
-            record.key,
-            record.value or b"",
-            dead_letter_headers(
-                "federation-scheduler", reason, record.topic, record.partition, record.offset
-            ),
-            DEFAULT_MAX_BYTES,
-        )
+        key, value, headers = dead_letter_of(record, "federation-scheduler", reason)
         await self.producer.send_and_wait(DEAD_LETTERS, value, key=key, headers=headers)
 
     def unfit_task(self, task: Task) -> str | None:

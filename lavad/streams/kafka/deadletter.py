@@ -17,6 +17,8 @@ name, as long as that topic retains it.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 REASON = "lavad.reason"
 STAGE = "lavad.stage"
 SOURCE_TOPIC = "lavad.source.topic"
@@ -70,3 +72,26 @@ def bounded(
     kept_key = None if key is None else key[:MAX_KEPT_KEY_BYTES]
     room = max_bytes - (header_size + len(TRUNCATED) + len(note)) - len(kept_key or b"")
     return kept_key, value[: max(room, 0)], headers
+
+
+class ConsumedRecord(Protocol):
+    """What a dead letter reads of a consumed record (aiokafka's ``ConsumerRecord``)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+def dead_letter_of(
+    record: ConsumedRecord, stage: str, reason: str, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[bytes | None, bytes, Headers]:
+    """The key, value and headers of ``record``'s dead letter, ``bounded`` by ``max_bytes``."""
+    headers = dead_letter_headers(stage, reason, record.topic, record.partition, record.offset)
+    return bounded(record.key, record.value or b"", headers, max_bytes)
