@@ -144,6 +144,8 @@ def test_a_defect_in_a_pools_timers_quarantines_it_and_the_other_pools_timers_ru
     decided = engine.advance(later)
     assert engine.pools["east"].quarantine is not None
     assert engine.pools["east"].quarantine.during == "timers"
+    # The time its timers ran to, past its last event.
+    assert engine.pools["east"].quarantine.time == later
     assert all(d.pool == "west" for d in decided)
     assert engine.pools["west"].policy.hooks.next_deadline > later
     # A quarantined pool's timers are never due again.

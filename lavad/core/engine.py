@@ -419,7 +419,7 @@ class Engine:
         except Exception as exc:  # a defect: re-raised or quarantined
             if self.config.on_defect == "stop":
                 raise
-            quarantine = self._quarantine(pool, exc, during)
+            quarantine = self._quarantine(pool, exc, during, now)
             # What the timers decided before the event failed stands, as for
             # an event refused; nothing of the failing step is published.
             return Handled(timed, Rejection("defect", quarantine.defect(pool.name)))
@@ -550,13 +550,13 @@ class Engine:
                 if self.config.on_defect == "stop":
                     raise
                 # What the failing pool decided in this call is withheld with it.
-                self._quarantine(pool, exc, "timers")
+                self._quarantine(pool, exc, "timers", now)
                 continue
             out.extend(timed)
         return out
 
-    def _quarantine(self, pool: PoolRuntime, exc: Exception, during: str) -> Quarantine:
-        quarantine = pool.quarantine = Quarantine.of(exc, pool.clock, during)
+    def _quarantine(self, pool: PoolRuntime, exc: Exception, during: str, now: float) -> Quarantine:
+        quarantine = pool.quarantine = Quarantine.of(exc, now, during)
         self._defects.append((pool.name, quarantine))
         return quarantine
 

@@ -48,7 +48,7 @@ MAX_TRACE_CHARS = 8_000
 class Quarantine:
     """Why and when a pool was quarantined."""
 
-    # The pool's event time when it failed.
+    # The event time it failed at: its event's, or the time its timers ran to.
     time: float
     # What the pool was doing: "vm.request event", "timers", ...
     during: str
@@ -68,14 +68,14 @@ class Quarantine:
     def defect(self, pool: str) -> str:
         """The reason the failing record is refused with."""
         return (
-            f"defect in lavad while handling a {self.during} of pool {pool!r}: {self.error};"
+            f"defect in lavad ({self.during} of pool {pool!r}): {self.error};"
             f" the pool is quarantined"
         )
 
     def refusal(self, pool: str) -> str:
         """The reason each later record of the pool is refused with."""
         return (
-            f"pool {pool!r} is quarantined since a defect at event time {self.time:g}"
+            f"pool {pool!r} is quarantined since a defect at event time {self.time:.3f}"
             f" ({self.during}: {self.error}); rebuild its state from the input topics"
             f" once the defect is fixed"
         )
