@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from pathlib import Path
@@ -18,6 +19,7 @@ from shadow_support import (
     slice_end_time,
 )
 
+from lavad.core.engine import PoolRuntime
 from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotStore
 from lavad.daemon.replay import replay
 from lavad.daemon.shadow.compare import empty_hosts_difference, mean_with_ci, t975
@@ -32,7 +34,15 @@ from lavad.daemon.shadow.engine import (
 from lavad.daemon.shadow.replay import ShadowResult, shadow_replay
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import encode
-from lavad.streams.schema import Event, HostUp, Placement, VmExit, VmPlaced, VmRequest
+from lavad.streams.schema import (
+    Decision,
+    Event,
+    HostUp,
+    Placement,
+    VmExit,
+    VmPlaced,
+    VmRequest,
+)
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +187,30 @@ def test_an_event_the_actual_cluster_refuses_is_refused_for_both_sides() -> None
     assert handled.decisions == []
     assert "vm9" not in engine.pools["p"].cluster.vms
     assert "vm9" not in engine.pools["p"].refused
+
+
+def test_a_defect_on_the_actual_side_quarantines_the_pool_on_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shell reads lavad's side: a pool the actual side quarantined must show there."""
+    engine = shadow_engine(dataclasses.replace(_small_config(), on_defect="quarantine"))
+    follower = shadow_of(engine).follower
+
+    def failing(pool: PoolRuntime, event: VmPlaced, now: float) -> list[Decision]:
+        raise KeyError("injected on the actual side")
+
+    stream = _small_stream()
+    for event in stream[:3]:
+        assert engine.handle(event, event.time).rejection is None
+    monkeypatch.setitem(follower._handlers, VmPlaced, failing)
+    handled = engine.handle(stream[4], stream[4].time)  # vm2 placed by the scheduler
+    assert handled.rejection is not None and handled.rejection.stage == "defect"
+    assert "KeyError: 'injected on the actual side'" in handled.rejection.reason
+    quarantine = follower.pools["p"].quarantine
+    assert quarantine is not None and engine.pools["p"].quarantine == quarantine
+    assert engine.take_defects() == [("p", quarantine)]
+    later = engine.handle(stream[5], stream[5].time).rejection
+    assert later is not None and later.stage == "quarantined"
 
 
 def test_a_snapshot_restores_both_sides(tmp_path: Path) -> None:

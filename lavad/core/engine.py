@@ -560,6 +560,14 @@ class Engine:
         self._defects.append((pool.name, quarantine))
         return quarantine
 
+    def quarantine_pool(self, name: str, quarantine: Quarantine) -> None:
+        """Quarantine pool ``name`` (opened if new) for a defect a strategy met beside the
+        engine: shadow mode's actual side, which is one pool with this one."""
+        pool = self.pool(name)
+        if pool.quarantine is None:
+            pool.quarantine = quarantine
+            self._defects.append((name, quarantine))
+
     def take_defects(self) -> list[tuple[str, Quarantine]]:
         """The pools quarantined since the last call, for the shell to log and count."""
         defects, self._defects = self._defects, []

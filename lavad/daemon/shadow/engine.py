@@ -250,6 +250,7 @@ class Shadow(PlainStrategy):
             handled = engine.decide(event, now)
             return Handled(_advised(handled.decisions), handled.rejection)
         followed = self.follower.handle(event, now)
+        self._share_defects(engine)
         if followed.rejection is not None:
             # The actual cluster refused it (unknown host, duplicate VM, absurd
             # time): lavad's side mirrors that cluster, so it skips it too.
@@ -272,11 +273,18 @@ class Shadow(PlainStrategy):
 
     def advance(self, engine: Engine, now: float) -> list[Decision]:
         dropped = self.follower.advance(now)
+        self._share_defects(engine)
         if dropped:
             for pool in engine.pools.values():
                 if isinstance(pool, ShadowPool):
                     pool.actual_decisions_dropped += sum(1 for d in dropped if d.pool == pool.name)
         return _advised(engine.decide_timers(now))
+
+    def _share_defects(self, engine: Engine) -> None:
+        """A pool the actual side quarantined is quarantined on lavad's side too: it is one
+        pool, and the shell counts, logs and reports lavad's side's."""
+        for name, quarantine in self.follower.take_defects():
+            engine.quarantine_pool(name, quarantine)
 
     @property
     def next_deadline(self) -> float:
