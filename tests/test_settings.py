@@ -48,7 +48,13 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ("[hosts]\ncores = -4\n", "hosts.cores", "greater than 0"),
         ("[hosts]\ncount = 1.5\n", "hosts.count", "valid integer"),
         ('[hosts]\nsource = "cloud"\n', "hosts.source", "'auto', 'trace' or 'shape'"),
-        ("[metrics]\nsample_interval_s = 0\n", "metrics.sample_interval_s", "greater than 0"),
+        (
+            "[metrics]\nsample_interval_s = 0\n",
+            "metrics.sample_interval_s",
+            "greater than or equal to 1",
+        ),
+        # A denormal once passed the check and overflowed the count of ticks over a gap.
+        ("[metrics]\nsample_interval_s = 5e-324\n", "metrics.sample_interval_s", "equal to 1"),
         ('[placement]\npolicy = "worstfit"\n', "placement.policy", "unknown policy 'worstfit'"),
         ("[policies.bestfit]\nweights = { cpu = 1.0 }\n", "policies.bestfit.weights.cpu", "cores"),
         ("[policies.bestfit]\nweights = { cores = -1.0 }\n", "policies.bestfit", ">= 0"),

@@ -41,7 +41,10 @@ class MetricsConfig:
     __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     warmup_s: Annotated[float, Field(ge=0)] = 86_400.0
-    sample_interval_s: Annotated[float, Field(gt=0)] = 3_600.0
+    # At least a second of event time: a sample a second is already at most
+    # two an event, and a denormal interval (5e-324) made the count of ticks
+    # over a gap overflow (``_sample_ticks``).
+    sample_interval_s: Annotated[float, Field(ge=1.0)] = 3_600.0
     stranding: bool = True
     until: Annotated[
         Literal["last_request", "trace_end"],
