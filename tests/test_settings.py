@@ -63,6 +63,22 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ("[policies.nosuch]\n", "policies.nosuch", "unknown policy"),
         ('[migrations]\norder = "fifo"\n', "migrations.order", "'lars', 'arrival'"),
         ("[migrations]\nmax_concurrent = 0\n", "migrations.max_concurrent", "greater than"),
+        # Periodic looks under a minute: one below the spacing of floats at the
+        # event times scheduled the next look at the same time, and the engine hung.
+        ("[migrations]\nretry_s = 1e-12\n", "migrations.retry_s", "greater than or equal to 60"),
+        (
+            "[migrations.rolling]\nbatch = 1\nevery_s = 1e-12\n",
+            "migrations.rolling.every_s",
+            "greater than or equal to 60",
+        ),
+        (
+            "[policies.las]\nrefit_interval_s = 1e-12\n",
+            "policies.las.refit_interval_s",
+            "greater than or equal to 60",
+        ),
+        # A denormal half-life made the decay rate infinite and the counts NaN.
+        ("[policies.las]\nhalf_life_s = 5e-324\n", "policies.las.half_life_s", "equal to 1"),
+        ("[policies.gpa]\nhalf_life_s = 0.5\n", "policies.gpa.half_life_s", "equal to 1"),
         ("[migrations.defrag]\nempty_below = 1.5\n", "migrations.defrag.empty_below", "less"),
         ("[migrations.defrag]\nthreshold = 0.1\n", "migrations.defrag.threshold", "Extra"),
         ("[hosts\n", "", "not valid TOML"),
@@ -202,7 +218,7 @@ def test_input_bounds_and_pool_names_default_as_documented() -> None:
         ("[admission]\nrefresh_s = nan\n", "admission.refresh_s", "finite number"),
         ("[live]\nretry_max_s = inf\n", "live.retry_max_s", "finite number"),
         ("[policies.las]\ncost_tolerance = inf\n", "policies.las.cost_tolerance", "finite"),
-        ("[policies.las]\nhalf_life_s = nan\n", "policies.las.half_life_s", "greater than 0"),
+        ("[policies.las]\nhalf_life_s = nan\n", "policies.las.half_life_s", "greater than or equal to 1"),
         # The usage moments take no infinite half-life: refused here, not when built.
         ("[policies.gpa]\nhalf_life_s = inf\n", "policies.gpa.half_life_s", "finite number"),
     ],

@@ -77,9 +77,13 @@ class InputBounds:
 
 
 # The shortest interval of a periodic look in event time (the defragmenter's,
-# the relief's). The engine fires every missed look after a jump in event time,
-# so this bounds that work: a jump of max_ahead_s (30 days) costs at most
-# 43,200 looks, not one per nanosecond of a configured 1e-9.
+# the relief's, rolling maintenance's, a drain's retry, a lifetime model's
+# refit). The engine fires every missed look after a jump in event time, so
+# this bounds that work: a jump of max_ahead_s (30 days) costs at most 43,200
+# looks, not one per nanosecond of a configured 1e-9. And an interval below
+# the spacing of floats at the event times (5e-7 s near max_time) would
+# schedule the next look at the same time forever: the engine hung on the
+# first refit, retry or maintenance look.
 MIN_CHECK_INTERVAL_S = 60.0
 
 

@@ -74,13 +74,13 @@ class RollingConfig:
     __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     batch: Annotated[int, Field(ge=1)]
-    every_s: Annotated[float, Field(gt=0)]
+    every_s: Annotated[float, Field(ge=MIN_CHECK_INTERVAL_S)]
     start_s: Annotated[float, Field(ge=0)] = 0.0
 
     def __post_init__(self) -> None:
         require_at_least(1, batch=self.batch)
-        if self.every_s <= 0:
-            raise ValueError(f"every_s must be > 0, got {self.every_s}")
+        if not self.every_s >= MIN_CHECK_INTERVAL_S:
+            raise ValueError(f"every_s must be >= {MIN_CHECK_INTERVAL_S:g}, got {self.every_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +122,11 @@ class MigrationsConfig:
         float, Field(ge=0, description="how long a migration keeps its source and target busy")
     ] = 1200.0
     retry_s: Annotated[
-        float, Field(gt=0, description="when no queued VM fits anywhere, look again after")
+        float,
+        Field(
+            ge=MIN_CHECK_INTERVAL_S,
+            description="when no queued VM fits anywhere, look again after",
+        ),
     ] = 300.0
     defrag: DefragConfig = DefragConfig()
     relief: ReliefConfig = field(default_factory=ReliefConfig)
@@ -135,8 +139,8 @@ class MigrationsConfig:
         require_at_least(1, max_concurrent=self.max_concurrent)
         if self.duration_s < 0:
             raise ValueError(f"duration_s must be >= 0, got {self.duration_s}")
-        if self.retry_s <= 0:
-            raise ValueError(f"retry_s must be > 0, got {self.retry_s}")
+        if not self.retry_s >= MIN_CHECK_INTERVAL_S:
+            raise ValueError(f"retry_s must be >= {MIN_CHECK_INTERVAL_S:g}, got {self.retry_s}")
 
 
 def drains_by_itself(config: MigrationsConfig) -> bool:

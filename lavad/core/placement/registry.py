@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from lavad.core.cluster import RESOURCES
+from lavad.core.input_bounds import MIN_CHECK_INTERVAL_S
 from lavad.core.placement.bestfit import BestFitScore
 from lavad.core.placement.firstfit import FirstFitScore
 from lavad.core.placement.framework import (
@@ -121,6 +122,10 @@ _HOST_QUANTILES: Final[dict[str, Any]] = {
 
 
 _HALF_LIFE = "lifetime observations count half after this (inf or None: never)"
+# The shortest half-life, in seconds or usage windows: a denormal one made the
+# decay rate infinite and every count NaN; a second already forgets all but
+# the last minute.
+MIN_HALF_LIFE = 1.0
 
 
 class LifetimeArgs(WasteMixArgs):
@@ -164,7 +169,9 @@ class LifetimeArgs(WasteMixArgs):
     # seeds' spread, at twice the refits; two hours lost share for both
     # (docs/results/placement-matrix.md, "How often the model refits").
     refit_interval_s: float = Field(
-        default=3600.0, gt=0, description="event time between refits of the lifetime tables"
+        default=3600.0,
+        ge=MIN_CHECK_INTERVAL_S,
+        description="event time between refits of the lifetime tables",
     )
     # 30: against 10 and 100 under the guard, the best least share for LAVA
     # and within a point for LAS (docs/results/placement-matrix.md, "The
@@ -221,7 +228,7 @@ class LifetimeArgs(WasteMixArgs):
         "running siblings (same tenant or deployment, and shape)",
     )
     half_life_s: float | None = Field(
-        default=None, gt=0, allow_inf_nan=True, description=_HALF_LIFE
+        default=None, ge=MIN_HALF_LIFE, allow_inf_nan=True, description=_HALF_LIFE
     )
 
     def model_post_init(self, _context: Any) -> None:
@@ -266,7 +273,7 @@ class LasArgs(LifetimeArgs):
     # configuration file turns it off with ``half_life_s = inf`` (TOML has no
     # None), which decides exactly as never forgetting.
     half_life_s: float | None = Field(
-        default=259_200.0, gt=0, allow_inf_nan=True, description=_HALF_LIFE
+        default=259_200.0, ge=MIN_HALF_LIFE, allow_inf_nan=True, description=_HALF_LIFE
     )
 
 
@@ -327,7 +334,9 @@ class GpaArgs(PolicyArgs):
         description="among hosts that pass: smallest standardised headroom, or the first",
     )
     half_life_s: float | None = Field(
-        default=None, gt=0, description="half-life of the usage statistics (None: no decay)"
+        default=None,
+        ge=MIN_HALF_LIFE,
+        description="half-life of the usage statistics (None: no decay)",
     )
     min_samples: int = Field(
         default=12, ge=1, description="usage samples before a VM's estimate replaces its request"
@@ -352,7 +361,7 @@ class GpaArgs(PolicyArgs):
     )
     margin_half_life: float = Field(
         default=2016.0,
-        gt=0,
+        ge=MIN_HALF_LIFE,
         description="usage windows after which a window's weight in the margin halves",
     )
     margin_floor: float = Field(
