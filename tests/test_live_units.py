@@ -125,6 +125,10 @@ BAD_LIVE_SETTINGS = [
     ("LAVAD_KAFKA__SECURITY_PROTOCOL", "CARRIER_PIGEON", "kafka.security_protocol"),
     ("LAVAD_HTTP__PORT", "70000", "http.port"),
     ("LAVAD_LIVE__SNAPSHOT_INTERVAL_S", "0", "live.snapshot_interval_s"),
+    # A loop of the live shell at 1e-9 s would spin.
+    ("LAVAD_LIVE__CLUSTER_GAUGES_S", "1e-9", "live.cluster_gauges_s"),
+    ("LAVAD_LIVE__BROKER_PROBE_S", "0.001", "live.broker_probe_s"),
+    ("LAVAD_LIVE__RETRY_INITIAL_S", "1e-9", "live.retry_initial_s"),
     ("LAVAD_LIVE__RETRY_MAX_S", "0.1", "live.retry_max_s"),
     ("LAVAD_LIVE__FALLING_BEHIND_SAMPLES", "-1", "live.falling_behind_samples"),
     ("LAVAD_LIVE__FALLING_BEHIND_SAMPLES", "many", "live.falling_behind_samples"),

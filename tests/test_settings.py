@@ -218,7 +218,11 @@ def test_input_bounds_and_pool_names_default_as_documented() -> None:
         ("[admission]\nrefresh_s = nan\n", "admission.refresh_s", "finite number"),
         ("[live]\nretry_max_s = inf\n", "live.retry_max_s", "finite number"),
         ("[policies.las]\ncost_tolerance = inf\n", "policies.las.cost_tolerance", "finite"),
-        ("[policies.las]\nhalf_life_s = nan\n", "policies.las.half_life_s", "greater than or equal to 1"),
+        (
+            "[policies.las]\nhalf_life_s = nan\n",
+            "policies.las.half_life_s",
+            "greater than or equal to 1",
+        ),
         # The usage moments take no infinite half-life: refused here, not when built.
         ("[policies.gpa]\nhalf_life_s = inf\n", "policies.gpa.half_life_s", "finite number"),
     ],

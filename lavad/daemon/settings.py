@@ -195,6 +195,12 @@ class KafkaSettings(_Section):
     )
 
 
+# The shortest wall-clock period of the live shell's loops (snapshots, retries,
+# the broker probe, the gauges): at 1e-9 s each would spin, hammering the
+# disk or the broker and starving the loop that decides.
+MIN_WALL_INTERVAL_S = 0.01
+
+
 class LiveSettings(_Section):
     snapshot_store: Literal["file", "topic"] = Field(
         default="file",
@@ -211,17 +217,19 @@ class LiveSettings(_Section):
         description="a snapshot on the topic goes in chunks of this size (< message.max.bytes)",
     )
     snapshot_dir: Path = Path("var/lavad/snapshots")
-    snapshot_interval_s: float = Field(default=60.0, gt=0)
+    snapshot_interval_s: float = Field(default=60.0, ge=MIN_WALL_INTERVAL_S)
     idle_partition_s: float = Field(
         default=30.0,
         gt=0,
         description="a partition with no record for this long stops holding the watermark back",
     )
-    retry_initial_s: float = Field(default=0.2, gt=0)
-    retry_max_s: float = Field(default=5.0, gt=0)
-    broker_probe_s: float = Field(default=2.0, gt=0)
+    retry_initial_s: float = Field(default=0.2, ge=MIN_WALL_INTERVAL_S)
+    retry_max_s: float = Field(default=5.0, ge=MIN_WALL_INTERVAL_S)
+    broker_probe_s: float = Field(default=2.0, ge=MIN_WALL_INTERVAL_S)
     cluster_gauges_s: float = Field(
-        default=10.0, gt=0, description="how often the cluster gauges (and stranding) refresh"
+        default=10.0,
+        ge=MIN_WALL_INTERVAL_S,
+        description="how often the cluster gauges (and stranding) refresh",
     )
     falling_behind_samples: int = Field(
         default=6,
