@@ -16,11 +16,7 @@ import pytest
 from live_support import DefectAt, pool_events
 from support import PROJECT_ROOT
 
-from lavad.core.engine import (
-    Engine,
-    EngineConfig,
-    Handled,
-)
+from lavad.core.engine import Engine, EngineConfig, Handled
 from lavad.core.placement.lifetime import LifetimeTracker
 from lavad.core.quarantine import MAX_ERROR_CHARS, DefectPolicy, Quarantine
 from lavad.daemon.live.shell import live_engine_config
