@@ -47,6 +47,7 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ('colour = "blue"\n', "colour", "Extra inputs are not permitted"),
         ("[hosts]\ncores = -4\n", "hosts.cores", "greater than 0"),
         ("[hosts]\ncount = 1.5\n", "hosts.count", "valid integer"),
+        ("[hosts]\ncount = 1000000000\n", "hosts.count", "less than or equal to 100000"),
         ('[hosts]\nsource = "cloud"\n', "hosts.source", "'auto', 'trace' or 'shape'"),
         (
             "[metrics]\nsample_interval_s = 0\n",

@@ -125,7 +125,10 @@ class HostSettings(_Section):
     memory_gib: float = Field(default=192.0, gt=0)
     disk_gib: float = Field(default=0.0, ge=0)
     gpus: float = Field(default=0.0, ge=0)
-    count: int = Field(default=0, ge=0, description="hosts of this shape at start")
+    # At most 100,000 hosts a pool at start, ten times the largest cell in the
+    # shared traces (Google's 12,500 machines): 1e9 passed the check and took
+    # every byte of memory when the first pool opened.
+    count: int = Field(default=0, ge=0, le=100_000, description="hosts of this shape at start")
     grow_on_demand: bool = Field(
         default=True, description="open a new host when no host fits (shape source only)"
     )
