@@ -416,10 +416,8 @@ class Engine:
             timed = self._timers_before(pool, now)
             during = f"{event.type} event"
             return self._apply(pool, event, now, timed)
-        except Exception as exc:  # a defect: re-raised or quarantined
-            if self.config.on_defect == "stop":
-                raise
-            quarantine = self._quarantine(pool, exc, during, now)
+        except Exception as exc:  # noqa: BLE001 - a defect: re-raised or quarantined (_defect)
+            quarantine = self._defect(pool, exc, during, now)
             # What the timers decided before the event failed stands, as for
             # an event refused; nothing of the failing step is published.
             return Handled(timed, Rejection("defect", quarantine.defect(pool.name)))
@@ -546,18 +544,19 @@ class Engine:
                 notices = pool.policy.hooks.take_notices()
                 if notices:
                     timed = self._notices_first(pool, notices, now, timed)
-            except Exception as exc:  # a defect: re-raised or quarantined
-                if self.config.on_defect == "stop":
-                    raise
+            except Exception as exc:  # noqa: BLE001 - a defect: re-raised or quarantined (_defect)
                 # What the failing pool decided in this call is withheld with it.
-                self._quarantine(pool, exc, "timers", now)
+                self._defect(pool, exc, "timers", now)
                 continue
             out.extend(timed)
         return out
 
-    def _quarantine(self, pool: PoolRuntime, exc: Exception, during: str, now: float) -> Quarantine:
-        quarantine = pool.quarantine = Quarantine.of(exc, now, during)
-        self._defects.append((pool.name, quarantine))
+    def _defect(self, pool: PoolRuntime, exc: Exception, during: str, now: float) -> Quarantine:
+        """``exc`` raised again under ``on_defect = "stop"``; else ``pool`` quarantined for it."""
+        if self.config.on_defect == "stop":
+            raise exc
+        quarantine = Quarantine.of(exc, now, during)
+        self._mark(pool, quarantine)
         return quarantine
 
     def quarantine_pool(self, name: str, quarantine: Quarantine) -> None:
@@ -565,8 +564,11 @@ class Engine:
         engine: shadow mode's actual side, which is one pool with this one."""
         pool = self.pool(name)
         if pool.quarantine is None:
-            pool.quarantine = quarantine
-            self._defects.append((name, quarantine))
+            self._mark(pool, quarantine)
+
+    def _mark(self, pool: PoolRuntime, quarantine: Quarantine) -> None:
+        pool.quarantine = quarantine
+        self._defects.append((pool.name, quarantine))
 
     def take_defects(self) -> list[tuple[str, Quarantine]]:
         """The pools quarantined since the last call, for the shell to log and count."""
