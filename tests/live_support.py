@@ -50,11 +50,13 @@ def pool_events(names: Iterable[str], per_pool: int) -> list[Event]:
 
 class DefectAt(PlainStrategy):
     """Books ``vm_id``'s request in ``pool`` as the engine does, then raises: a defect met
-    half-way, leaving the pool's state half-changed (pools made of one slice share VM ids)."""
+    half-way, leaving the pool's state half-changed (pools made of one slice share VM ids);
+    with ``leaves``, that value in the pool's counters too (one the state codec refuses)."""
 
-    def __init__(self, pool: str, vm_id: str) -> None:
+    def __init__(self, pool: str, vm_id: str, *, leaves: object = None) -> None:
         self.pool = pool
         self.vm_id = vm_id
+        self.leaves = leaves
 
     def handlers(self, plain: Handlers) -> Handlers:
         request = plain[VmRequest]
@@ -62,6 +64,8 @@ class DefectAt(PlainStrategy):
         def half_way(pool: PoolRuntime, event: VmRequest, now: float) -> list[Decision]:
             decisions = request(pool, event, now)
             if event.vm_id == self.vm_id and event.pool == self.pool:
+                if self.leaves is not None:
+                    pool.counters["left by the defect"] = self.leaves  # type: ignore[assignment]
                 raise RuntimeError(f"injected defect after booking {event.vm_id}")
             return decisions
 

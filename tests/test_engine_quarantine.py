@@ -16,11 +16,11 @@ import pytest
 from live_support import DefectAt, pool_events
 from support import PROJECT_ROOT
 
-from lavad.core.engine import Engine, EngineConfig, Handled
+from lavad.core.engine import Engine, EngineConfig, Handled, PoolRuntime
 from lavad.core.placement.lifetime import LifetimeTracker
 from lavad.core.quarantine import MAX_ERROR_CHARS, DefectPolicy, Quarantine
 from lavad.daemon.live.shell import live_engine_config
-from lavad.daemon.live.state_codec import dumps, loads
+from lavad.daemon.live.state_codec import StateCodecError, dumps, loads
 from lavad.daemon.settings import ConfigError, Settings, load_settings, validate_config
 from lavad.streams.codec import encode
 from lavad.streams.schema import Event, VmRequest
@@ -166,6 +166,55 @@ def test_the_quarantine_survives_a_snapshot_and_the_restored_pool_refuses_record
     rejection = restored.handle(event, after).rejection
     assert rejection is not None and rejection.stage == "quarantined"
     assert loads(dumps(before)) == before
+
+
+def test_a_quarantined_pool_is_a_husk_whatever_the_defect_left_in_its_state() -> None:
+    """The defect leaves a value the snapshot codec refuses: had the quarantined pool kept
+    its state, every snapshot of its partition would fail and the daemon would stop at
+    each restart. Its state gave way to a husk, so the snapshot is written."""
+    unwritable = object()
+    with pytest.raises(StateCodecError):
+        dumps({"left by the defect": unwritable})
+    engine = Engine(_config(), DefectAt("east", FAILING, leaves=unwritable))
+    results = _run(engine, EVENTS)
+    failed_at = next(e.time for e, _ in results if getattr(e, "vm_id", None) == FAILING)
+    east = engine.pools["east"]
+    assert east.quarantine is not None
+    assert "left by the defect" not in east.counters
+    # The husk holds no VM and keeps the failed pool's clock for its time checks.
+    assert not east.cluster.vms
+    assert east.clock == failed_at
+    restored = Engine(_config())
+    restored.adopt_pools(loads(dumps(engine.take_pools(["east", "west"]))))
+    assert restored.pools["east"].quarantine == east.quarantine
+    assert restored.pools["east"].clock == failed_at
+    assert restored.pools["west"].cluster.vms
+
+
+class NoRoomForAHusk(DefectAt):
+    """``DefectAt``, and opening the pool again (its husk) raises."""
+
+    def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
+        if pool.name == self.pool and self.opened:
+            raise MemoryError("injected: no room for the husk")
+        self.opened = self.opened or pool.name == self.pool
+        return pool
+
+    opened = False
+
+
+def test_a_pool_whose_husk_cannot_open_keeps_its_failed_state_and_says_so() -> None:
+    engine = Engine(_config(), NoRoomForAHusk("east", FAILING))
+    _run(engine, EVENTS)
+    east = engine.pools["east"]
+    assert east.quarantine is not None
+    assert east.cluster.vms  # the failed state, not a husk
+    assert east.quarantine.trace.endswith(
+        "The pool's failed state is kept: opening its husk raised"
+        " MemoryError: injected: no room for the husk"
+    )
+    assert "RuntimeError: injected defect" in east.quarantine.trace
+    assert engine.take_defects() == [("east", east.quarantine)]
 
 
 def test_what_a_defect_does_leaves_the_fingerprint_alone() -> None:

@@ -212,7 +212,9 @@ async def test_a_defect_quarantines_its_pool_and_the_quarantine_outlives_a_resta
 
     def with_defect(config: EngineConfig, strategy: EngineStrategy | None) -> Engine:
         assert strategy is None
-        return Engine(config, DefectAt("east", failing.vm_id))
+        # The defect also leaves a value the snapshot codec refuses: the quarantined
+        # pool's husk is what is snapshotted, so the daemon stops cleanly and restarts.
+        return Engine(config, DefectAt("east", failing.vm_id, leaves=object()))
 
     await create_topics(bootstrap)
     await produce(bootstrap, events)

@@ -536,7 +536,8 @@ class Engine:
     def decide_timers(self, now: float) -> list[Decision]:
         """The engine's own timers due by ``now`` (``advance`` under the plain strategy)."""
         out: list[Decision] = []
-        for pool in self.pools.values():
+        # A copy: a quarantine replaces its pool with a husk (``_mark``).
+        for pool in list(self.pools.values()):
             if pool.quarantine is not None:
                 continue
             try:
@@ -567,7 +568,25 @@ class Engine:
             self._mark(pool, quarantine)
 
     def _mark(self, pool: PoolRuntime, quarantine: Quarantine) -> None:
-        pool.quarantine = quarantine
+        """Quarantine ``pool``: its state gives way to a husk that holds the quarantine.
+
+        The half-changed state is never decided on again, and it may hold what
+        the snapshot codec cannot write (a defect is often a value of a kind
+        nothing expected): kept, it would fail every snapshot of the partition
+        and stop the daemon at each restart, the crash loop the quarantine is
+        there to end. The husk is the pool as newly opened, at the failed
+        pool's clock so its time checks are those it had. The failing record
+        (dead letter), its trace (log) and the input topics keep what is needed
+        to reproduce the defect.
+        """
+        husk = pool
+        try:
+            husk = self._open_pool(pool.name)
+        except Exception as exc:  # noqa: BLE001 - the failed state stays, marked, and said so
+            self.pools[pool.name] = pool
+            quarantine = quarantine.without_husk(exc)
+        husk.clock = pool.clock
+        husk.quarantine = quarantine
         self._defects.append((pool.name, quarantine))
 
     def take_defects(self) -> list[tuple[str, Quarantine]]:

@@ -17,8 +17,10 @@ event must fail) the exception leaves the engine. Under ``"quarantine"``
 Refused records go to the dead-letter topic and stay in the input topics, so
 nothing is lost: once the defect is fixed, the pool's state is rebuilt from
 the input topics (its snapshot moved away), which decides the quarantined
-records again. The quarantine is part of the pool's state, so a restart or a
-rebalance keeps it rather than deciding on a state that failed.
+records again. The quarantined pool's state gives way to a husk (the pool as
+newly opened, ``Engine._mark``), and the quarantine is part of it, so a restart
+or a rebalance keeps it rather than deciding on a state that failed, and
+nothing the defect left can fail the partition's snapshots.
 
 Why not go on with the pool as it is: a defect met half-way leaves a host's
 booking without its VM, or a model's counts without the exit, and every
@@ -31,7 +33,7 @@ with the one that failed.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 # "stop": a defect's exception leaves the engine; "quarantine": the pool is.
@@ -64,6 +66,13 @@ class Quarantine:
             error = error[: MAX_ERROR_CHARS - 3] + "..."
         trace = "".join(traceback.format_exception(exc))
         return cls(time, during, error, trace[-MAX_TRACE_CHARS:])
+
+    def without_husk(self, exc: Exception) -> Quarantine:
+        """This quarantine, its trace saying the pool's failed state was kept because
+        opening its husk raised ``exc`` (its snapshots may then fail)."""
+        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        trace = f"{self.trace}\nThe pool's failed state is kept: opening its husk raised {error}"
+        return replace(self, trace=trace[-MAX_TRACE_CHARS:])
 
     def defect(self, pool: str) -> str:
         """The reason the failing record is refused with."""
