@@ -16,12 +16,24 @@ they are applied; each gets a verdict. A launch or preemption is named
 already decided: its verdict is on the verdicts topic already. Global schedulers never
 send an id twice on purpose (see request_ledger.py); this is the second line.
 
+A defect (an exception the owner does not know, not a refused record) halts that pool
+only: the record is dead-lettered with the error, the partition is paused where the
+record is, and the pool is neither snapshotted nor committed past it, so its state,
+perhaps half-changed, is never decided on or written. The instance's other pools go
+on. The halted pool's launches wait in its partition, as they wait while an owner is
+down (schedulers keep them in flight); an owner without the defect (the fix deployed,
+or the pool moved) restores the last snapshot written before it and answers them all,
+with the verdicts it would have given. An unfixed owner meets the same record again
+and halts again. Why not stop the process: every pool the instance owns would stop
+with it, and the same record would stop it again at each restart.
+
 ``lavad federation owner --instance NAME --config federation.toml`` (cli.py)
 """
 
 from __future__ import annotations
 
 import asyncio
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +45,7 @@ from aiokafka import (
     TopicPartition,
 )
 
+from lavad.core.quarantine import MAX_ERROR_CHARS, MAX_TRACE_CHARS
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import (
     OWNERS_GROUP,
@@ -55,7 +68,7 @@ from lavad.federation.live_wire import (
     encode_verdict,
     restore_owner,
 )
-from lavad.federation.messages import PreemptRequest, TaskEnd
+from lavad.federation.messages import LaunchRequest, PreemptRequest, TaskEnd
 from lavad.federation.owner import PoolOwner
 from lavad.federation.owner_snapshots import (
     CHUNK_BYTES,
@@ -120,6 +133,8 @@ class Owner:
     # pool -> its newest snapshot's manifest
     manifests: dict[int, Manifest] = field(init=False, default_factory=dict)
     duplicates: int = field(init=False, default=0)
+    # pool -> why a defect halted it (its partition paused; never snapshotted again here)
+    halted: dict[int, str] = field(init=False, default_factory=dict)
     producer: AIOKafkaProducer = field(init=False)
     consumer: AIOKafkaConsumer = field(init=False)
 
@@ -167,8 +182,31 @@ class Owner:
     async def give(self, revoked: Any) -> None:
         for tp in revoked:
             if tp.partition in self.owned:
-                await self.snapshot(tp.partition)
+                if self.halted.pop(tp.partition, None) is None:
+                    await self.snapshot(tp.partition)
                 del self.owned[tp.partition]
+
+    async def halt(self, tp: TopicPartition, record: Any, exc: Exception) -> None:
+        """A defect met ``record``: dead-letter it and stop this pool where it is."""
+        pool = tp.partition
+        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        reason = (
+            f"defect in the owner of pool {pool}: {error}; the pool is halted at offset "
+            f"{record.offset} until an owner without the defect takes it"
+        )
+        self.halted[pool] = reason
+        self.consumer.pause(tp)
+        log.error(
+            "pool halted by a defect",
+            instance=self.instance,
+            pool=pool,
+            offset=record.offset,
+            error=error,
+            trace="".join(traceback.format_exception(exc))[-MAX_TRACE_CHARS:],
+        )
+        await (await self.dead_letter(record, reason))
+        # The records before it are answered: the group's lag shows the halted ones.
+        await self.consumer.commit({tp: record.offset})
 
     async def dead_letter(self, record: Any, reason: str) -> Any:
         """The record as it came, its reason and origin in headers: never dropped silently."""
@@ -215,13 +253,16 @@ class Owner:
                     await self.handle(tp, records)
         finally:
             for pool in list(self.owned):
-                await self.snapshot(pool)
+                if pool not in self.halted:
+                    await self.snapshot(pool)
             await self.consumer.stop()
             await self.producer.stop()
 
     async def handle(self, tp: TopicPartition, records: list[Any]) -> None:
         owner = self.owned.get(tp.partition)
         futures = []
+        if tp.partition in self.halted:
+            return  # fetched before the pause: they wait in the partition with the rest
         if owner is None and tp.partition < len(self.topology.pools):
             # assigned, not yet taken (take() is restoring it) or given up since the fetch:
             # take() seeks to the snapshot's offset, so these records come again
@@ -244,25 +285,15 @@ class Owner:
             except WireError as exc:
                 futures.append(await self.dead_letter(record, str(exc)))
                 continue
-            if isinstance(request, TaskEnd):
-                task_id = request.task_id
-                answer = encode_end_verdict(request, owner.end(task_id, now), self.instance)
-            else:
-                task_id = request.task.task_id
-                launch_id = (request.task.task_id, request.attempt)
-                decided = self.decided[tp.partition]
-                if launch_id in decided:
-                    self.duplicates += 1
-                    log.info("duplicate launch dropped", instance=self.instance, launch=launch_id)
-                    continue
-                decided[launch_id] = None
-                if len(decided) > DECIDED_IDS_KEPT:
-                    del decided[next(iter(decided))]
-                if isinstance(request, PreemptRequest):
-                    verdict = owner.preempt(request, now)
-                else:
-                    verdict = owner.launch(request, now)
-                answer = encode_verdict(request, verdict, self.instance)
+            try:
+                answered = self.decide(owner, tp.partition, request, now)
+            except Exception as exc:  # noqa: BLE001 - a defect: this pool halts, the others go on
+                await asyncio.gather(*futures)
+                await self.halt(tp, record, exc)
+                return
+            if answered is None:
+                continue
+            task_id, answer = answered
             futures.append(await self.producer.send(VERDICTS, answer, key=str(task_id).encode()))
             self.since_snapshot[tp.partition] += 1
         if not records:
@@ -278,3 +309,30 @@ class Owner:
         await self.consumer.commit({tp: self.next_offset[tp.partition]})
         if self.since_snapshot[tp.partition] >= self.snapshot_every:
             await self.snapshot(tp.partition)
+
+    def decide(
+        self,
+        owner: PoolOwner,
+        pool: int,
+        request: LaunchRequest | PreemptRequest | TaskEnd,
+        now: float,
+    ) -> tuple[int, bytes] | None:
+        """The task and the encoded verdict on ``request``; None for a duplicate launch."""
+        if isinstance(request, TaskEnd):
+            return request.task_id, encode_end_verdict(
+                request, owner.end(request.task_id, now), self.instance
+            )
+        launch_id = (request.task.task_id, request.attempt)
+        decided = self.decided[pool]
+        if launch_id in decided:
+            self.duplicates += 1
+            log.info("duplicate launch dropped", instance=self.instance, launch=launch_id)
+            return None
+        decided[launch_id] = None
+        if len(decided) > DECIDED_IDS_KEPT:
+            del decided[next(iter(decided))]
+        if isinstance(request, PreemptRequest):
+            verdict = owner.preempt(request, now)
+        else:
+            verdict = owner.launch(request, now)
+        return request.task.task_id, encode_verdict(request, verdict, self.instance)
