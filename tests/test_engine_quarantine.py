@@ -16,7 +16,8 @@ import pytest
 from live_support import DefectAt, pool_events
 from support import PROJECT_ROOT
 
-from lavad.core.engine import Engine, EngineConfig, Handled, PoolRuntime
+from lavad.core.engine import Engine, EngineConfig, Handled, PlainStrategy, PoolRuntime
+from lavad.core.input_bounds import PoolNames
 from lavad.core.placement.lifetime import LifetimeTracker
 from lavad.core.quarantine import MAX_ERROR_CHARS, DefectPolicy, Quarantine
 from lavad.daemon.live.shell import live_engine_config
@@ -215,6 +216,55 @@ def test_a_pool_whose_husk_cannot_open_keeps_its_failed_state_and_says_so() -> N
     )
     assert "RuntimeError: injected defect" in east.quarantine.trace
     assert engine.take_defects() == [("east", east.quarantine)]
+
+
+class OpeningFails(PlainStrategy):
+    """Opening pool ``pool`` raises, the first ``times`` times."""
+
+    def __init__(self, pool: str, times: int) -> None:
+        self.pool = pool
+        self.left = times
+
+    def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
+        if pool.name == self.pool and self.left:
+            self.left -= 1
+            raise MemoryError("injected while opening")
+        return pool
+
+
+def test_a_pool_whose_opening_fails_is_refused_and_the_other_pool_decides_as_if_alone() -> None:
+    with pytest.raises(MemoryError, match="injected while opening"):
+        _run(Engine(_config(on_defect="stop"), OpeningFails("east", 1)), EVENTS)
+    engine = Engine(_config(), OpeningFails("east", 1))
+    results = _run(engine, EVENTS)
+    alone = _run(Engine(_config()), [e for e in EVENTS if e.pool == "west"])
+    assert _decided(results, "west") == _decided(alone, "west")
+    east = [handled for event, handled in results if event.pool == "east"]
+    assert all(not handled.decisions for handled in east)
+    first, *later = [handled.rejection for handled in east]
+    assert first is not None and first.stage == "defect"
+    assert "defect in lavad (opening the pool of pool 'east'): MemoryError" in first.reason
+    assert len(later) > 1_000
+    assert all(r is not None and r.stage == "quarantined" for r in later)
+    # Opened once only: the strategy would open it on a second try.
+    assert "east" not in engine.pools
+    ((pool, quarantine),) = engine.take_defects()
+    assert pool == "east" and engine.quarantined() == {"east": quarantine}
+    # Its partition moved: the instance that takes it opens it again.
+    assert engine.take_pools(["east"]) == {}
+    assert engine.quarantined() == {}
+    request = VmRequest(time=EVENTS[-1].time, pool="east", vm_id="x", cores=1.0, memory_gib=1.0)
+    assert engine.handle(request, request.time).rejection is None
+
+
+def test_a_pool_whose_opening_failed_counts_against_max_pools() -> None:
+    config = dataclasses.replace(_config(), pool_names=PoolNames(allow=("*",), max_pools=2))
+    engine = Engine(config, OpeningFails("east", 1))
+    _run(engine, EVENTS)
+    late = VmRequest(time=EVENTS[-1].time, pool="north", vm_id="n", cores=1.0, memory_gib=1.0)
+    refused = engine.handle(late, late.time).rejection
+    assert refused is not None and refused.stage == "pool"
+    assert "pools.max_pools = 2" in refused.reason
 
 
 def test_what_a_defect_does_leaves_the_fingerprint_alone() -> None:

@@ -209,14 +209,14 @@ def test_telemetry_refresh_reads_the_lag_the_watch_needs_and_exports_the_flag() 
         }
     )
     positions = {0: Held({TOPIC: 1_000, "lavad.usage": 100}), 1: Held({TOPIC: 0})}
-    lags = telemetry.refresh([], consumer, positions)
+    lags = telemetry.refresh([], consumer, positions, 0)
     assert lags == LagReading({(TOPIC, 0): 500, ("lavad.usage", 0): 0})
     assert lags.total == 500
-    assert telemetry.refresh([], None, positions) is None
+    assert telemetry.refresh([], None, positions, 0) is None
     watch = LagWatch(FallingBehind(1, 100), telemetry.falling_behind, 10.0)
     watch.observe(lags, ready=True)
     consumer.highwaters[Partition(TOPIC, 0)] = 1_700  # grew by 200 >= 100 in one sample
-    watch.observe(telemetry.refresh([], consumer, positions), ready=True)
+    watch.observe(telemetry.refresh([], consumer, positions, 0), ready=True)
     assert b"lavad_falling_behind 1.0" in generate_latest(telemetry.registry)
 
 

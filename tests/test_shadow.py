@@ -213,6 +213,27 @@ def test_a_defect_on_the_actual_side_quarantines_the_pool_on_both(
     assert later is not None and later.stage == "quarantined"
 
 
+def test_a_pool_the_actual_side_cannot_open_is_refused_on_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = shadow_engine(dataclasses.replace(_small_config(), on_defect="quarantine"))
+    follower = shadow_of(engine).follower
+
+    def failing(pool: PoolRuntime) -> PoolRuntime:
+        raise MemoryError("injected while opening the actual side")
+
+    monkeypatch.setattr(follower.strategy, "open_pool", failing)
+    stream = _small_stream()
+    handled = engine.handle(stream[0], stream[0].time)
+    assert handled.rejection is not None and handled.rejection.stage == "defect"
+    assert "MemoryError: injected while opening the actual side" in handled.rejection.reason
+    assert "p" not in engine.pools and "p" not in follower.pools
+    ((pool, quarantine),) = engine.take_defects()
+    assert pool == "p" and engine.quarantined() == {"p": quarantine}
+    later = engine.handle(stream[1], stream[1].time).rejection
+    assert later is not None and later.stage == "quarantined"
+
+
 def test_a_snapshot_restores_both_sides(tmp_path: Path) -> None:
     settings = fixed_pool_settings()
     config = engine_config(settings, "lava")

@@ -51,7 +51,7 @@ def test_gauges_carry_a_side_label() -> None:
     for event in firstfit_stream(settings, limit=6_000):
         engine.handle(event, event.time)
     telemetry = ShadowTelemetry()
-    telemetry.refresh(engine.pools.values(), None, {})
+    telemetry.refresh(engine.pools.values(), None, {}, 0)
     text = generate_latest(telemetry.registry).decode()
     for side in ("actual", "lavad"):
         assert f'lavad_shadow_pool_empty_hosts_ratio{{pool="default",side="{side}"}}' in text

@@ -144,8 +144,8 @@ RejectionStage = Literal["time", "pool", "engine", "defect", "quarantined"]
 class Rejection:
     """Why an event was refused: ``stage`` "time" (implausible event time), "pool"
     (pool name not allowed, or too many pools), "engine" (contradicts the state),
-    "defect" (the engine failed on it and quarantined its pool) or "quarantined"
-    (its pool is)."""
+    "defect" (the engine failed on it, or on opening its pool, and quarantined the
+    pool) or "quarantined" (its pool is)."""
 
     stage: RejectionStage
     reason: str
@@ -383,6 +383,10 @@ class Engine:
         self._handlers: dict[type[Event], Handler] = dict(self.strategy.handlers(plain))
         # Pools quarantined since the shell last asked (``take_defects``).
         self._defects: list[tuple[str, Quarantine]] = []
+        # Pools whose opening raised: no state to keep, so not in ``pools`` or
+        # a snapshot (an instance that takes them tries again), but refused
+        # until then like a quarantined pool, and counted against max_pools.
+        self._unopened: dict[str, Quarantine] = {}
 
     # ------------------------------------------------------------ interface
 
@@ -401,7 +405,11 @@ class Engine:
             refused = self._refuse_pool(event.pool)
             if refused is not None:
                 return Handled([], refused)
-            pool = self._open_pool(event.pool)
+            try:
+                pool = self._open_pool(event.pool)
+            except Exception as exc:  # noqa: BLE001 - a defect: re-raised or the pool refused
+                quarantine = self._unopenable(event.pool, exc, now)
+                return Handled([], Rejection("defect", quarantine.defect(event.pool)))
         elif pool.quarantine is not None:
             return Handled([], Rejection("quarantined", pool.quarantine.refusal(pool.name)))
         # Late events are handled at the pool's clock (the pool never goes back).
@@ -469,12 +477,15 @@ class Engine:
     def _refuse_pool(self, name: str) -> Rejection | None:
         """Why a new pool may not open, or None. Each pool holds state for good
         (tens of KB at least), so an open-ended stream of names would exhaust memory."""
+        unopened = self._unopened.get(name)
+        if unopened is not None:
+            return Rejection("quarantined", unopened.refusal(name))
         names = self.config.pool_names
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in names.allow):
             return Rejection(
                 "pool", f"pool {name!r} matches none of pools.allow {list(names.allow)!r}"
             )
-        if len(self.pools) >= names.max_pools:
+        if len(self.pools) + len(self._unopened) >= names.max_pools:
             return Rejection(
                 "pool",
                 f"pool {name!r} would be pool {len(self.pools) + 1} of this instance "
@@ -563,9 +574,31 @@ class Engine:
     def quarantine_pool(self, name: str, quarantine: Quarantine) -> None:
         """Quarantine pool ``name`` (opened if new) for a defect a strategy met beside the
         engine: shadow mode's actual side, which is one pool with this one."""
-        pool = self.pool(name)
+        if name in self._unopened:
+            return
+        try:
+            pool = self.pool(name)
+        except Exception:  # noqa: BLE001 - opening it failed too: refused unopened
+            self._unopened[name] = quarantine
+            self._defects.append((name, quarantine))
+            return
         if pool.quarantine is None:
             self._mark(pool, quarantine)
+
+    def _unopenable(self, name: str, exc: Exception, now: float) -> Quarantine:
+        """``exc`` raised again under ``on_defect = "stop"``; else pool ``name``, whose
+        opening raised it, refused from now on in this instance."""
+        if self.config.on_defect == "stop":
+            raise exc
+        quarantine = Quarantine.of(exc, now, "opening the pool")
+        self._unopened[name] = quarantine
+        self._defects.append((name, quarantine))
+        return quarantine
+
+    def quarantined(self) -> dict[str, Quarantine]:
+        """Every pool a defect stopped in this instance, opened or not."""
+        held = {name: pool.quarantine for name, pool in self.pools.items() if pool.quarantine}
+        return {**held, **self._unopened}
 
     def _mark(self, pool: PoolRuntime, quarantine: Quarantine) -> None:
         """Quarantine ``pool``: its state gives way to a husk that holds the quarantine.
@@ -671,6 +704,8 @@ class Engine:
     def take_pools(self, names: Iterable[str]) -> dict[str, PoolRuntime]:
         """Remove and return pools (their partition moved to another instance)."""
         names = list(names)
+        for name in names:
+            self._unopened.pop(name, None)  # the instance that takes it tries again
         self.strategy.take_pools(names)
         return {name: self.pools.pop(name) for name in names if name in self.pools}
 

@@ -14,6 +14,10 @@ event must fail) the exception leaves the engine. Under ``"quarantine"``
   record from moving the other pools' clocks;
 * its timers no longer run; the other pools go on deciding as before.
 
+A pool whose opening raised has no state to protect: its records are refused
+the same way while this engine runs, and not snapshotted, so an instance that
+takes it (or a restart) tries to open it again.
+
 Refused records go to the dead-letter topic and stay in the input topics, so
 nothing is lost: once the defect is fixed, the pool's state is rebuilt from
 the input topics (its snapshot moved away), which decides the quarantined

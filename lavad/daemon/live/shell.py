@@ -170,7 +170,7 @@ class LiveDaemon:
 
     def health(self) -> dict[str, bool]:
         """What /healthz reports beside being alive: true marks the daemon degraded."""
-        quarantined = any(pool.quarantine is not None for pool in self.engine.pools.values())
+        quarantined = bool(self.engine.quarantined())
         return {"falling_behind": self.lag_watch.detector.on, "pools_quarantined": quarantined}
 
     # ------------------------------------------------------------------ run
@@ -423,8 +423,9 @@ class LiveDaemon:
                 self.settle_heap = False
 
     def refresh_gauges(self) -> None:
+        engine = self.engine
         lags = self.telemetry.refresh(
-            self.engine.pools.values(), self._consumer, self.partitions.owned
+            engine.pools.values(), self._consumer, self.partitions.owned, len(engine.quarantined())
         )
         self.lag_watch.observe(lags, ready=all(self.readiness().values()))
         self.telemetry.tasks.set(len(asyncio.all_tasks()))

@@ -166,23 +166,25 @@ class Telemetry:
         self.evictions.refresh(pool)
 
     def refresh(
-        self, pools: Iterable[PoolRuntime], consumer: Any, positions: Mapping[int, _Positions]
+        self,
+        pools: Iterable[PoolRuntime],
+        consumer: Any,
+        positions: Mapping[int, _Positions],
+        quarantined: int,
     ) -> LagReading | None:
         """The cluster gauges of every pool, and the consumer lag of every assigned partition.
 
         ``positions`` maps a partition number to what this instance holds of
-        it (``positions``: input topic -> next offset to process). Returns the
-        lags set (None without a consumer), for the falling-behind watch.
+        it (``positions``: input topic -> next offset to process); ``quarantined``
+        counts the pools a defect stopped, opened or not. Returns the lags set
+        (None without a consumer), for the falling-behind watch.
         """
         pools = list(pools)
         self.pools.set(len(pools))
-        quarantined = 0
         for pool in pools:
+            # A quarantined pool is a husk: its gauges keep their last values.
             if pool.quarantine is None:
                 self.refresh_pool(pool)
-            else:
-                # Its state may be half-changed: its gauges keep their last values.
-                quarantined += 1
         self.quarantined.set(quarantined)
         if consumer is None:
             return None
