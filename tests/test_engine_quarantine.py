@@ -264,7 +264,7 @@ def test_a_pool_whose_opening_failed_counts_against_max_pools() -> None:
     late = VmRequest(time=EVENTS[-1].time, pool="north", vm_id="n", cores=1.0, memory_gib=1.0)
     refused = engine.handle(late, late.time).rejection
     assert refused is not None and refused.stage == "pool"
-    assert "pools.max_pools = 2" in refused.reason
+    assert "would be pool 3 of this instance (pools.max_pools = 2)" in refused.reason
 
 
 def test_what_a_defect_does_leaves_the_fingerprint_alone() -> None:

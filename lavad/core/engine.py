@@ -485,10 +485,11 @@ class Engine:
             return Rejection(
                 "pool", f"pool {name!r} matches none of pools.allow {list(names.allow)!r}"
             )
-        if len(self.pools) + len(self._unopened) >= names.max_pools:
+        held = len(self.pools) + len(self._unopened)
+        if held >= names.max_pools:
             return Rejection(
                 "pool",
-                f"pool {name!r} would be pool {len(self.pools) + 1} of this instance "
+                f"pool {name!r} would be pool {held + 1} of this instance "
                 f"(pools.max_pools = {names.max_pools})",
             )
         return None
