@@ -213,6 +213,32 @@ def test_a_defect_on_the_actual_side_quarantines_the_pool_on_both(
     assert later is not None and later.stage == "quarantined"
 
 
+def test_after_a_defect_on_each_side_lavads_side_holds_the_actual_sides_husk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Snapshots write lavad's side with the actual side attached: after both sides'
+    defects, what is attached must be the actual side's husk, not its failed state."""
+    engine = shadow_engine(dataclasses.replace(_small_config(), on_defect="quarantine"))
+    follower = shadow_of(engine).follower
+    stream = _small_stream()
+    for event in stream[:3]:
+        assert engine.handle(event, event.time).rejection is None
+
+    def failing(*_: object) -> list[Decision]:
+        raise KeyError("injected")
+
+    # lavad's side fails first (a request), then the actual side (the scheduler's placement).
+    monkeypatch.setitem(engine._handlers, VmRequest, failing)
+    monkeypatch.setitem(follower._handlers, VmPlaced, failing)
+    for event in stream[3:5]:
+        handled = engine.handle(event, event.time)
+        assert handled.rejection is not None and handled.rejection.stage == "defect"
+    pool, actual = engine.pools["p"], follower.pools["p"]
+    assert isinstance(pool, ShadowPool) and pool.quarantine is not None
+    assert actual.quarantine is not None and not actual.cluster.vms
+    assert pool.actual is actual
+
+
 def test_a_pool_the_actual_side_cannot_open_is_refused_on_both(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

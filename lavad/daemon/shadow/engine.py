@@ -285,6 +285,11 @@ class Shadow(PlainStrategy):
         pool, and the shell counts, logs and reports lavad's side's."""
         for name, quarantine in self.follower.take_defects():
             engine.quarantine_pool(name, quarantine)
+            # The actual side's pool is now its husk: lavad's side holds that one, even
+            # where lavad's side was quarantined first (and so not opened again).
+            pool, actual = engine.pools.get(name), self.follower.pools.get(name)
+            if isinstance(pool, ShadowPool) and isinstance(actual, FollowedPool):
+                pool.actual = actual
 
     @property
     def next_deadline(self) -> float:
