@@ -6,6 +6,17 @@ the owner's summary, which the view applies before the task is decided again.
 ``--state-lag-s`` reads the state topic only that often: a view stale on purpose
 (the test that shows stale launches refused and retried).
 
+A defect (an exception the scheduler does not know, not a refused record) met while
+admitting one request or applying one verdict sets that record aside: dead-lettered
+with the error, logged at error level with the traceback, counted in
+``lavad_federation_records_set_aside_total``. A request set aside is done for its queue
+(committed past, as a malformed one is): once fixed, produce it again from its dead
+letter. A verdict set aside leaves its task waiting for it; every scheduler reads the
+verdicts from the beginning at its start, so one without the defect applies it then.
+Why not stop: a request's queue moves to another scheduler when its holder dies, and
+every scheduler reads every verdict, so one such record would stop them all, at each
+restart. A defect while deciding (over every queue at once) still stops the process.
+
 ``lavad federation scheduler --gm 0 --config federation.toml`` (cli.py)
 """
 
@@ -13,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from typing import Any
 
 import numpy as np
@@ -21,8 +33,9 @@ import structlog
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
+from lavad.core.quarantine import MAX_ERROR_CHARS, MAX_TRACE_CHARS
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.fairness import Shares
@@ -120,6 +133,12 @@ class Scheduler:
         self.state = StateTopicReader(kafka, STATE, self.view)
         self.registry = CollectorRegistry()
         self.clock = AllocationClock(self.registry)
+        self.set_aside = Counter(
+            "lavad_federation_records_set_aside",
+            "Records a defect in the scheduler met, dead-lettered with the error",
+            ["record"],
+            registry=self.registry,
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.producer.start()
@@ -246,8 +265,13 @@ class Scheduler:
                 await self.dead_letter(record, str(exc))
                 mark.read(record.offset, None)
                 continue
+            try:
+                self.admit(task, partition, record.offset, record.timestamp / 1000.0)
+            except Exception as exc:  # noqa: BLE001 - a defect: this request is set aside
+                await self.set_aside_record(record, "request", exc)
+                mark.read(record.offset, None)
+                continue
             mark.read(record.offset, task.task_id)
-            self.admit(task, partition, record.offset, record.timestamp / 1000.0)
 
     def admit(self, task: Task, partition: int, offset: int, arrival: float) -> None:
         self.ledger.located(task.task_id, partition, offset)
@@ -283,6 +307,8 @@ class Scheduler:
                         self.answer(decode_verdict(record.value), record.timestamp / 1000.0)
                     except WireError as exc:
                         await self.dead_letter(record, str(exc))
+                    except Exception as exc:  # noqa: BLE001 - a defect: this verdict is set aside
+                        await self.set_aside_record(record, "verdict", exc)
                 self.verdicts_since_retire += len(records)
             if self.verdicts_since_retire >= RETIRE_EVERY_VERDICTS:
                 self.retire()
@@ -338,6 +364,21 @@ class Scheduler:
                 total=self.retired,
                 ledger_entries=self.ledger.entries(),
             )
+
+    async def set_aside_record(self, record: Any, kind: str, exc: Exception) -> None:
+        """A defect met ``record`` (a request or a verdict): dead-letter it with the error."""
+        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        log.error(
+            "record set aside after a defect",
+            record=kind,
+            gm=self.gm,
+            topic=record.topic,
+            offset=record.offset,
+            error=error,
+            trace="".join(traceback.format_exception(exc))[-MAX_TRACE_CHARS:],
+        )
+        self.set_aside.labels(record=kind).inc()
+        await self.dead_letter(record, f"defect in global scheduler {self.gm}: {error}")
 
     async def dead_letter(self, record: Any, reason: str) -> None:
         """The record as it came, its reason and origin in headers: never dropped silently."""

@@ -1,0 +1,138 @@
+"""A defect in a global scheduler, met on one request or one verdict, sets that record
+aside (dead letter with the error, a counter) and the scheduler goes on with the rest,
+on a real broker: a poison record would otherwise stop every scheduler, since queues
+move to the survivors and every scheduler reads every verdict at its start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from aiokafka import AIOKafkaProducer
+from federation_live_support import create_topics
+
+from lavad.daemon.settings import KafkaSettings
+from lavad.federation.live_clients import read_partition, topic_partitions
+from lavad.federation.live_scheduler import Scheduler
+from lavad.federation.live_wire import (
+    DEAD_LETTERS,
+    REQUESTS,
+    VERDICTS,
+    encode_request,
+    encode_verdict,
+)
+from lavad.federation.messages import LaunchRequest, Task
+from lavad.federation.owner import PoolOwner
+from lavad.federation.request_ledger import CommitWatermark
+from lavad.federation.topology import uniform_topology
+from lavad.streams.kafka.embedded import EmbeddedBroker
+
+pytestmark = [pytest.mark.kafka]
+
+TOPOLOGY = uniform_topology(1, 10, 1)
+POISON = 2
+
+
+def _task(task_id: int) -> Task:
+    return Task(
+        task_id, job=task_id, tenant=0, demand=(1,), constraints=0, duration=60.0, arrival=0.0
+    )
+
+
+async def _send(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for value in values:
+            await producer.send_and_wait(topic, value, key=b"0", partition=0)
+    finally:
+        await producer.stop()
+
+
+async def _close(scheduler: Scheduler) -> None:
+    """The clients a scheduler makes and these tests never start, closed."""
+    await scheduler.requests.stop()
+    await scheduler.state.stop()
+    await scheduler.verdicts.stop()
+    await scheduler.producer.stop()
+
+
+def _reason(record: Any) -> str:
+    return str(dict(record.headers)["lavad.reason"].decode())
+
+
+async def test_a_request_that_meets_a_defect_is_set_aside_and_the_others_admitted(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    await create_topics(bootstrap, pools=1, queues=1)
+    await _send(bootstrap, REQUESTS, [encode_request(_task(t)) for t in (1, POISON, 3)])
+    records = list(await read_partition(bootstrap, REQUESTS))
+    admit = Scheduler.admit
+
+    def defective(self: Scheduler, task: Task, *args: Any) -> None:
+        if task.task_id == POISON:
+            raise RuntimeError("injected defect in admitting")
+        admit(self, task, *args)
+
+    monkeypatch.setattr(Scheduler, "admit", defective)
+    scheduler = Scheduler(KafkaSettings(bootstrap_servers=bootstrap), 0, TOPOLOGY, 1, 86400.0)
+    scheduler.owned[0] = CommitWatermark()
+    await scheduler.producer.start()
+    try:
+        await scheduler.read_requests(0, records)
+    finally:
+        await _close(scheduler)
+    assert set(scheduler.holding) == {1, 3}
+    # Done for its queue, as a malformed request is: only 1 and 3 wait to be final.
+    assert scheduler.owned[0].tasks() == {1, 3}
+    (dead,) = await read_partition(bootstrap, DEAD_LETTERS)
+    assert dead.value == records[1].value
+    assert "defect in global scheduler 0: RuntimeError: injected defect" in _reason(dead)
+    sample = scheduler.registry.get_sample_value(
+        "lavad_federation_records_set_aside_total", {"record": "request"}
+    )
+    assert sample == 1.0
+
+
+async def test_a_verdict_that_meets_a_defect_is_set_aside_and_the_next_applied(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    await create_topics(bootstrap, pools=1, queues=1)
+    owner = PoolOwner("owner-of-pool-0", TOPOLOGY.pools[0], 1, 1)
+    launches = [
+        LaunchRequest(gm=0, seq=i + 1, pool=0, host=i, task=_task(t), repartition=False, attempt=1)
+        for i, t in enumerate((POISON, 5))
+    ]
+    verdicts = [encode_verdict(r, owner.launch(r, 1.0), "a") for r in launches]
+    await _send(bootstrap, VERDICTS, verdicts)
+    answer = Scheduler.answer
+
+    def defective(self: Scheduler, verdict: Any, at: float) -> None:
+        if verdict.request.task_id == POISON:
+            raise KeyError("injected defect in a verdict")
+        answer(self, verdict, at)
+
+    monkeypatch.setattr(Scheduler, "answer", defective)
+    scheduler = Scheduler(KafkaSettings(bootstrap_servers=bootstrap), 0, TOPOLOGY, 1, 86400.0)
+    await scheduler.producer.start()
+    await scheduler.verdicts.start()
+    try:
+        scheduler.verdict_parts = await topic_partitions(scheduler.verdicts, VERDICTS)
+        scheduler.verdicts.assign(scheduler.verdict_parts)
+        await scheduler.verdicts.seek_to_beginning(*scheduler.verdict_parts)
+        await scheduler.read_verdicts(to_end=True)
+    finally:
+        await _close(scheduler)
+    # The verdict after it was applied: task 5 is final and its tenant uses its core.
+    assert scheduler.ledger.is_final(5) and not scheduler.ledger.is_final(POISON)
+    assert np.array_equal(scheduler.running.usage[0], [1])
+    (dead,) = await read_partition(bootstrap, DEAD_LETTERS)
+    assert dead.value == verdicts[0]
+    assert "KeyError: 'injected defect in a verdict'" in _reason(dead)
+    sample = scheduler.registry.get_sample_value(
+        "lavad_federation_records_set_aside_total", {"record": "verdict"}
+    )
+    assert sample == 1.0
