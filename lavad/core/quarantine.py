@@ -50,6 +50,19 @@ MAX_ERROR_CHARS = 500
 MAX_TRACE_CHARS = 8_000
 
 
+def error_text(exc: BaseException) -> str:
+    """``exc``'s type and message, at most MAX_ERROR_CHARS: for a reason or a header."""
+    error = f"{type(exc).__name__}: {exc}"
+    if len(error) > MAX_ERROR_CHARS:
+        error = error[: MAX_ERROR_CHARS - 3] + "..."
+    return error
+
+
+def trace_text(exc: BaseException) -> str:
+    """``exc``'s formatted traceback, its last MAX_TRACE_CHARS: for the operator's log."""
+    return "".join(traceback.format_exception(exc))[-MAX_TRACE_CHARS:]
+
+
 @dataclass(frozen=True, slots=True)
 class Quarantine:
     """Why and when a pool was quarantined."""
@@ -65,16 +78,12 @@ class Quarantine:
 
     @classmethod
     def of(cls, exc: Exception, time: float, during: str) -> Quarantine:
-        error = f"{type(exc).__name__}: {exc}"
-        if len(error) > MAX_ERROR_CHARS:
-            error = error[: MAX_ERROR_CHARS - 3] + "..."
-        trace = "".join(traceback.format_exception(exc))
-        return cls(time, during, error, trace[-MAX_TRACE_CHARS:])
+        return cls(time, during, error_text(exc), trace_text(exc))
 
     def without_husk(self, exc: Exception) -> Quarantine:
         """This quarantine, its trace saying the pool's failed state was kept because
         opening its husk raised ``exc`` (its snapshots may then fail)."""
-        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        error = error_text(exc)
         trace = f"{self.trace}\nThe pool's failed state is kept: opening its husk raised {error}"
         return replace(self, trace=trace[-MAX_TRACE_CHARS:])
 

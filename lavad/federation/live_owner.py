@@ -33,7 +33,6 @@ with it, and the same record would stop it again at each restart.
 from __future__ import annotations
 
 import asyncio
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +44,7 @@ from aiokafka import (
     TopicPartition,
 )
 
-from lavad.core.quarantine import MAX_ERROR_CHARS, MAX_TRACE_CHARS
+from lavad.core.quarantine import error_text, trace_text
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import (
     OWNERS_GROUP,
@@ -189,7 +188,7 @@ class Owner:
     async def halt(self, tp: TopicPartition, record: Any, exc: Exception) -> None:
         """A defect met ``record``: dead-letter it and stop this pool where it is."""
         pool = tp.partition
-        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        error = error_text(exc)
         reason = (
             f"defect in the owner of pool {pool}: {error}; the pool is halted at offset "
             f"{record.offset} until an owner without the defect takes it"
@@ -202,7 +201,7 @@ class Owner:
             pool=pool,
             offset=record.offset,
             error=error,
-            trace="".join(traceback.format_exception(exc))[-MAX_TRACE_CHARS:],
+            trace=trace_text(exc),
         )
         await (await self.dead_letter(record, reason))
         # The records before it are answered: the group's lag shows the halted ones.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import traceback
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from prometheus_client import CollectorRegistry, Counter
 
-from lavad.core.quarantine import MAX_ERROR_CHARS, MAX_TRACE_CHARS
+from lavad.core.quarantine import error_text, trace_text
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.fairness import Shares
@@ -367,7 +366,7 @@ class Scheduler:
 
     async def set_aside_record(self, record: Any, kind: str, exc: Exception) -> None:
         """A defect met ``record`` (a request or a verdict): dead-letter it with the error."""
-        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        error = error_text(exc)
         log.error(
             "record set aside after a defect",
             record=kind,
@@ -375,7 +374,7 @@ class Scheduler:
             topic=record.topic,
             offset=record.offset,
             error=error,
-            trace="".join(traceback.format_exception(exc))[-MAX_TRACE_CHARS:],
+            trace=trace_text(exc),
         )
         self.set_aside.labels(record=kind).inc()
         await self.dead_letter(record, f"defect in global scheduler {self.gm}: {error}")
