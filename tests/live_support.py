@@ -73,6 +73,20 @@ class DefectAt(PlainStrategy):
         return {**plain, VmRequest: replaced}
 
 
+class OpeningFails(PlainStrategy):
+    """Opening pool ``pool`` raises, the first ``times`` times."""
+
+    def __init__(self, pool: str, times: int) -> None:
+        self.pool = pool
+        self.left = times
+
+    def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
+        if pool.name == self.pool and self.left:
+            self.left -= 1
+            raise MemoryError("injected while opening")
+        return pool
+
+
 def live_settings(bootstrap: str, snapshots: Path, **live: Any) -> Settings:
     settings = load_settings(PROJECT_ROOT / "config" / "lavad.toml")
     return settings.model_copy(

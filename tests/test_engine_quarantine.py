@@ -13,10 +13,10 @@ import math
 from collections.abc import Iterable
 
 import pytest
-from live_support import DefectAt, pool_events
+from live_support import DefectAt, OpeningFails, pool_events
 from support import PROJECT_ROOT
 
-from lavad.core.engine import Engine, EngineConfig, Handled, PlainStrategy, PoolRuntime
+from lavad.core.engine import Engine, EngineConfig, Handled, PoolRuntime
 from lavad.core.input_bounds import PoolNames
 from lavad.core.placement.lifetime import LifetimeTracker
 from lavad.core.quarantine import MAX_ERROR_CHARS, DefectPolicy, Quarantine
@@ -216,20 +216,6 @@ def test_a_pool_whose_husk_cannot_open_keeps_its_failed_state_and_says_so() -> N
     )
     assert "RuntimeError: injected defect" in east.quarantine.trace
     assert engine.take_defects() == [("east", east.quarantine)]
-
-
-class OpeningFails(PlainStrategy):
-    """Opening pool ``pool`` raises, the first ``times`` times."""
-
-    def __init__(self, pool: str, times: int) -> None:
-        self.pool = pool
-        self.left = times
-
-    def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
-        if pool.name == self.pool and self.left:
-            self.left -= 1
-            raise MemoryError("injected while opening")
-        return pool
 
 
 def test_a_pool_whose_opening_fails_is_refused_and_the_other_pool_decides_as_if_alone() -> None:

@@ -31,6 +31,7 @@ from live_support import (
     NAMES,
     DaemonProcess,
     DefectAt,
+    OpeningFails,
     by_pool,
     create_topics,
     live_settings,
@@ -253,6 +254,54 @@ async def test_a_defect_quarantines_its_pool_and_the_quarantine_outlives_a_resta
     dead = await read_topic(bootstrap, NAMES.dead_letters, at_least=2 + after, timeout_s=10)
     assert header_map(dead[-1].headers)["lavad.stage"] == "quarantined"
     assert dead[-1].value == encode(late[0])
+
+
+async def test_a_pool_whose_opening_fails_is_refused_live_and_opened_after_a_restart(
+    broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    settings = live_settings(bootstrap, tmp_path / "snapshots")
+    config = live_engine_config(settings)
+    events = pool_events(["east", "west"], 600)
+    east = [event for event in events if event.pool == "east"]
+    sink = io.BytesIO()
+    failing = Engine(config, OpeningFails("east", 1))
+    replay(events, config, decisions_out=sink, dead_letters_out=io.BytesIO(), engine=failing)
+    expected = by_pool(sink.getvalue().splitlines())
+    assert list(expected) == ["west"]
+
+    def opening_fails(config: EngineConfig, strategy: EngineStrategy | None) -> Engine:
+        assert strategy is None
+        return Engine(config, OpeningFails("east", 1))
+
+    await create_topics(bootstrap)
+    await produce(bootstrap, events)
+    monkeypatch.setattr(shell, "Engine", opening_fails)
+    daemon = LiveDaemon(settings, config)
+    monkeypatch.undo()
+    await _run_until(daemon, len(events))
+    daemon.refresh_gauges()
+    assert daemon.health()["pools_quarantined"]
+    assert daemon.telemetry.registry.get_sample_value("lavad_pools_quarantined") == 1.0
+    # Its refusal goes with its partition: the name stays with it.
+    assert "east" in daemon.partitions.pool_partition
+    placements = await read_topic(bootstrap, NAMES.placements, at_least=len(expected["west"]))
+    assert by_pool(record.value for record in placements) == expected
+    dead = await read_topic(bootstrap, NAMES.dead_letters, at_least=len(east), timeout_s=10)
+    stages = [header_map(record.headers)["lavad.stage"] for record in dead]
+    assert stages == ["defect"] + ["quarantined"] * (len(east) - 1)
+    assert "opening the pool" in header_map(dead[0].headers)["lavad.reason"]
+
+    # Restarted (no defect now): nothing of east was snapshotted, so it opens and places.
+    late = VmRequest(
+        time=events[-1].time + 1.0, pool="east", vm_id="late-east", cores=1.0, memory_gib=1.0
+    )
+    await produce(bootstrap, [late])
+    restarted = LiveDaemon(settings, config)
+    await _run_until(restarted, 1)
+    assert not restarted.health()["pools_quarantined"]
+    placed = await read_topic(bootstrap, NAMES.placements, at_least=len(placements) + 1)
+    assert "late-east" in [orjson.loads(record.value)["vm_id"] for record in placed]
 
 
 # ------------------------------------------------------------------- fuzz

@@ -596,6 +596,11 @@ class Engine:
         self._defects.append((name, quarantine))
         return quarantine
 
+    def holds(self, name: str) -> bool:
+        """Whether this engine keeps anything of pool ``name``: its state, or the refusal
+        of its records after its opening raised."""
+        return name in self.pools or name in self._unopened
+
     def quarantined(self) -> dict[str, Quarantine]:
         """Every pool a defect stopped in this instance, opened or not."""
         held = {name: pool.quarantine for name, pool in self.pools.items() if pool.quarantine}

@@ -121,8 +121,9 @@ class Intake:
                 # Only a plausible time moves the watermark (and every pool's timers);
                 # the latest of the batch is enough (observe keeps the maximum).
                 latest = max(latest, event.time)
-            if pool not in pools:
-                # Refused before the pool opened: its name must not be kept either.
+            if pool not in pools and not engine.holds(pool):
+                # Refused before the pool opened: its name must not be kept either
+                # (a pool whose opening raised is kept: its refusal goes with its partition).
                 owned.pools.discard(pool)
                 pool_partition.pop(pool, None)
             timestamp = record.timestamp

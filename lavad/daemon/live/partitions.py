@@ -328,5 +328,7 @@ class Partitions:
         """Take the partitions' pools out of the engine (they resume elsewhere)."""
         for owned in partitions:
             for name in self.engine.take_pools(owned.pools):
-                self.pool_partition.pop(name, None)
                 self.telemetry.forget_pool(name)
+            # Pools refused unopened too: the instance that takes the partition tries them.
+            for name in owned.pools:
+                self.pool_partition.pop(name, None)
