@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from lavad.core.engine import Engine, EngineConfig, EngineStrategy
 from lavad.daemon.live import shell
 from lavad.daemon.live.shell import LiveDaemon, live_engine_config
 from lavad.daemon.replay import replay
+from lavad.daemon.settings import Settings
 from lavad.streams.codec import SchemaError, decode_event, encode
 from lavad.streams.kafka.deadletter import header_map
 from lavad.streams.kafka.embedded import EmbeddedBroker
@@ -194,14 +196,47 @@ async def _run_until(daemon: LiveDaemon, processed: int) -> None:
         await task
 
 
+def _east_and_west(
+    bootstrap: str, tmp_path: Path
+) -> tuple[Settings, EngineConfig, list[Event], list[Event]]:
+    """The live settings, their engine's configuration, two pools' events of the bundled
+    slice, and east's among them."""
+    settings = live_settings(bootstrap, tmp_path / "snapshots")
+    events = pool_events(["east", "west"], 600)
+    east = [event for event in events if event.pool == "east"]
+    return settings, live_engine_config(settings), events, east
+
+
+async def _run_live_with(
+    settings: Settings,
+    config: EngineConfig,
+    strategy: Callable[[], EngineStrategy],
+    events: list[Event],
+    monkeypatch: pytest.MonkeyPatch,
+) -> LiveDaemon:
+    """A live daemon whose engine runs ``strategy()``, through ``events`` (produced
+    first), stopped once it processed them all; its gauges refreshed."""
+
+    def engine(config: EngineConfig, given: EngineStrategy | None) -> Engine:
+        assert given is None
+        return Engine(config, strategy())
+
+    bootstrap = settings.kafka.bootstrap_servers
+    await create_topics(bootstrap)
+    await produce(bootstrap, events)
+    monkeypatch.setattr(shell, "Engine", engine)
+    daemon = LiveDaemon(settings, config)
+    monkeypatch.undo()
+    await _run_until(daemon, len(events))
+    daemon.refresh_gauges()
+    return daemon
+
+
 async def test_a_defect_quarantines_its_pool_and_the_quarantine_outlives_a_restart(
     broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bootstrap = broker.bootstrap_servers
-    settings = live_settings(bootstrap, tmp_path / "snapshots")
-    config = live_engine_config(settings)
-    events = pool_events(["east", "west"], 600)
-    east = [event for event in events if event.pool == "east"]
+    settings, config, events, east = _east_and_west(bootstrap, tmp_path)
     failing = [event for event in east if isinstance(event, VmRequest)][100]
     after = len(east) - east.index(failing) - 1
     # The replay of the same stream, with the same defect, in process.
@@ -211,19 +246,15 @@ async def test_a_defect_quarantines_its_pool_and_the_quarantine_outlives_a_resta
     expected = by_pool(sink.getvalue().splitlines())
     assert len(dead_sink.getvalue().splitlines()) == 1 + after
 
-    def with_defect(config: EngineConfig, strategy: EngineStrategy | None) -> Engine:
-        assert strategy is None
-        # The defect also leaves a value the snapshot codec refuses: the quarantined
-        # pool's husk is what is snapshotted, so the daemon stops cleanly and restarts.
-        return Engine(config, DefectAt("east", failing.vm_id, leaves=object()))
-
-    await create_topics(bootstrap)
-    await produce(bootstrap, events)
-    monkeypatch.setattr(shell, "Engine", with_defect)
-    daemon = LiveDaemon(settings, config)
-    monkeypatch.undo()
-    await _run_until(daemon, len(events))
-    daemon.refresh_gauges()
+    # The defect also leaves a value the snapshot codec refuses: the quarantined
+    # pool's husk is what is snapshotted, so the daemon stops cleanly and restarts.
+    daemon = await _run_live_with(
+        settings,
+        config,
+        lambda: DefectAt("east", failing.vm_id, leaves=object()),
+        events,
+        monkeypatch,
+    )
     assert daemon.health() == {"falling_behind": False, "pools_quarantined": True}
     assert daemon.telemetry.registry.get_sample_value("lavad_pools_quarantined") == 1.0
     placements = await read_topic(
@@ -260,27 +291,16 @@ async def test_a_pool_whose_opening_fails_is_refused_live_and_opened_after_a_res
     broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bootstrap = broker.bootstrap_servers
-    settings = live_settings(bootstrap, tmp_path / "snapshots")
-    config = live_engine_config(settings)
-    events = pool_events(["east", "west"], 600)
-    east = [event for event in events if event.pool == "east"]
+    settings, config, events, east = _east_and_west(bootstrap, tmp_path)
     sink = io.BytesIO()
     failing = Engine(config, OpeningFails("east", 1))
     replay(events, config, decisions_out=sink, dead_letters_out=io.BytesIO(), engine=failing)
     expected = by_pool(sink.getvalue().splitlines())
     assert list(expected) == ["west"]
 
-    def opening_fails(config: EngineConfig, strategy: EngineStrategy | None) -> Engine:
-        assert strategy is None
-        return Engine(config, OpeningFails("east", 1))
-
-    await create_topics(bootstrap)
-    await produce(bootstrap, events)
-    monkeypatch.setattr(shell, "Engine", opening_fails)
-    daemon = LiveDaemon(settings, config)
-    monkeypatch.undo()
-    await _run_until(daemon, len(events))
-    daemon.refresh_gauges()
+    daemon = await _run_live_with(
+        settings, config, lambda: OpeningFails("east", 1), events, monkeypatch
+    )
     assert daemon.health()["pools_quarantined"]
     assert daemon.telemetry.registry.get_sample_value("lavad_pools_quarantined") == 1.0
     # Its refusal goes with its partition: the name stays with it.
