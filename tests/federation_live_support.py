@@ -81,6 +81,19 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
+async def send(
+    bootstrap: str, topic: str, values: list[bytes], key: bytes | None, partition: int
+) -> None:
+    """``values`` to one partition of ``topic``, in order, each acknowledged."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for value in values:
+            await producer.send_and_wait(topic, value, key=key, partition=partition)
+    finally:
+        await producer.stop()
+
+
 async def produce(bootstrap: str, tasks: list[Task]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()

@@ -14,8 +14,14 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
-from federation_live_support import create_topics, federation_config, start, stop_all, until
+from federation_live_support import (
+    create_topics,
+    federation_config,
+    send,
+    start,
+    stop_all,
+    until,
+)
 
 from lavad.federation.live_clients import read_partition
 from lavad.federation.live_wire import (
@@ -43,13 +49,7 @@ def _preempt(seq: int, task: Task, host: int, victims: tuple[int, ...]) -> bytes
 
 
 async def _send(bootstrap: str, records: list[bytes]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        for record in records:
-            await producer.send_and_wait(LAUNCHES, record, key=b"pool-0", partition=0)
-    finally:
-        await producer.stop()
+    await send(bootstrap, LAUNCHES, records, key=b"pool-0", partition=0)
 
 
 async def _verdicts(bootstrap: str) -> list[dict[str, Any]]:

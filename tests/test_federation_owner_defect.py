@@ -11,8 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
-from federation_live_support import create_topics
+from federation_live_support import create_topics, send
 
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import read_partition
@@ -55,14 +54,9 @@ def _launches(pool: int) -> list[LaunchRequest]:
 
 
 async def _produce(bootstrap: str) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        for pool in range(POOLS):
-            for launch in _launches(pool):
-                await producer.send_and_wait(LAUNCHES, encode_launch(launch), partition=pool)
-    finally:
-        await producer.stop()
+    for pool in range(POOLS):
+        launches = [encode_launch(launch) for launch in _launches(pool)]
+        await send(bootstrap, LAUNCHES, launches, key=None, partition=pool)
 
 
 async def _run_owner(kafka: KafkaSettings, name: str, done: Callable[[], Awaitable[bool]]) -> Owner:

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaProducer
-from federation_live_support import create_topics
+from federation_live_support import create_topics, send
 
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import read_partition, topic_partitions
@@ -40,16 +39,6 @@ def _task(task_id: int) -> Task:
     )
 
 
-async def _send(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        for value in values:
-            await producer.send_and_wait(topic, value, key=b"0", partition=0)
-    finally:
-        await producer.stop()
-
-
 async def _close(scheduler: Scheduler) -> None:
     """The clients a scheduler makes and these tests never start, closed."""
     await scheduler.requests.stop()
@@ -67,7 +56,8 @@ async def test_a_request_that_meets_a_defect_is_set_aside_and_the_others_admitte
 ) -> None:
     bootstrap = broker.bootstrap_servers
     await create_topics(bootstrap, pools=1, queues=1)
-    await _send(bootstrap, REQUESTS, [encode_request(_task(t)) for t in (1, POISON, 3)])
+    requests = [encode_request(_task(t)) for t in (1, POISON, 3)]
+    await send(bootstrap, REQUESTS, requests, key=b"0", partition=0)
     records = list(await read_partition(bootstrap, REQUESTS))
     admit = Scheduler.admit
 
@@ -107,7 +97,7 @@ async def test_a_verdict_that_meets_a_defect_is_set_aside_and_the_next_applied(
         for i, t in enumerate((POISON, 5))
     ]
     verdicts = [encode_verdict(r, owner.launch(r, 1.0), "a") for r in launches]
-    await _send(bootstrap, VERDICTS, verdicts)
+    await send(bootstrap, VERDICTS, verdicts, key=b"0", partition=0)
     answer = Scheduler.answer
 
     def defective(self: Scheduler, verdict: Any, at: float) -> None:
