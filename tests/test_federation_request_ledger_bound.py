@@ -114,3 +114,13 @@ def test_the_retired_window_keeps_only_the_newest() -> None:
     assert ledger.retire_below({0: 5}, lambda task: False) == 5
     # the oldest two are forgotten for good: a request repeated that late is a new one
     assert [ledger.is_final(task) for task in range(5)] == [False, False, True, True, True]
+
+
+def test_a_request_set_aside_after_a_defect_is_final_and_retires_below_the_commit() -> None:
+    ledger = RequestLedger()
+    ledger.located(7, 0, 3)
+    assert not ledger.is_final(7)
+    ledger.set_aside(7)
+    assert ledger.is_final(7) and ledger.outstanding(7) is None
+    assert ledger.retire_below({0: 4}, lambda task: False) == 1  # nothing left to wait on
+    assert ledger.entries() == 1  # remembered only as retired

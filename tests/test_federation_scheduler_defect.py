@@ -1,7 +1,8 @@
-"""A defect in a global scheduler, met on one request or one verdict, sets that record
-aside (dead letter with the error, a counter) and the scheduler goes on with the rest,
-on a real broker: a poison record would otherwise stop every scheduler, since queues
-move to the survivors and every scheduler reads every verdict at its start."""
+"""A defect in a global scheduler, met on one request, one task's decision or one
+verdict, sets that record aside (dead letter with the error, a counter) and the scheduler
+goes on with the rest, on a real broker: a poison record would otherwise stop every
+scheduler, since queues move to the survivors and every scheduler reads every verdict at
+its start."""
 
 from __future__ import annotations
 
@@ -16,15 +17,19 @@ from lavad.federation.live_clients import read_partition, topic_partitions
 from lavad.federation.live_scheduler import Scheduler
 from lavad.federation.live_wire import (
     DEAD_LETTERS,
+    LAUNCHES,
     REQUESTS,
     VERDICTS,
+    decode_launch,
     encode_request,
     encode_verdict,
 )
 from lavad.federation.messages import LaunchRequest, Task
 from lavad.federation.owner import PoolOwner
 from lavad.federation.request_ledger import CommitWatermark
+from lavad.federation.scheduler import Choice, GlobalScheduler
 from lavad.federation.topology import uniform_topology
+from lavad.streams.kafka.deadletter import header_map
 from lavad.streams.kafka.embedded import EmbeddedBroker
 
 pytestmark = [pytest.mark.kafka]
@@ -124,5 +129,46 @@ async def test_a_verdict_that_meets_a_defect_is_set_aside_and_the_next_applied(
     assert "KeyError: 'injected defect in a verdict'" in _reason(dead)
     sample = scheduler.registry.get_sample_value(
         "lavad_federation_records_set_aside_total", {"record": "verdict"}
+    )
+    assert sample == 1.0
+
+
+async def test_a_task_whose_decision_meets_a_defect_is_set_aside_and_the_others_launched(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    await create_topics(bootstrap, pools=1, queues=1)
+    requests = [encode_request(_task(t)) for t in (POISON, 1, 3)]
+    await send(bootstrap, REQUESTS, requests, key=b"0", partition=0)
+    records = list(await read_partition(bootstrap, REQUESTS))
+    decide = GlobalScheduler.decide
+
+    def defective(self: GlobalScheduler, task: Task) -> tuple[Choice, int]:
+        if task.task_id == POISON:
+            raise ZeroDivisionError("injected defect in deciding")
+        return decide(self, task)
+
+    monkeypatch.setattr(GlobalScheduler, "decide", defective)
+    scheduler = Scheduler(KafkaSettings(bootstrap_servers=bootstrap), 0, TOPOLOGY, 1, 86400.0)
+    scheduler.owned[0] = CommitWatermark()
+    await scheduler.producer.start()
+    try:
+        await scheduler.read_requests(0, records)
+        await scheduler.launch_what_fits()
+    finally:
+        await _close(scheduler)
+    launched = [decode_launch(r.value) for r in await read_partition(bootstrap, LAUNCHES)]
+    assert [launch.task.task_id for launch in launched] == [1, 3]
+    # Done for its queue: no longer held, and committed past; 1 and 3 wait on their verdicts.
+    assert set(scheduler.holding) == {1, 3}
+    assert scheduler.owned[0].advance(scheduler.ledger.is_final) == 1
+    (dead,) = await read_partition(bootstrap, DEAD_LETTERS)
+    # The request encoded again from the task: the same bytes, and where it was read.
+    assert dead.value == records[0].value and dead.key == b"0"
+    headers = header_map(dead.headers)
+    assert (headers["lavad.source.topic"], headers["lavad.source.offset"]) == (REQUESTS, "0")
+    assert "deciding the task: ZeroDivisionError: injected defect" in _reason(dead)
+    sample = scheduler.registry.get_sample_value(
+        "lavad_federation_records_set_aside_total", {"record": "decision"}
     )
     assert sample == 1.0

@@ -7,15 +7,17 @@ the owner's summary, which the view applies before the task is decided again.
 (the test that shows stale launches refused and retried).
 
 A defect (an exception the scheduler does not know, not a refused record) met while
-admitting one request or applying one verdict sets that record aside: dead-lettered
-with the error, logged at error level with the traceback, counted in
-``lavad_federation_records_set_aside_total``. A request set aside is done for its queue
-(committed past, as a malformed one is): once fixed, produce it again from its dead
-letter. A verdict set aside leaves its task waiting for it; every scheduler reads the
-verdicts from the beginning at its start, so one without the defect applies it then.
-Why not stop: a request's queue moves to another scheduler when its holder dies, and
-every scheduler reads every verdict, so one such record would stop them all, at each
-restart. A defect while deciding (over every queue at once) still stops the process.
+admitting one request, deciding one task or applying one verdict sets that record
+aside: dead-lettered with the error, logged at error level with the traceback, counted
+in ``lavad_federation_records_set_aside_total``. A request set aside, at admission or at
+its decision, is done for its queue (committed past, as a malformed one is): once fixed,
+produce it again from its dead letter. A verdict set aside leaves its task waiting for
+it; every scheduler reads the verdicts from the beginning at its start, so one without
+the defect applies it then. Why not stop: a request's queue moves to another scheduler
+when its holder dies, and every scheduler reads every verdict, so one such record would
+stop them all, at each restart. A defect in what a decision does for every queue at
+once (the fairness view, the bookkeeping of a launch decided) still stops the process:
+no one record can be set aside there.
 
 ``lavad federation scheduler --gm 0 --config federation.toml`` (cli.py)
 """
@@ -62,6 +64,7 @@ from lavad.federation.live_wire import (
     decode_request,
     decode_verdict,
     encode_launch,
+    encode_request,
 )
 from lavad.federation.messages import LaunchRequest, PoolSummary, PreemptRequest, Task
 from lavad.federation.request_ledger import CommitWatermark, RequestLedger
@@ -70,7 +73,12 @@ from lavad.federation.scheduler import GlobalScheduler, Launch, Preempt
 from lavad.federation.state_topic import StateTopicReader
 from lavad.federation.topology import Topology
 from lavad.federation.view import GlobalView
-from lavad.streams.kafka.deadletter import dead_letter_of
+from lavad.streams.kafka.deadletter import (
+    DEFAULT_MAX_BYTES,
+    bounded,
+    dead_letter_headers,
+    dead_letter_of,
+)
 
 log = structlog.get_logger()
 
@@ -379,6 +387,32 @@ class Scheduler:
         self.set_aside.labels(record=kind).inc()
         await self.dead_letter(record, f"defect in global scheduler {self.gm}: {error}")
 
+    async def set_aside_task(self, task: Task, exc: Exception) -> None:
+        """A defect met deciding ``task``: its request is dead-lettered (encoded again from
+        the task: the record itself was read long before) and is done for its queue."""
+        error = error_text(exc)
+        position = self.ledger.position(task.task_id)
+        queue, offset = position if position is not None else (task.tenant, -1)
+        log.error(
+            "record set aside after a defect",
+            record="decision",
+            gm=self.gm,
+            task=task.task_id,
+            offset=offset,
+            error=error,
+            trace=trace_text(exc),
+        )
+        self.set_aside.labels(record="decision").inc()
+        self.ledger.set_aside(task.task_id)
+        self.holding.pop(task.task_id, None)
+        self.clock.forget(task.task_id)
+        reason = f"defect in global scheduler {self.gm} deciding the task: {error}"
+        headers = dead_letter_headers("federation-scheduler", reason, REQUESTS, queue, offset)
+        key, value, headers = bounded(
+            b"%d" % task.tenant, encode_request(task), headers, DEFAULT_MAX_BYTES
+        )
+        await self.producer.send_and_wait(DEAD_LETTERS, value, key=key, headers=headers)
+
     async def dead_letter(self, record: Any, reason: str) -> None:
         """The record as it came, its reason and origin in headers: never dropped silently."""
         log.warning("request dead-lettered", offset=record.offset, reason=reason)
@@ -485,7 +519,11 @@ class Scheduler:
             self.fairness_view()
         while (task := self.sched.next_task()) is not None:
             started = time.time()
-            choice, _ = self.sched.decide(task)
+            try:
+                choice, _ = self.sched.decide(task)
+            except Exception as exc:  # noqa: BLE001 - a defect: this task is set aside
+                await self.set_aside_task(task, exc)
+                continue
             self.clock.decided(task.task_id, started, time.time())
             if not isinstance(choice, Launch | Preempt):
                 self.sched.park(task)

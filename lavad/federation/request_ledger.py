@@ -159,6 +159,13 @@ class RequestLedger:
         if accepted:
             self._preempted.pop(task, None)
 
+    def set_aside(self, task: int) -> None:
+        """A defect met deciding ``task``: its request is done, as one refused for good is
+        (its offset may be committed past and the request retired). Only this scheduler
+        knows: a holder that reads the request again before that commit decides it again."""
+        self._final[task] = False
+        self._preempted.pop(task, None)
+
     def preempted(self, task: Task) -> None:
         """An accepted preemption ended ``task``: it is not final any more, and goes back
         to its tenant's queue (the verdicts log is where every scheduler learns it)."""
