@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from replicas_support import slice_events
 from support import PROJECT_ROOT
 
 from lavad.core.engine import Engine
@@ -198,6 +199,9 @@ def _setups() -> Iterable[tuple[str, Engine]]:
     for recommender in RECOMMENDER_REGISTRY:
         limits = LimitsConfig(recommender.name, 0.05)
         yield f"limits {recommender.name}", _replayed(settings, "gpa", usage, limits=limits)
+    # Replica recommendations: the horizontal scalers of real PlanetLab slices.
+    replicas = LimitsConfig("off", 0.05, horizontal=True)
+    yield "replicas", _replayed(settings, "bestfit", slice_events("east"), limits=replicas)
     # The zeroth moment policy: the others differ in arguments and priors, not in fields.
     admission = settings.admission.model_copy(
         update={"policy": "zeroth", "capacity_cores": 10.0, "args": {"threshold": 0.8}}

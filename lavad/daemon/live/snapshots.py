@@ -66,12 +66,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # its tables hold decayed counts and when they were last aged (a v18 LAS pool's
 # counts never decayed, and its configuration no longer matches either); 20: a
 # pool carries its quarantine, None unless a defect stopped it (a v19 pool has
-# no such field and would fail at its first event)
-SNAPSHOT_VERSION = 20
+# no such field and would fail at its first event); 21: the horizontal scaler
+# keeps its windows' maxima as it goes (``models.limits.window_max``: a v20
+# scaler's windows are plain deques and would fail at its next window)
+SNAPSHOT_VERSION = 21
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "a5af2cb41354a4d2"
+SNAPSHOT_LAYOUT = "b616daff48fd15fd"
 
 
 class SnapshotError(Exception):

@@ -30,6 +30,7 @@ import numpy as np
 
 from lavad.models.argument_checks import require_at_least
 from lavad.models.limits.histogram import HOUR_S, INTERVAL_S
+from lavad.models.limits.window_max import WindowMax
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,8 @@ class HorizontalScaler:
         if replicas < self.config.min_replicas:
             raise ValueError(f"replicas must be >= min_replicas, got {replicas}")
         self.replicas = replicas
-        self._usage: deque[tuple[float, float]] = deque()
-        self._raw: deque[tuple[float, int]] = deque()
+        self._usage = WindowMax(keep_values=self.config.statistic == "p95")
+        self._raw = WindowMax()
         self._added: deque[tuple[float, int]] = deque()
         self.raw = replicas
         self.stabilized = replicas
@@ -84,19 +85,23 @@ class HorizontalScaler:
         if not (math.isfinite(total_usage) and total_usage >= 0):
             raise ValueError(f"total_usage must be finite and >= 0, got {total_usage!r}")
         cfg = self.config
-        self._usage.append((time, total_usage))
-        while len(self._usage) > 1 and self._usage[0][0] <= time - cfg.horizon_s:
-            self._usage.popleft()
-        values = np.fromiter((u for _, u in self._usage), dtype=np.float64)
-        stat = float(values.max() if cfg.statistic == "max" else np.percentile(values, 95))
+        usage = self._usage
+        # (+ 0.0: a -0.0 would otherwise tie with 0.0 and the maximum's sign
+        # depend on their order.)
+        usage.add(time, total_usage + 0.0)
+        usage.drop_through(time - cfg.horizon_s)
+        if cfg.statistic == "max":
+            stat = usage.max()
+        else:
+            values = np.fromiter(usage.kept_values(), dtype=np.float64, count=len(usage))
+            stat = float(np.percentile(values, 95))
         self.usage_statistic = stat
         self.raw = max(cfg.min_replicas, math.ceil(stat / cfg.target_utilization - 1e-9))
 
         # Deferred downscaling: the largest raw recommendation of the last T_d.
-        self._raw.append((time, self.raw))
-        while len(self._raw) > 1 and self._raw[0][0] <= time - cfg.downscale_delay_s:
-            self._raw.popleft()
-        self.stabilized = max(n for _, n in self._raw)
+        self._raw.add(time, self.raw)
+        self._raw.drop_through(time - cfg.downscale_delay_s)
+        self.stabilized = int(self._raw.max())
 
         n = self.replicas
         if abs(self.stabilized - n) <= cfg.small_change * n:
