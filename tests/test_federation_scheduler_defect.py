@@ -52,6 +52,14 @@ async def _close(scheduler: Scheduler) -> None:
     await scheduler.producer.stop()
 
 
+async def _holding_queue_0(bootstrap: str) -> Scheduler:
+    """Scheduler 0 holding tenant queue 0, its producer started (``_close`` stops it)."""
+    scheduler = Scheduler(KafkaSettings(bootstrap_servers=bootstrap), 0, TOPOLOGY, 1, 86400.0)
+    scheduler.owned[0] = CommitWatermark()
+    await scheduler.producer.start()
+    return scheduler
+
+
 def _reason(record: Any) -> str:
     return str(dict(record.headers)["lavad.reason"].decode())
 
@@ -72,9 +80,7 @@ async def test_a_request_that_meets_a_defect_is_set_aside_and_the_others_admitte
         admit(self, task, *args)
 
     monkeypatch.setattr(Scheduler, "admit", defective)
-    scheduler = Scheduler(KafkaSettings(bootstrap_servers=bootstrap), 0, TOPOLOGY, 1, 86400.0)
-    scheduler.owned[0] = CommitWatermark()
-    await scheduler.producer.start()
+    scheduler = await _holding_queue_0(bootstrap)
     try:
         await scheduler.read_requests(0, records)
     finally:
@@ -149,9 +155,7 @@ async def test_a_task_whose_decision_meets_a_defect_is_set_aside_and_the_others_
         return decide(self, task)
 
     monkeypatch.setattr(GlobalScheduler, "decide", defective)
-    scheduler = Scheduler(KafkaSettings(bootstrap_servers=bootstrap), 0, TOPOLOGY, 1, 86400.0)
-    scheduler.owned[0] = CommitWatermark()
-    await scheduler.producer.start()
+    scheduler = await _holding_queue_0(bootstrap)
     try:
         await scheduler.read_requests(0, records)
         await scheduler.launch_what_fits()
