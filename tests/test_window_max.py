@@ -8,6 +8,7 @@ The horizontal scaler over the DLRM apps is checked in test_limits_horizontal.py
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 import pytest
@@ -91,3 +92,16 @@ def test_an_empty_window_has_no_maximum() -> None:
 def test_a_window_made_without_its_values_says_so() -> None:
     with pytest.raises(ValueError, match="keeps no values"):
         WindowMax().kept_values()
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("count", [1, 5, 288])
+def test_a_window_of_a_number_of_values_keeps_the_newest(seed: int, count: int) -> None:
+    times, values = _times_and_values(seed, 1_000)
+    window = WindowMax()
+    kept: deque[float] = deque(maxlen=count)  # the moving window's own bound, as a deque
+    for time, value in zip(times, values, strict=True):
+        window.add(time, value)
+        window.drop_beyond(count)
+        kept.append(value)
+        assert window.max() == max(kept) and len(window) == len(kept)

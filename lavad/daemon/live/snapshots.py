@@ -67,13 +67,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # counts never decayed, and its configuration no longer matches either); 20: a
 # pool carries its quarantine, None unless a defect stopped it (a v19 pool has
 # no such field and would fail at its first event); 21: the horizontal scaler
-# keeps its windows' maxima as it goes (``models.limits.window_max``: a v20
-# scaler's windows are plain deques and would fail at its next window)
+# and the moving-window limits keep their windows' maxima as they go
+# (``models.limits.window_max``: a v20 scaler's or window's are plain deques
+# and would fail at its next window)
 SNAPSHOT_VERSION = 21
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "b616daff48fd15fd"
+SNAPSHOT_LAYOUT = "24a3c273186e64f0"
 
 
 class SnapshotError(Exception):

@@ -23,7 +23,6 @@ those values over the last hour.
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
@@ -38,6 +37,7 @@ from lavad.models.limits.histogram import (
     Observation,
     weighted_percentile,
 )
+from lavad.models.limits.window_max import WindowMax
 
 Statistic = Literal["max", "avg", "p60", "p90", "p95", "p98", "p60_half_max"]
 Resource = Literal["cpu", "memory"]
@@ -150,8 +150,8 @@ class MovingWindowRecommender(HeldLimit):
         self._counts = DecayedCounts(len(self.scheme), config.half_life_s)
         self._avg_num = DecayedCounts(1, config.half_life_s)
         self._avg_den = DecayedCounts(1, config.half_life_s)
-        self._peaks: deque[float] = deque(maxlen=config.peak_samples)
-        self._held: deque[tuple[float, float]] = deque()
+        self._peaks = WindowMax()  # the last ``peak_samples`` windows' peaks
+        self._held = WindowMax()  # the limits with margin of the last ``hold_s``
         self._raw: float | None = None
         self._limit: float | None = None
 
@@ -167,7 +167,7 @@ class MovingWindowRecommender(HeldLimit):
         return float(self._avg_num.acc[0]) / den if den > 0 else 0.0
 
     def peak(self) -> float:
-        return max(self._peaks) if self._peaks else 0.0
+        return self._peaks.max() if len(self._peaks) else 0.0
 
     def raw(self) -> float:
         """``S[t]`` before margin and hold."""
@@ -190,14 +190,14 @@ class MovingWindowRecommender(HeldLimit):
         mean = float((self.scheme.b * counts).sum() / counts.sum())
         self._avg_num.add(np.array([mean]), obs.end)
         self._avg_den.add(np.array([1.0]), obs.end)
-        self._peaks.append(float(self.scheme.b[int(np.flatnonzero(counts)[-1])]))
+        self._peaks.add(obs.end, float(self.scheme.b[int(np.flatnonzero(counts)[-1])]))
+        self._peaks.drop_beyond(self.config.peak_samples)
         self._raw = self.raw()
         with_margin = self._raw * (1.0 + self.config.margin)
-        self._held.append((obs.end, with_margin))
-        # Keep the current window even with hold_s = 0.
-        while len(self._held) > 1 and self._held[0][0] <= obs.end - self.config.hold_s:
-            self._held.popleft()
-        self._limit = max(v for _, v in self._held)
+        self._held.add(obs.end, with_margin)
+        # Keep the current window even with hold_s = 0 (drop_through keeps one).
+        self._held.drop_through(obs.end - self.config.hold_s)
+        self._limit = self._held.max()
 
     def explain(self) -> dict[str, str | float | None]:
         return {

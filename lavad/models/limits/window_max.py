@@ -1,15 +1,18 @@
-"""The largest value of a sliding time window, in O(1) amortised work per value.
+"""The largest value of a sliding window, in O(1) amortised work per value.
 
 Autopilot's horizontal scaler (``horizontal.py``) takes, at every 5-minute
 window, the maximum of its job's usage over the last 72 hours (864 windows) and
 of its raw recommendations over the last 48 hours. Recomputed from the whole
 window, both would take two passes of Python over about 1,400 values per
 window (a minute of the DLRM evaluation's 156 apps, against 2 s kept here).
-Here each value enters once and leaves once.
+Autopilot's moving windows (``window.py``) likewise hold the maximum of the
+last day of peaks (288 windows) and of the last hour of limits. Here each
+value enters once and leaves once.
 
 The window is exactly the scaler's list: the values in arrival order, less
 those dropped from its front while the front's time is at or before a cutoff,
-the newest always kept. Times need not increase (a value with an old time
+the newest always kept (or, for a window of a number of values, less those
+past that number). Times need not increase (a value with an old time
 behind a newer one stays until every value before it has gone, as in a list),
 so a value leaves by its arrival index, never by its own time.
 
@@ -62,10 +65,25 @@ class WindowMax:
                 values.popleft()
             first += 1
         self._first = first
+        self._drop_leaders_before(first)
+
+    def _drop_leaders_before(self, first: int) -> None:
         index = self._leader_index
         while index[0] < first:
             index.popleft()
             self._leader_value.popleft()
+
+    def drop_beyond(self, count: int) -> None:
+        """Drop values from the front until at most ``count`` (>= 1) are left."""
+        times, values = self.times, self.values
+        first = self._first
+        while len(times) > count:
+            times.popleft()
+            if values is not None:
+                values.popleft()
+            first += 1
+        self._first = first
+        self._drop_leaders_before(first)
 
     def kept_values(self) -> deque[float]:
         """The window's values, oldest first (a window made with ``keep_values``)."""
