@@ -148,8 +148,9 @@ class MovingWindowRecommender(HeldLimit):
         self.scheme = scheme if scheme is not None else BucketScheme.default()
         self.name = f"window-{config.statistic}"
         self._counts = DecayedCounts(len(self.scheme), config.half_life_s)
-        self._avg_num = DecayedCounts(1, config.half_life_s)
-        self._avg_den = DecayedCounts(1, config.half_life_s)
+        # The decayed sum of the windows' averages and of their weights, in one
+        # array: they decay together, and one add costs less than two.
+        self._average = DecayedCounts(2, config.half_life_s)
         self._peaks = WindowMax()  # the last ``peak_samples`` windows' peaks
         self._held = WindowMax()  # the limits with margin of the last ``hold_s``
         self._raw: float | None = None
@@ -163,8 +164,8 @@ class MovingWindowRecommender(HeldLimit):
         return weighted_percentile(b, b * self._counts.acc, q)
 
     def average(self) -> float:
-        den = float(self._avg_den.acc[0])
-        return float(self._avg_num.acc[0]) / den if den > 0 else 0.0
+        num, den = float(self._average.acc[0]), float(self._average.acc[1])
+        return num / den if den > 0 else 0.0
 
     def peak(self) -> float:
         return self._peaks.max() if len(self._peaks) else 0.0
@@ -188,8 +189,7 @@ class MovingWindowRecommender(HeldLimit):
         # The window's average is that of its histogram, as the paper's
         # s-bar[tau] = sum b[j] s[j] / sum s[j].
         mean = float((self.scheme.b * counts).sum() / counts.sum())
-        self._avg_num.add(np.array([mean]), obs.end)
-        self._avg_den.add(np.array([1.0]), obs.end)
+        self._average.add(np.array([mean, 1.0]), obs.end)
         self._peaks.add(obs.end, float(self.scheme.b[int(np.flatnonzero(counts)[-1])]))
         self._peaks.drop_beyond(self.config.peak_samples)
         self._raw = self.raw()
