@@ -105,3 +105,10 @@ def test_a_window_of_a_number_of_values_keeps_the_newest(seed: int, count: int) 
         window.drop_beyond(count)
         kept.append(value)
         assert window.max() == max(kept) and len(window) == len(kept)
+
+
+def test_a_window_of_no_values_is_refused() -> None:
+    window = WindowMax()
+    window.add(0.0, 1.0)
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        window.drop_beyond(0)

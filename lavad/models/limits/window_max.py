@@ -57,33 +57,34 @@ class WindowMax:
 
     def drop_through(self, cutoff: float) -> None:
         """Drop values from the front while the front's time is <= ``cutoff``, keeping one."""
-        times, values = self.times, self.values
-        first = self._first
+        times = self.times
+        dropped = 0
         while len(times) > 1 and times[0] <= cutoff:
             times.popleft()
-            if values is not None:
-                values.popleft()
-            first += 1
-        self._first = first
-        self._drop_leaders_before(first)
+            dropped += 1
+        self._forget_front(dropped)
 
-    def _drop_leaders_before(self, first: int) -> None:
+    def drop_beyond(self, count: int) -> None:
+        """Drop values from the front until at most ``count`` (>= 1) are left."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count!r}")
+        times = self.times
+        dropped = max(len(times) - count, 0)
+        for _ in range(dropped):
+            times.popleft()
+        self._forget_front(dropped)
+
+    def _forget_front(self, dropped: int) -> None:
+        """The first ``dropped`` values left the window (their times already have)."""
+        values = self.values
+        if values is not None:
+            for _ in range(dropped):
+                values.popleft()
+        first = self._first = self._first + dropped
         index = self._leader_index
         while index[0] < first:
             index.popleft()
             self._leader_value.popleft()
-
-    def drop_beyond(self, count: int) -> None:
-        """Drop values from the front until at most ``count`` (>= 1) are left."""
-        times, values = self.times, self.values
-        first = self._first
-        while len(times) > count:
-            times.popleft()
-            if values is not None:
-                values.popleft()
-            first += 1
-        self._first = first
-        self._drop_leaders_before(first)
 
     def kept_values(self) -> deque[float]:
         """The window's values, oldest first (a window made with ``keep_values``)."""
