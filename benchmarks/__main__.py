@@ -8,6 +8,8 @@
   Fit, next to a recompute-per-request numpy Best Fit baseline;
 * reprediction E[T_r | T_u] per VM, one and many VMs per call;
 * admission decision latency with 500 deployments (needs ../shared/data);
+* usage replay throughput under each limits recommender, as a ratio to the
+  limits off (the Google 2011 trace's first 60,000 events, else the slice);
 * snapshot save/load time and size, data codec against pickle;
 * peak resident memory of this process.
 
@@ -38,6 +40,7 @@ from benchmarks.migration_cost import migration_cost
 from benchmarks.placement_latency import measure, measure_recompute_baseline
 from benchmarks.reprediction_latency import reprediction_latency
 from benchmarks.snapshot_codec import snapshot_codec
+from benchmarks.usage_throughput import main as usage_throughput
 from lavad.daemon import heap
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
@@ -175,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     migration_cost(SLICE_AZURE)
     snapshot_codec(SLICE_AZURE)
     admission_latency()
+    usage_throughput([])
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak resident memory of this process: {peak_kib / 1024:.0f} MiB")
     return 0
