@@ -69,13 +69,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # no such field and would fail at its first event); 21: the horizontal scaler
 # and the moving-window limits keep their windows' maxima as they go
 # (``models.limits.window_max``: a v20 scaler's or window's are plain deques
-# and would fail at its next window), and a moving window's average is one
-# decayed pair (a v20 window holds two sums under other names)
+# and would fail at its next window), and a moving window reads a signal it
+# may share with the job's other windows (a v20 window holds its own sums under
+# other names)
 SNAPSHOT_VERSION = 21
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "e3b63955778f51d5"
+SNAPSHOT_LAYOUT = "6e78b04969fbe0d7"
 
 
 class SnapshotError(Exception):

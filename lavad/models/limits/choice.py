@@ -75,7 +75,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from lavad.models.limits.histogram import INTERVAL_S, Observation
+from lavad.models.limits.histogram import INTERVAL_S, BucketScheme, Observation
 from lavad.models.limits.vpa import MEMORY_AGGREGATION_S, VPA_HALF_LIFE_S, VpaRecommender
 from lavad.models.limits.window import (
     HeldLimit,
@@ -83,6 +83,7 @@ from lavad.models.limits.window import (
     MovingWindowRecommender,
     Resource,
     WindowConfig,
+    WindowSignal,
 )
 
 DAY_S = 86_400.0
@@ -524,14 +525,15 @@ def default_choice(resource: Resource, config: ChoiceConfig | None = None) -> Ch
     OOM.
     """
     half_life = WindowConfig.for_resource(resource).half_life_s
-    windows: list[tuple[str, LimitRecommender]] = (
-        [
-            (f"window-{stat}", MovingWindowRecommender(WindowConfig(stat, half_life)))
-            for stat in ("p95", "p98", "max")
+    windows: list[tuple[str, LimitRecommender]] = []
+    if resource == "cpu":
+        # One signal for the three: they differ only in the statistic they take of it.
+        configs = [WindowConfig(stat, half_life) for stat in ("p95", "p98", "max")]
+        signal = WindowSignal(BucketScheme.default(), half_life, configs[0].peak_samples)
+        windows = [
+            (f"window-{config.statistic}", MovingWindowRecommender(config, signal=signal))
+            for config in configs
         ]
-        if resource == "cpu"
-        else []
-    )
     return ChoiceRecommender(
         [("vpa", VpaRecommender(resource)), *windows],
         config or default_config(resource),

@@ -140,18 +140,84 @@ class WindowConfig:
         return cls(default_statistic(resource, job_class, oom_tolerance), half)
 
 
-class MovingWindowRecommender(HeldLimit):
-    """One statistic over the decayed signal, plus margin and one-hour hold."""
+class WindowSignal:
+    """What a moving window's statistics read, learned once per window: the decayed
+    histogram, the decayed average and the last ``peak_samples`` windows' peaks.
 
-    def __init__(self, config: WindowConfig, scheme: BucketScheme | None = None) -> None:
-        self.config = config
-        self.scheme = scheme if scheme is not None else BucketScheme.default()
-        self.name = f"window-{config.statistic}"
-        self._counts = DecayedCounts(len(self.scheme), config.half_life_s)
+    Windows of one job that differ only in their statistic, margin or hold share
+    one signal (lavad's ``ml`` runs three for CPU): each would learn the same
+    from the same windows, and binning, decaying and averaging a window is most
+    of what a moving window costs. The first of them to see a window updates
+    the signal; the others find it done.
+    """
+
+    def __init__(self, scheme: BucketScheme, half_life_s: float, peak_samples: int) -> None:
+        if peak_samples < 1:
+            raise ValueError(f"peak_samples must be >= 1, got {peak_samples!r}")
+        self.scheme = scheme
+        self.half_life_s = half_life_s
+        self.peak_samples = peak_samples
+        self.counts = DecayedCounts(len(scheme), half_life_s)
         # The decayed sum of the windows' averages and of their weights, in one
         # array: they decay together, and one add costs less than two.
-        self._average = DecayedCounts(2, config.half_life_s)
-        self._peaks = WindowMax()  # the last ``peak_samples`` windows' peaks
+        self.average_pair = DecayedCounts(2, half_life_s)
+        self.peaks = WindowMax()  # the last ``peak_samples`` windows' peaks
+        self.windows = 0  # windows learned
+        self.last_end: float | None = None
+
+    def learn(self, obs: Observation, seen: int) -> None:
+        """``obs`` is the ``seen``-th window of the window asking: learn it, unless a
+        window sharing this signal already has."""
+        if seen == self.windows and obs.end == self.last_end:
+            return
+        if seen != self.windows + 1:
+            raise ValueError(
+                f"windows sharing a signal must see the same windows: this one is at "
+                f"window {seen} (ending {obs.end}), the signal at {self.windows} "
+                f"(ending {self.last_end})"
+            )
+        scheme = self.scheme
+        counts = scheme.counts(obs.values)
+        self.counts.add(counts, obs.end)
+        # The window's average is that of its histogram, as the paper's
+        # s-bar[tau] = sum b[j] s[j] / sum s[j].
+        mean = float((scheme.b * counts).sum() / counts.sum())
+        self.average_pair.add(np.array([mean, 1.0]), obs.end)
+        self.peaks.add(obs.end, float(scheme.b[int(np.flatnonzero(counts)[-1])]))
+        self.peaks.drop_beyond(self.peak_samples)
+        self.windows = seen
+        self.last_end = obs.end
+
+
+class MovingWindowRecommender(HeldLimit):
+    """One statistic over the decayed signal, plus margin and one-hour hold.
+
+    ``signal``: one shared with other windows of the same job, scheme, half-life
+    and number of peaks (``WindowSignal``); without it the window has its own.
+    """
+
+    def __init__(
+        self,
+        config: WindowConfig,
+        scheme: BucketScheme | None = None,
+        signal: WindowSignal | None = None,
+    ) -> None:
+        self.config = config
+        if signal is None:
+            scheme = scheme if scheme is not None else BucketScheme.default()
+            signal = WindowSignal(scheme, config.half_life_s, config.peak_samples)
+        elif (
+            (scheme is not None and scheme != signal.scheme)
+            or signal.half_life_s != config.half_life_s
+            or signal.peak_samples != config.peak_samples
+        ):
+            raise ValueError(
+                "a shared signal must have the window's scheme, half_life_s and peak_samples"
+            )
+        self.scheme = signal.scheme
+        self.signal = signal
+        self.name = f"window-{config.statistic}"
+        self._seen = 0  # windows observed
         self._held = WindowMax()  # the limits with margin of the last ``hold_s``
         self._raw: float | None = None
         self._limit: float | None = None
@@ -161,14 +227,16 @@ class MovingWindowRecommender(HeldLimit):
     def percentile(self, q: float) -> float:
         """``P_q`` of the load-adjusted histogram ``h[k] = b[k] sum w s[k]``."""
         b = self.scheme.b
-        return weighted_percentile(b, b * self._counts.acc, q)
+        return weighted_percentile(b, b * self.signal.counts.acc, q)
 
     def average(self) -> float:
-        num, den = float(self._average.acc[0]), float(self._average.acc[1])
+        acc = self.signal.average_pair.acc
+        num, den = float(acc[0]), float(acc[1])
         return num / den if den > 0 else 0.0
 
     def peak(self) -> float:
-        return self._peaks.max() if len(self._peaks) else 0.0
+        peaks = self.signal.peaks
+        return peaks.max() if len(peaks) else 0.0
 
     def raw(self) -> float:
         """``S[t]`` before margin and hold."""
@@ -184,14 +252,8 @@ class MovingWindowRecommender(HeldLimit):
     # ------------------------------------------------------------ interface
 
     def observe(self, obs: Observation) -> None:
-        counts = self.scheme.counts(obs.values)
-        self._counts.add(counts, obs.end)
-        # The window's average is that of its histogram, as the paper's
-        # s-bar[tau] = sum b[j] s[j] / sum s[j].
-        mean = float((self.scheme.b * counts).sum() / counts.sum())
-        self._average.add(np.array([mean, 1.0]), obs.end)
-        self._peaks.add(obs.end, float(self.scheme.b[int(np.flatnonzero(counts)[-1])]))
-        self._peaks.drop_beyond(self.config.peak_samples)
+        self._seen += 1
+        self.signal.learn(obs, self._seen)
         self._raw = self.raw()
         with_margin = self._raw * (1.0 + self.config.margin)
         self._held.add(obs.end, with_margin)
