@@ -52,12 +52,37 @@ async def _close(scheduler: Scheduler) -> None:
     await scheduler.producer.stop()
 
 
+async def _requests_in_queue_0(bootstrap: str, tasks: tuple[int, ...]) -> list[Any]:
+    """The federation's topics made, and requests for ``tasks`` in tenant queue 0, as read."""
+    await create_topics(bootstrap, pools=1, queues=1)
+    requests = [encode_request(_task(t)) for t in tasks]
+    await send(bootstrap, REQUESTS, requests, key=b"0", partition=0)
+    return list(await read_partition(bootstrap, REQUESTS))
+
+
 async def _holding_queue_0(bootstrap: str) -> Scheduler:
     """Scheduler 0 holding tenant queue 0, its producer started (``_close`` stops it)."""
     scheduler = Scheduler(KafkaSettings(bootstrap_servers=bootstrap), 0, TOPOLOGY, 1, 86400.0)
     scheduler.owned[0] = CommitWatermark()
     await scheduler.producer.start()
     return scheduler
+
+
+async def _set_aside_once(
+    bootstrap: str, scheduler: Scheduler, kind: str, value: bytes, error: str
+) -> Any:
+    """Assert one record of ``kind`` was set aside: counted once, dead-lettered with
+    ``value`` and a reason holding ``error``. Returns the dead letter."""
+    assert (
+        scheduler.registry.get_sample_value(
+            "lavad_federation_records_set_aside_total", {"record": kind}
+        )
+        == 1.0
+    )
+    (dead,) = await read_partition(bootstrap, DEAD_LETTERS)
+    assert dead.value == value
+    assert error in _reason(dead)
+    return dead
 
 
 def _reason(record: Any) -> str:
@@ -68,10 +93,7 @@ async def test_a_request_that_meets_a_defect_is_set_aside_and_the_others_admitte
     broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bootstrap = broker.bootstrap_servers
-    await create_topics(bootstrap, pools=1, queues=1)
-    requests = [encode_request(_task(t)) for t in (1, POISON, 3)]
-    await send(bootstrap, REQUESTS, requests, key=b"0", partition=0)
-    records = list(await read_partition(bootstrap, REQUESTS))
+    records = await _requests_in_queue_0(bootstrap, (1, POISON, 3))
     admit = Scheduler.admit
 
     def defective(self: Scheduler, task: Task, *args: Any) -> None:
@@ -88,13 +110,8 @@ async def test_a_request_that_meets_a_defect_is_set_aside_and_the_others_admitte
     assert set(scheduler.holding) == {1, 3}
     # Done for its queue, as a malformed request is: only 1 and 3 wait to be final.
     assert scheduler.owned[0].tasks() == {1, 3}
-    (dead,) = await read_partition(bootstrap, DEAD_LETTERS)
-    assert dead.value == records[1].value
-    assert "defect in global scheduler 0: RuntimeError: injected defect" in _reason(dead)
-    sample = scheduler.registry.get_sample_value(
-        "lavad_federation_records_set_aside_total", {"record": "request"}
-    )
-    assert sample == 1.0
+    error = "defect in global scheduler 0: RuntimeError: injected defect"
+    await _set_aside_once(bootstrap, scheduler, "request", records[1].value, error)
 
 
 async def test_a_verdict_that_meets_a_defect_is_set_aside_and_the_next_applied(
@@ -130,23 +147,15 @@ async def test_a_verdict_that_meets_a_defect_is_set_aside_and_the_next_applied(
     # The verdict after it was applied: task 5 is final and its tenant uses its core.
     assert scheduler.ledger.is_final(5) and not scheduler.ledger.is_final(POISON)
     assert np.array_equal(scheduler.running.usage[0], [1])
-    (dead,) = await read_partition(bootstrap, DEAD_LETTERS)
-    assert dead.value == verdicts[0]
-    assert "KeyError: 'injected defect in a verdict'" in _reason(dead)
-    sample = scheduler.registry.get_sample_value(
-        "lavad_federation_records_set_aside_total", {"record": "verdict"}
-    )
-    assert sample == 1.0
+    error = "KeyError: 'injected defect in a verdict'"
+    await _set_aside_once(bootstrap, scheduler, "verdict", verdicts[0], error)
 
 
 async def test_a_task_whose_decision_meets_a_defect_is_set_aside_and_the_others_launched(
     broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bootstrap = broker.bootstrap_servers
-    await create_topics(bootstrap, pools=1, queues=1)
-    requests = [encode_request(_task(t)) for t in (POISON, 1, 3)]
-    await send(bootstrap, REQUESTS, requests, key=b"0", partition=0)
-    records = list(await read_partition(bootstrap, REQUESTS))
+    records = await _requests_in_queue_0(bootstrap, (POISON, 1, 3))
     decide = GlobalScheduler.decide
 
     def defective(self: GlobalScheduler, task: Task) -> tuple[Choice, int]:
@@ -166,13 +175,9 @@ async def test_a_task_whose_decision_meets_a_defect_is_set_aside_and_the_others_
     # Done for its queue: no longer held, and committed past; 1 and 3 wait on their verdicts.
     assert set(scheduler.holding) == {1, 3}
     assert scheduler.owned[0].advance(scheduler.ledger.is_final) == 1
-    (dead,) = await read_partition(bootstrap, DEAD_LETTERS)
     # The request encoded again from the task: the same bytes, and where it was read.
-    assert dead.value == records[0].value and dead.key == b"0"
+    error = "deciding the task: ZeroDivisionError: injected defect"
+    dead = await _set_aside_once(bootstrap, scheduler, "decision", records[0].value, error)
     headers = header_map(dead.headers)
+    assert dead.key == b"0"
     assert (headers["lavad.source.topic"], headers["lavad.source.offset"]) == (REQUESTS, "0")
-    assert "deciding the task: ZeroDivisionError: injected defect" in _reason(dead)
-    sample = scheduler.registry.get_sample_value(
-        "lavad_federation_records_set_aside_total", {"record": "decision"}
-    )
-    assert sample == 1.0

@@ -374,49 +374,46 @@ class Scheduler:
 
     async def set_aside_record(self, record: Any, kind: str, exc: Exception) -> None:
         """A defect met ``record`` (a request or a verdict): dead-letter it with the error."""
-        error = error_text(exc)
-        log.error(
-            "record set aside after a defect",
-            record=kind,
-            gm=self.gm,
-            topic=record.topic,
-            offset=record.offset,
-            error=error,
-            trace=trace_text(exc),
-        )
-        self.set_aside.labels(record=kind).inc()
+        error = self._report_set_aside(kind, exc, topic=record.topic, offset=record.offset)
         await self.dead_letter(record, f"defect in global scheduler {self.gm}: {error}")
 
     async def set_aside_task(self, task: Task, exc: Exception) -> None:
         """A defect met deciding ``task``: its request is dead-lettered (encoded again from
         the task: the record itself was read long before) and is done for its queue."""
-        error = error_text(exc)
         position = self.ledger.position(task.task_id)
         queue, offset = position if position is not None else (task.tenant, -1)
-        log.error(
-            "record set aside after a defect",
-            record="decision",
-            gm=self.gm,
-            task=task.task_id,
-            offset=offset,
-            error=error,
-            trace=trace_text(exc),
-        )
-        self.set_aside.labels(record="decision").inc()
+        error = self._report_set_aside("decision", exc, task=task.task_id, offset=offset)
         self.ledger.set_aside(task.task_id)
         self.holding.pop(task.task_id, None)
         self.clock.forget(task.task_id)
         reason = f"defect in global scheduler {self.gm} deciding the task: {error}"
         headers = dead_letter_headers("federation-scheduler", reason, REQUESTS, queue, offset)
-        key, value, headers = bounded(
-            b"%d" % task.tenant, encode_request(task), headers, DEFAULT_MAX_BYTES
+        await self._publish_dead_letter(
+            *bounded(b"%d" % task.tenant, encode_request(task), headers, DEFAULT_MAX_BYTES)
         )
-        await self.producer.send_and_wait(DEAD_LETTERS, value, key=key, headers=headers)
+
+    def _report_set_aside(self, kind: str, exc: Exception, **where: Any) -> str:
+        """Log (with the traceback) and count a record set aside; the error's bounded text."""
+        error = error_text(exc)
+        log.error(
+            "record set aside after a defect",
+            record=kind,
+            gm=self.gm,
+            **where,
+            error=error,
+            trace=trace_text(exc),
+        )
+        self.set_aside.labels(record=kind).inc()
+        return error
 
     async def dead_letter(self, record: Any, reason: str) -> None:
         """The record as it came, its reason and origin in headers: never dropped silently."""
         log.warning("request dead-lettered", offset=record.offset, reason=reason)
-        key, value, headers = dead_letter_of(record, "federation-scheduler", reason)
+        await self._publish_dead_letter(*dead_letter_of(record, "federation-scheduler", reason))
+
+    async def _publish_dead_letter(
+        self, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]
+    ) -> None:
         await self.producer.send_and_wait(DEAD_LETTERS, value, key=key, headers=headers)
 
     def unfit_task(self, task: Task) -> str | None:
