@@ -112,3 +112,17 @@ def test_a_window_of_no_values_is_refused() -> None:
     window.add(0.0, 1.0)
     with pytest.raises(ValueError, match="count must be >= 1"):
         window.drop_beyond(0)
+
+
+def test_absurd_times_and_counts_cost_only_the_values_held() -> None:
+    window = WindowMax(keep_values=True)
+    for k in range(100):
+        window.add(300.0 * k, float(k % 7))
+    window.drop_beyond(10**18)  # keeps all 100: nothing to drop
+    assert len(window) == 100 and window.max() == 6.0
+    window.add(1e308, 2.0)
+    window.drop_through(1e308 - 3600.0)  # a jump past every value: the newest stays
+    assert len(window) == 1 and window.max() == 2.0
+    window.add(-1e308, 9.0)  # a time far back stays behind the newer one
+    window.drop_through(float("inf"))
+    assert list(window.kept_values()) == [9.0] and window.max() == 9.0
