@@ -71,12 +71,15 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # (``models.limits.window_max``: a v20 scaler's or window's are plain deques
 # and would fail at its next window), and a moving window reads a signal it
 # may share with the job's other windows (a v20 window holds its own sums under
-# other names)
-SNAPSHOT_VERSION = 21
+# other names); 22: the usage windows still open are kept by end in a heap
+# (``models.limits.open_windows``; a v21 aggregator holds them in a dict by key),
+# and the limits' choice and shared signals keep what a window reads once (the
+# rungs' factors, the cumulative histogram), which a v21 one has not
+SNAPSHOT_VERSION = 22
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "6e78b04969fbe0d7"
+SNAPSHOT_LAYOUT = "b3e34ca05b6ea615"
 
 
 class SnapshotError(Exception):

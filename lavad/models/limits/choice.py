@@ -230,6 +230,11 @@ class ChoiceRecommender(HeldLimit):
         )
         # Candidate index of each rung, lowest first; then the anchor.
         self._ladder = (*range(len(labels), len(self.labels)), self._anchor)
+        # The candidates that learn: the rungs (after them) learn nothing and hear
+        # of no overrun, and a window takes their limits from the anchor's at
+        # once (``_limits``), not through a call per rung and window.
+        self._learners = len(labels)
+        self._factors = tuple(rung.factor for rung in rungs)
         self.anchor_windows = 0
         self._anchor_rose_at = 0
         self._anchor_overran_at: int | None = None
@@ -259,36 +264,57 @@ class ChoiceRecommender(HeldLimit):
     def chosen(self) -> str | None:
         return None if self._followed is None else self.labels[self._followed]
 
+    def _limits(self) -> list[float | None]:
+        """Every candidate's limit now: a rung's is ``AnchorRung.limit``, the anchor's
+        times the rung's factor."""
+        candidates = self.candidates
+        limits = [candidates[index].limit for index in range(self._learners)]
+        anchor = limits[self._anchor]
+        if anchor is None:
+            limits.extend(None for _ in self._factors)
+        else:
+            limits.extend(anchor * factor for factor in self._factors)
+        return limits
+
     def observe(self, obs: Observation) -> None:
         cfg = self.config
         day = math.floor(obs.end / DAY_S)
-        keep = 1.0 - cfg.d
-        keep_over = 1.0 - cfg.d_over
+        d, d_over, w_day = cfg.d, cfg.d_over, cfg.w_day
+        keep = 1.0 - d
+        keep_over = 1.0 - d_over
+        peak, usage, end = obs.peak, obs.usage, obs.end
+        anchor = self._anchor
+        learners = self._learners
+        candidates = self.candidates
+        slacks, overruns = self.slack, self.overruns
+        scored, overran_on = self._scored, self._overran_on
         # Every limit in force is read before any candidate learns from the
         # window (a rung's limit moves with the anchor's).
-        limits = [rec.limit for rec in self.candidates]
-        in_force = limits[self._anchor]
+        limits = self._limits()
+        in_force = limits[anchor]
         if self._last_peak is not None and in_force is not None and in_force > 0:
-            move = abs(obs.peak - self._last_peak) / in_force
-            self.spread = keep * self.spread + cfg.d * move
-        self._last_peak = obs.peak
-        for index, (rec, limit) in enumerate(zip(self.candidates, limits, strict=True)):
+            move = abs(peak - self._last_peak) / in_force
+            self.spread = keep * self.spread + d * move
+        self._last_peak = peak
+        for index, limit in enumerate(limits):
             if limit is not None and limit > 0:
-                over = obs.peak > limit + 1e-12
-                first = over and self._overran_on[index] != day
+                over = peak > limit + 1e-12
+                first = over and overran_on[index] != day
                 if over:
-                    self._overran_on[index] = day
-                    rec.on_overrun(obs.end, limit)
-                    if index == self._anchor:
+                    overran_on[index] = day
+                    if index < learners:
+                        candidates[index].on_overrun(end, limit)
+                    if index == anchor:
                         self._anchor_overran_at = self.anchor_windows
-                slack = (limit - min(obs.usage, limit)) / limit
-                self.slack[index] = keep * self.slack[index] + cfg.d * slack
-                self.overruns[index] = keep_over * self.overruns[index] + (over + cfg.w_day * first)
-                self._scored[index] = True
-                if index == self._anchor:
+                slack = (limit - min(usage, limit)) / limit
+                slacks[index] = keep * slacks[index] + d * slack
+                overruns[index] = keep_over * overruns[index] + (over + w_day * first)
+                scored[index] = True
+                if index == anchor:
                     self.anchor_windows += 1
-        for index, rec in enumerate(self.candidates):
-            before = limits[index] if index == self._anchor else None
+        for index in range(learners):
+            rec = candidates[index]
+            before = limits[index] if index == anchor else None
             rec.observe(obs)
             if (
                 before is not None
@@ -298,12 +324,13 @@ class ChoiceRecommender(HeldLimit):
                 self.anchor_changes += 1
                 if rec.limit > before:
                     self._anchor_rose_at = self.anchor_windows
-        self._overran = self._limit is not None and obs.peak > self._limit + 1e-12
-        self._choose()
+        self._overran = self._limit is not None and peak > self._limit + 1e-12
+        self._choose(self._limits())
 
-    def _choose(self) -> None:
+    def _choose(self, limits: list[float | None]) -> None:
+        """Choose and publish by the candidates' limits after the window (``_limits``)."""
         cfg = self.config
-        ready = [i for i, rec in enumerate(self.candidates) if rec.limit is not None]
+        ready = [i for i, limit in enumerate(limits) if limit is not None]
         if not ready:
             return
         anchor = self._anchor
@@ -357,13 +384,13 @@ class ChoiceRecommender(HeldLimit):
         if best in self._ladder:
             best = self._ladder[self._step_back(self._ladder.index(best))]
         self._followed = best
-        proposed = self.candidates[best].limit
+        proposed = limits[best]
         assert proposed is not None
         if cfg.step_from_spread and best not in self._ladder:
             # A candidate of its own (a moving window) keeps the same room over
             # what held as a rung does: the job's spread, in the anchor's
             # limit; never past the anchor from below.
-            ceiling = self.candidates[anchor].limit
+            ceiling = limits[anchor]
             if ceiling is not None:
                 room = proposed + self.spread * ceiling
                 proposed = room if proposed > ceiling else min(room, ceiling)

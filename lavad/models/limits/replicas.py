@@ -44,6 +44,7 @@ import orjson
 from lavad.models.argument_checks import require_at_least
 from lavad.models.limits.histogram import INTERVAL_S
 from lavad.models.limits.horizontal import HorizontalConfig, HorizontalScaler
+from lavad.models.limits.open_windows import OpenWindows
 from lavad.models.recency import touch
 
 # Why the published count is what it is, relative to the stabilised target.
@@ -102,26 +103,24 @@ class DeploymentWindows:
         if not (math.isfinite(interval_s) and interval_s > 0):
             raise ValueError(f"interval_s must be a finite number > 0, got {interval_s!r}")
         self.interval_s = interval_s
-        self._open: dict[tuple[float, str], _Members] = {}
+        self._open: OpenWindows[_Members] = OpenWindows()
 
     def add(self, deployment: str, vm_id: str, time: float, cpu_mean: float) -> None:
         """File a VM's mean CPU over ``[time - interval, time)`` (a fraction of its request)."""
         if not (math.isfinite(cpu_mean) and cpu_mean >= 0):
             raise ValueError(f"cpu_mean must be finite and >= 0, got {cpu_mean!r}")
         end = math.ceil(time / self.interval_s) * self.interval_s
-        members = self._open.setdefault((end, deployment), _Members())
+        members = self._open.get(end, deployment, _Members)
         acc = members.usage.setdefault(vm_id, [0.0, 0.0])
         acc[0] += cpu_mean
         acc[1] += 1.0
 
     def close(self, now: float) -> list[tuple[float, str, float, int]]:
         """(end, deployment, total usage, VMs reporting) of every window ended by ``now``."""
-        done = sorted(key for key in self._open if key[0] <= now)
         result = []
-        for key in done:
-            members = self._open.pop(key)
+        for end, deployment, members in self._open.close(now):
             total = math.fsum(s / n for s, n in members.usage.values())
-            result.append((key[0], key[1], total, len(members.usage)))
+            result.append((end, deployment, total, len(members.usage)))
         return result
 
 

@@ -33,9 +33,11 @@ from lavad.models.limits.histogram import (
     HOUR_S,
     MEMORY_HALF_LIFE_S,
     BucketScheme,
+    Cumulative,
     DecayedCounts,
     Observation,
-    weighted_percentile,
+    cumulative_percentile,
+    cumulative_weights,
 )
 from lavad.models.limits.window_max import WindowMax
 
@@ -164,6 +166,10 @@ class WindowSignal:
         self.peaks = WindowMax()  # the last ``peak_samples`` windows' peaks
         self.windows = 0  # windows learned
         self.last_end: float | None = None
+        # The load-adjusted histogram's cumulative weights, and the window they
+        # are of: windows sharing the signal take their percentiles of one.
+        self._cumulative: Cumulative | None = None
+        self._cumulative_of = 0
 
     def learn(self, obs: Observation, seen: int) -> None:
         """``obs`` is the ``seen``-th window of the window asking: learn it, unless a
@@ -177,16 +183,42 @@ class WindowSignal:
                 f"(ending {self.last_end})"
             )
         scheme = self.scheme
-        counts = scheme.counts(obs.values)
-        self.counts.add(counts, obs.end)
+        values = obs.values
         # The window's average is that of its histogram, as the paper's
         # s-bar[tau] = sum b[j] s[j] / sum s[j].
-        mean = float((scheme.b * counts).sum() / counts.sum())
-        self.average_pair.add(np.array([mean, 1.0]), obs.end)
-        self.peaks.add(obs.end, float(scheme.b[int(np.flatnonzero(counts)[-1])]))
+        if len(values) <= 2:
+            # A window of an interval's mean and peak (the traces' usage records):
+            # its one or two buckets by bisection, and the sums above in scalars.
+            # They are numpy's to the bit: the histogram's other entries add exact
+            # zeros, and a sum of two nonzero terms is the same in either order.
+            buckets: dict[int, float] = {}
+            for value in values:
+                bucket = scheme.bucket(value)
+                buckets[bucket] = buckets.get(bucket, 0.0) + 1.0
+            self.counts.add_at(buckets, obs.end)
+            load = 0.0
+            for bucket, count in buckets.items():
+                load += scheme.bounds[bucket] * count
+            mean = load / len(values)
+            top = max(buckets)
+        else:
+            counts = scheme.counts(values)
+            self.counts.add(counts, obs.end)
+            mean = float((scheme.b * counts).sum() / counts.sum())
+            top = int(np.flatnonzero(counts)[-1])
+        self.average_pair.add_at({0: mean, 1: 1.0}, obs.end)
+        self.peaks.add(obs.end, scheme.bounds[top])
         self.peaks.drop_beyond(self.peak_samples)
         self.windows = seen
         self.last_end = obs.end
+
+    def load_cumulative(self) -> Cumulative:
+        """The cumulative weights of ``h[k] = b[k] sum w s[k]``, taken once per window."""
+        cumulative = self._cumulative
+        if cumulative is None or self._cumulative_of != self.windows:
+            cumulative = self._cumulative = cumulative_weights(self.scheme.b * self.counts.acc)
+            self._cumulative_of = self.windows
+        return cumulative
 
 
 class MovingWindowRecommender(HeldLimit):
@@ -226,8 +258,7 @@ class MovingWindowRecommender(HeldLimit):
 
     def percentile(self, q: float) -> float:
         """``P_q`` of the load-adjusted histogram ``h[k] = b[k] sum w s[k]``."""
-        b = self.scheme.b
-        return weighted_percentile(b, b * self.signal.counts.acc, q)
+        return cumulative_percentile(self.scheme.b, self.signal.load_cumulative(), q)
 
     def average(self) -> float:
         acc = self.signal.average_pair.acc
