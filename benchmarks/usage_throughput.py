@@ -9,6 +9,11 @@ recommender off, the VPA's, one of Autopilot's moving windows and lavad's
 default ``ml`` (the VPA, its rungs and three moving windows per job, for
 CPU), each with Best Fit and its decisions written. The ratio is each one's
 CPU time against the replay with the limits off, in this same process.
+
+``--copies K`` files every usage sample K times, under K job names (the
+sample's own, then ``#1``, ``#2``...), at its own time: a fleet of K times
+the trace's jobs with the trace's own usage, for the cost of a sample as the
+jobs holding a window open at once grow. Its other events come once.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord
-from lavad.streams.schema import Event
+from lavad.streams.schema import Event, UsageSample
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_GOOGLE = ROOT.parent / "shared" / "data" / "google-2011-gcd"
@@ -33,16 +38,22 @@ SLICE_GOOGLE = ROOT / "data" / "google-2011-gcd-limits-slice"
 RECOMMENDERS = ("off", "vpa", "window-p95", "ml")
 
 
-def _events(path: Path, count: int) -> tuple[list[Event | BadRecord], bool]:
+def _events(path: Path, count: int, copies: int) -> tuple[list[Event | BadRecord], bool]:
     trace = open_trace(path, seed=0)
-    return list(itertools.islice(trace.events(), count)), trace.has_hosts
+    events: list[Event | BadRecord] = []
+    for event in itertools.islice(trace.events(), count):
+        events.append(event)
+        if isinstance(event, UsageSample):
+            events.extend(replace(event, vm_id=f"{event.vm_id}#{k}") for k in range(1, copies))
+    return events, trace.has_hosts
 
 
-def usage_throughput(path: Path, count: int) -> None:
+def usage_throughput(path: Path, count: int, copies: int = 1) -> None:
     settings = load_settings(ROOT / "config" / "lavad.toml")
-    events, has_hosts = _events(path, count)
+    events, has_hosts = _events(path, count, copies)
     base = settings.engine_config("bestfit", trace_has_hosts=has_hosts)
-    print(f"usage replay throughput on {path.name} ({len(events):,} events, bestfit)")
+    fleet = f", each usage sample {copies} times" if copies > 1 else ""
+    print(f"usage replay throughput on {path.name} ({len(events):,} events{fleet}, bestfit)")
     print(f"  {'limits':<14}{'events/s':>12}{'CPU s':>9}{'CPU vs off':>12}{'decisions':>11}")
     # Untimed: the first replay in a process loads and compiles what every
     # later one reuses, and would be charged to the baseline.
@@ -64,12 +75,17 @@ def usage_throughput(path: Path, count: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.usage_throughput")
     parser.add_argument("--events", type=int, default=60_000, help="usage events replayed")
+    parser.add_argument(
+        "--copies", type=int, default=1, help="each usage sample under this many job names"
+    )
     args = parser.parse_args(argv)
+    if args.copies < 1:
+        parser.error("--copies must be >= 1")
     heap.tune_collector()
     path = SHARED_GOOGLE if SHARED_GOOGLE.is_dir() else SLICE_GOOGLE
     if path == SLICE_GOOGLE:
         print(f"note: {SHARED_GOOGLE} absent; using the bundled slice {SLICE_GOOGLE}")
-    usage_throughput(path, args.events)
+    usage_throughput(path, args.events, args.copies)
     return 0
 
 
