@@ -73,13 +73,13 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # may share with the job's other windows (a v20 window holds its own sums under
 # other names); 22: the usage windows still open are kept by end in a heap
 # (``models.limits.open_windows``; a v21 aggregator holds them in a dict by key),
-# and the limits' choice and shared signals keep what a window reads once (the
-# rungs' factors, the cumulative histogram), which a v21 one has not
+# and a shared signal keeps the cumulative histogram its windows read, which a v21
+# one has not
 SNAPSHOT_VERSION = 22
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "b3e34ca05b6ea615"
+SNAPSHOT_LAYOUT = "e72c513b0ff9bb2b"
 
 
 class SnapshotError(Exception):

@@ -230,11 +230,6 @@ class ChoiceRecommender(HeldLimit):
         )
         # Candidate index of each rung, lowest first; then the anchor.
         self._ladder = (*range(len(labels), len(self.labels)), self._anchor)
-        # The candidates that learn: the rungs (after them) learn nothing and hear
-        # of no overrun, and a window takes their limits from the anchor's at
-        # once (``_limits``), not through a call per rung and window.
-        self._learners = len(labels)
-        self._factors = tuple(rung.factor for rung in rungs)
         self.anchor_windows = 0
         self._anchor_rose_at = 0
         self._anchor_overran_at: int | None = None
@@ -264,16 +259,23 @@ class ChoiceRecommender(HeldLimit):
     def chosen(self) -> str | None:
         return None if self._followed is None else self.labels[self._followed]
 
+    @property
+    def _learners(self) -> int:
+        """How many candidates learn: the rungs, after them, learn nothing and hear of
+        no overrun."""
+        return len(self.candidates) - len(self.config.ladder)
+
     def _limits(self) -> list[float | None]:
         """Every candidate's limit now: a rung's is ``AnchorRung.limit``, the anchor's
-        times the rung's factor."""
+        times the rung's factor, taken at once rather than through a call per rung."""
         candidates = self.candidates
         limits = [candidates[index].limit for index in range(self._learners)]
         anchor = limits[self._anchor]
+        ladder = self.config.ladder
         if anchor is None:
-            limits.extend(None for _ in self._factors)
+            limits.extend(None for _ in ladder)
         else:
-            limits.extend(anchor * factor for factor in self._factors)
+            limits.extend(anchor * factor for factor in ladder)
         return limits
 
     def observe(self, obs: Observation) -> None:
