@@ -170,3 +170,17 @@ def test_a_signal_learns_a_mean_and_a_peak_as_the_dense_histogram_did() -> None:
             assert np.array_equal(signal.average_pair.acc, average.acc)
             peaks.append(float(b[int(np.flatnonzero(dense)[-1])]))
             assert signal.peaks.max() == max(peaks)
+
+
+def test_absurd_ends_cost_only_the_windows_held() -> None:
+    # Ends far apart (a time jump, a time far behind) hold one heap entry each: a
+    # close at any time, infinity included, goes over what is held, never over the
+    # intervals between.
+    windows: OpenWindows[list[int]] = OpenWindows()
+    for end in (-1e308, 300.0, 1e308, 300.0):
+        windows.get(end, "job", list)
+    assert len(windows) == 3
+    assert [end for end, _, _ in windows.close(-1e300)] == [-1e308]
+    assert windows.close(299.0) == []
+    assert [end for end, _, _ in windows.close(math.inf)] == [300.0, 1e308]
+    assert len(windows) == 0 and windows.close(math.inf) == []

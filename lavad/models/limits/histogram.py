@@ -194,8 +194,8 @@ def numpy_mean(values: Sequence[float]) -> float:
     """``float(np.mean(values))``, bit for bit, without numpy's cost on a short list.
 
     A window's mean usage is a mean of each task's few samples (two, mean and
-    peak, in the Google and Bitbrains traces): ``np.mean`` took a tenth of a
-    usage replay's time, as a numpy call per task. Below eight values numpy
+    peak, in the Google and Bitbrains traces): ``np.mean`` would take a tenth
+    of a usage replay's time, as a numpy call per task. Below eight values numpy
     adds them in order from 0.0, as this does; from eight on this is
     ``np.mean`` itself. A test holds the two equal, sign of zero included.
     """

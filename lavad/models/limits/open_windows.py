@@ -2,8 +2,8 @@
 
 Every usage sample asks whether windows have ended, so that cost must follow
 what closes, not what stays open: a fleet's jobs all hold a window open at
-once, and a pass over them at each sample made a sample cost O(jobs) and
-an interval O(jobs^2). The distinct ends sit in a heap (with 5-minute
+once, and a pass over them at each sample would make a sample cost O(jobs)
+and an interval O(jobs^2). The distinct ends sit in a heap (with 5-minute
 windows, one or two of them at a time), each with its windows by name, so a
 sample costs a look at the heap's first end, and a close what it closes.
 """
