@@ -52,16 +52,17 @@ from lavad.streams.oracle import exit_times, with_true_lifetimes
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 AZURE_SHAPES = ("48/192", "64/256", "32/128", "32/256")
 FLEETS = ("grown", "fixed+5%", "fixed+15%")
-PAPER_ORACLE = "las-oracle:waste_guard=false"
+PAPER_ORACLE = "las-oracle:waste_guard=false;deployment_affinity=false"
 DEFAULT_POLICIES = (
     "bestfit",
     "waste",
     "las",
     "lava",
-    # The paper's oracles, without the waste guard the learned defaults run
-    # under: the shares are of what the paper's rule gains with true lifetimes.
+    # The paper's oracles, without the waste guard and the deployment affinity
+    # the learned defaults run under: the shares are of what the paper's rule
+    # gains with true lifetimes.
     PAPER_ORACLE,
-    "lava-oracle:waste_guard=false",
+    "lava-oracle:waste_guard=false;deployment_affinity=false",
 )
 
 

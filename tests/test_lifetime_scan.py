@@ -77,11 +77,14 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
             features={"qos": ("LS", "BE")[int(rng.integers(2))], ORACLE_FEATURE: lifetime},
         )
         demand = (cores, memory, 0.0, gpus)
-        request = PlacementRequest(f"v{i}", demand, "", None, now, event)
+        # Batches of four of one deployment (two thirds of the VMs), so the
+        # deployment affinity has hosts to prefer.
+        deployment = f"d{i // 4}" if i % 3 else ""
+        request = PlacementRequest(f"v{i}", demand, deployment, None, now, event)
         result = policy.place(cluster, request)
         results.append(result)
         if isinstance(result, Placed):
-            record = cluster.book(f"v{i}", result.host, demand, "", now)
+            record = cluster.book(f"v{i}", result.host, demand, deployment, now)
             hooks.on_booked(cluster, record, now, event)
             if lifetime < float("inf"):
                 exits.append((now + lifetime, f"v{i}"))
@@ -140,6 +143,12 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         ("lava-oracle", {"cost_tolerance": 2.0, "stranding_cost": False}),
         # The widest tolerance allowed: every host that fits ties, Best Fit decides.
         ("las", {"cost_tolerance": 10.0}),
+        # The deployment affinity (on in every case above) off, and alone above
+        # LAS without the guard.
+        ("las", {"deployment_affinity": False}),
+        ("lava", {"deployment_affinity": False}),
+        ("las", {"waste_guard": False}),
+        ("lava", {"waste_guard": False, "cost_tolerance": 0.0}),
     ],
 )
 def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
@@ -151,6 +160,12 @@ def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
     # were drawn among several hosts.
     assert len(placed) < len(compiled)
     assert any(r.ties > 1 for r in placed)
+
+
+@pytest.mark.parametrize("name", ["las", "lava"])
+def test_the_deployment_affinity_changes_the_choice(name: str) -> None:
+    # Not vacuous above: the workload's batches give the affinity hosts to prefer.
+    assert _run(name, {}, scan=True) != _run(name, {"deployment_affinity": False}, scan=True)
 
 
 @pytest.mark.parametrize("name", ["las", "lava"])

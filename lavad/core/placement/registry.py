@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lavad.core.cluster import RESOURCES
 from lavad.core.input_bounds import MIN_CHECK_INTERVAL_S
+from lavad.core.placement.affinity import DeploymentAffinity
 from lavad.core.placement.bestfit import BestFitScore
 from lavad.core.placement.firstfit import FirstFitScore
 from lavad.core.placement.framework import (
@@ -160,6 +161,16 @@ class LifetimeArgs(WasteMixArgs):
         le=1000,
         description="stranding_cost: host time stranded counts this many times its duration",
     )
+    # On by default for LAS and LAVA: above LAS (and under LAVA's preference's
+    # own level), a host already running the request's deployment is taken
+    # first among the hosts the waste guard passes. Chosen on the placement
+    # matrix by its worst cell (docs/results/placement-matrix.md, "Deployment
+    # affinity"); placement/affinity.py says why.
+    deployment_affinity: bool = Field(
+        default=True,
+        description="hosts already running a VM of the request's deployment first, above "
+        "the lifetime score (under the waste guard)",
+    )
     # 0.25 for LAS (0.5 for LAVA): chosen among 0.25, 0.5 and 1.0 by the worst
     # cell of the placement matrix (benchmarks/placement_matrix.py;
     # docs/results/placement-matrix.md), never by one cell; under the waste
@@ -287,6 +298,9 @@ class LaBinaryArgs(LifetimeArgs):
     cost_tolerance: float = Field(
         default=0.0, ge=0, le=0, description="la-binary has no LAS cost to tie hosts by"
     )
+    deployment_affinity: bool = Field(
+        default=False, description="la-binary takes no deployment affinity (las and lava do)"
+    )
 
     def model_post_init(self, _context: Any) -> None:
         super().model_post_init(_context)
@@ -294,6 +308,10 @@ class LaBinaryArgs(LifetimeArgs):
             raise ValueError("waste_guard: la-binary takes no waste guard (las and lava do)")
         if self.stranding_cost:
             raise ValueError("stranding_cost: la-binary has no LAS cost to add it to")
+        if self.deployment_affinity:
+            raise ValueError(
+                "deployment_affinity: la-binary takes no deployment affinity (las and lava do)"
+            )
 
 
 class LavaArgs(LifetimeArgs):
@@ -471,8 +489,11 @@ def _las(*, oracle: bool) -> PolicyFactory:
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle)
         scorers: tuple[ScorePlugin, ...] = (_las_cost(args, tracker), BestFitScore())
+        preference: ScorePlugin | None = DeploymentAffinity() if args.deployment_affinity else None
         if args.guarded:
-            scorers = (_waste_guard(args, args.waste_tolerance, {}, None), *scorers)
+            preference = _waste_guard(args, args.waste_tolerance, {}, preference)
+        if preference is not None:
+            scorers = (preference, *scorers)
         return LifetimePolicy(
             name, scorers, rng, random_ties=args.tie_break == "random", hooks=tracker
         )
@@ -499,6 +520,8 @@ def _lava(*, oracle: bool) -> PolicyFactory:
             tracker, recycle_above=raw.recycle_above, deadline_factor=raw.deadline_factor
         )
         preference: ScorePlugin = LavaPreference(hosts)
+        if raw.deployment_affinity:
+            preference = DeploymentAffinity(preference)
         if raw.guarded:
             preference = _waste_guard(raw, raw.waste_tolerance, {}, preference)
         scorers = (preference, _las_cost(raw, tracker), BestFitScore())

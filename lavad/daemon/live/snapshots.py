@@ -74,12 +74,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # other names); 22: the usage windows still open are kept by end in a heap
 # (``models.limits.open_windows``; a v21 aggregator holds them in a dict by key),
 # and a shared signal keeps the cumulative histogram its windows read, which a v21
-# one has not
-SNAPSHOT_VERSION = 22
+# one has not; 23: LAS and LAVA place under a deployment affinity
+# (``core.placement.affinity``; a v22 policy has none, and its configuration no
+# longer matches the default)
+SNAPSHOT_VERSION = 23
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "e72c513b0ff9bb2b"
+SNAPSHOT_LAYOUT = "b1674721a1dfeaf9"
 
 
 class SnapshotError(Exception):

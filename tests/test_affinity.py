@@ -1,0 +1,174 @@
+"""Deployment affinity: its key worked by hand, its place under the waste guard, its settings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
+from lavad.core.placement.affinity import DeploymentAffinity
+from lavad.core.placement.framework import NumpyScorer, Placed, PlacementRequest
+from lavad.core.placement.lifetime_policy import LifetimePolicy
+from lavad.core.placement.registry import (
+    PolicyConfigError,
+    build_policy,
+    validate_policy_args,
+)
+from lavad.core.placement.waste import RequestMix, WasteGuard, waste_costs
+
+CAPACITY = (32.0, 128.0, 0.0, 0.0)
+# The guard's mix: three requests of (1, 2) and one of (4, 32), as in test_waste.
+MIX = [(1.0, 2.0, 0.0, 0.0)] * 3 + [(4.0, 32.0, 0.0, 0.0)]
+
+
+def _pool(residents: list[str]) -> ClusterState:
+    """One host per entry, each running a VM of (2, 8) of that deployment ("" for none)."""
+    cluster = ClusterState()
+    for h, deployment in enumerate(residents):
+        cluster.add_host(f"h{h}", CAPACITY)
+        cluster.book(f"r{h}", h, (2.0, 8.0, 0.0, 0.0), deployment, 0.0)
+    return cluster
+
+
+class _Fixed(NumpyScorer):
+    """A preference below the affinity, as LAVA's would be: fixed costs per host."""
+
+    name = "fixed"
+
+    def __init__(self, costs: list[float]) -> None:
+        self.costs = np.array(costs)
+
+    def score(
+        self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
+    ) -> None:
+        out[: cluster.n_hosts] = self.costs[: cluster.n_hosts]
+
+
+# Four hosts; deployment "d" runs on hosts 1 and 3, "e" on host 2.
+RESIDENTS = ["", "d", "e", "d"]
+
+
+@pytest.mark.parametrize(
+    ("deployment", "below", "expected"),
+    [
+        # Alone: level 0 on the hosts running "d", 1 elsewhere.
+        ("d", None, [1.0, 0.0, 1.0, 0.0]),
+        ("e", None, [1.0, 1.0, 0.0, 1.0]),
+        # A deployment nothing runs yet, and a request of none: every host level 1.
+        ("f", None, [1.0, 1.0, 1.0, 1.0]),
+        ("", None, [1.0, 1.0, 1.0, 1.0]),
+        # Above a preference of [0, 4, 6, 5]: level * 16 + preference, so
+        # host 0 is 16 + 0 = 16, host 1 is 0 + 4 = 4, host 2 is 16 + 6 = 22,
+        # host 3 is 0 + 5 = 5: hosts 1 and 3 (the siblings) rank first, and
+        # between them the preference decides (host 1).
+        ("d", [0.0, 4.0, 6.0, 5.0], [16.0, 4.0, 22.0, 5.0]),
+        # No sibling: the preference alone orders the hosts, 16 above it.
+        ("", [0.0, 4.0, 6.0, 5.0], [16.0, 20.0, 22.0, 21.0]),
+    ],
+)
+def test_the_affinity_key_by_hand(
+    deployment: str, below: list[float] | None, expected: list[float]
+) -> None:
+    cluster = _pool(RESIDENTS)
+    scorer = DeploymentAffinity(None if below is None else _Fixed(below))
+    request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), deployment, None, 1.0)
+    out = np.full(6, -1.0)  # longer than the pool: only the first n are written
+    scorer.score(cluster, request, out, np.zeros(6))
+    assert out[:4].tolist() == expected
+    assert out[4:].tolist() == [-1.0, -1.0]
+
+
+@pytest.mark.parametrize("holding", [16, 17, 30])
+def test_a_deployment_on_many_hosts_keys_them_all(holding: int) -> None:
+    # Up to 16 hosts are written one by one, beyond that through an index
+    # array: the same key either way.
+    cluster = _pool(["d"] * holding + ["", "e"])
+    out = np.zeros(holding + 2)
+    request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), "d", None, 1.0)
+    DeploymentAffinity(_Fixed([3.0] * (holding + 2))).score(cluster, request, out, out.copy())
+    assert out.tolist() == [3.0] * holding + [19.0, 19.0]
+
+
+def test_a_host_that_no_longer_runs_the_deployment_loses_its_level() -> None:
+    cluster = _pool(RESIDENTS)
+    cluster.release("r1")
+    out = np.zeros(4)
+    request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), "d", None, 1.0)
+    DeploymentAffinity().score(cluster, request, out, np.zeros(4))
+    assert out.tolist() == [1.0, 1.0, 1.0, 0.0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    hosts=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 120), st.booleans()), min_size=2, max_size=10
+    ),
+    demand=st.sampled_from([(1.0, 2.0), (4.0, 32.0), (2.0, 16.0), (8.0, 14.0)]),
+    tolerance=st.sampled_from([0.005, 0.02, 0.1]),
+    policy=st.sampled_from(["las", "lava"]),
+)
+def test_affinity_takes_a_sibling_the_guard_passes_and_never_one_it_refuses(
+    hosts: list[tuple[int, int, bool]],
+    demand: tuple[float, float],
+    tolerance: float,
+    policy: str,
+) -> None:
+    """Under the guard: the host chosen is within the guard's tolerance of the bar
+    (the affinity cannot make it strand more), and it runs the deployment whenever
+    some host running it fits at the guard's level 0."""
+    cluster = ClusterState()
+    for h, (cores, memory, sibling) in enumerate(hosts):
+        cluster.add_host(f"h{h}", CAPACITY)
+        used = (CAPACITY[0] - 2.0 - cores, CAPACITY[1] - 8.0 - memory, 0.0, 0.0)
+        cluster.book(f"r{h}", h, used, "d" if sibling else "", 0.0)
+    args = validate_policy_args(policy, {"waste_tolerance": tolerance, "mix_refresh": 1})
+    built = build_policy(policy, args, np.random.default_rng(7))
+    for i, shape in enumerate(MIX):
+        built.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, float(i)))
+    request = PlacementRequest("v", (*demand, 0.0, 0.0), "d", None, 10.0)
+    result = built.place(cluster, request)
+    mix = RequestMix(window=100, max_shapes=8, refresh_every=1)
+    for shape in [*MIX, request.demand]:
+        mix.add(shape)
+    costs = np.zeros(cluster.n_hosts)
+    best = waste_costs(
+        cluster.free,
+        cluster.inv_capacity,
+        cluster.unschedulable,
+        cluster.n_hosts,
+        np.array(request.demand),
+        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
+        costs,
+    )
+    if best == np.inf:
+        assert not isinstance(result, Placed)
+        return
+    assert isinstance(result, Placed)
+    bar = max(float(costs.min()), 0.0)  # every host runs a VM: all set the bar
+    assert costs[result.host] <= bar + tolerance + 1e-12
+    siblings = [h for h, (_, _, sibling) in enumerate(hosts) if sibling]
+    passed = [h for h in siblings if costs[h] <= bar + tolerance - 1e-9]
+    if passed:
+        assert result.host in siblings
+
+
+def test_on_by_default_for_las_and_lava_and_refused_by_la_binary() -> None:
+    for name in ("las", "lava"):
+        policy = build_policy(name, validate_policy_args(name, {}), np.random.default_rng(0))
+        assert isinstance(policy, LifetimePolicy)
+        assert isinstance(policy.guard, WasteGuard)
+        assert isinstance(policy.guard.below, DeploymentAffinity)
+        off = validate_policy_args(name, {"deployment_affinity": False})
+        policy = build_policy(name, off, np.random.default_rng(0))
+        assert isinstance(policy, LifetimePolicy)
+        assert isinstance(policy.guard, WasteGuard)
+        assert not isinstance(policy.guard.below, DeploymentAffinity)
+    # Without the guard the affinity is the preference above LAS itself.
+    bare = validate_policy_args("las", {"waste_guard": False})
+    policy = build_policy("las", bare, np.random.default_rng(0))
+    assert isinstance(policy, LifetimePolicy)
+    assert isinstance(policy.preference, DeploymentAffinity)
+    with pytest.raises(PolicyConfigError, match="deployment_affinity"):
+        validate_policy_args("la-binary", {"deployment_affinity": True})
