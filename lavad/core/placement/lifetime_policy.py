@@ -1,11 +1,12 @@
 """LAS and LAVA placement in one compiled pass over the hosts (``lifetime_scan``).
 
 The policies stay the numpy pipeline of ``framework.Policy`` (filters, then
-the lexicographic scorers LAVA preference -> LAS -> Best Fit); this subclass
-only computes the same decision faster where the pipeline's general path
-would run a dozen numpy passes per request: with the default filters and no
-anti-affinity in play, the preference (LAVA's, numpy, as its scorer writes
-it) goes to one compiled scan that filters, costs LAS and Best Fit and
+the lexicographic scorers preference -> LAS -> Best Fit, the preference
+being the deployment affinity and LAVA's classes, either or both); this
+subclass only computes the same decision faster where the pipeline's
+general path would run a dozen numpy passes per request: with the default
+filters and no anti-affinity in play, the preference (one key per host, as
+its scorer writes it) goes to one compiled scan that filters, costs LAS and Best Fit and
 collects the ties, in the pipeline's floating-point order. The decision,
 its tie count, its scores and the seeded draw are the pipeline's; a test
 holds them equal on replayed states. Anything else (anti-affinity, no host
@@ -61,7 +62,7 @@ class LifetimePolicy(Policy):
         if len(first) > 1:
             raise TypeError("a lifetime policy has at most one scorer above LAS")
         self.preference = first[0] if first else None
-        # A waste guard above LAS (and above LAVA's preference, which it
+        # A waste guard above LAS (and above the preference, which it
         # wraps): the scan runs unguarded first, and again with the guard's
         # levels only when a tied choice would add more waste than the
         # tolerance; the decision is the guarded pipeline's either way.

@@ -1,7 +1,7 @@
-"""LAS and LAVA in one compiled pass over the hosts: filters, (LAVA's preference,) LAS
+"""LAS and LAVA in one compiled pass over the hosts: filters, (a preference,) LAS
 within a cost tolerance of the least, Best Fit.
 
-The numpy pipeline (``framework.Policy.place`` with the scorers LAVA
+The numpy pipeline (``framework.Policy.place`` with the scorers
 preference -> LAS -> Best Fit) costs a dozen array passes per request; this
 scan decides as it does, in the same floating-point order, in one call: the
 hosts with the least preference; among them those whose LAS cost is at most
@@ -98,7 +98,8 @@ from lavad.core.placement.waste import NO_GUARD_TEST, GuardTest, all_within
 # four resources, the fit tolerance, now, the VM's predicted lifetime, and
 # the cost tolerance.
 ScanRequest = tuple[int, float, float, float, float, float, float, float, float]
-# LAVA's preference per host (or nothing, with False), and the guard's test.
+# The preference per host (the deployment affinity, LAVA's classes, or both in
+# one key; or nothing, with False), and the guard's test.
 Preference = tuple[FloatArray, bool, GuardTest]
 # (count, best preference, least LAS cost, best Best Fit score, a host of that
 # least cost at that preference or -1 when none fits, and whether the ties and

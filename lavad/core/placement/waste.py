@@ -29,11 +29,12 @@ cheap enough to run before every lifetime-aware placement.
 
 The guard (``WasteGuard``) turns the cost into a lexicographic level: hosts
 whose cost is within ``tolerance`` of the best feasible host's share level 0,
-the next ``tolerance`` level 1, and so on. Below it LAS (or LAVA's preference
-then LAS) decides among level-0 hosts and Best Fit breaks their ties, so a
-lifetime score can pick any host that strands no more than the least
-stranding host plus the tolerance, and never one that strands more when such
-a host fits. Alone above Best Fit it is the ``waste`` packing policy.
+the next ``tolerance`` level 1, and so on. Below it LAS (or a preference, the
+deployment affinity or LAVA's classes, then LAS) decides among level-0 hosts
+and Best Fit breaks their ties, so a lifetime score can pick any host that
+strands no more than the least stranding host plus the tolerance, and never
+one that strands more when such a host fits. Alone above Best Fit it is the
+``waste`` packing policy.
 
 The best host is the best of those that already run VMs, when one of them
 fits; an empty host sets the bar only when no used host fits. Measured from
@@ -337,7 +338,8 @@ def warm_up_waste() -> None:
 class WasteGuard(NumpyScorer):
     """The waste level of each host (0: within ``tolerance`` of the least waste), above ``below``.
 
-    ``below`` is a preference that the guard outranks (LAVA's); its costs are
+    ``below`` is a preference that the guard outranks (the deployment affinity,
+    LAVA's, or both in one key); its costs are
     packed under the level in one key, so the compiled lifetime scan still
     sees one preference. With no mix yet (the pool's first request), every
     host is level 0: nothing is known to strand.
