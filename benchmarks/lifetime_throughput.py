@@ -37,8 +37,9 @@ from lavad.streams.adapters import open_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 # LAS with the paper's score and model (no cost tolerance, no waste guard, no
-# stranding cost, no forgetting), to show what the default's tolerance, guard
-# and forgetting add beside what LAS's own scan costs.
+# deployment affinity, no stranding cost, no forgetting), to show what the
+# default's tolerance, guard, affinity and forgetting add beside what LAS's
+# own scan costs.
 PAPER_LAS = "las, paper's score"
 POLICIES = ("bestfit", "las", "lava", PAPER_LAS)
 # Five: the ratio of one round moves by about 5% with the box's load, and a
@@ -67,6 +68,7 @@ def lifetime_throughput(path: Path, rounds: int = ROUNDS) -> None:
                     "stranding_cost": False,
                     "cost_tolerance": 0.0,
                     "waste_guard": False,
+                    "deployment_affinity": False,
                     "half_life_s": None,
                 }
                 paper = validate_policy_args("las", las_args)
