@@ -89,6 +89,8 @@ def test_a_deployment_on_many_hosts_keys_them_all(holding: int) -> None:
     request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), "d", None, 1.0)
     DeploymentAffinity(_Fixed([3.0] * (holding + 2))).score(cluster, request, out, out.copy())
     assert out.tolist() == [3.0] * holding + [19.0, 19.0]
+    DeploymentAffinity().score(cluster, request, out, out.copy())
+    assert out.tolist() == [0.0] * holding + [1.0, 1.0]
 
 
 def test_a_host_that_no_longer_runs_the_deployment_loses_its_level() -> None:

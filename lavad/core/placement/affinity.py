@@ -64,9 +64,12 @@ class DeploymentAffinity(NumpyScorer):
         holding = cluster.deployment_hosts.get(deployment)
         if not holding:
             return
-        if len(holding) <= _FEW_HOSTS:
-            for host in holding:
-                key[host] -= stride
-        else:
+        if len(holding) > _FEW_HOSTS:
             hosts = np.fromiter(holding, dtype=np.int64, count=len(holding))
             key[hosts] -= stride
+        elif below is None:
+            for host in holding:
+                key[host] = 0.0
+        else:
+            for host in holding:
+                key[host] -= stride
