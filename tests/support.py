@@ -5,6 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
+
+from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
+from lavad.core.placement.waste import RequestMix, waste_costs
 from lavad.daemon.replay import ReplayResult, replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
@@ -29,3 +33,27 @@ def replay_trace(path: Path, policy: str, seed: int) -> tuple[bytes, ReplayResul
         decisions_out=sink,
     )
     return sink.getvalue(), result
+
+
+def added_waste(
+    cluster: ClusterState,
+    demand: tuple[float, ...],
+    shapes: list[tuple[float, float, float, float]],
+) -> tuple[float, FloatArray]:
+    """Each host's added waste for ``demand`` (cores and memory weighed 1) against the
+    mix of ``shapes``, as a guarded policy with ``mix_refresh = 1`` measures it; and
+    the least (inf when no host fits)."""
+    mix = RequestMix(window=100, max_shapes=8, refresh_every=1)
+    for shape in shapes:
+        mix.add(shape)
+    costs = np.zeros(cluster.n_hosts)
+    least = waste_costs(
+        cluster.free,
+        cluster.inv_capacity,
+        cluster.unschedulable,
+        cluster.n_hosts,
+        np.array(demand),
+        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
+        costs,
+    )
+    return least, costs

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import added_waste
 
-from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
+from lavad.core.cluster import ClusterState, FloatArray
 from lavad.core.placement.affinity import DeploymentAffinity
 from lavad.core.placement.framework import NumpyScorer, Placed, PlacementRequest
 from lavad.core.placement.lifetime_policy import LifetimePolicy
@@ -16,7 +17,7 @@ from lavad.core.placement.registry import (
     build_policy,
     validate_policy_args,
 )
-from lavad.core.placement.waste import RequestMix, WasteGuard, waste_costs
+from lavad.core.placement.waste import WasteGuard
 
 CAPACITY = (32.0, 128.0, 0.0, 0.0)
 # The guard's mix: three requests of (1, 2) and one of (4, 32), as in test_waste.
@@ -131,19 +132,7 @@ def test_affinity_takes_a_sibling_the_guard_passes_and_never_one_it_refuses(
         built.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, float(i)))
     request = PlacementRequest("v", (*demand, 0.0, 0.0), "d", None, 10.0)
     result = built.place(cluster, request)
-    mix = RequestMix(window=100, max_shapes=8, refresh_every=1)
-    for shape in [*MIX, request.demand]:
-        mix.add(shape)
-    costs = np.zeros(cluster.n_hosts)
-    best = waste_costs(
-        cluster.free,
-        cluster.inv_capacity,
-        cluster.unschedulable,
-        cluster.n_hosts,
-        np.array(request.demand),
-        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
-        costs,
-    )
+    best, costs = added_waste(cluster, request.demand, [*MIX, request.demand])
     if best == np.inf:
         assert not isinstance(result, Placed)
         return

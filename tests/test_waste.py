@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import added_waste
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState
 from lavad.core.placement.framework import Placed, PlacementRequest
@@ -244,17 +245,8 @@ def test_a_guarded_policy_never_picks_a_host_that_strands_beyond_the_tolerance(
         built.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, float(i)))
     request = PlacementRequest("v", (*demand, 0.0, 0.0), "", None, 10.0)
     result = built.place(cluster, request)
-    mix = _mix([*MIX, request.demand])  # the policy's mix has seen the request too
-    costs = np.zeros(cluster.n_hosts)
-    best = waste_costs(
-        cluster.free,
-        cluster.inv_capacity,
-        cluster.unschedulable,
-        cluster.n_hosts,
-        np.array(request.demand),
-        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
-        costs,
-    )
+    # The policy's mix has seen the request too.
+    best, costs = added_waste(cluster, request.demand, [*MIX, request.demand])
     if best == np.inf:
         assert not isinstance(result, Placed)
         return
