@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
+from lavad.core.placement.framework import PlacementRequest, PlacementResult
+from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.core.placement.waste import RequestMix, waste_costs
 from lavad.daemon.replay import ReplayResult, replay
 from lavad.daemon.settings import load_settings
@@ -57,3 +59,25 @@ def added_waste(
         costs,
     )
     return least, costs
+
+
+def guarded_choice(
+    cluster: ClusterState,
+    policy: str,
+    tolerance: float,
+    demand: tuple[float, float],
+    deployment: str,
+    mix: list[tuple[float, float, float, float]],
+) -> tuple[PlacementResult, float, FloatArray]:
+    """``policy`` under the waste guard at ``tolerance`` (its mix refreshed at every
+    request), warmed up on ``mix``, places one request of ``demand`` (cores, memory)
+    of ``deployment``. Returns the result, and ``added_waste`` of that request
+    against the mix the policy then holds (the warm-up's and the request's)."""
+    args = validate_policy_args(policy, {"waste_tolerance": tolerance, "mix_refresh": 1})
+    built = build_policy(policy, args, np.random.default_rng(7))
+    for i, shape in enumerate(mix):
+        built.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, float(i)))
+    request = PlacementRequest("v", (*demand, 0.0, 0.0), deployment, None, 10.0)
+    result = built.place(cluster, request)
+    least, costs = added_waste(cluster, request.demand, [*mix, request.demand])
+    return result, least, costs

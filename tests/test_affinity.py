@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import added_waste
+from support import guarded_choice
 
 from lavad.core.cluster import ClusterState, FloatArray
 from lavad.core.placement.affinity import DeploymentAffinity
@@ -126,13 +126,7 @@ def test_affinity_takes_a_sibling_the_guard_passes_and_never_one_it_refuses(
         cluster.add_host(f"h{h}", CAPACITY)
         used = (CAPACITY[0] - 2.0 - cores, CAPACITY[1] - 8.0 - memory, 0.0, 0.0)
         cluster.book(f"r{h}", h, used, "d" if sibling else "", 0.0)
-    args = validate_policy_args(policy, {"waste_tolerance": tolerance, "mix_refresh": 1})
-    built = build_policy(policy, args, np.random.default_rng(7))
-    for i, shape in enumerate(MIX):
-        built.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, float(i)))
-    request = PlacementRequest("v", (*demand, 0.0, 0.0), "d", None, 10.0)
-    result = built.place(cluster, request)
-    best, costs = added_waste(cluster, request.demand, [*MIX, request.demand])
+    result, best, costs = guarded_choice(cluster, policy, tolerance, demand, "d", MIX)
     if best == np.inf:
         assert not isinstance(result, Placed)
         return

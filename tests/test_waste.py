@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import added_waste
+from support import guarded_choice
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState
 from lavad.core.placement.framework import Placed, PlacementRequest
@@ -239,14 +239,7 @@ def test_a_guarded_policy_never_picks_a_host_that_strands_beyond_the_tolerance(
     policy: str,
 ) -> None:
     cluster = _cluster([(float(c), float(m)) for c, m in free])
-    args = validate_policy_args(policy, {"waste_tolerance": tolerance, "mix_refresh": 1})
-    built = build_policy(policy, args, np.random.default_rng(7))
-    for i, shape in enumerate(MIX):
-        built.place(cluster, PlacementRequest(f"warm{i}", shape, "", None, float(i)))
-    request = PlacementRequest("v", (*demand, 0.0, 0.0), "", None, 10.0)
-    result = built.place(cluster, request)
-    # The policy's mix has seen the request too.
-    best, costs = added_waste(cluster, request.demand, [*MIX, request.demand])
+    result, best, costs = guarded_choice(cluster, policy, tolerance, demand, "", MIX)
     if best == np.inf:
         assert not isinstance(result, Placed)
         return
