@@ -6,8 +6,8 @@ being the deployment affinity and LAVA's classes, either or both); this
 subclass only computes the same decision faster where the pipeline's
 general path would run a dozen numpy passes per request: with the default
 filters and no anti-affinity in play, the preference (one key per host, as
-its scorer writes it) goes to one compiled scan that filters, costs LAS and Best Fit and
-collects the ties, in the pipeline's floating-point order. The decision,
+its scorer writes it) goes to one compiled scan that filters, costs LAS and
+Best Fit and collects the ties, in the pipeline's floating-point order. The decision,
 its tie count, its scores and the seeded draw are the pipeline's; a test
 holds them equal on replayed states. Anything else (anti-affinity, no host
 fitting, whose explanation the pipeline gives) goes to the pipeline.

@@ -161,9 +161,9 @@ class LifetimeArgs(WasteMixArgs):
         le=1000,
         description="stranding_cost: host time stranded counts this many times its duration",
     )
-    # On by default for LAS and LAVA: above LAS (and under LAVA's preference's
-    # own level), a host already running the request's deployment is taken
-    # first among the hosts the waste guard passes. Chosen on the placement
+    # On by default for LAS and LAVA: above LAS (and above LAVA's preference),
+    # a host already running the request's deployment is taken first among
+    # the hosts the waste guard passes. Chosen on the placement
     # matrix by its worst cell (docs/results/placement-matrix.md, "Deployment
     # affinity"); placement/affinity.py says why.
     deployment_affinity: bool = Field(
