@@ -94,6 +94,20 @@ def test_a_deployment_on_many_hosts_keys_them_all(holding: int) -> None:
     assert out.tolist() == [0.0] * holding + [1.0, 1.0]
 
 
+def test_an_absurd_deployment_name_on_every_host_of_a_large_pool() -> None:
+    # A name is only a key (any string: NUL, separators, 100,000 characters);
+    # the work is the hosts the deployment runs on, here all 2,000 of them.
+    name = "\x00|d/" * 25_000
+    cluster = _pool([name] * 1_999 + ["d"])
+    out = np.full(2_000, -1.0)
+    request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), name, None, 1.0)
+    DeploymentAffinity().score(cluster, request, out, np.zeros(2_000))
+    assert out.tolist() == [0.0] * 1_999 + [1.0]
+    similar = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), name[:-1], None, 1.0)
+    DeploymentAffinity().score(cluster, similar, out, np.zeros(2_000))
+    assert out.tolist() == [1.0] * 2_000
+
+
 def test_a_host_that_no_longer_runs_the_deployment_loses_its_level() -> None:
     cluster = _pool(RESIDENTS)
     cluster.release("r1")
