@@ -83,8 +83,6 @@ def test_the_affinity_key_by_hand(
 
 @pytest.mark.parametrize("holding", [16, 17, 30])
 def test_a_deployment_on_many_hosts_keys_them_all(holding: int) -> None:
-    # Up to 16 hosts are written one by one, beyond that through an index
-    # array: the same key either way.
     cluster = _pool(["d"] * holding + ["", "e"])
     out = np.zeros(holding + 2)
     request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), "d", None, 1.0)
@@ -106,6 +104,72 @@ def test_an_absurd_deployment_name_on_every_host_of_a_large_pool() -> None:
     similar = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), name[:-1], None, 1.0)
     DeploymentAffinity().score(cluster, similar, out, np.zeros(2_000))
     assert out.tolist() == [1.0] * 2_000
+
+
+# What a pool does between placements: a VM of a deployment (or of none)
+# booked on a host, a VM released, a host added, or a request scored.
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("book"), st.sampled_from(["", "d", "e"]), st.integers(0, 40)),
+        st.tuples(st.just("release"), st.just(""), st.integers(0, 1_000)),
+        st.tuples(st.just("add_host"), st.just(""), st.just(0)),
+        st.tuples(st.just("score"), st.sampled_from(["", "d", "d", "e", "f"]), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=_STEPS)
+def test_levels_kept_between_requests_are_those_of_a_fresh_scorer(
+    steps: list[tuple[str, str, int]],
+) -> None:
+    """The levels an affinity keeps from request to request (a deployment's hosts
+    joining and leaving, other deployments asked about in between, the pool
+    growing past its array) are, at every request, a fresh scorer's."""
+    cluster = _pool(["", "d"])
+    kept, kept_above = DeploymentAffinity(), DeploymentAffinity(_Fixed([3.0] * 64))
+    running: list[str] = ["r0", "r1"]
+    for number, (step, deployment, value) in enumerate(steps):
+        n = cluster.n_hosts
+        if step == "book":
+            cluster.book(f"v{number}", value % n, (0.0, 0.0, 0.0, 0.0), deployment, 0.0)
+            running.append(f"v{number}")
+        elif step == "release" and running:
+            cluster.release(running.pop(value % len(running)))
+        elif step == "add_host":
+            cluster.add_host(f"h{n}", CAPACITY)
+        elif step == "score":
+            request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), deployment, None, 1.0)
+            fresh = np.zeros(n)
+            DeploymentAffinity().score(cluster, request, fresh, np.zeros(n))
+            assert kept.levels(cluster, request)[:n].tolist() == fresh.tolist()
+            above = np.zeros(n)
+            kept_above.score(cluster, request, above, np.zeros(n))
+            assert above.tolist() == (fresh * 16.0 + 3.0).tolist()
+
+
+def test_kept_levels_follow_a_deployment_by_hand() -> None:
+    # One scorer across requests, on RESIDENTS ("d" on hosts 1 and 3, "e" on 2).
+    cluster = _pool(RESIDENTS)
+    scorer = DeploymentAffinity()
+
+    def levels(deployment: str) -> list[float]:
+        request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), deployment, None, 1.0)
+        return scorer.levels(cluster, request)[: cluster.n_hosts].tolist()
+
+    assert levels("d") == [1.0, 0.0, 1.0, 0.0]
+    cluster.book("s", 0, (1.0, 2.0, 0.0, 0.0), "d", 1.0)  # "d" joins host 0
+    assert levels("d") == [0.0, 0.0, 1.0, 0.0]
+    cluster.release("r1")  # and leaves host 1
+    assert levels("d") == [0.0, 1.0, 1.0, 0.0]
+    assert levels("e") == [1.0, 1.0, 0.0, 1.0]  # another deployment: "d"'s hosts back to 1
+    assert levels("") == [1.0, 1.0, 1.0, 1.0]
+    cluster.add_host("h4", CAPACITY)  # past the kept array's 64 hosts: a new array
+    for h in range(5, 70):
+        cluster.add_host(f"h{h}", CAPACITY)
+    cluster.book("t", 69, (1.0, 2.0, 0.0, 0.0), "d", 1.0)
+    assert levels("d") == [0.0, 1.0, 1.0, 0.0] + [1.0] * 65 + [0.0]
 
 
 def test_a_host_that_no_longer_runs_the_deployment_loses_its_level() -> None:

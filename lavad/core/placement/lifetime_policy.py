@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
+from lavad.core.placement.affinity import DeploymentAffinity
 from lavad.core.placement.bestfit import BestFitScore
 from lavad.core.placement.floor_sets import FloorSets
 from lavad.core.placement.framework import (
@@ -67,6 +68,13 @@ class LifetimePolicy(Policy):
         # levels only when a tied choice would add more waste than the
         # tolerance; the decision is the guarded pipeline's either way.
         self.guard = self.preference if isinstance(self.preference, WasteGuard) else None
+        scored = self.guard.below if self.guard is not None else self.preference
+        # The deployment affinity alone (LAS's default): its levels are the
+        # key, kept between placements (``DeploymentAffinity.levels``), which
+        # the scan reads where they are.
+        self._affinity = (
+            scored if isinstance(scored, DeploymentAffinity) and scored.below is None else None
+        )
         self._levels: FloatArray = np.zeros(0)
         self.las = las
         # LAS counting stranded host time: the scan counts it itself.
@@ -108,7 +116,10 @@ class LifetimePolicy(Policy):
         preference = guard.below if guard is not None else self.preference
         if guard is not None:
             guard.observe(request)
-        if preference is not None:
+        if self._affinity is not None:
+            self._grow_buffers(n)
+            key = self._affinity.levels(cluster, request)
+        elif preference is not None:
             _, key, scratch = self._buffers(n)
             preference.score(cluster, request, key, scratch)
         else:
@@ -140,9 +151,12 @@ class LifetimePolicy(Policy):
             # unguarded choice stands as argued above.
             if least_host < 0 or levels[self._ties[:count]].any() or levels[least_host]:
                 rescanned = True
-                guard.pack(levels, key if preference is not None else None, key[:n])
+                # Into the policy's own buffer: the affinity's key is only read.
+                packed = self._key
+                below = key[:n] if preference is not None else None
+                guard.pack(levels, below, packed[:n])
                 count, best_p, best_c, best_s, _, _ = self._scan(
-                    cluster, request, key, True, prediction, None
+                    cluster, request, packed, True, prediction, None
                 )
         if count == 0:
             # No host passed the default filters the scan applies: the

@@ -76,12 +76,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # and a shared signal keeps the cumulative histogram its windows read, which a v21
 # one has not; 23: LAS and LAVA place under a deployment affinity
 # (``core.placement.affinity``; a v22 policy has none, and its configuration no
-# longer matches the default)
-SNAPSHOT_VERSION = 23
+# longer matches the default); 24: the deployment affinity keeps its levels
+# between placements, with the deployment and hosts they mark (a v23 affinity
+# has no levels and would fail at its first placement)
+SNAPSHOT_VERSION = 24
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "b1674721a1dfeaf9"
+SNAPSHOT_LAYOUT = "dbb8929cb7cb8c48"
 
 
 class SnapshotError(Exception):
