@@ -44,8 +44,10 @@ class DeploymentAffinity(NumpyScorer):
     The levels (times the stride) live in an array kept between calls, which
     changes only where the deployment's hosts differ from the last request's:
     a deployment's VMs arrive together, so most calls write no host, and the
-    others a host or two (a write to every host of a large deployment, per
-    call, cost LAS a tenth of Best Fit's replay time).
+    others a host or two. Writing every host of the pool, then those of the
+    deployment, at each call cost LAS about 0.14x of Best Fit's replay time
+    of the Azure dev split; the kept levels, 0.10x. Invariant: an entry is 0
+    exactly where its host is in ``_marked``.
     """
 
     name = "affinity"
