@@ -58,9 +58,10 @@ typecheck: $(STAMP)
 
 # The suite runs on two workers (pytest-xdist; one on a one-core machine): much
 # of its time is live tests waiting on their own embedded brokers, each on a
-# free port of its own. On a two-core box `.ci/run` from a fresh clone took
-# 8 min 55 s this way, against 13 min 47 s on one worker. More workers were
-# never measured.
+# free port of its own. On a two-core box one worker took about 1.5 times as
+# long as two. Four workers on two cores took 13 min 26 s against 15 min 0 s
+# for two on the same box, but each live test ran about twice as long as on
+# two, nearer its timeouts: two stay.
 unit: $(STAMP) test-tools
 	$(BIN)/pytest -n auto --maxprocesses 2
 
