@@ -151,6 +151,11 @@ class Scheduler:
         await self.producer.start()
         await self.admin.start()
         await self.state.start()
+        # the view is read once before the group is joined, so a scheduler that has
+        # taken queues ("queues taken") has read it: with a long state lag, a view
+        # stale from its start, not from whenever the first fetch happened to run
+        await self.state.catch_up()
+        next_state = time.monotonic() + self.state_lag_s
         await self.verdicts.start()
         self.verdict_parts = await topic_partitions(self.verdicts, VERDICTS)
         self.verdicts.assign(self.verdict_parts)
@@ -166,7 +171,7 @@ class Scheduler:
 
         self.requests.subscribe([REQUESTS], listener=Listener())
         await self.requests.start()
-        next_state = next_commit = 0.0
+        next_commit = 0.0
         next_retire = time.monotonic() + RETIRE_EVERY_S
         try:
             async for batch in fetches(self.requests, stop, timeout_ms=50):
