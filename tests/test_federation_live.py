@@ -104,8 +104,8 @@ async def test_two_owners_two_schedulers_kill_9_an_owner(
             owners = all("pool taken" in logs[n].read_text() for n in ("a", "b"))
             return owners and all(taken_partitions(logs[f"gm{g}"]) for g in (0, 1))
 
-        # a scheduler reads the state topic before it joins its group (still empty: no
-        # launch yet), so once both have taken queues, both views are read, stale from then on
+        # a scheduler reads the state topic before it joins its group (every pool empty:
+        # no launch yet), so once both have taken queues, both views are read, stale from then on
         await until(all_hold, 60, "each owner to take a pool and each scheduler a queue")
         a_pool = int(
             next(line for line in logs["a"].read_text().splitlines() if "pool taken" in line)
