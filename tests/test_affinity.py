@@ -175,6 +175,31 @@ def test_kept_levels_follow_a_deployment_by_hand() -> None:
     assert levels("d") == [0.0, 1.0, 1.0, 0.0] + [1.0] * 65 + [0.0]
 
 
+def test_the_pool_stamps_each_host_joining_or_leaving_a_deployment() -> None:
+    # (stamp, the deployment's stamp before it or 0, host): what the kept levels
+    # read to tell "unchanged" and "only this host" from "rebuild".
+    cluster = _pool(["", "", ""])
+    shape = (1.0, 2.0, 0.0, 0.0)
+    changes = cluster.deployment_changes
+    cluster.book("a", 0, shape, "d", 1.0)
+    assert changes["d"] == (1, 0, 0)  # the first change: 0 before it
+    cluster.book("b", 0, shape, "d", 1.0)
+    assert changes["d"] == (1, 0, 0)  # host 0 already runs "d": no change
+    cluster.book("c", 1, shape, "e", 1.0)
+    cluster.book("x", 1, shape, "d", 1.0)
+    assert changes == {"d": (3, 1, 1), "e": (2, 0, 1)}  # one stamp count for the pool
+    cluster.release("x")
+    assert changes["d"] == (4, 3, 1)  # host 1 left "d"
+    cluster.release("a")
+    assert changes["d"] == (4, 3, 1)  # "b" still runs "d" on host 0
+    cluster.release("b")
+    assert "d" not in changes and "d" not in cluster.deployment_hosts
+    # Back on another host: 0 before it, so a reader that saw stamp 4 rebuilds,
+    # and one that saw no "d" (0) adds host 2 alone.
+    cluster.book("y", 2, shape, "d", 1.0)
+    assert changes["d"] == (5, 0, 2)
+
+
 def test_a_host_that_no_longer_runs_the_deployment_loses_its_level() -> None:
     cluster = _pool(RESIDENTS)
     cluster.release("r1")

@@ -154,7 +154,35 @@ CLUSTER_CASES: list[tuple[str, Damage, str]] = [
         "vm_count",
     ),
     ("a host id missing", lambda c: c.host_ids.pop(), "host ids"),
+    # The deployment affinity writes its levels at a deployment's hosts.
+    (
+        "a deployment on a host past the pool",
+        lambda c: _deployment_on(c, c.n_hosts, lambda stamp: (stamp, 0, 0)),
+        "out of range",
+    ),
+    (
+        "a deployment's last change stamped after the pool's",
+        lambda c: _deployment_on(c, 0, lambda stamp: (stamp + 1, 0, 0)),
+        "out of order",
+    ),
+    (
+        "a deployment's last change as a list",
+        lambda c: _deployment_on(c, 0, lambda stamp: [stamp, 0, 0]),
+        "wrong form",
+    ),
+    (
+        "a deployment without its last change",
+        lambda c: c.deployment_hosts.setdefault("new", {0: 1}),
+        "other deployments",
+    ),
 ]
+
+
+def _deployment_on(cluster: ClusterState, host: int, change: Callable[[int], Any]) -> None:
+    """A deployment "new" on ``host``, its last change ``change`` of the pool's stamp."""
+    cluster._membership_stamp += 1
+    cluster.deployment_hosts["new"] = {host: 1}
+    cluster.deployment_changes["new"] = change(cluster._membership_stamp)
 
 
 @pytest.mark.parametrize(

@@ -101,6 +101,14 @@ class ClusterState:
         self.version = 0
         # Deployment -> host -> count, for anti-affinity.
         self.deployment_hosts: dict[str, dict[int, int]] = {}
+        # Deployment -> (stamp, the deployment's stamp before it or 0, host) of the
+        # last host to join or leave its ``deployment_hosts``; gone with them. A
+        # stamp counts such changes in the whole pool, so a reader that saw its
+        # stamp can tell "nothing changed" and "only this host" from "rebuild"
+        # in O(1), even across the deployment emptying and coming back (its
+        # first change after that has 0 before it, as when it was never seen).
+        self.deployment_changes: dict[str, tuple[int, int, int]] = {}
+        self._membership_stamp = 0
 
     def check_restored(self) -> None:
         """Raise ValueError if a restored state's arrays cannot hold its hosts.
@@ -134,6 +142,24 @@ class ClusterState:
         if len(self.host_ids) != self.n_hosts or len(self.host_vms) != self.n_hosts:
             ids, lists = len(self.host_ids), len(self.host_vms)
             raise ValueError(f"{ids} host ids and {lists} VM lists for {self.n_hosts} hosts")
+        self._check_deployments()
+
+    def _check_deployments(self) -> None:
+        """The deployment affinity writes its levels at these hosts, and trusts a
+        stamp it has seen to mean the hosts it marked then."""
+        if self.deployment_changes.keys() != self.deployment_hosts.keys():
+            raise ValueError("deployment_changes and deployment_hosts name other deployments")
+        for deployment, per_host in self.deployment_hosts.items():
+            if not per_host or not all(type(h) is int and 0 <= h < self.n_hosts for h in per_host):
+                raise ValueError(f"deployment {deployment!r} holds no host or one out of range")
+            change = self.deployment_changes[deployment]
+            if not (
+                type(change) is tuple and len(change) == 3 and all(type(v) is int for v in change)
+            ):
+                raise ValueError(f"deployment {deployment!r} has a change of the wrong form")
+            stamp, before, host = change
+            if not 0 <= before < stamp <= self._membership_stamp or not 0 <= host < self.n_hosts:
+                raise ValueError(f"deployment {deployment!r} has a change out of order or range")
 
     # ----------------------------------------------------------------- hosts
 
@@ -239,7 +265,10 @@ class ClusterState:
         self.vms[vm_id] = record
         if deployment:
             per_host = self.deployment_hosts.setdefault(deployment, {})
-            per_host[host] = per_host.get(host, 0) + 1
+            held = per_host.get(host, 0)
+            per_host[host] = held + 1
+            if not held:
+                self._membership_changed(deployment, host)
         return record
 
     def release(self, vm_id: str) -> VmRecord:
@@ -271,9 +300,18 @@ class ClusterState:
                 per_host[host] = left
             else:
                 del per_host[host]
-                if not per_host:
+                if per_host:
+                    self._membership_changed(record.deployment, host)
+                else:
                     del self.deployment_hosts[record.deployment]
+                    del self.deployment_changes[record.deployment]
         return record
+
+    def _membership_changed(self, deployment: str, host: int) -> None:
+        """``host`` joined or left ``deployment_hosts[deployment]``: a new stamp."""
+        stamp = self._membership_stamp = self._membership_stamp + 1
+        last = self.deployment_changes.get(deployment)
+        self.deployment_changes[deployment] = (stamp, 0 if last is None else last[0], host)
 
     # ----------------------------------------------------------------- views
 
