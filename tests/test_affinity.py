@@ -200,6 +200,17 @@ def test_the_pool_stamps_each_host_joining_or_leaving_a_deployment() -> None:
     assert changes["d"] == (5, 0, 2)
 
 
+def test_a_scorer_asked_about_another_pool_reads_that_pools_hosts() -> None:
+    # Both pools stamp "d"'s first host as (1, 0, host): the same stamp, other hosts.
+    first, second = _pool(["d", ""]), _pool(["", "d"])
+    assert first.deployment_changes["d"][:2] == second.deployment_changes["d"][:2] == (1, 0)
+    scorer = DeploymentAffinity()
+    request = PlacementRequest("v", (1.0, 2.0, 0.0, 0.0), "d", None, 1.0)
+    assert scorer.levels(first, request)[:2].tolist() == [0.0, 1.0]
+    assert scorer.levels(second, request)[:2].tolist() == [1.0, 0.0]
+    assert scorer.levels(first, request)[:2].tolist() == [0.0, 1.0]
+
+
 def test_a_host_that_no_longer_runs_the_deployment_loses_its_level() -> None:
     cluster = _pool(RESIDENTS)
     cluster.release("r1")

@@ -67,8 +67,10 @@ class DeploymentAffinity(NumpyScorer):
         self._deployment = ""
         self._marked: set[int] = set()
         # The stamp of ``_deployment``'s last change when it was marked (0: none
-        # seen; -1: to rebuild).
+        # seen; -1: to rebuild), in the pool it was marked for: stamps are one
+        # pool's count, so another pool's (a scorer reused) rebuilds.
         self._stamp = -1
+        self._pool: ClusterState | None = None
 
     def score(
         self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
@@ -95,6 +97,9 @@ class DeploymentAffinity(NumpyScorer):
         if len(levels) < n:
             levels = self._levels = np.full(max(n, 2 * len(levels), 64), self._stride)
             marked.clear()
+            self._stamp = -1
+        if cluster is not self._pool:
+            self._pool = cluster
             self._stamp = -1
         deployment = request.deployment
         change = cluster.deployment_changes.get(deployment) if deployment else None

@@ -80,13 +80,13 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # between placements, with the deployment and hosts they mark (a v23 affinity
 # has no levels and would fail at its first placement); 25: a pool stamps each host
 # joining or leaving a deployment (``ClusterState.deployment_changes``), which the
-# affinity's levels follow (a v24 pool has no stamps and would fail at its first
-# placement)
+# affinity's levels follow, with the pool they were marked for (a v24 pool has no
+# stamps and would fail at its first placement)
 SNAPSHOT_VERSION = 25
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "334227fbb5cbcadd"
+SNAPSHOT_LAYOUT = "c73c31e06a105de1"
 
 
 class SnapshotError(Exception):
