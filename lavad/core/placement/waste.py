@@ -89,8 +89,8 @@ class RequestMix:
     shapes a fragment must fit are refreshed every ``refresh_every`` requests,
     not per placement (the mix moves slowly), and while the mix is young at
     its 1st, 2nd, 4th, 8th... request, so a young mix is known early at a
-    logarithmic number of refreshes. A refresh costs O(distinct shapes in
-    the window), at most ``window`` whatever the stream sends.
+    logarithmic number of refreshes. A refresh sorts the distinct shapes in
+    the window, at most ``window`` whatever the stream sends.
     """
 
     def __init__(self, window: int, max_shapes: int, refresh_every: int) -> None:
