@@ -99,7 +99,8 @@ class ClusterState:
         self.resource_present = np.zeros(N_RESOURCES, dtype=np.bool_)
         # Bumped on every change, so samplers can tell an unchanged state.
         self.version = 0
-        # Deployment -> host -> count, for anti-affinity.
+        # Deployment -> host -> count: the anti-affinity filter's limit per host,
+        # and the hosts the deployment affinity prefers.
         self.deployment_hosts: dict[str, dict[int, int]] = {}
         # Deployment -> (stamp, the deployment's stamp before it or 0, host) of the
         # last host to join or leave its ``deployment_hosts``; gone with them. A
