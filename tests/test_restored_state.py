@@ -171,6 +171,16 @@ CLUSTER_CASES: list[tuple[str, Damage, str]] = [
         "wrong form",
     ),
     (
+        "a deployment counting no VM on its host",
+        lambda c: _deployment_on(c, 0, lambda stamp: (stamp, 0, 0), count=0),
+        "count below 1",
+    ),
+    (
+        "a deployment's hosts as a list",
+        lambda c: _deployment_on(c, 0, lambda stamp: (stamp, 0, 0), hosts=[0]),
+        "holds no host",
+    ),
+    (
         "a deployment without its last change",
         lambda c: c.deployment_hosts.setdefault("new", {0: 1}),
         "other deployments",
@@ -178,10 +188,18 @@ CLUSTER_CASES: list[tuple[str, Damage, str]] = [
 ]
 
 
-def _deployment_on(cluster: ClusterState, host: int, change: Callable[[int], Any]) -> None:
-    """A deployment "new" on ``host``, its last change ``change`` of the pool's stamp."""
+def _deployment_on(
+    cluster: ClusterState,
+    host: int,
+    change: Callable[[int], Any],
+    *,
+    count: int = 1,
+    hosts: Any = None,
+) -> None:
+    """A deployment "new" with ``count`` VMs on ``host`` (or the given ``hosts``), its
+    last change ``change`` of the pool's stamp."""
     cluster._membership_stamp += 1
-    cluster.deployment_hosts["new"] = {host: 1}
+    cluster.deployment_hosts["new"] = {host: count} if hosts is None else hosts
     cluster.deployment_changes["new"] = change(cluster._membership_stamp)
 
 

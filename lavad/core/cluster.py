@@ -151,8 +151,14 @@ class ClusterState:
         if self.deployment_changes.keys() != self.deployment_hosts.keys():
             raise ValueError("deployment_changes and deployment_hosts name other deployments")
         for deployment, per_host in self.deployment_hosts.items():
-            if not per_host or not all(type(h) is int and 0 <= h < self.n_hosts for h in per_host):
-                raise ValueError(f"deployment {deployment!r} holds no host or one out of range")
+            if type(per_host) is not dict or not per_host:
+                raise ValueError(f"deployment {deployment!r} holds no host")
+            if not all(type(h) is int and 0 <= h < self.n_hosts for h in per_host):
+                raise ValueError(f"deployment {deployment!r} holds a host out of range")
+            # The anti-affinity filter compares these counts with its limit, and a
+            # release keeps a host until its count falls to 0.
+            if not all(type(c) is int and c > 0 for c in per_host.values()):
+                raise ValueError(f"deployment {deployment!r} holds a VM count below 1")
             change = self.deployment_changes[deployment]
             if not (
                 type(change) is tuple and len(change) == 3 and all(type(v) is int for v in change)
