@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,19 @@ def test_a_refused_file_never_shows_a_secret(tmp_path: Path, text: str, key: str
         load_settings(path)
     assert caught.value.key.startswith(key)
     assert SECRET not in str(caught.value)
+
+
+def test_the_shipped_config_sets_each_policy_argument_to_its_default() -> None:
+    """A default chosen on the placement matrix is what `make run` and a copy of
+    config/lavad.toml place by: every policy argument the file spells out is that
+    policy's registry default. Best Fit's weights are spelled out for the reader as
+    1.0 each, which is what its empty default means."""
+    shipped = tomllib.loads(DEFAULT.read_text())["policies"]
+    for name, raw in shipped.items():
+        spelled = validate_policy_args(name, raw)
+        default = validate_policy_args(name, {})
+        for key in raw:
+            if (name, key) == ("bestfit", "weights"):
+                assert set(spelled.weights.values()) == {1.0}, "policies.bestfit.weights"
+                continue
+            assert getattr(spelled, key) == getattr(default, key), f"policies.{name}.{key}"
