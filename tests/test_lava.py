@@ -213,6 +213,18 @@ def test_the_default_deadline_is_the_class_bound_itself() -> None:
     assert pool.state() == (HostPhase.OPEN, 1, pytest.approx(11.0 * HOUR))
 
 
+def test_an_absurd_deadline_factor_never_times_a_host_out() -> None:
+    # The largest factor the settings accept: the deadline overflows to inf, so a
+    # jump of a thousand years finds nothing due and moves no class.
+    pool = _Pool(deadline_factor=1e308)
+    pool.book("a", 1.0, 4.0, lifetime_h=0.5, now=0.0)
+    pool.lava.take_notices()
+    assert pool.lava.next_deadline == float("inf")
+    pool.lava.advance(pool.cluster, 1000 * 365 * 24 * HOUR)
+    assert pool.state() == (HostPhase.OPEN, 0, float("inf"))
+    assert pool.lava.take_notices() == []
+
+
 def test_top_class_has_no_deadline_and_empty_host_has_no_class() -> None:
     pool = _Pool()
     pool.book("a", 1.0, 4.0, lifetime_h=2000.0, now=0.0)
