@@ -330,8 +330,10 @@ class LavaArgs(LifetimeArgs):
         le=1,
         description="an open host starts recycling above this fraction of CPU or memory booked",
     )
-    # The class's bound itself, where the paper implies 1.1: 1.0 raised the
-    # worst cell of LAVA's matrix (docs/results/placement-matrix.md, "The deadline").
+    # The class's bound itself, where the paper implies 1.1: 1.0 raised every
+    # worst cell of LAVA's matrix on seeds 0-2; on held-back seeds its OpenB and
+    # tail gains held, its least Azure share did not
+    # (docs/results/placement-matrix.md, "The deadline").
     deadline_factor: float = Field(
         default=1.0,
         ge=1,
