@@ -47,6 +47,21 @@ CASES = [
             (),
         ),
     ),
+    # Azure-like: none of the declared features present (the set test that
+    # skips the lookups): every one counts as None, as when looked up.
+    (
+        "t",
+        "",
+        {"hour_of_day": 5, "batch_size": 1},
+        DECLARED_CATEGORICAL,
+        (
+            ("t", "2c4g"),
+            ("2c4g", (None, None, None, None), 0, 1),
+            ("2c4g", (None, None, None, None)),
+            ((None, None, None, None),),
+            (),
+        ),
+    ),
 ]
 
 
@@ -63,3 +78,12 @@ def test_keys_by_hand(
     )
     assert keys == expected
     assert len(keys) == LEVELS
+
+
+def test_shape_names_of_flavourless_requests() -> None:
+    """The shape key formats cores and GiB with ``g`` (cached, the same string each time);
+    a flavour, where the request has one, is the shape."""
+    for _ in range(2):
+        assert lifetime_keys("t", 0.5, 1.75, "", {})[2] == ("0.5c1.75g",)
+        assert lifetime_keys("t", 8.0, 56.0, "", {})[2] == ("8c56g",)
+    assert lifetime_keys("t", 8.0, 56.0, "Standard_D13", {})[2] == ("Standard_D13",)
