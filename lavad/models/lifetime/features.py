@@ -76,8 +76,9 @@ def _shape_name(cores: float, memory_gib: float) -> str:
     """A flavourless request's shape as a group key, e.g. ``4c16g``.
 
     Cached: a pool sees a few hundred shapes, and formatting two floats was
-    a tenth of the time a request's keys take. Bounded, so a stream of new
-    shapes costs the cache's size and no more.
+    a quarter of the time a request's keys took. Bounded, so a stream of new
+    shapes costs the cache's size and no more; a pure function of its
+    arguments, so what it holds never changes a key.
     """
     return f"{cores:g}c{memory_gib:g}g"
 
