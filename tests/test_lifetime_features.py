@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from lavad.models.lifetime.features import DECLARED_CATEGORICAL, LEVELS, lifetime_keys
+from lavad.models.lifetime.features import (
+    DECLARED_CATEGORICAL,
+    LEVELS,
+    _shape_name,
+    lifetime_keys,
+)
 
 CASES = [
     # (tenant, deployment, features, categorical, expected keys finest first)
@@ -87,3 +92,15 @@ def test_shape_names_of_flavourless_requests() -> None:
         assert lifetime_keys("t", 0.5, 1.75, "", {})[2] == ("0.5c1.75g",)
         assert lifetime_keys("t", 8.0, 56.0, "", {})[2] == ("8c56g",)
     assert lifetime_keys("t", 8.0, 56.0, "Standard_D13", {})[2] == ("Standard_D13",)
+
+
+def test_a_stream_of_new_shapes_keeps_the_shape_cache_bounded() -> None:
+    """Hostile input: every request a shape never seen (a producer sending random
+    sizes). Each still gets its own exact name, and the cache holds no more than
+    its size, whatever the stream's length."""
+    bound = _shape_name.cache_info().maxsize
+    assert bound is not None
+    for i in range(bound + 500):
+        cores = 1.0 + i / 1024
+        assert lifetime_keys("t", cores, 1e6 + i, "", {})[2] == (f"{cores:g}c{1e6 + i:g}g",)
+    assert _shape_name.cache_info().currsize <= bound
