@@ -16,10 +16,16 @@ from lavad.core.placement.lava import (
     HostPhase,
     LavaHosts,
     LavaPreference,
+    class_probability,
     lifetime_class,
     preference_cost,
 )
-from lavad.core.placement.lifetime import LifetimeSettings, LifetimeTracker, OracleMissing
+from lavad.core.placement.lifetime import (
+    LifetimeSettings,
+    LifetimeTracker,
+    OracleMissing,
+    Prediction,
+)
 from lavad.core.placement.registry import LavaArgs
 from lavad.models.lifetime.features import LEFT_TRUNCATED, ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
@@ -64,6 +70,58 @@ def test_preference_order_of_section_4_3() -> None:
     out = np.zeros(len(PREFERENCE_CASES))
     preference_cost(phase, host_class, empty, 1, out)
     assert out.tolist() == [case[3] for case in PREFERENCE_CASES]
+
+
+def test_a_vm_without_a_class_prefers_every_non_empty_host_alike() -> None:
+    # The same hosts for a VM whose class is too uncertain to prefer by
+    # (``NO_CLASS``): every non-empty host 5, whatever its phase or class;
+    # the empty host still last.
+    phase = np.array([case[0] for case in PREFERENCE_CASES], dtype=np.int8)
+    host_class = np.array([case[1] for case in PREFERENCE_CASES], dtype=np.int8)
+    empty = np.array([case[2] for case in PREFERENCE_CASES])
+    out = np.zeros(len(PREFERENCE_CASES))
+    preference_cost(phase, host_class, empty, NO_CLASS, out)
+    assert out.tolist() == [5.0, 5.0, 5.0, 5.0, 5.0, 6.0, 5.0]
+
+
+# Eight equally likely lifetimes, in hours: three under 1 h, four from 1 h to
+# 10 h (1 h itself belongs to the class above it, as in ``lifetime_class``),
+# one of 40 h.
+SPREAD_H = [0.1, 0.3, 0.9, 1.0, 2.0, 5.0, 9.0, 40.0]
+
+
+@pytest.mark.parametrize(
+    ("klass", "probability"),
+    [(0, 3 / 8), (1, 4 / 8), (2, 1 / 8), (3, 0.0), (4, 0.0)],
+)
+def test_class_probability_counts_the_quantiles_inside_the_class(
+    klass: int, probability: float
+) -> None:
+    quantiles = np.array(SPREAD_H) * HOUR
+    assert class_probability(quantiles, klass) == probability
+
+
+def test_an_unbounded_quantile_belongs_to_the_top_class() -> None:
+    quantiles = np.array([0.5 * HOUR, 2000.0 * HOUR, np.inf, np.inf])
+    assert class_probability(quantiles, 4) == 3 / 4
+    assert class_probability(quantiles, 0) == 1 / 4
+    assert class_probability(np.zeros(0), 0) == 0.0
+
+
+def test_the_preference_drops_a_class_its_vm_is_not_sure_of() -> None:
+    # E[T] of the spread above is 7.29 h: class 1, with probability 4/8.
+    quantiles = np.array(SPREAD_H) * HOUR
+    prediction = Prediction((0,), 0, float(np.mean(quantiles)), None, quantiles)
+    hosts = LavaHosts(LifetimeTracker(LifetimeSettings()), recycle_above=0.9, deadline_factor=1.0)
+    assert LavaPreference(hosts).preferred_class(prediction) == 1  # the paper's: no bar
+    assert LavaPreference(hosts, 0.5).preferred_class(prediction) == 1  # 4/8 >= 0.5
+    assert LavaPreference(hosts, 0.51).preferred_class(prediction) == NO_CLASS
+    # Without quantiles (an oracle, or scoring by the mean) there is nothing to
+    # doubt: the class of the point lifetime.
+    point = Prediction((0,), 0, float(np.mean(quantiles)))
+    assert LavaPreference(hosts, 0.99).preferred_class(point) == 1
+    with pytest.raises(ValueError, match="class_confidence"):
+        LavaPreference(hosts, 1.5)
 
 
 class _Pool:

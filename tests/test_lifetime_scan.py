@@ -234,7 +234,7 @@ def test_compiled_lava_preference_equals_numpy() -> None:
         phase = rng.integers(0, 3, size=n).astype(np.int8)
         host_class = rng.integers(-1, 5, size=n).astype(np.int8)
         vm_count = rng.integers(0, 3, size=n).astype(np.int32)
-        vm_class = int(rng.integers(0, 5))
+        vm_class = int(rng.integers(-1, 5))  # -1: a VM without a class
         expected = np.zeros(n)
         preference_cost(phase, host_class, vm_count == 0, vm_class, expected)
         got = np.zeros(n)

@@ -521,11 +521,14 @@ def _lava_preference(
     vm_class: int,
     out: FloatArray,
 ) -> None:
-    """``lava.preference_cost`` in one pass (phases: 1 open, 2 recycling; counts as held)."""
+    """``lava.preference_cost`` in one pass (phases: 1 open, 2 recycling; counts as held;
+    a ``vm_class`` of -1, no class: every non-empty host alike)."""
     for h in range(n):
         klass = host_class[h]
         if vm_count[h] == 0:
             out[h] = 6.0
+        elif vm_class < 0:
+            out[h] = 5.0
         elif phase[h] == 1 and klass == vm_class:
             out[h] = 4.0
         elif phase[h] == 2 and klass > vm_class:

@@ -255,6 +255,13 @@ class Prediction:
     lifetime_s: float
     # ``cost_thresholds`` of the VM's lifetime quantiles (quantile scoring only).
     thresholds: FloatArray | None = None
+    # The quantiles themselves, ascending (quantile scoring only).
+    quantiles: FloatArray | None = None
+
+
+# A distribution row's prediction at creation: (lifetime, LAS cost thresholds,
+# the quantiles they come from), the last two under quantile scoring only.
+AtCreation = tuple[float, FloatArray | None, FloatArray | None]
 
 
 def _true_lifetime(event: Booking) -> float:
@@ -320,19 +327,19 @@ class LifetimeTracker(ClusterListener):
         # generation or the next refit does.
         self._deadline: float | None = None
         self._cached: tuple[str, float, Prediction] | None = None
-        # Per distribution row, its lifetime at creation (the mean or median)
-        # and the LAS cost thresholds of its quantiles at creation (quantile
+        # Per distribution row, its lifetime at creation (the mean or median),
+        # and its quantiles at creation with their LAS cost thresholds (quantile
         # scoring), until the next refit: a row's table changes only then.
-        self._at_creation: dict[int, tuple[float, FloatArray | None]] = {}
+        self._at_creation: dict[int, AtCreation] = {}
         self._levels = midpoint_levels(settings.quantiles)
         # The prediction at creation of each keys tuple, until the model's
         # distributions or choices change (a refit, a sibling's recount):
         # ``rows_for`` and ``choose`` give the same rows and row until then.
         # Only for models whose ``choose`` records nothing (``pure_choice``);
         # never with the oracle (its lifetime is the request's own).
-        self._by_keys: (
-            dict[tuple[object, ...], tuple[Prediction, tuple[float, FloatArray | None]]] | None
-        ) = {} if self.model.pure_choice and not settings.oracle else None
+        self._by_keys: dict[tuple[object, ...], tuple[Prediction, AtCreation]] | None = (
+            {} if self.model.pure_choice and not settings.oracle else None
+        )
         # Owner group row -> its running VMs the model learns from, and how
         # many of its VMs have exited (``siblings``).
         self._siblings: dict[int, set[int]] = {}
@@ -366,7 +373,7 @@ class LifetimeTracker(ClusterListener):
         at_creation = self._at_creation.get(chosen)
         if at_creation is None:
             at_creation = self._at_creation[chosen] = self._creation_prediction(chosen)
-        prediction = Prediction(rows, chosen, at_creation[0], at_creation[1])
+        prediction = Prediction(rows, chosen, at_creation[0], at_creation[1], at_creation[2])
         if memo is not None:
             if len(memo) >= MAX_CACHED_KEYS:
                 memo.clear()
@@ -379,10 +386,10 @@ class LifetimeTracker(ClusterListener):
         if self._by_keys is not None:
             self._by_keys.clear()
 
-    def _creation_prediction(self, chosen: int) -> tuple[float, FloatArray | None]:
+    def _creation_prediction(self, chosen: int) -> AtCreation:
         """A distribution row's lifetime at creation and LAS thresholds (kept until a refit)."""
         model = self.model
-        thresholds = None
+        thresholds = quantiles = None
         if self.settings.scoring == "quantiles":
             # remaining_quantiles at uptime 0, compiled (the same numbers).
             quantiles = creation_quantiles(model, chosen, self._levels)
@@ -392,7 +399,7 @@ class LifetimeTracker(ClusterListener):
         else:
             # E[T | T > 0] is the first moment of the whole table.
             lifetime = float(model.m1[chosen, 0] / model.m0[chosen, 0])
-        return lifetime, thresholds
+        return lifetime, thresholds, quantiles
 
     def remaining_quantiles(self, row: int, uptime: float) -> FloatArray:
         """The ``settings.quantiles`` quantiles of one VM's T_r | T_u."""
@@ -418,11 +425,12 @@ class LifetimeTracker(ClusterListener):
             )
             rows = self.slot_rows[slot]
             row = int(self.slots.row[slot])
-            thresholds = None
+            thresholds = quantiles = None
             if self.settings.scoring == "quantiles" and not self.settings.oracle:
                 uptime = request.now - float(self.slots.start[slot])
-                thresholds = cost_thresholds(self.remaining_quantiles(row, uptime))
-            prediction = Prediction(rows, row, remaining, thresholds)
+                quantiles = self.remaining_quantiles(row, uptime)
+                thresholds = cost_thresholds(quantiles)
+            prediction = Prediction(rows, row, remaining, thresholds, quantiles)
         self._cached = (request.vm_id, request.now, prediction)
         return prediction
 

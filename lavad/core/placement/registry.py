@@ -339,6 +339,19 @@ class LavaArgs(LifetimeArgs):
         ge=1,
         description="a host's deadline: this times its lifetime class's upper bound",
     )
+    # 0, the paper's: every VM prefers by its class. 0.3 raised every Azure
+    # condition of the placement matrix and cost LAVA 0.2-0.3 pp of empty
+    # hosts on OpenB, the matrix's worst cell, which no form of it tried kept
+    # (docs/results/placement-matrix.md, "How sure a class must be").
+    class_confidence: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description=(
+            "a VM prefers hosts by its lifetime class only where its predicted distribution "
+            "gives that class at least this probability; below it, every non-empty host alike"
+        ),
+    )
 
 
 TailMethod = Literal["normal", "cornish-fisher"]
@@ -523,7 +536,7 @@ def _lava(*, oracle: bool) -> PolicyFactory:
         hosts = LavaHosts(
             tracker, recycle_above=raw.recycle_above, deadline_factor=raw.deadline_factor
         )
-        preference: ScorePlugin = LavaPreference(hosts)
+        preference: ScorePlugin = LavaPreference(hosts, raw.class_confidence)
         if raw.deployment_affinity:
             preference = DeploymentAffinity(preference)
         if raw.guarded:

@@ -81,12 +81,15 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # has no levels and would fail at its first placement); 25: a pool stamps each host
 # joining or leaving a deployment (``ClusterState.deployment_changes``), which the
 # affinity's levels follow, with the pool they were marked for (a v24 pool has no
-# stamps and would fail at its first placement)
-SNAPSHOT_VERSION = 25
+# stamps and would fail at its first placement); 26: a prediction keeps the
+# quantiles its LAS thresholds come from, and LAVA's preference the probability
+# a VM's class needs and the class of its last prediction (a v25 LAVA pool has
+# neither and would fail at its first placement)
+SNAPSHOT_VERSION = 26
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "c73c31e06a105de1"
+SNAPSHOT_LAYOUT = "65f3313902d7808a"
 
 
 class SnapshotError(Exception):
