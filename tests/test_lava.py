@@ -26,7 +26,7 @@ from lavad.core.placement.lifetime import (
     OracleMissing,
     Prediction,
 )
-from lavad.core.placement.registry import LavaArgs
+from lavad.core.placement.registry import LavaArgs, validate_policy_args
 from lavad.models.lifetime.features import LEFT_TRUNCATED, ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 
@@ -122,6 +122,12 @@ def test_the_preference_drops_a_class_its_vm_is_not_sure_of() -> None:
     assert LavaPreference(hosts, 0.99).preferred_class(point) == 1
     with pytest.raises(ValueError, match="class_confidence"):
         LavaPreference(hosts, 1.5)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_a_bad_class_confidence_fails_at_start_up_naming_the_key(bad: float) -> None:
+    with pytest.raises(ValueError, match="class_confidence"):
+        validate_policy_args("lava", {"class_confidence": bad})
 
 
 class _Pool:

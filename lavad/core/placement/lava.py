@@ -54,11 +54,12 @@ host with its class, and recycling and deadlines are the paper's. The
 paper's model predicts a class; ours predicts a distribution, and E[T]'s
 class is most often not the likely one: 78% of the Azure V1 dev split's
 placements fall below 0.3, and 13% of those VMs live within that class (84%
-are shorter); on OpenB 34%, and 8% (91% shorter). At 0.3 LAVA gains more empty hosts in
-every Azure condition of the placement matrix, and loses 0.2-0.3 pp more on
-OpenB, where every form tried lost (dropping only the open-host level, or
-only the recycling one), so the paper's 0 stays the default. An oracle is
-sure of every class and places as the paper's
+are shorter); on OpenB 34%, and 8% (91% shorter). At 0.3 LAVA gains more
+empty hosts in most Azure conditions of the placement matrix (14 of its 15
+tail conditions reach half the oracle's gain, against 11) and loses 0.2-0.25
+pp more on OpenB, where every form tried lost (dropping only the open-host
+level, or only the recycling one), so the paper's 0 stays the default. An
+oracle is sure of every class and places as the paper's
 (docs/results/placement-matrix.md, "How sure a class must be").
 
 Learned LAVA trails learned LAS on Azure V1 while their oracles are level

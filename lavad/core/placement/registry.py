@@ -339,9 +339,10 @@ class LavaArgs(LifetimeArgs):
         ge=1,
         description="a host's deadline: this times its lifetime class's upper bound",
     )
-    # 0, the paper's: every VM prefers by its class. 0.3 raised every Azure
-    # condition of the placement matrix and cost LAVA 0.2-0.3 pp of empty
-    # hosts on OpenB, the matrix's worst cell, which no form of it tried kept
+    # 0, the paper's: every VM prefers by its class. 0.3 brought 14 of the
+    # placement matrix's 15 tail conditions to half the oracle's gain (the
+    # default: 11) and cost LAVA 0.2-0.25 pp of empty hosts on OpenB, the
+    # matrix's worst cell, which no form of it tried kept
     # (docs/results/placement-matrix.md, "How sure a class must be").
     class_confidence: float = Field(
         default=0.0,
