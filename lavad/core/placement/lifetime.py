@@ -445,16 +445,12 @@ class LifetimeTracker(ClusterListener):
         T at creation, or of T_r | T_u for a running VM being moved); the
         point lifetime alone where LAS scores by a point.
         """
+        # The prediction carries them (``prediction_for``): kept per row until
+        # a refit, or taken at the moving VM's uptime.
         prediction = self.prediction_for(request)
-        if prediction.thresholds is None:
+        if prediction.quantiles is None:
             return np.array([prediction.lifetime_s])
-        slot = self._slot.get(request.vm_id)
-        if slot is not None:
-            return self.remaining_quantiles(
-                prediction.row, request.now - float(self.slots.start[slot])
-            )
-        quantiles: FloatArray = creation_quantiles(self.model, prediction.row, self._levels)
-        return quantiles
+        return prediction.quantiles
 
     def remaining_estimate(self, rows: np.ndarray, uptimes: FloatArray) -> FloatArray:
         """Each VM's remaining lifetime from its uptime: the mean or the median of T_r | T_u."""

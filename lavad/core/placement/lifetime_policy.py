@@ -244,5 +244,5 @@ class LifetimePolicy(Policy):
         stranding = self.stranding
         if stranding is None:
             return _NO_STRANDING
-        strand = stranding.kernel_input(request, prediction, stranding.scan_exits(cluster))
+        strand = stranding.kernel_input(request, stranding.scan_exits(cluster))
         return _NO_STRANDING if strand is None else strand

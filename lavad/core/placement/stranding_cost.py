@@ -52,7 +52,6 @@ from lavad.core.placement.lifetime import (
     LAS_BUCKETS_S,
     LasTemporalCost,
     LifetimeTracker,
-    Prediction,
 )
 from lavad.core.placement.strand_kernels import (
     Stranding,
@@ -61,7 +60,6 @@ from lavad.core.placement.strand_kernels import (
     strands_count,
 )
 from lavad.core.placement.waste import RequestMix, waste_costs
-from lavad.models.lifetime.grouped import MAX_CACHED_KEYS
 
 
 @numba.njit(cache=True, nogil=True)
@@ -128,27 +126,7 @@ class LasStrandingCost(LasTemporalCost):
         self._last_seen: tuple[str, float] | None = None
         # The tracker's settings are fixed: whether LAS costs hosts by their quantiles.
         self._by_host_quantiles = tracker.uses_host_quantiles
-        # Per distribution row: the thresholds its quantiles were taken with, and them.
-        self._by_row: dict[int, tuple[FloatArray, FloatArray]] = {}
         warm_up_stranding()
-
-    def _quantiles(self, request: PlacementRequest, prediction: Prediction) -> FloatArray:
-        """``tracker.vm_quantiles`` for ``request`` (whose prediction is ``prediction``),
-        kept per distribution row while its thresholds are the tracker's (a new VM's
-        quantiles change only when its row's table does)."""
-        tracker = self.tracker
-        if prediction.thresholds is None or tracker.is_running(request.vm_id):
-            # A point lifetime (its own per VM with the oracle), or a VM being
-            # moved (its quantiles depend on its uptime).
-            return tracker.vm_quantiles(request)
-        kept = self._by_row.get(prediction.row)
-        if kept is not None and kept[0] is prediction.thresholds:
-            return kept[1]
-        quantiles = tracker.vm_quantiles(request)
-        if len(self._by_row) >= MAX_CACHED_KEYS:
-            self._by_row.clear()
-        self._by_row[prediction.row] = (prediction.thresholds, quantiles)
-        return quantiles
 
     def observe(self, request: PlacementRequest) -> None:
         """Count ``request`` in the mix once, whichever path (scan, pipeline) scores it."""
@@ -157,12 +135,10 @@ class LasStrandingCost(LasTemporalCost):
             self._last_seen = seen
             self.mix.add(request.demand)
 
-    def kernel_input(
-        self, request: PlacementRequest, prediction: Prediction, exits: FloatArray
-    ) -> Stranding | None:
+    def kernel_input(self, request: PlacementRequest, exits: FloatArray) -> Stranding | None:
         """The ``Stranding`` the kernels count ``request``'s stranded host time with
-        (``prediction`` is its prediction; ``exits`` the hosts' exits as LAS costs them,
-        the array the scan reads and refreshes); None before the pool has a mix."""
+        (``exits`` the hosts' exits as LAS costs them, the array the scan reads and
+        refreshes); None before the pool has a mix."""
         mix = self.mix
         if not mix.known:
             return None
@@ -170,7 +146,7 @@ class LasStrandingCost(LasTemporalCost):
             self.weights,
             mix.mean,
             mix.minimal,
-            self._quantiles(request, prediction),
+            self.tracker.vm_quantiles(request),
             exits,
             LAS_BUCKETS_S,
             self.weight,
@@ -193,9 +169,7 @@ class LasStrandingCost(LasTemporalCost):
         self.observe(request)
         super().score(cluster, request, out, scratch)
         # LAS's own score just brought every host's quantiles up to date.
-        strand = self.kernel_input(
-            request, self.tracker.prediction_for(request), self.scan_exits(cluster)
-        )
+        strand = self.kernel_input(request, self.scan_exits(cluster))
         if strand is None:
             return
         n = cluster.n_hosts

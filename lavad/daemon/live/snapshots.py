@@ -84,12 +84,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # stamps and would fail at its first placement); 26: a prediction keeps the
 # quantiles its LAS thresholds come from, and LAVA's preference the probability
 # a VM's class needs and the class of its last prediction (a v25 LAVA pool has
-# neither and would fail at its first placement)
-SNAPSHOT_VERSION = 26
+# neither and would fail at its first placement); 27: the stranding cost no
+# longer keeps quantiles per row, the prediction carries them (a v26 pool's
+# stranding cost holds a cache this one never reads)
+SNAPSHOT_VERSION = 27
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "65f3313902d7808a"
+SNAPSHOT_LAYOUT = "33466ba5fe3adb5f"
 
 
 class SnapshotError(Exception):
