@@ -203,7 +203,7 @@ class LifetimePolicy(Policy):
             # Grows the tracker's arrays first: the stranded count reads the
             # host quantiles the scan refreshes, so the same array.
             tracker_arrays, model_arrays = tracker.quantile_refresh(n)
-            strand = self._strand(cluster, request, prediction)
+            strand = self._strand(cluster, request)
             # ``lifetime_scan._refreshed_lifetime_scan`` without numba's type
             # dispatch (the types its warm-up compiled, checked on the first
             # call): the scan, bringing each stale host's quantiles up to date
@@ -233,12 +233,10 @@ class LifetimePolicy(Policy):
             _NO_HOST_QUANTILES,
             False,
         )
-        strand = self._strand(cluster, request, prediction)
+        strand = self._strand(cluster, request)
         return ScanDirect.probed(pool, scanned, preferred, las, self._ties, self._probe, strand)
 
-    def _strand(
-        self, cluster: ClusterState, request: PlacementRequest, prediction: Prediction
-    ) -> Stranding:
+    def _strand(self, cluster: ClusterState, request: PlacementRequest) -> Stranding:
         """What the scan counts of stranded host time: nothing without the stranding cost,
         or before its pool has a request mix."""
         stranding = self.stranding
