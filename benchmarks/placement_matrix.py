@@ -9,7 +9,9 @@ replays every policy in every cell of:
 * host shapes (Azure: the default 48/192 and 64/256, 32/128, 32/256);
 * fleets: grown on demand, and fixed at 5% and 15% headroom over Best Fit's
   peak in the same window, shape and seed;
-* seeds (the trace's sampled lifetimes and every tie-break).
+* seeds (the trace's sampled lifetimes and every tie-break; with
+  ``--keep-vms``, also which VMs the replay keeps, ``benchmarks.vm_sample``:
+  OpenB's seeds otherwise only draw ties).
 
 Per cell and policy: empty hosts in pp over Best Fit, the share of
 ``--oracle``'s gain, and stranded CPU and memory in pp over Best Fit (the
@@ -40,6 +42,7 @@ from typing import Any
 import orjson
 
 from benchmarks.lifetime_ablation import CONFIG, parse_variant
+from benchmarks.vm_sample import sample_vms
 from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon import heap
@@ -135,6 +138,7 @@ def _run_fleet(
     count: int,
     grow: bool,
     policies: list[str],
+    keep_vms: float,
 ) -> list[dict[str, Any]]:
     base = load_settings(CONFIG)
     options = dict(window.options)
@@ -149,10 +153,12 @@ def _run_fleet(
         variant_policies[name] = {**variant_policies.get(name, {}), **args}
         variant = settings.model_copy(update={"policies": variant_policies})
         opened = open_trace(trace, seed=seed, **options)
-        events: Any = opened.events()
+        events: Any = sample_vms(opened.events(), seed, keep_vms)
         if needs_true_lifetimes(name):
             if true_exits is None:
-                true_exits = exit_times(open_trace(trace, seed=seed, **options).events())
+                true_exits = exit_times(
+                    sample_vms(open_trace(trace, seed=seed, **options).events(), seed, keep_vms)
+                )
             end = opened.end_time if opened.end_time is not None else math.inf
             events = with_true_lifetimes(events, true_exits, end)
         config = variant.engine_config(name, trace_has_hosts=opened.has_hosts)
@@ -186,14 +192,20 @@ def _run_fleet(
 
 
 def run_unit(
-    window_name: str, shape: str, seed: int, fleets: list[str], policies: list[str], scratch: str
+    window_name: str,
+    shape: str,
+    seed: int,
+    fleets: list[str],
+    policies: list[str],
+    scratch: str,
+    keep_vms: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Every fleet of one (window, shape, seed): the grown pool first, for Best Fit's peak."""
     heap.tune_collector()  # in the worker process, which runs the replays
     window = WINDOWS[window_name]
     trace = trace_path(window_name, Path(scratch))
     cells = []
-    grown = _run_fleet(trace, window, shape, seed, 0, True, policies)
+    grown = _run_fleet(trace, window, shape, seed, 0, True, policies, keep_vms)
     peak = next(row["peak"] for row in grown if row["policy"] == policies[0])
     for fleet in fleets:
         if fleet == "grown":
@@ -201,8 +213,16 @@ def run_unit(
         else:
             headroom = float(fleet.removeprefix("fixed+").removesuffix("%")) / 100.0
             count = math.ceil(peak * (1.0 + headroom))
-            rows = _run_fleet(trace, window, shape, seed, count, False, policies)
-        cells.append({"window": window_name, "shape": shape, "fleet": fleet, "seed": seed})
+            rows = _run_fleet(trace, window, shape, seed, count, False, policies, keep_vms)
+        cells.append(
+            {
+                "window": window_name,
+                "shape": shape,
+                "fleet": fleet,
+                "seed": seed,
+                "keep_vms": keep_vms,
+            }
+        )
         cells[-1]["rows"] = rows
         # Each cell's figures as it ends, so an interrupted matrix keeps them.
         figures = ", ".join(
@@ -299,7 +319,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--oracle", default=PAPER_ORACLE)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--keep-vms",
+        type=float,
+        default=1.0,
+        help="replay a seeded share of the VMs (0 < share <= 1; default all)",
+    )
     ns = parser.parse_args(argv)
+    if not 0.0 < ns.keep_vms <= 1.0:
+        parser.error(f"--keep-vms must be in (0, 1], got {ns.keep_vms}")
     if not SHARED.is_dir():
         sys.exit(f"the placement matrix needs the real traces in {SHARED}: not found")
     windows = ns.window or list(WINDOWS)
@@ -309,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(ns.jobs) as pool:
         futures = [
-            pool.submit(run_unit, w, s, seed, fleets, policies, scratch)
+            pool.submit(run_unit, w, s, seed, fleets, policies, scratch, ns.keep_vms)
             for w, s, seed in units(windows, ns.shape, ns.seeds, ns.first_seed)
         ]
         for future in futures:
