@@ -10,7 +10,7 @@ replays every policy in every cell of:
 * fleets: grown on demand, and fixed at 5% and 15% headroom over Best Fit's
   peak in the same window, shape and seed;
 * seeds (the trace's sampled lifetimes and every tie-break; with
-  ``--keep-vms``, also which VMs the replay keeps, ``benchmarks.vm_sample``:
+  ``--keep-vms``, also which VMs the replay keeps, ``lavad.evaluation.vm_sample``:
   OpenB's seeds otherwise only draw ties).
 
 Per cell and policy: empty hosts in pp over Best Fit, the share of
@@ -42,13 +42,13 @@ from typing import Any
 import orjson
 
 from benchmarks.lifetime_ablation import CONFIG, parse_variant
-from benchmarks.vm_sample import sample_vms
 from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon import heap
 from lavad.daemon.replay import on_common_pool, replay
 from lavad.daemon.settings import HostSettings, load_settings
 from lavad.evaluation import hindsight
+from lavad.evaluation.vm_sample import sample_vms
 from lavad.streams.adapters import open_trace
 from lavad.streams.oracle import exit_times, with_true_lifetimes
 

@@ -1,4 +1,4 @@
-"""The placement matrix's seeded sample of VMs (``benchmarks.vm_sample``), on OpenB's slice."""
+"""The placement matrix's seeded sample of VMs (``lavad.evaluation.vm_sample``) on OpenB."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.vm_sample import kept, sample_vms
+from lavad.evaluation.vm_sample import kept, sample_vms
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import VmExit, VmRequest
 
