@@ -62,6 +62,14 @@ def test_seed_and_id_cannot_run_together() -> None:
     assert [kept(1, "2" + i, 0.5) for i in ids] != [kept(12, i, 0.5) for i in ids]
 
 
+def test_any_id_is_sampled_and_the_same_id_twice_alike() -> None:
+    # A lone surrogate (which strict UTF-8 refuses), a NUL and a 1 MB id:
+    # each gets an answer, the same one for the same seed.
+    for vm_id in ("\ud800", "a\0b", "x" * 1_000_000, ""):
+        assert kept(5, vm_id, 0.5) == kept(5, vm_id, 0.5)
+    assert [kept(0, f"\ud800{i}", 0.5) for i in range(64)] != [True] * 64
+
+
 @pytest.mark.parametrize("share", [0.0, -0.1, 1.5, float("nan")])
 def test_a_share_outside_its_range_is_refused(share: float) -> None:
     with pytest.raises(ValueError, match="share of VMs kept"):

@@ -25,9 +25,11 @@ def kept(seed: int, vm_id: str, share: float) -> bool:
     A hash of the seed and the id, not a draw in event order: a VM's request
     and exit agree, and the sample does not depend on what else the trace
     holds. The seed is written as digits and a NUL ends it, so no two
-    (seed, id) pairs hash the same bytes.
+    (seed, id) pairs hash the same bytes; ``surrogatepass`` encodes any
+    string, lone surrogates included, one to one.
     """
-    digest = hashlib.blake2b(f"{seed}\0{vm_id}".encode(), digest_size=8).digest()
+    key = f"{seed}\0{vm_id}".encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(key, digest_size=8).digest()
     return int.from_bytes(digest, "big") / _SCALE < share
 
 
