@@ -55,7 +55,7 @@ def added_waste(
         cluster.unschedulable,
         cluster.n_hosts,
         np.array(demand),
-        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
+        (np.array([1.0, 1.0, 0.0, 0.0]), mix.directions, mix.minimal, FIT_TOLERANCE),
         costs,
     )
     return least, costs

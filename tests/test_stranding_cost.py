@@ -170,7 +170,7 @@ def _expected_choice(
         cluster.unschedulable,
         n,
         np.array(request.demand),
-        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
+        (np.array([1.0, 1.0, 0.0, 0.0]), mix.directions, mix.minimal, FIT_TOLERANCE),
         added,
     )
     quantiles = hooks.vm_quantiles(request).tolist()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,10 +13,16 @@ from hypothesis import strategies as st
 from support import guarded_choice
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState
+from lavad.core.metrics.stranding import inflate
 from lavad.core.placement.framework import Placed, PlacementRequest
 from lavad.core.placement.registry import build_policy, validate_policy_args
+from lavad.core.placement.strand_kernels import leftover_waste
 from lavad.core.placement.waste import RequestMix, WasteGuard, waste_costs
 from lavad.daemon.live.state_codec import dumps, loads
+from lavad.streams.adapters import open_trace
+from lavad.streams.schema import VmRequest
+
+OPENB_SLICE = Path(__file__).resolve().parents[1] / "data" / "alibaba-openb-slice"
 
 # Hosts of 32 cores and 128 GiB. The mix: three requests of (1, 2) and one of
 # (4, 32), so its mean is m = ((3 + 4) / 4, (6 + 32) / 4) = (1.75, 9.5) and
@@ -111,7 +121,7 @@ def test_added_waste_by_hand() -> None:
         cluster.unschedulable,
         3,
         np.array([4.0, 32.0, 0.0, 0.0]),
-        (weights, mix.mean, mix.minimal, FIT_TOLERANCE),
+        (weights, mix.directions, mix.minimal, FIT_TOLERANCE),
         out,
     )
     for h, (_, expected) in enumerate(WORKED):
@@ -132,10 +142,137 @@ def test_nothing_left_that_fits_the_mix_is_all_stranded() -> None:
         cluster.unschedulable,
         1,
         np.array([0.5, 1.0, 0.0, 0.0]),
-        (np.array([1.0, 1.0, 0.0, 0.0]), mix.mean, mix.minimal, FIT_TOLERANCE),
+        (np.array([1.0, 1.0, 0.0, 0.0]), mix.directions, mix.minimal, FIT_TOLERANCE),
         out,
     )
     assert out[0] == pytest.approx(1 / 32 - (1.5 / 32 + 1 / 128))
+
+
+# Hosts of 32 cores, 128 GiB and 4 GPUs. The mix: three requests of (2, 8, 1
+# GPU) and one of (4, 16, no GPU), so its mean is m = (10/4, 40/4, 3/4) =
+# (2.5, 10, 0.75), and the shapes that ask no GPU have mean (4, 16). Neither
+# shape is below the other (the first is smaller in cores and memory, the
+# second in GPUs), so both are minimal.
+GPU_CAPACITY = (32.0, 128.0, 0.0, 4.0)
+GPU_MIX = [(2.0, 8.0, 0.0, 1.0)] * 3 + [(4.0, 16.0, 0.0, 0.0)]
+GPU_WEIGHTS = np.array([1.0, 1.0, 0.0, 1.0])
+
+# Free (cores, GiB, GPUs) and the waste, worked leg by leg:
+#   (12, 48, 0): the first leg fills nothing (t = 0 / 0.75 = 0: no GPU left);
+#     the GPU-free shapes then fill (12, 48) along (4, 16): t = 3, nothing
+#     left. Waste 0. In the whole mix's direction alone all of (12, 48)
+#     would strand: 12/32 + 48/128 = 0.75.
+#   (12, 24, 1): t = min(12/2.5, 24/10, 1/0.75) = 1.333, the GPU runs out,
+#     leaving (8.667, 10.667); along (4, 16): t = min(2.167, 0.667) = 0.667,
+#     memory runs out, leaving 6 cores; no shape asks for neither memory nor
+#     GPUs, so they strand: 6/32 = 0.1875 (the whole mix's direction alone:
+#     8.667/32 + 10.667/128 = 0.3542).
+#   (1, 4, 2): no shape fits (both need 2 or 4 cores), so all of it strands:
+#     1/32 + 4/128 + 2/4 = 0.5625.
+LEGS_WORKED = [((12.0, 48.0, 0.0), 0.0, 0.75), ((12.0, 24.0, 1.0), 0.1875, 0.35417),
+               ((1.0, 4.0, 2.0), 0.5625, 0.5625)]  # fmt: skip
+
+
+def _gpu_pool(free: list[tuple[float, float, float]]) -> ClusterState:
+    cluster = ClusterState()
+    for h, (cores, memory, gpus) in enumerate(free):
+        cluster.add_host(f"h{h}", GPU_CAPACITY)
+        used = (GPU_CAPACITY[0] - cores, GPU_CAPACITY[1] - memory, 0.0, GPU_CAPACITY[3] - gpus)
+        cluster.book(f"resident{h}", h, used, "", 0.0)
+    return cluster
+
+
+def _one_leg(mix: RequestMix) -> np.ndarray:
+    """The mix's directions with every leg after the first taken away."""
+    directions = mix.directions.copy()
+    directions[1:] = 0.0
+    return directions
+
+
+def test_the_fill_goes_on_with_the_shapes_that_spare_what_ran_out() -> None:
+    mix = _mix(GPU_MIX)
+    assert mix.directions[0].tolist() == pytest.approx([2.5, 10.0, 0.0, 0.75])
+    assert mix.directions[0b1000].tolist() == pytest.approx([4.0, 16.0, 0.0, 0.0])
+    assert len(mix.minimal) == 2
+    cluster = _gpu_pool([free for free, _, _ in LEGS_WORKED])
+    zero = np.zeros(4)
+    for h, (_, legs, one_leg) in enumerate(LEGS_WORKED):
+        for directions, expected in ((mix.directions, legs), (_one_leg(mix), one_leg)):
+            measure = (GPU_WEIGHTS, directions, mix.minimal, FIT_TOLERANCE)
+            got = leftover_waste(cluster.free, h, zero, cluster.inv_capacity, measure)
+            assert got == pytest.approx(expected, abs=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(*(st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0]) for _ in range(2))),
+        min_size=1,
+        max_size=20,
+    ),
+    st.tuples(*(st.floats(0.0, 64.0) for _ in range(2))),
+)
+def test_a_mix_whose_every_shape_asks_for_everything_fills_in_one_leg(
+    shapes: list[tuple[float, float]], free: tuple[float, float]
+) -> None:
+    """Where every shape asks for every resource the mix uses, a resource that runs
+    out leaves no shape to go on with: the waste is the single leg's, to the bit."""
+    mix = _mix([(cores, memory, 0.0, 0.0) for cores, memory in shapes])
+    cluster = _cluster([(min(free[0], 32.0), min(free[1], 128.0))])
+    zero = np.zeros(4)
+    weights = np.array([1.0, 1.0, 0.0, 0.0])
+    legs = leftover_waste(
+        cluster.free, 0, zero, cluster.inv_capacity, (weights, mix.directions, mix.minimal, 0.0)
+    )
+    one = leftover_waste(
+        cluster.free, 0, zero, cluster.inv_capacity, (weights, _one_leg(mix), mix.minimal, 0.0)
+    )
+    assert legs == one
+
+
+def test_the_legs_follow_the_inflation_on_openb_better_than_one_leg() -> None:
+    """Against the stranding metric's own simulation (``inflate``, 20 seeds) on the
+    bundled OpenB slice's request mix, over a grid of free vectors of a 96-core,
+    384 GiB, 8-GPU host: the legs' mean error is under half the single leg's.
+    (Measured: 0.046 against 0.130, in fractions of a host summed over resources.)"""
+    requests = [
+        item
+        for item in open_trace(OPENB_SLICE, seed=0, hosts=False).events()
+        if isinstance(item, VmRequest)
+    ]
+    demands = [(r.cores, r.memory_gib, r.disk_gib, r.gpus) for r in requests]
+    mix = RequestMix(window=10_000, max_shapes=32, refresh_every=256)
+    for demand in demands:
+        mix.add(demand)
+    mix.refresh()
+    common = sorted(Counter(demands).items(), key=lambda item: (-item[1], item[0]))[:32]
+    shapes = np.array([shape for shape, _ in common])
+    counts = np.array([count for _, count in common], dtype=np.float64)
+    grid = itertools.product([4.0, 16.0, 48.0], [16.0, 64.0, 256.0], [0.0, 0.5, 1.0, 2.0, 4.0])
+    free = np.array([[cores, memory, 0.0, gpus] for cores, memory, gpus in grid]).T.copy()
+    capacity = np.array([96.0, 384.0, 0.0, 8.0])
+    inv_capacity = np.repeat(
+        np.divide(1.0, capacity, out=np.zeros(4), where=capacity > 0)[:, None], free.shape[1], 1
+    )
+    weights = np.array([1.0, 1.0, 0.0, 1.0])
+    simulated = np.mean(
+        [
+            (weights[:, None] * inflate(free, shapes, counts, np.random.default_rng(seed))
+             * inv_capacity).sum(axis=0)
+            for seed in range(20)
+        ],
+        axis=0,
+    )  # fmt: skip
+    zero = np.zeros(4)
+
+    def error(directions: np.ndarray) -> float:
+        measure = (weights, directions, mix.minimal, FIT_TOLERANCE)
+        closed = [
+            leftover_waste(free, h, zero, inv_capacity, measure) for h in range(free.shape[1])
+        ]
+        return float(np.mean(np.abs(np.array(closed) - simulated)))
+
+    assert error(mix.directions) < 0.5 * error(_one_leg(mix))
 
 
 @pytest.mark.parametrize(

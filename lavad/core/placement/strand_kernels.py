@@ -25,8 +25,9 @@ from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, FloatArray
 WastePool = tuple[FloatArray, FloatArray, np.ndarray, np.ndarray]
 
 # How the waste of a free vector is measured, the four always passed together:
-# the resources' weights, the request mix's mean shape and minimal shapes
-# (``waste.RequestMix``), and the fit tolerance.
+# the resources' weights, the request mix's fill directions (``waste.RequestMix``:
+# row k the mean shape of the mix's shapes that ask nothing of the resources in
+# bit set k) and minimal shapes, and the fit tolerance.
 WasteMeasure = tuple[FloatArray, FloatArray, FloatArray, float]
 
 
@@ -34,8 +35,15 @@ WasteMeasure = tuple[FloatArray, FloatArray, FloatArray, float]
 def leftover_waste(
     free: FloatArray, host: int, demand: FloatArray, inv_capacity: FloatArray, measure: WasteMeasure
 ) -> float:
-    """Stranded capacity (Best Fit's units) of host ``host``'s free vector minus ``demand``."""
-    weights, mean, minimal, tolerance = measure
+    """Stranded capacity (Best Fit's units) of host ``host``'s free vector minus ``demand``.
+
+    The fill follows the whole mix's mean direction until a resource runs out;
+    then only the shapes that ask nothing of it still fit, and the fill goes on
+    in their mean direction; and so on, at most once per resource. With every
+    shape asking for every resource the mix uses (a pool of CPU and memory)
+    that is the first leg alone.
+    """
+    weights, directions, minimal, tolerance = measure
     n_resources = free.shape[0]
     fits_any = False
     for m in range(minimal.shape[0]):
@@ -53,14 +61,32 @@ def leftover_waste(
             if weights[r] > 0.0:
                 total += weights[r] * max(free[r, host] - demand[r], 0.0) * inv_capacity[r, host]
         return total
-    fill = np.inf
+    left = np.empty(n_resources)
     for r in range(n_resources):
-        if mean[r] > 0.0:
-            fill = min(fill, max(free[r, host] - demand[r], 0.0) / mean[r])
+        left[r] = max(free[r, host] - demand[r], 0.0)
+    exhausted = 0
+    for _ in range(n_resources):
+        fill = np.inf
+        for r in range(n_resources):
+            mean = directions[exhausted, r]
+            if mean > 0.0:
+                fill = min(fill, left[r] / mean)
+        if fill == np.inf:
+            break  # no shape of the mix asks only for what is left
+        ran_out = exhausted
+        for r in range(n_resources):
+            mean = directions[exhausted, r]
+            if mean > 0.0:
+                if left[r] / mean <= fill:
+                    ran_out |= 1 << r
+                # A resource that ran out keeps what rounding leaves of it (an
+                # ulp), so a pool whose every shape asks for every resource
+                # scores exactly as a single leg would.
+                left[r] = max(left[r] - fill * mean, 0.0)
+        exhausted = ran_out
     for r in range(n_resources):
         if weights[r] > 0.0:
-            left = max(free[r, host] - demand[r], 0.0) - fill * mean[r]
-            total += weights[r] * max(left, 0.0) * inv_capacity[r, host]
+            total += weights[r] * left[r] * inv_capacity[r, host]
     return total
 
 
@@ -89,7 +115,7 @@ def present_weights(weights: FloatArray, present: np.ndarray) -> FloatArray:
     return used
 
 
-# (the waste's resource weights, the mix's mean shape, the mix's minimal
+# (the waste's resource weights, the mix's fill directions, the mix's minimal
 # shapes, the VM's remaining-life quantiles, per host its exit times as LAS
 # costs them (hosts, H), the LAS bucket bounds, the weight w). w = 0: nothing
 # is counted.
@@ -100,7 +126,7 @@ def no_stranding() -> Stranding:
     """A ``Stranding`` that counts nothing, typed as a real one is (the scan's signature)."""
     return (
         np.zeros(N_RESOURCES),
-        np.zeros(N_RESOURCES),
+        np.zeros((1 << N_RESOURCES, N_RESOURCES)),
         np.zeros((0, N_RESOURCES)),
         np.zeros(1),
         np.zeros((0, 1)),

@@ -90,7 +90,8 @@ def warm_up_stranding() -> None:
     free = np.ones((N_RESOURCES, 1))
     present = np.ones(N_RESOURCES, dtype=np.bool_)
     strand: Stranding = (
-        np.ones(N_RESOURCES), np.ones(N_RESOURCES), np.zeros((1, N_RESOURCES)), np.ones(1),
+        np.ones(N_RESOURCES), np.ones((1 << N_RESOURCES, N_RESOURCES)), np.zeros((1, N_RESOURCES)),
+        np.ones(1),
         np.ones((1, 1)), LAS_BUCKETS_S, 1.0,
     )  # fmt: skip
     pool = (free, free, np.zeros(1, dtype=np.bool_), present)
@@ -144,7 +145,7 @@ class LasStrandingCost(LasTemporalCost):
             return None
         return (
             self.weights,
-            mix.mean,
+            mix.directions,
             mix.minimal,
             self.tracker.vm_quantiles(request),
             exits,

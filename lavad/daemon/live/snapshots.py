@@ -86,12 +86,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # a VM's class needs and the class of its last prediction (a v25 LAVA pool has
 # neither and would fail at its first placement); 27: the stranding cost no
 # longer keeps quantiles per row, the prediction carries them (a v26 pool's
-# stranding cost holds a cache this one never reads)
-SNAPSHOT_VERSION = 27
+# stranding cost holds a cache this one never reads); 28: the request mix keeps a
+# fill direction per set of exhausted resources, not one mean (a v27 mix has no
+# directions and would fail at its first placement)
+SNAPSHOT_VERSION = 28
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "33466ba5fe3adb5f"
+SNAPSHOT_LAYOUT = "700806c4473fa989"
 
 
 class SnapshotError(Exception):
