@@ -38,7 +38,9 @@ from lavad.streams.schema import VmRequest
 SHAPES = [(1.0, 2.0, 0.0), (2.0, 4.0, 0.0), (4.0, 16.0, 0.0), (8.0, 32.0, 1.0), (16.0, 64.0, 2.0)]
 
 
-def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
+def _run(
+    name: str, args: dict[str, Any], scan: bool, anti_affinity: bool = False
+) -> list[PlacementResult]:
     cluster = ClusterState()
     for h in range(24):
         cluster.add_host(f"h{h}", (32.0, 128.0, 0.0, 4.0 if h % 3 == 0 else 0.0))
@@ -78,9 +80,12 @@ def _run(name: str, args: dict[str, Any], scan: bool) -> list[PlacementResult]:
         )
         demand = (cores, memory, 0.0, gpus)
         # Batches of four of one deployment (two thirds of the VMs), so the
-        # deployment affinity has hosts to prefer.
+        # deployment affinity has hosts to prefer; with ``anti_affinity``, two
+        # batches in three at most one or two VMs per host, so the anti-affinity
+        # blocks hosts (which the scan passes over as the pipeline's filter does).
         deployment = f"d{i // 4}" if i % 3 else ""
-        request = PlacementRequest(f"v{i}", demand, deployment, None, now, event)
+        limit = (None, 1, 2)[i // 4 % 3] if deployment and anti_affinity else None
+        request = PlacementRequest(f"v{i}", demand, deployment, limit, now, event)
         result = policy.place(cluster, request)
         results.append(result)
         if isinstance(result, Placed):
@@ -160,6 +165,29 @@ def test_scan_equals_pipeline(name: str, args: dict[str, Any]) -> None:
     # were drawn among several hosts.
     assert len(placed) < len(compiled)
     assert any(r.ties > 1 for r in placed)
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("las", {}),
+        ("lava", {}),
+        ("las", {"scoring": "mean"}),
+        ("las", {"host_quantiles": 0}),
+        ("las", {"waste_tolerance": 0.02}),
+        ("lava", {"waste_tolerance": 1e-300}),
+        ("las", {"stranding_cost": True}),
+        ("lava", {"cost_tolerance": 0.0}),
+        ("las", {"waste_guard": False, "deployment_affinity": False}),
+        ("las-oracle", {}),
+        ("lava-oracle", {}),
+    ],
+)
+def test_scan_equals_pipeline_under_anti_affinity(name: str, args: dict[str, Any]) -> None:
+    compiled = _run(name, args, scan=True, anti_affinity=True)
+    assert compiled == _run(name, args, scan=False, anti_affinity=True)
+    # Not vacuous: the limits moved some placements.
+    assert compiled != _run(name, args, scan=True)
 
 
 @pytest.mark.parametrize("name", ["las", "lava"])

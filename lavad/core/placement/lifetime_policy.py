@@ -5,19 +5,23 @@ the lexicographic scorers preference -> LAS -> Best Fit, the preference
 being the deployment affinity and LAVA's classes, either or both); this
 subclass only computes the same decision faster where the pipeline's
 general path would run a dozen numpy passes per request: with the default
-filters and no anti-affinity in play, the preference (one key per host, as
-its scorer writes it) goes to one compiled scan that filters, costs LAS and
-Best Fit and collects the ties, in the pipeline's floating-point order. The decision,
-its tie count, its scores and the seeded draw are the pipeline's; a test
-holds them equal on replayed states. Anything else (anti-affinity, no host
-fitting, whose explanation the pipeline gives) goes to the pipeline.
+filters, the preference (one key per host, as its scorer writes it) goes to
+one compiled scan that filters, costs LAS and Best Fit and collects the
+ties, in the pipeline's floating-point order. The decision, its tie count,
+its scores and the seeded draw are the pipeline's; a test holds them equal
+on replayed states. A request's anti-affinity reaches the scan as hosts
+marked unschedulable for that request alone (the hosts already at its
+deployment's limit, as the anti-affinity filter blocks them), so pools whose
+every request has a limit (DLRM's instances) keep the scan. Anything else
+(other filters, no host fitting, whose explanation the pipeline gives) goes
+to the pipeline.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
+from lavad.core.cluster import FIT_TOLERANCE, BoolArray, ClusterState, FloatArray
 from lavad.core.placement.affinity import DeploymentAffinity
 from lavad.core.placement.bestfit import BestFitScore
 from lavad.core.placement.floor_sets import FloorSets
@@ -105,13 +109,9 @@ class LifetimePolicy(Policy):
             # Every request enters the mix, whichever path decides it (under
             # LAVA the pipeline stops before LAS when no host fits).
             self.stranding.observe(request)
-        if (
-            not self.scan
-            or n == 0
-            or self.filters != DEFAULT_FILTERS
-            or (request.max_per_host is not None and request.deployment)
-        ):
+        if not self.scan or n == 0 or self.filters != DEFAULT_FILTERS:
             return super().place(cluster, request)
+        unschedulable = self._unschedulable(cluster, request)
         guard = self.guard
         preference = guard.below if guard is not None else self.preference
         if guard is not None:
@@ -132,7 +132,7 @@ class LifetimePolicy(Policy):
         tracker.refresh(cluster, request.now)
         prediction = tracker.prediction_for(request)
         count, best_p, best_c, best_s, least_host, within = self._scan(
-            cluster, request, key, preference is not None, prediction, guard
+            cluster, request, key, preference is not None, prediction, guard, unschedulable
         )
         rescanned = False
         # The unguarded choice is the guarded one when the guard passes every
@@ -156,7 +156,7 @@ class LifetimePolicy(Policy):
                 below = key[:n] if preference is not None else None
                 guard.pack(levels, below, packed[:n])
                 count, best_p, best_c, best_s, _, _ = self._scan(
-                    cluster, request, packed, True, prediction, None
+                    cluster, request, packed, True, prediction, None, unschedulable
                 )
         if count == 0:
             # No host passed the default filters the scan applies: the
@@ -182,6 +182,7 @@ class LifetimePolicy(Policy):
         has_preference: bool,
         prediction: Prediction,
         guard: WasteGuard | None,
+        unschedulable: BoolArray,
     ) -> ScanResult:
         """The compiled scan: filters, then (preference,) LAS, Best Fit; ties into ``_ties``.
 
@@ -194,7 +195,8 @@ class LifetimePolicy(Policy):
         now = request.now
         thresholds = prediction.thresholds
         d0, d1, d2, d3 = request.demand
-        pool = scan_pool(cluster, self.best_fit)
+        free, inv_capacity, _, present, weights = scan_pool(cluster, self.best_fit)
+        pool = (free, inv_capacity, unschedulable, present, weights)
         scanned = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s, self._tolerance)
         preferred = (key, has_preference, NO_GUARD_TEST if guard is None else guard.scan_test())
         if thresholds is not None and self._by_host_quantiles:
@@ -235,6 +237,26 @@ class LifetimePolicy(Policy):
         )
         strand = self._strand(cluster, request)
         return ScanDirect.probed(pool, scanned, preferred, las, self._ties, self._probe, strand)
+
+    def _unschedulable(self, cluster: ClusterState, request: PlacementRequest) -> BoolArray:
+        """The hosts the scan must pass over for ``request``: the pool's unschedulable
+        hosts and, under anti-affinity, those already holding ``max_per_host`` VMs of
+        its deployment (``framework.AntiAffinityFilter``'s rule). The pool's own array
+        when no host is at the limit; else a copy in the policy's buffer, whose
+        filling is bounded by the deployment's hosts, not the pool's."""
+        limit = request.max_per_host
+        per_host = cluster.deployment_hosts.get(request.deployment) if request.deployment else None
+        if limit is None or not per_host:
+            return cluster.unschedulable
+        full = [host for host, count in per_host.items() if count >= limit]
+        if not full:
+            return cluster.unschedulable
+        n = cluster.n_hosts
+        self._grow_buffers(n)
+        blocked = self._blocked
+        np.copyto(blocked[:n], cluster.unschedulable[:n])
+        blocked[full] = True
+        return blocked
 
     def _strand(self, cluster: ClusterState, request: PlacementRequest) -> Stranding:
         """What the scan counts of stranded host time: nothing without the stranding cost,
