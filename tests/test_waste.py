@@ -334,6 +334,72 @@ def test_an_empty_host_does_not_set_the_guards_bar() -> None:
     assert result.host == 0
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_remembered_waste_is_the_waste_now(seed: int) -> None:
+    """The guard remembers each host's waste before a placement between calls; its
+    levels after any run of bookings, exits, a host gone and back with another
+    capacity (the same free vector, another waste), a mix refresh and a resource
+    the pool did not have are those of a guard that remembers nothing."""
+    rng = np.random.default_rng(seed)
+    cluster = ClusterState(initial_columns=4)
+    for h in range(6):
+        cluster.add_host(f"h{h}", (32.0, 128.0, 0.0, 0.0))
+    mix = _mix(GPU_MIX[:1] + MIX)
+    remembering = WasteGuard(mix, 0.01, np.ones(4))
+    booked: list[str] = []
+    for step in range(120):
+        shape = MIX[int(rng.integers(len(MIX)))]
+        request = PlacementRequest(f"v{step}", shape, "", None, float(step))
+        kept = np.zeros(cluster.n_hosts)
+        remembering.levels(cluster, request, kept)
+        fresh = np.zeros(cluster.n_hosts)
+        WasteGuard(mix, 0.01, np.ones(4)).levels(cluster, request, fresh)
+        assert kept.tolist() == fresh.tolist()
+        move = int(rng.integers(6))
+        fitting = np.flatnonzero(
+            (cluster.free[0, : cluster.n_hosts] >= shape[0])
+            & (cluster.free[1, : cluster.n_hosts] >= shape[1])
+            & ~cluster.unschedulable[: cluster.n_hosts]
+        )
+        if move < 3 and len(fitting):
+            cluster.book(f"v{step}", int(rng.choice(fitting)), shape, "", float(step))
+            booked.append(f"v{step}")
+        elif move == 3 and booked:
+            cluster.release(booked.pop(int(rng.integers(len(booked)))))
+        elif move == 4:
+            mix.add(GPU_MIX[0] if rng.integers(2) else MIX[-1])
+            mix.refresh()
+        elif move == 5 and step % 7 == 0:
+            # h0 leaves and comes back at half its size: an empty host of
+            # (16, 64) frees what a half-used (32, 128) host did.
+            for record in cluster.remove_host("h0"):
+                booked.remove(record.vm_id)
+            cluster.add_host("h0", (16.0, 64.0, 0.0, 0.0) if step % 2 else (32.0, 128.0, 0.0, 0.0))
+        if step == 60:
+            cluster.add_host("gpu", GPU_CAPACITY)
+
+
+def test_a_host_back_with_another_capacity_is_measured_anew() -> None:
+    # h0 of (32, 128) holding (16, 64) frees (16, 64); back empty at (16, 64)
+    # it frees the same vector, whose waste is now twice the fraction of the host.
+    cluster = ClusterState()
+    cluster.add_host("h0", (32.0, 128.0, 0.0, 0.0))
+    cluster.add_host("h1", (32.0, 128.0, 0.0, 0.0))
+    cluster.book("half", 0, (16.0, 64.0, 0.0, 0.0), "", 0.0)
+    cluster.book("other", 1, (1.0, 1.0, 0.0, 0.0), "", 0.0)
+    guard = WasteGuard(_mix(), 0.01, np.ones(4))
+    request = PlacementRequest("v", (4.0, 32.0, 0.0, 0.0), "", None, 0.0)
+    guard.levels(cluster, request, np.zeros(2))
+    cluster.remove_host("h0")
+    cluster.add_host("h0", (16.0, 64.0, 0.0, 0.0))
+    assert cluster.free[:2, 0].tolist() == [16.0, 64.0]
+    kept, fresh = np.zeros(2), np.zeros(2)
+    guard.levels(cluster, request, kept)
+    WasteGuard(guard.mix, 0.01, np.ones(4)).levels(cluster, request, fresh)
+    assert kept.tolist() == fresh.tolist()
+
+
 def _policy(name: str, tolerance: float) -> object:
     args = validate_policy_args(name, {"waste_tolerance": tolerance, "tie_break": "first"})
     return build_policy(name, args, np.random.default_rng(0))

@@ -69,6 +69,7 @@ from lavad.core.placement.strand_kernels import (
     WasteMeasure,
     WastePool,
     added_waste,
+    leftover_waste,
     present_weights,
 )
 
@@ -229,6 +230,16 @@ def _more_common_first(item: tuple[Shape, int]) -> tuple[int, Shape]:
     return -count, shape
 
 
+# What the guard remembers of each host's waste before a placement: the free
+# vector and inverse capacity it was measured on (2 x resources rows, hosts
+# columns; NaN: never) and that waste (hosts). The waste is a function of
+# those two vectors, the mix and the weighed resources, so an entry whose
+# vectors still match is the host's waste now, as long as the mix and the
+# weighed resources are those it was measured with: the guard forgets every
+# entry when they change (``WasteGuard._memory_for``).
+WasteMemory = tuple[FloatArray, FloatArray]
+
+
 @numba.njit(cache=True, nogil=True)
 def waste_costs(
     free: FloatArray,
@@ -244,9 +255,32 @@ def waste_costs(
     Hosts that are unschedulable or where ``demand`` does not fit get inf.
     Returns the least cost over the hosts that fit (inf: none fits).
     """
+    no_memory = (np.zeros((2 * free.shape[0], 0)), np.zeros(0))
+    return _waste_costs(
+        free, inv_capacity, unschedulable, n_hosts, demand, measure, out, no_memory, False
+    )
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _waste_costs(
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    unschedulable: np.ndarray,
+    n_hosts: int,
+    demand: FloatArray,
+    measure: WasteMeasure,
+    out: FloatArray,
+    memory: WasteMemory,
+    remember: bool,
+) -> float:
+    """``waste_costs``; with ``remember``, each host's waste before the placement is
+    taken from ``memory`` where its free vector is the one remembered, and
+    remembered where not (the same number either way: the waste is a function
+    of the free vector)."""
     n_resources = free.shape[0]
     tolerance = measure[3]
     zero = np.zeros(n_resources)
+    seen, remembered = memory
     best = np.inf
     for h in range(n_hosts):
         if unschedulable[h]:
@@ -260,7 +294,24 @@ def waste_costs(
         if not fits:
             out[h] = np.inf
             continue
-        cost = added_waste(free, h, demand, zero, inv_capacity, measure)
+        if remember:
+            after = leftover_waste(free, h, demand, inv_capacity, measure)
+            same = True
+            for r in range(n_resources):
+                if free[r, h] != seen[r, h] or inv_capacity[r, h] != seen[n_resources + r, h]:
+                    same = False
+                    break
+            if same:
+                before = remembered[h]
+            else:
+                before = leftover_waste(free, h, zero, inv_capacity, measure)
+                remembered[h] = before
+                for r in range(n_resources):
+                    seen[r, h] = free[r, h]
+                    seen[n_resources + r, h] = inv_capacity[r, h]
+            cost = after - before
+        else:
+            cost = added_waste(free, h, demand, zero, inv_capacity, measure)
         out[h] = cost
         best = min(best, cost)
     return best
@@ -295,8 +346,10 @@ def guard_keys(
     measure: WasteMeasure,
     step: float,
     out: FloatArray,
+    memory: WasteMemory,
 ) -> None:
-    """``waste_costs`` then ``guard_levels`` in one call (one dispatch per placement).
+    """``waste_costs`` then ``guard_levels`` in one call (one dispatch per placement),
+    each host's waste before the placement remembered in ``memory`` (``WasteMemory``).
 
     The level is measured from the least waste over the hosts that run VMs
     (``occupied[h] > 0``) when one of them fits: an empty host never sets
@@ -308,7 +361,9 @@ def guard_keys(
     weights, directions, minimal, tolerance = measure
     used = present_weights(weights, present)
     measured = (used, directions, minimal, tolerance)
-    best = waste_costs(free, inv_capacity, unschedulable, n_hosts, demand, measured, out)
+    best = _waste_costs(
+        free, inv_capacity, unschedulable, n_hosts, demand, measured, out, memory, True
+    )
     best_used = np.inf
     for h in range(n_hosts):
         if occupied[h] > 0 and out[h] < best_used:
@@ -369,6 +424,7 @@ def warm_up_waste() -> None:
         measure,
         1.0,
         np.zeros(1),
+        (np.full((2 * N_RESOURCES, 1), np.nan), np.zeros(1)),
     )
 
 
@@ -400,6 +456,13 @@ class WasteGuard(NumpyScorer):
         self._demand = np.zeros(N_RESOURCES)
         self._below_out: FloatArray = np.zeros(0)
         self._last_seen: tuple[str, float] | None = None
+        # Each host's waste before a placement, remembered (``_memory_for``):
+        # measured against the mix's directions array it names and the
+        # pool's resources as they were.
+        self._seen: FloatArray = np.zeros((2 * N_RESOURCES, 0))
+        self._remembered: FloatArray = np.zeros(0)
+        self._measured_with: FloatArray | None = None
+        self._present: np.ndarray = np.zeros(N_RESOURCES, dtype=np.bool_)
         warm_up_waste()
 
     def observe(self, request: PlacementRequest) -> None:
@@ -425,7 +488,42 @@ class WasteGuard(NumpyScorer):
         demand[:] = request.demand
         pool = (cluster.free, cluster.inv_capacity, cluster.unschedulable, cluster.resource_present)
         measure = self._measure()
-        guard_keys(pool, cluster.vm_count, n, demand, measure, self.tolerance, out)
+        memory = self._memory_for(cluster)
+        guard_keys(pool, cluster.vm_count, n, demand, measure, self.tolerance, out, memory)
+
+    def _memory_for(self, cluster: ClusterState) -> WasteMemory:
+        """The memory of each host's waste (``WasteMemory``), with room for every host of
+        ``cluster`` and forgotten if the mix was refreshed or the pool's resources
+        changed since it was written. Checked whole at each call (shapes, dtypes),
+        so a memory restored from a snapshot cannot make the kernel read past it."""
+        mix = self.mix
+        seen, remembered = self._seen, self._remembered
+        columns = cluster.free.shape[1]
+        fits = (
+            isinstance(seen, np.ndarray)
+            and isinstance(remembered, np.ndarray)
+            and seen.dtype == np.float64
+            and remembered.dtype == np.float64
+            and seen.ndim == 2
+            and remembered.ndim == 1
+            and seen.shape[0] == 2 * N_RESOURCES
+            and seen.shape[1] >= columns
+            and remembered.shape[0] >= columns
+            and seen.flags.c_contiguous
+            and remembered.flags.c_contiguous
+        )
+        if not fits:
+            # The pool's columns: they grow by doubling, so this does too.
+            size = max(columns, 64)
+            seen = self._seen = np.full((2 * N_RESOURCES, size), np.nan)
+            remembered = self._remembered = np.zeros(size)
+        elif self._measured_with is not mix.directions or not np.array_equal(
+            self._present, cluster.resource_present
+        ):
+            seen.fill(np.nan)
+        self._measured_with = mix.directions
+        self._present = cluster.resource_present.copy()
+        return seen, remembered
 
     def scan_test(self) -> GuardTest:
         """The guard's test of a lifetime scan's choice, made in the scan's own call

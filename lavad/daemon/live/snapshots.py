@@ -88,12 +88,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # longer keeps quantiles per row, the prediction carries them (a v26 pool's
 # stranding cost holds a cache this one never reads); 28: the request mix keeps a
 # fill direction per set of exhausted resources, not one mean (a v27 mix has no
-# directions and would fail at its first placement)
-SNAPSHOT_VERSION = 28
+# directions and would fail at its first placement); 29: the waste guard remembers
+# each host's waste before a placement (a v28 guard has no memory and would fail
+# at its first placement)
+SNAPSHOT_VERSION = 29
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "700806c4473fa989"
+SNAPSHOT_LAYOUT = "5de3d02cbda12695"
 
 
 class SnapshotError(Exception):
