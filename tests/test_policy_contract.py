@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -86,9 +88,12 @@ def test_arguments_are_validated(name: str) -> None:
         validate_policy_args(name, {"no_such_argument": 1})
 
 
+@pytest.mark.parametrize("anti_affinity", [False, True])
 @pytest.mark.parametrize("name", sorted(REGISTRY.names))
-def test_compiled_kernel_matches_numpy_pipeline(name: str) -> None:
-    """The fused kernel decides exactly as the filter/score pipeline on random states."""
+def test_compiled_kernel_matches_numpy_pipeline(name: str, anti_affinity: bool) -> None:
+    """The fused kernel decides exactly as the filter/score pipeline on random states;
+    with ``anti_affinity``, batches of five VMs of one deployment at most one or two
+    per host, which the kernel takes as hosts unschedulable for the request."""
     rng = np.random.default_rng(11)
     args = validate_policy_args(name, {})
     compiled = build_policy(name, args, np.random.default_rng(4))
@@ -112,11 +117,17 @@ def test_compiled_kernel_matches_numpy_pipeline(name: str) -> None:
         cores, memory = SHAPES[int(rng.integers(len(SHAPES)))]
         gpus = float(rng.choice([0.0, 0.0, 0.0, 0.5, 1.0]))
         request = _request(i, (cores, memory, 0.0, gpus), lifetime=float(rng.exponential(600.0)))
+        if anti_affinity:
+            limit = (1, 2)[i // 5 % 2]
+            request = replace(request, deployment=f"d{i // 5}", max_per_host=limit)
         fast = compiled.place(cluster, request)
         slow = reference.place(cluster, request)
         assert fast == slow, f"request {i}"
         if isinstance(fast, Placed):
-            cluster.book(request.vm_id, fast.host, request.demand, "", float(i))
+            cluster.book(request.vm_id, fast.host, request.demand, request.deployment, float(i))
+            if anti_affinity:
+                held = cluster.deployment_hosts[request.deployment][fast.host]
+                assert held <= limit
         if cluster.vms and rng.random() < 0.45:
             victim = sorted(cluster.vms)[int(rng.integers(len(cluster.vms)))]
             cluster.release(victim)

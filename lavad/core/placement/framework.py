@@ -7,7 +7,9 @@ first scorer decides, the next only separates the first one's ties.
 
 Speed: a policy made of the default filters and one scorer with a compiled
 kernel (Best Fit, First Fit) runs as a single compiled scan over the hosts
-(``kernels.py``), bit-identical to this pipeline. Everything else runs here:
+(``kernels.py``), bit-identical to this pipeline; a request's anti-affinity
+reaches the scan as the hosts at its deployment's limit, marked unschedulable
+for that request (``unschedulable_for``). Everything else runs here:
 a dozen vectorised operations over all hosts, where numpy's per-call overhead
 decides the latency, so plugins write into buffers the policy owns (``out=``),
 blocked hosts are masked with one ``copyto`` rather than gathered, and only
@@ -283,6 +285,31 @@ class AntiAffinityFilter:
 DEFAULT_FILTERS: tuple[FilterPlugin, ...] = (SchedulableFilter(), FitFilter(), AntiAffinityFilter())
 
 
+def unschedulable_for(
+    cluster: ClusterState, request: PlacementRequest, buffer: BoolArray
+) -> BoolArray:
+    """The hosts a compiled scan must pass over for ``request``: the pool's
+    unschedulable hosts and, under anti-affinity, those already holding
+    ``max_per_host`` VMs of its deployment (``AntiAffinityFilter``'s rule), so a
+    scan that applies the other default filters itself decides as the pipeline.
+
+    The pool's own array when no host is at the limit; else a copy in
+    ``buffer`` (at least ``n_hosts`` long), whose filling is bounded by the
+    deployment's hosts, not the pool's.
+    """
+    limit = request.max_per_host
+    per_host = cluster.deployment_hosts.get(request.deployment) if request.deployment else None
+    if limit is None or not per_host:
+        return cluster.unschedulable
+    full = [host for host, count in per_host.items() if count >= limit]
+    if not full:
+        return cluster.unschedulable
+    n = cluster.n_hosts
+    np.copyto(buffer[:n], cluster.unschedulable[:n])
+    buffer[full] = True
+    return buffer
+
+
 # ------------------------------------------------------------------- policy
 
 
@@ -359,9 +386,10 @@ class Policy:
         n = cluster.n_hosts
         if n == 0:
             return Unfit("the pool has no hosts", retryable=True)
-        if self._kernel is not None and (request.max_per_host is None or not request.deployment):
+        if self._kernel is not None:
             self._grow_buffers(n)
-            return self._place_compiled(cluster, request, self._kernel)
+            unschedulable = unschedulable_for(cluster, request, self._blocked)
+            return self._place_compiled(cluster, request, self._kernel, unschedulable)
         blocked, key, scratch = self._buffers(n)
         blocked.fill(False)
         for plugin in self.filters:
@@ -389,11 +417,16 @@ class Policy:
         return Placed(host=host, ties=len(ties), scores=scores)
 
     def _place_compiled(
-        self, cluster: ClusterState, request: PlacementRequest, kernel: int
+        self,
+        cluster: ClusterState,
+        request: PlacementRequest,
+        kernel: int,
+        unschedulable: BoolArray,
     ) -> PlacementResult:
         scorer = self.scorers[0]
         d0, d1, d2, d3 = request.demand
-        pool = scan_pool(cluster, scorer)
+        free, inv_capacity, _, present, weights = scan_pool(cluster, scorer)
+        pool = (free, inv_capacity, unschedulable, present, weights)
         fit = (cluster.n_hosts, d0, d1, d2, d3, FIT_TOLERANCE)
         count, best = Direct.filter_and_score(pool, fit, kernel, self._ties)
         if count == 0:

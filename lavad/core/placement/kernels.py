@@ -4,7 +4,8 @@ The numpy pipeline in ``framework.py`` costs about a dozen array operations
 per request, and with pools of a few hundred to a few thousand hosts the
 per-call overhead of numpy, not the arithmetic, dominates: ~30 us at 1,000
 hosts, far too slow for a replay of 10^5 events per second. When a policy's
-filters are the default ones (schedulable, fit, no anti-affinity in play) and
+filters are the default ones (schedulable, fit, anti-affinity: the hosts at a
+request's limit come marked unschedulable, ``framework.unschedulable_for``) and
 it has a single scorer this module knows (Best Fit, First Fit), one compiled
 pass over the hosts filters, scores and collects the tie set.
 

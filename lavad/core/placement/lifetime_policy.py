@@ -34,6 +34,7 @@ from lavad.core.placement.framework import (
     Policy,
     ScorePlugin,
     scan_pool,
+    unschedulable_for,
 )
 from lavad.core.placement.kernels import warm_up_lifetime
 from lavad.core.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Prediction
@@ -111,7 +112,8 @@ class LifetimePolicy(Policy):
             self.stranding.observe(request)
         if not self.scan or n == 0 or self.filters != DEFAULT_FILTERS:
             return super().place(cluster, request)
-        unschedulable = self._unschedulable(cluster, request)
+        self._grow_buffers(n)
+        unschedulable = unschedulable_for(cluster, request, self._blocked)
         guard = self.guard
         preference = guard.below if guard is not None else self.preference
         if guard is not None:
@@ -237,26 +239,6 @@ class LifetimePolicy(Policy):
         )
         strand = self._strand(cluster, request)
         return ScanDirect.probed(pool, scanned, preferred, las, self._ties, self._probe, strand)
-
-    def _unschedulable(self, cluster: ClusterState, request: PlacementRequest) -> BoolArray:
-        """The hosts the scan must pass over for ``request``: the pool's unschedulable
-        hosts and, under anti-affinity, those already holding ``max_per_host`` VMs of
-        its deployment (``framework.AntiAffinityFilter``'s rule). The pool's own array
-        when no host is at the limit; else a copy in the policy's buffer, whose
-        filling is bounded by the deployment's hosts, not the pool's."""
-        limit = request.max_per_host
-        per_host = cluster.deployment_hosts.get(request.deployment) if request.deployment else None
-        if limit is None or not per_host:
-            return cluster.unschedulable
-        full = [host for host, count in per_host.items() if count >= limit]
-        if not full:
-            return cluster.unschedulable
-        n = cluster.n_hosts
-        self._grow_buffers(n)
-        blocked = self._blocked
-        np.copyto(blocked[:n], cluster.unschedulable[:n])
-        blocked[full] = True
-        return blocked
 
     def _strand(self, cluster: ClusterState, request: PlacementRequest) -> Stranding:
         """What the scan counts of stranded host time: nothing without the stranding cost,
