@@ -10,7 +10,7 @@ import numpy as np
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState, FloatArray
 from lavad.core.placement.framework import PlacementRequest, PlacementResult
 from lavad.core.placement.registry import build_policy, validate_policy_args
-from lavad.core.placement.waste import RequestMix, waste_costs
+from lavad.core.placement.waste import NO_MEMORY, RequestMix, waste_costs
 from lavad.daemon.replay import ReplayResult, replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
@@ -57,6 +57,7 @@ def added_waste(
         np.array(demand),
         (np.array([1.0, 1.0, 0.0, 0.0]), mix.directions, mix.minimal, FIT_TOLERANCE),
         costs,
+        NO_MEMORY,
     )
     return least, costs
 

@@ -11,7 +11,7 @@ from lavad.core.placement.framework import Placed, PlacementRequest, Policy
 from lavad.core.placement.lifetime import LAS_BUCKETS_S, LifetimeTracker
 from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.core.placement.strand_kernels import host_time_count
-from lavad.core.placement.waste import RequestMix, waste_costs
+from lavad.core.placement.waste import NO_MEMORY, RequestMix, waste_costs
 from lavad.models.lifetime.features import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 
@@ -172,6 +172,7 @@ def _expected_choice(
         np.array(request.demand),
         (np.array([1.0, 1.0, 0.0, 0.0]), mix.directions, mix.minimal, FIT_TOLERANCE),
         added,
+        NO_MEMORY,
     )
     quantiles = hooks.vm_quantiles(request).tolist()
     if hooks.uses_host_quantiles:

@@ -17,7 +17,7 @@ from lavad.core.metrics.stranding import inflate
 from lavad.core.placement.framework import Placed, PlacementRequest
 from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.core.placement.strand_kernels import leftover_waste
-from lavad.core.placement.waste import RequestMix, WasteGuard, waste_costs
+from lavad.core.placement.waste import NO_MEMORY, RequestMix, WasteGuard, waste_costs
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import VmRequest
@@ -123,6 +123,7 @@ def test_added_waste_by_hand() -> None:
         np.array([4.0, 32.0, 0.0, 0.0]),
         (weights, mix.directions, mix.minimal, FIT_TOLERANCE),
         out,
+        NO_MEMORY,
     )
     for h, (_, expected) in enumerate(WORKED):
         assert out[h] == pytest.approx(expected, abs=1e-4)
@@ -144,6 +145,7 @@ def test_nothing_left_that_fits_the_mix_is_all_stranded() -> None:
         np.array([0.5, 1.0, 0.0, 0.0]),
         (np.array([1.0, 1.0, 0.0, 0.0]), mix.directions, mix.minimal, FIT_TOLERANCE),
         out,
+        NO_MEMORY,
     )
     assert out[0] == pytest.approx(1 / 32 - (1.5 / 32 + 1 / 128))
 

@@ -79,7 +79,10 @@ def stranding_costs(
     if total <= 0.0:
         return
     measure = (used, strand[1], strand[2], FIT_TOLERANCE)
-    waste_costs(free, inv_capacity, unschedulable, n_hosts, demand, measure, scratch)
+    # A memory built here, not the module's NO_MEMORY: numba freezes a global's
+    # arrays read-only, and the kernel's (unreached) writes must type.
+    no_memory = (np.zeros((2 * free.shape[0], 0)), np.zeros(0))
+    waste_costs(free, inv_capacity, unschedulable, n_hosts, demand, measure, scratch, no_memory)
     for h in range(n_hosts):
         # Unfit hosts (inf) are the filters' business.
         las[h] = max(las[h], strands_count(scratch[h], total, strand, h, now, np.inf))

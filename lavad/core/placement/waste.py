@@ -240,6 +240,10 @@ def _more_common_first(item: tuple[Shape, int]) -> tuple[int, Shape]:
 WasteMemory = tuple[FloatArray, FloatArray]
 
 
+# No memory: every host's waste before the placement is measured anew.
+NO_MEMORY: WasteMemory = (np.zeros((2 * N_RESOURCES, 0)), np.zeros(0))
+
+
 @numba.njit(cache=True, nogil=True)
 def waste_costs(
     free: FloatArray,
@@ -249,38 +253,22 @@ def waste_costs(
     demand: FloatArray,
     measure: WasteMeasure,
     out: FloatArray,
+    memory: WasteMemory,
 ) -> float:
     """Each host's added waste ``waste(free - d) - waste(free)`` into ``out``; the least.
 
     Hosts that are unschedulable or where ``demand`` does not fit get inf.
-    Returns the least cost over the hosts that fit (inf: none fits).
+    Returns the least cost over the hosts that fit (inf: none fits). Each
+    host's waste before the placement is taken from ``memory`` where its
+    vectors are the ones remembered, and remembered where not (the same number
+    either way), when the memory has room for every host; ``NO_MEMORY``
+    measures every host anew.
     """
-    no_memory = (np.zeros((2 * free.shape[0], 0)), np.zeros(0))
-    return _waste_costs(
-        free, inv_capacity, unschedulable, n_hosts, demand, measure, out, no_memory, False
-    )
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _waste_costs(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    unschedulable: np.ndarray,
-    n_hosts: int,
-    demand: FloatArray,
-    measure: WasteMeasure,
-    out: FloatArray,
-    memory: WasteMemory,
-    remember: bool,
-) -> float:
-    """``waste_costs``; with ``remember``, each host's waste before the placement is
-    taken from ``memory`` where its free vector is the one remembered, and
-    remembered where not (the same number either way: the waste is a function
-    of the free vector)."""
     n_resources = free.shape[0]
     tolerance = measure[3]
     zero = np.zeros(n_resources)
     seen, remembered = memory
+    remember = remembered.shape[0] >= n_hosts and seen.shape[1] >= n_hosts
     best = np.inf
     for h in range(n_hosts):
         if unschedulable[h]:
@@ -361,9 +349,7 @@ def guard_keys(
     weights, directions, minimal, tolerance = measure
     used = present_weights(weights, present)
     measured = (used, directions, minimal, tolerance)
-    best = _waste_costs(
-        free, inv_capacity, unschedulable, n_hosts, demand, measured, out, memory, True
-    )
+    best = waste_costs(free, inv_capacity, unschedulable, n_hosts, demand, measured, out, memory)
     best_used = np.inf
     for h in range(n_hosts):
         if occupied[h] > 0 and out[h] < best_used:
