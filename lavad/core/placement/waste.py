@@ -421,7 +421,10 @@ class WasteGuard(NumpyScorer):
     LAVA's, or both in one key); its costs are
     packed under the level in one key, so the compiled lifetime scan still
     sees one preference. With no mix yet (the pool's first request), every
-    host is level 0: nothing is known to strand.
+    host is level 0: nothing is known to strand. A host's waste before a
+    placement is half of each level's work and changes only with the host,
+    the mix or the pool's resources, so the guard remembers it
+    (``WasteMemory``).
     """
 
     name = "waste"
