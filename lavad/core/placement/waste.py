@@ -217,7 +217,7 @@ def _fill_directions(shapes: FloatArray, weights: FloatArray) -> FloatArray:
     directions = np.zeros((1 << N_RESOURCES, N_RESOURCES))
     asks = shapes > 0.0
     for exhausted in range(1 << N_RESOURCES):
-        spared = np.array([bool(exhausted >> r & 1) for r in range(N_RESOURCES)])
+        spared = np.array([bool((exhausted >> r) & 1) for r in range(N_RESOURCES)])
         keep = ~np.any(asks & spared, axis=1)
         total = weights[keep].sum()
         if total > 0.0:
@@ -268,7 +268,11 @@ def waste_costs(
     tolerance = measure[3]
     zero = np.zeros(n_resources)
     seen, remembered = memory
-    remember = remembered.shape[0] >= n_hosts and seen.shape[1] >= n_hosts
+    remember = (
+        remembered.shape[0] >= n_hosts
+        and seen.shape[0] >= 2 * n_resources
+        and seen.shape[1] >= n_hosts
+    )
     best = np.inf
     for h in range(n_hosts):
         if unschedulable[h]:
