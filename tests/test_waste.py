@@ -49,9 +49,9 @@ def _cluster(free: list[tuple[float, float]]) -> ClusterState:
     return cluster
 
 
-def test_the_mix_keeps_its_mean_and_minimal_shapes() -> None:
+def test_the_mix_keeps_its_mean_first_and_its_minimal_shapes() -> None:
     mix = _mix()
-    assert mix.mean[:2] == pytest.approx([1.75, 9.5])
+    assert mix.directions[0, :2] == pytest.approx([1.75, 9.5])
     assert mix.minimal.tolist() == [[1.0, 2.0, 0.0, 0.0]]
 
 
@@ -91,7 +91,7 @@ def test_the_mix_forgets_what_leaves_its_window() -> None:
     for shape in [(4.0, 32.0, 0.0, 0.0), (1.0, 2.0, 0.0, 0.0), (1.0, 2.0, 0.0, 0.0)]:
         mix.add(shape)
     # (4, 32) left the ring of two: the mean is (1, 2) alone.
-    assert mix.mean[:2].tolist() == [1.0, 2.0]
+    assert mix.directions[0, :2].tolist() == [1.0, 2.0]
     mix.check_restored()
 
 

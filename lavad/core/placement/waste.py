@@ -131,12 +131,6 @@ class RequestMix:
     def known(self) -> bool:
         return len(self.minimal) > 0
 
-    @property
-    def mean(self) -> FloatArray:
-        """The mix's mean demand per resource."""
-        mean: FloatArray = self.directions[0]
-        return mean
-
     def check_restored(self) -> None:
         """Raise ValueError if a restored mix could make the compiled score read past an array.
 
@@ -514,6 +508,8 @@ class WasteGuard(NumpyScorer):
             self._present, cluster.resource_present
         ):
             seen.fill(np.nan)
+        else:
+            return seen, remembered
         self._measured_with = mix.directions
         self._present = cluster.resource_present.copy()
         return seen, remembered
