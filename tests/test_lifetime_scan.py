@@ -39,7 +39,11 @@ SHAPES = [(1.0, 2.0, 0.0), (2.0, 4.0, 0.0), (4.0, 16.0, 0.0), (8.0, 32.0, 1.0), 
 
 
 def _run(
-    name: str, args: dict[str, Any], scan: bool, anti_affinity: bool = False
+    name: str,
+    args: dict[str, Any],
+    scan: bool,
+    anti_affinity: bool = False,
+    limits: tuple[int | None, ...] = (None, 1, 2),
 ) -> list[PlacementResult]:
     cluster = ClusterState()
     for h in range(24):
@@ -84,7 +88,7 @@ def _run(
         # batches in three at most one or two VMs per host, so the anti-affinity
         # blocks hosts (which the scan passes over as the pipeline's filter does).
         deployment = f"d{i // 4}" if i % 3 else ""
-        limit = (None, 1, 2)[i // 4 % 3] if deployment and anti_affinity else None
+        limit = limits[i // 4 % len(limits)] if deployment and anti_affinity else None
         request = PlacementRequest(f"v{i}", demand, deployment, limit, now, event)
         result = policy.place(cluster, request)
         results.append(result)
@@ -188,6 +192,14 @@ def test_scan_equals_pipeline_under_anti_affinity(name: str, args: dict[str, Any
     assert compiled == _run(name, args, scan=False, anti_affinity=True)
     # Not vacuous: the limits moved some placements.
     assert compiled != _run(name, args, scan=True)
+
+
+@pytest.mark.parametrize("name", ["las", "lava"])
+def test_an_absurd_limit_per_host_blocks_nothing(name: str) -> None:
+    # A limit no deployment can reach (2^62 VMs a host) marks no host: the
+    # decisions are those without limits, and the work is the deployment's hosts.
+    absurd = _run(name, {}, scan=True, anti_affinity=True, limits=(2**62,))
+    assert absurd == _run(name, {}, scan=True)
 
 
 @pytest.mark.parametrize("name", ["las", "lava"])
