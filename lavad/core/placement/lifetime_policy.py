@@ -112,6 +112,8 @@ class LifetimePolicy(Policy):
             self.stranding.observe(request)
         if not self.scan or n == 0 or self.filters != DEFAULT_FILTERS:
             return super().place(cluster, request)
+        # Once for every buffer this placement uses (the blocked copy, the key,
+        # the ties; the guard's rescan's key).
         self._grow_buffers(n)
         unschedulable = unschedulable_for(cluster, request, self._blocked)
         guard = self.guard
@@ -119,7 +121,6 @@ class LifetimePolicy(Policy):
         if guard is not None:
             guard.observe(request)
         if self._affinity is not None:
-            self._grow_buffers(n)
             key = self._affinity.levels(cluster, request)
         elif preference is not None:
             _, key, scratch = self._buffers(n)
@@ -128,7 +129,6 @@ class LifetimePolicy(Policy):
             # The scan reads no preference (the guard's rescan writes its
             # levels into the first ``n``), and no host past ``n`` in the
             # buffers: whole, they save the three slices of ``_buffers``.
-            self._grow_buffers(n)
             key = self._key
         tracker = self.las.tracker
         tracker.refresh(cluster, request.now)
