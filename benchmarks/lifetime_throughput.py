@@ -45,6 +45,9 @@ POLICIES = ("bestfit", "las", "lava", PAPER_LAS)
 # Five: the ratio of one round moves by about 5% with the box's load, and a
 # median of three could still rest on one loaded round.
 ROUNDS = 5
+# The goal: LAS and LAVA within this multiple of Best Fit's CPU time, held
+# against the median of the per-round ratios.
+GOAL_RATIO = 2.0
 
 
 def lifetime_throughput(path: Path, rounds: int = ROUNDS) -> None:
@@ -102,3 +105,7 @@ def lifetime_throughput(path: Path, rounds: int = ROUNDS) -> None:
             f"  {name:<30}{statistics.median(ratios):>6.2f}x"
             f"   ({min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} rounds)"
         )
+    for name in ("las", "lava"):
+        median = statistics.median(round_ratios[name])
+        verdict = "met" if median <= GOAL_RATIO else "NOT met"
+        print(f"  goal: {name} within {GOAL_RATIO:g}x of Best Fit's CPU time: {verdict}")
