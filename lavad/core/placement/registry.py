@@ -318,7 +318,7 @@ class LavaArgs(LifetimeArgs):
     # LAVA costs hosts as LAS does (8 host quantiles, cost tolerance 0.25).
     # Its own pair (4, 0.5) was chosen before the waste guard, when LAS's
     # stranded up to +0.32 pp CPU under LAVA; under the guard LAS's pair
-    # strands at most Best Fit + 0.02 and raises LAVA's worst cells of the
+    # strands at most Best Fit + 0.09 and raises LAVA's worst cells of the
     # matrix on seeds 0-2 and 6-8 (docs/results/placement-matrix.md, "LAVA
     # with LAS's host quantiles and tolerance, under the guard").
     recycle_above: float = Field(
