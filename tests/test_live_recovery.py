@@ -70,6 +70,8 @@ async def test_kill_9_between_snapshots_then_restart_loses_no_decision(
     finally:
         assert a.stop() == 0
     assert _snapshot_records(snapshots) == len(first)
+    # Nothing to restore on a first start, so no full collection is scheduled.
+    assert _restored_pools(tmp_path / "a.log") == 0
 
     b = DaemonProcess(bootstrap, snapshots, tmp_path / "b.log", **env)
     try:
@@ -81,6 +83,8 @@ async def test_kill_9_between_snapshots_then_restart_loses_no_decision(
     finally:
         b.stop()
     assert _snapshot_records(snapshots) == len(first), "B wrote a snapshot: not a crash test"
+    # Both pools came back from A's snapshots: their state is the heap's to settle.
+    assert _restored_pools(tmp_path / "b.log") == 2
 
     await produce(bootstrap, third)
     c = DaemonProcess(bootstrap, snapshots, tmp_path / "c.log", **env)
@@ -106,6 +110,12 @@ def _decided(settings: Settings, events: list[Event]) -> set[str]:
         for lines in replay_in_process(settings, events).values()
         for line in lines
     }
+
+
+def _restored_pools(log: Path) -> int:
+    """Pools restored from snapshots, as the daemon's "partitions taken" lines count them."""
+    lines = (orjson.loads(line) for line in log.read_bytes().splitlines() if line.startswith(b"{"))
+    return sum(line["restored_pools"] for line in lines if line.get("event") == "partitions taken")
 
 
 def _snapshot_records(snapshots: Path) -> int:

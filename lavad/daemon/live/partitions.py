@@ -210,15 +210,22 @@ class Partitions:
 
     # ------------------------------------------------------------ rebalances
 
-    async def acquire(self, assigned: Iterable[Any]) -> None:
-        """New partitions: restore each one's snapshot and seek to its offsets."""
+    async def acquire(self, assigned: Iterable[Any]) -> int:
+        """New partitions: restore each one's snapshot and seek to its offsets.
+
+        Returns how many pools came from snapshots: 0 when nothing was
+        restored (a first start, a partition without a snapshot, a partition
+        this instance kept), so the caller knows whether there is new
+        long-lived state for the collector to settle.
+        """
         assigned = list(assigned)
+        restored = 0
         # When the group's answer came: a failover's rebalance ends here and
         # its restore begins (benchmarks/failover.py reads these lines).
         log.info("partitions assigned", partitions=sorted({tp.partition for tp in assigned}))
         if self.closed:
             log.info("partitions assigned while stopping: left to the group")
-            return
+            return restored
         started = time.monotonic()
         async with self.lock:
             by_number: dict[int, list[Any]] = {}
@@ -236,6 +243,7 @@ class Partitions:
                     snapshot = self._restore(number)
                     owned = OwnedPartition(number)
                 if snapshot is not None:
+                    restored += len(snapshot.pools)
                     self.engine.adopt_pools(snapshot.pools)
                     owned.pools = set(snapshot.pools)
                     owned.positions = dict(snapshot.offsets)
@@ -263,7 +271,13 @@ class Partitions:
             self.watermark.assign(assigned, time.time())
             self.snapshots_loaded = True
             self.telemetry.assigned_partitions.set(len(self.owned))
-        log.info("partitions taken", owned=sorted(self.owned), seconds=time.monotonic() - started)
+        log.info(
+            "partitions taken",
+            owned=sorted(self.owned),
+            restored_pools=restored,
+            seconds=time.monotonic() - started,
+        )
+        return restored
 
     def _restore(self, number: int) -> PartitionSnapshot | None:
         """The partition's snapshot, or None to read it from the earliest retained offset.
