@@ -419,7 +419,7 @@ class LiveDaemon:
                 self.settle_heap = False
                 next_snapshot = time.monotonic() + live.snapshot_interval_s
             elif self.settle_heap:
-                heap.settle()
+                heap.settle_new()
                 self.settle_heap = False
 
     def refresh_gauges(self) -> None:
@@ -471,9 +471,10 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             # The restored state is long-lived: freeze it, but at housekeeping's
             # next turn rather than here, where the full collection would
             # delay the first decisions after a failover. Only if something
-            # was restored: the collection stalls the decisions in flight
-            # (100-250 ms on a two-core box in `lavad demo`), and with nothing
-            # restored the heap is as start-up settled it.
+            # was restored: even a collection of the new state alone stalls
+            # the decisions in flight (a full one 100-250 ms on a two-core box
+            # in `lavad demo`), and with nothing restored the heap is as
+            # start-up settled it.
             if restored:
                 self.daemon.settle_heap = True
         except SnapshotError as exc:
