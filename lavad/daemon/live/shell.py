@@ -469,7 +469,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         try:
             restored = await self.daemon.partitions.acquire(assigned)
             # The restored state is long-lived: freeze it, but at housekeeping's
-            # next turn rather than here, where the full collection would
+            # next turn rather than here, where the collection would
             # delay the first decisions after a failover. Only if something
             # was restored: even a collection of the new state alone stalls
             # the decisions in flight (a full one 100-250 ms on a two-core box
