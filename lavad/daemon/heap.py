@@ -37,19 +37,17 @@ def tune_collector() -> None:
 def settle() -> None:
     """One full collection, then freeze what survived: it is the daemon's long-lived state."""
     gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+    settle_new()
 
 
 def settle_new() -> None:
     """Collect and freeze only what is new since the last freeze (a restored state).
 
     The frozen objects (the modules, compiled code, earlier state) are not
-    scanned again: after a restore this is about a third of ``settle``'s
-    time (40-54 ms against 136-138 ms on a two-core box, a LAVA pool of the
-    bundled slice over a started daemon's heap), and it runs while records
-    flow. Cyclic garbage among the frozen objects, such as a pool given up
-    in the same rebalance, waits for the next ``settle``, at the next snapshot.
+    scanned again, so after a restore, while records flow, this takes about
+    a third of ``settle``'s time (docs/results/speed.md). Cyclic garbage
+    among the frozen objects, such as a pool given up in the same
+    rebalance, waits for the next ``settle``, at the next snapshot.
     """
     gc.collect()
     gc.freeze()

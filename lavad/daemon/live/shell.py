@@ -469,12 +469,10 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         try:
             restored = await self.daemon.partitions.acquire(assigned)
             # The restored state is long-lived: freeze it, but at housekeeping's
-            # next turn rather than here, where the collection would
-            # delay the first decisions after a failover. Only if something
-            # was restored: even a collection of the new state alone stalls
-            # the decisions in flight (a full one 100-250 ms on a two-core box
-            # in `lavad demo`), and with nothing restored the heap is as
-            # start-up settled it.
+            # next turn rather than here, where the collection would delay the
+            # first decisions after a failover. Only if a pool was restored:
+            # otherwise the heap is as start-up settled it, and the collection
+            # would only stall the decisions in flight.
             if restored:
                 self.daemon.settle_heap = True
         except SnapshotError as exc:
