@@ -59,9 +59,9 @@ shorter). Over the placement matrix's seeds 0-5, 0.3 gained more empty
 hosts than 0 in 29 of its 30 Azure conditions (27 of 30 on seeds 3-5,
 which chose nothing), brought 14 of the 15 tail conditions to half the
 oracle's gain (against 11), and gained on DLRM. On OpenB one replay of the
-whole trace loses 0.21-0.25 pp more than the paper's rule, but that trace's
+whole trace loses 0.28-0.35 pp more than the paper's rule, but that trace's
 seeds only draw ties, so one replay is one draw: with a seeded 95% of its
-pods per seed, 0.3 gains 0.14-0.16 pp over the paper's rule on average.
+pods per seed, 0.3 gained 0.14-0.16 pp over the paper's rule on average.
 An oracle is sure of every class and places as the paper's
 (docs/results/placement-matrix.md, "How sure a class must be").
 

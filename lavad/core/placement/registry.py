@@ -278,9 +278,13 @@ class LasArgs(LifetimeArgs):
     # least gain over Best Fit -0.03 pp against -0.29 (OpenB, where without
     # forgetting it loses more than the paper's oracle) and -0.04, its least
     # share 20% against 19% and 19%, stranding within Best Fit + 0.04 pp
-    # (docs/results/placement-matrix.md, "Forgetting"). 72 h is the half-life
+    # (docs/results/placement-matrix.md, "Forgetting"). With the waste score's
+    # legs OpenB gives -0.10 to -0.12 pp with or without forgetting, the waste
+    # guard's loss there ("Seeds 9-11, OpenB and DLRM"). 72 h is the half-life
     # the online calibration of the tables chose (docs/results/lifetime-models.md).
-    # LAVA does not forget: at 72 h it lost 0.85 pp on OpenB against 0.18. A
+    # LAVA does not forget: at 72 h it lost 0.74-0.91 pp on OpenB against
+    # 0.65-0.79 (docs/results/placement-matrix.md, "Seeds 9-11, OpenB and
+    # DLRM", where the waste guard is most of LAVA's loss). A
     # configuration file turns it off with ``half_life_s = inf`` (TOML has no
     # None), which decides exactly as never forgetting.
     half_life_s: float | None = Field(
