@@ -131,6 +131,32 @@ def test_cli_compare_prints_table_writes_json_and_plot(tmp_path: Path) -> None:
     assert (tmp_path / "decisions.firstfit.jsonl").exists()
 
 
+def test_cli_compare_writes_each_policys_dead_letters_beside_out(tmp_path: Path) -> None:
+    """One dead-letter file per compared policy, named from ``--out``'s stem once:
+    ``decisions.<policy>.deadletters.jsonl``, not from the per-policy decisions file
+    (which gave ``decisions.bestfit.bestfit.deadletters.jsonl``)."""
+    real = [e for e in open_trace(AZURE_SLICE, seed=0).events() if isinstance(e, VmRequest)][:20]
+    lines = [encode(e) for e in real]
+    trace_file = tmp_path / "mixed.jsonl"
+    trace_file.write_bytes(b"\n".join([*lines[:10], b'{"v": 1, "type": ', *lines[10:]]) + b"\n")
+    out = tmp_path / "decisions.jsonl"
+    arguments = [
+        "replay", str(trace_file), "--compare", "bestfit,firstfit", "--config", str(CONFIG),
+        "--metrics-json", str(tmp_path / "metrics.json"), "--out", str(out), "--no-progress",
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, arguments, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for policy in ("bestfit", "firstfit"):
+        dead = (tmp_path / f"decisions.{policy}.deadletters.jsonl").read_bytes().splitlines()
+        (letter,) = [orjson.loads(line) for line in dead]
+        assert "not valid JSON" in letter["reason"]
+        assert letter["position"] == "line 11"
+    assert sorted(path.name for path in tmp_path.glob("*.deadletters.jsonl")) == [
+        "decisions.bestfit.deadletters.jsonl",
+        "decisions.firstfit.deadletters.jsonl",
+    ]
+
+
 def test_cli_bad_config_exits_with_key(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[hosts]\ncores = 0\n")

@@ -121,7 +121,7 @@ def replay_command(
     for name in names:
         engine_config = settings.engine_config(name, trace_has_hosts=trace.has_hosts)
         decisions_file = _per_policy(out_path, name, len(names) > 1)
-        dead_file = _dead_letter_path(decisions_file, metrics_json, name)
+        dead_file = _dead_letter_path(out_path, metrics_json, name)
         with contextlib.ExitStack() as stack:
             decisions_out: IO[bytes] | None = None
             if decisions_file is not None:
@@ -212,6 +212,9 @@ def _per_policy(path: Path | None, policy: str, several: bool) -> Path | None:
 
 
 def _dead_letter_path(decisions: Path | None, metrics: Path, policy: str) -> Path:
+    """``<stem>.<policy>.deadletters.jsonl`` beside ``--out`` (else the metrics file):
+    named from the path the user gave, not from a per-policy decisions file, whose
+    stem already carries the policy."""
     anchor = decisions if decisions is not None else metrics
     return anchor.with_name(f"{anchor.stem}.{policy}.deadletters.jsonl")
 
