@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lavad.evaluation.report_html import build_report
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,3 +40,33 @@ def test_replay_table_names_the_basis_of_every_share(tmp_path: Path) -> None:
     text = " ".join(result.stdout.split())
     assert "Empty hosts are counted against pool default: common pool of 416 hosts" in text
     assert "over the capacity of the hosts up at each moment" in text
+
+
+def test_a_trace_shorter_than_the_warm_up_says_why_it_has_no_averages(tmp_path: Path) -> None:
+    # The bundled slice spans about 3.5 days of arrivals; a warm-up of 30 days
+    # leaves no measured window, which the summary must say rather than print
+    # an interval that ends before it begins.
+    result = subprocess.run(
+        [
+            sys.executable, "-c", "from lavad.daemon.cli import main; main()",
+            "replay", str(PROJECT_ROOT / "data" / "azure-v1-vms-slice"), "--policy", "bestfit",
+            "--config", str(PROJECT_ROOT / "config" / "lavad.toml"),
+            "--metrics-json", str(tmp_path / "metrics.json"), "--no-progress",
+        ],
+        env={**os.environ, "LAVAD_METRICS__WARMUP_S": "2592000", "COLUMNS": "200"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "No averages: the measured window is empty" in text
+    assert "It would open 2592000 s after the first event" in text
+    assert "set [metrics] warmup_s below the trace's span" in text
+    assert "Averages over" not in text
+    # The HTML report of the same figures says it too.
+    page = build_report([tmp_path / "metrics.json"])
+    assert "No averages: the measured window is empty" in page
+    assert "Averages over" not in page

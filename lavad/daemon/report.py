@@ -95,7 +95,18 @@ def print_results(results: Sequence[ReplayResult], trace_name: str, console: Con
     console.print(metrics_table(results, trace_name))
     if results:
         first = next(iter(results[0].pools.values()), None)
-        if first is not None:
+        if first is not None and first["measured_until_s"] <= first["measured_from_s"]:
+            # A trace shorter than the warm-up: say why every average is n/a,
+            # rather than print a window that ends before it begins.
+            console.print(
+                f"No averages: the measured window is empty. It would open"
+                f" {first['warmup_s']:.0f} s after the first event, at"
+                f" {first['measured_from_s']:.0f} s, and it closes at the"
+                f" {first['measured_until'].replace('_', ' ')}, at"
+                f" {first['measured_until_s']:.0f} s; set \\[metrics] warmup_s below the"
+                " trace's span to measure it."
+            )
+        elif first is not None:
             console.print(
                 f"Averages over [{first['measured_from_s']:.0f} s,"
                 f" {first['measured_until_s']:.0f} s]:"

@@ -295,6 +295,15 @@ def _window_note(runs: list[dict[str, Any]]) -> str:
     for run in runs:
         for m in run["pools"].values():
             basis = m.get("empty_hosts_basis", "hosts up")
+            start, until = m.get("measured_from_s"), m.get("measured_until_s")
+            if isinstance(start, int | float) and isinstance(until, int | float) and until <= start:
+                # As the replay's own summary says it: a trace shorter than the warm-up.
+                return (
+                    f"<p class=note>No averages: the measured window is empty. It would open "
+                    f"{_num(m.get('warmup_s'), 0)} s after the first event, at {_num(start, 0)} s, "
+                    f"and it closes at {_num(until, 0)} s; set [metrics] warmup_s below the "
+                    "trace's span to measure it.</p>"
+                )
             return (
                 f"<p class=note>Averages over [{_num(m.get('measured_from_s'), 0)} s, "
                 f"{_num(m.get('measured_until_s'), 0)} s] of trace time, after a warm-up of "
