@@ -157,6 +157,21 @@ def test_cli_compare_writes_each_policys_dead_letters_beside_out(tmp_path: Path)
     ]
 
 
+def test_cli_a_trace_of_no_valid_event_says_there_is_nothing_to_measure(tmp_path: Path) -> None:
+    trace_file = tmp_path / "bad-only.jsonl"
+    trace_file.write_bytes(b'{"v": 1, "type": \n')
+    arguments = [
+        "replay", str(trace_file), "--config", str(CONFIG), "--no-progress",
+        "--metrics-json", str(tmp_path / "metrics.json"),
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, arguments, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "No pool took an event (the trace holds no valid event): nothing to measure." in text
+    assert "counted against" not in text
+    assert "dead letters {'malformed': 1}" in text
+
+
 def test_cli_bad_config_exits_with_key(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[hosts]\ncores = 0\n")

@@ -118,19 +118,24 @@ def print_results(results: Sequence[ReplayResult], trace_name: str, console: Con
                 " fits, over the hosts up and not draining."
             )
         bases = _empty_hosts_bases(results)
-        listed = "; ".join(f"pool {pool}: {basis}" for pool, basis in sorted(bases.items()))
-        common = any(basis.startswith("common pool") for basis in bases.values())
-        console.print(
-            f"Empty hosts are counted against {listed}."
-            + (
-                " A common pool is the largest any compared policy grew to, every host"
-                " present from the start: a pool grown on demand holds mostly busy hosts at"
-                " each moment (so its booked CPU % is high), while its empty hosts are"
-                " counted on the common pool."
-                if common
-                else ""
+        if not bases:
+            console.print(
+                "No pool took an event (the trace holds no valid event): nothing to measure."
             )
-        )
+        else:
+            listed = "; ".join(f"pool {pool}: {basis}" for pool, basis in sorted(bases.items()))
+            common = any(basis.startswith("common pool") for basis in bases.values())
+            console.print(
+                f"Empty hosts are counted against {listed}."
+                + (
+                    " A common pool is the largest any compared policy grew to, every host"
+                    " present from the start: a pool grown on demand holds mostly busy hosts"
+                    " at each moment (so its booked CPU % is high), while its empty hosts are"
+                    " counted on the common pool."
+                    if common
+                    else ""
+                )
+            )
     for result in results:
         if result.dead_letters:
             console.print(
