@@ -98,3 +98,14 @@ def test_cli_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     assert "fairness" not in payload
     bad = CliRunner().invoke(app, ["federation", str(SLICE), "--configs", "megha-3"])
     assert bad.exit_code == 2 and "unknown configuration 'megha-3'" in bad.output
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n"], ids=["empty", "blank-lines"])
+def test_cli_refuses_a_trace_with_no_job(tmp_path: Path, content: bytes) -> None:
+    # Before: a KeyError traceback ('p50_s') from the figures of zero allocations.
+    trace = tmp_path / "none.tr"
+    trace.write_bytes(content)
+    result = CliRunner().invoke(app, ["federation", str(trace), "--workers", "300"])
+    assert result.exit_code != 0
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "holds no job" in " ".join(result.output.split())

@@ -101,6 +101,16 @@ def test_cli_writes_table_json_and_plot(tmp_path: Path) -> None:
     assert b'"recommender": "vpa"' in out.read_bytes()
 
 
+def test_cli_refuses_a_trace_with_no_job_rather_than_print_an_empty_table(
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    result = CliRunner().invoke(app, ["limits", str(empty)])
+    assert result.exit_code != 0
+    assert "holds no job with usage samples" in " ".join(result.output.split())
+
+
 @pytest.mark.shared_data
 @pytest.mark.slow
 def test_planetlab_cpu_only(shared_data: Path, tmp_path: Path) -> None:

@@ -96,6 +96,9 @@ def run_federation(options: FederationOptions) -> None:
         jobs = read_jobs(trace, max_jobs=options.max_jobs)
     except (TraceError, ValueError) as exc:
         raise fail(f"{trace}: {exc}") from None
+    if not jobs:
+        # Every figure is of allocation times: with no job there is none to give.
+        raise fail(f"{trace}: holds no job (one per line: 'arrival n mean d_1..d_n')")
     tasks = sum(len(j.durations) for j in jobs)
     out.print(
         f"{trace}: {len(jobs):,} jobs, {tasks:,} tasks; network delay {options.network_delay_ms} ms"

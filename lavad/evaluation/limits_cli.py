@@ -121,6 +121,9 @@ def limits_command(
             )
         except (TraceFormatError, ValueError) as exc:
             raise fail(f"{path}: {exc}") from None
+        if not ev.jobs:
+            # Every column is a mean over job-days: with no job, an empty table would say "done".
+            raise fail(f"{path}: holds no job with usage samples to recommend limits for")
         results.append(ev)
         table = Table(title=f"{ev.trace}: {ev.jobs} jobs, seed {ev.seed}")
         for column in (
