@@ -6,7 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from lavad.evaluation.limits_cli import app
 from lavad.evaluation.limits_horizontal import evaluate_horizontal, replay_app
 from lavad.models.limits.horizontal import HorizontalConfig, HorizontalScaler
 
@@ -91,3 +93,13 @@ def test_horizontal_evaluation_on_the_dlrm_apps(shared_data: Path) -> None:
     assert 0 <= score.shortfall < score.over_provisioning < 0.2
     # Stabilisation: far fewer changes than the recorded counts make.
     assert score.recommended_changes_per_app_day < score.recorded_changes_per_app_day / 5
+
+
+def test_the_command_names_a_trace_without_deployments_once(tmp_path: Path) -> None:
+    # The bundled OpenB slice's pods name no deployment.
+    openb = Path(__file__).resolve().parents[1] / "data" / "alibaba-openb-slice"
+    result = CliRunner().invoke(app, ["horizontal", str(openb)], env={"COLUMNS": "400"})
+    assert result.exit_code != 0
+    text = " ".join(result.output.split())
+    assert f"{openb}: no VM request names a deployment" in text
+    assert text.count(str(openb)) == 1

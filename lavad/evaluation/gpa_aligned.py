@@ -144,8 +144,9 @@ def _windows(
             steps.add(step)
     grid = {step: column for column, step in enumerate(sorted(steps))}
     if len(grid) < history_n + future_n:
+        # The caller names the trace (the command line prefixes its path).
         raise ValueError(
-            f"{path}: {len(grid)} time steps, fewer than history {history_n} + future {future_n}"
+            f"{len(grid)} time steps, fewer than history {history_n} + future {future_n}"
         )
     names = list(readings)
     full: FloatArray = np.full((len(names), len(grid)), np.nan)
@@ -161,7 +162,7 @@ def _windows(
             history_n, future_n = default[0] // 2, default[1] // 2
         if full.shape[1] < history_n + future_n:
             raise ValueError(
-                f"{path}: the {part} half has {full.shape[1]} time steps, fewer than "
+                f"the {part} half has {full.shape[1]} time steps, fewer than "
                 f"history {history_n} + future {future_n}"
             )
     return trace.name, names, full, history_n, future_n

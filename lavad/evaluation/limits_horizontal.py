@@ -94,7 +94,8 @@ def evaluate_horizontal(path: Path, config: HorizontalConfig | None = None) -> H
     cfg = config or HorizontalConfig()
     counts, end = instance_counts(path)
     if not counts:
-        raise ValueError(f"{path}: no VM request names a deployment")
+        # The caller names the trace (the command line prefixes its path).
+        raise ValueError("no VM request names a deployment")
     recorded_total = over = short = 0.0
     days = 0.0
     recommended_changes = recorded_changes = 0
