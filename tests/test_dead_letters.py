@@ -3,6 +3,9 @@ dead letter the broker refuses on every retry (``deadletter.bounded``)."""
 
 from __future__ import annotations
 
+import base64
+
+import orjson
 import pytest
 
 from lavad.streams.kafka.deadletter import (
@@ -11,6 +14,7 @@ from lavad.streams.kafka.deadletter import (
     bounded,
     dead_letter_headers,
     header_map,
+    record_json,
 )
 
 HEADERS = dead_letter_headers("decode", "not JSON", "lavad.vm-events", 3, 41)
@@ -69,3 +73,19 @@ def test_a_dead_letter_over_the_bound_is_cut_and_says_what_it_was(
     note = header_map(headers)[TRUNCATED]
     assert note == f"value={value_bytes} key={0 if key is None else len(key)}"
     assert _size(new_key, new_value, headers) <= 5_000
+
+
+def test_a_record_shown_with_headers_keeps_its_bytes() -> None:
+    # UTF-8 comes out as text; anything else as base64 that decodes to the same bytes.
+    text = orjson.loads(record_json(b"east", b'{"v": 1}', HEADERS))
+    assert text == {
+        "headers": header_map(HEADERS),
+        "key": "east",
+        "value": '{"v": 1}',
+    }
+    raw = b"\xff\xfe\x00garbage"
+    binary = orjson.loads(record_json(None, raw, HEADERS))
+    assert binary["key"] is None
+    assert "value" not in binary
+    assert base64.b64decode(binary["value_base64"]) == raw
+    assert binary["headers"]["lavad.reason"] == "not JSON"

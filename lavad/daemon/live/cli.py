@@ -22,6 +22,7 @@ from lavad.daemon.live.shell import LiveDaemon, PartitionError, StartupError, li
 from lavad.daemon.live.snapshots import SnapshotError
 from lavad.daemon.shadow.live import topic_names
 from lavad.streams.adapters import TraceFormatError, open_trace
+from lavad.streams.kafka.deadletter import record_json
 from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
 from lavad.streams.kafka.publish import publish_trace
 from lavad.streams.kafka.topics import TopicError, create_topics
@@ -268,6 +269,14 @@ def tail_command(
     follow: Annotated[
         bool, typer.Option(help="keep waiting for new records (Ctrl-C stops)")
     ] = True,
+    headers: Annotated[
+        bool,
+        typer.Option(
+            "--headers",
+            help="print each record as a JSON object of its headers, key and value (a dead"
+            " letter's reason is in its headers)",
+        ),
+    ] = False,
 ) -> None:
     """Print a topic's records from the beginning, one value per line (decisions are JSON)."""
     settings = settings_or_exit(config)
@@ -295,7 +304,11 @@ def tail_command(
                 batch = await consumer.getmany(*parts, timeout_ms=200)
                 for records in batch.values():
                     for record in records:
-                        sink.write((record.value or b"") + b"\n")
+                        if headers:
+                            shown = record_json(record.key, record.value, record.headers)
+                        else:
+                            shown = record.value or b""
+                        sink.write(shown + b"\n")
                         printed += 1
                         if limit is not None and printed >= limit:
                             return

@@ -17,7 +17,10 @@ name, as long as that topic retains it.
 
 from __future__ import annotations
 
+import base64
 from typing import Protocol
+
+import orjson
 
 REASON = "lavad.reason"
 STAGE = "lavad.stage"
@@ -50,6 +53,28 @@ def dead_letter_headers(
 
 def header_map(headers: tuple[tuple[str, bytes], ...] | Headers) -> dict[str, str]:
     return {name: value.decode("utf-8", "replace") for name, value in headers}
+
+
+def record_json(
+    key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes], ...] | Headers
+) -> bytes:
+    """One record as a JSON object (``lavad tail --headers``): its headers, key and value.
+
+    The key and value are text where they are UTF-8, else base64 under
+    ``key_base64`` or ``value_base64``: a dead letter's bytes are often not
+    text, and shown with replacement characters they could not be re-published
+    as they came.
+    """
+    shown: dict[str, object] = {"headers": header_map(headers)}
+    for name, data in (("key", key), ("value", value)):
+        if data is None:
+            shown[name] = None
+            continue
+        try:
+            shown[name] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            shown[f"{name}_base64"] = base64.b64encode(data).decode("ascii")
+    return orjson.dumps(shown)
 
 
 def bounded(
