@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from lavad.daemon.cli import app
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
+from lavad.evaluation.report_html import build_report
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import encode
 from lavad.streams.schema import VmExit, VmRequest
@@ -170,6 +172,17 @@ def test_cli_a_trace_of_no_valid_event_says_there_is_nothing_to_measure(tmp_path
     assert "No pool took an event (the trace holds no valid event): nothing to measure." in text
     assert "counted against" not in text
     assert "dead letters {'malformed': 1}" in text
+    # Its HTML report has no stranding bars to draw (an empty plot warned), and the
+    # existing scheduler's placements of it are "no events".
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        page = build_report([tmp_path / "metrics.json"])
+    assert "Stranding" not in page
+    placed = tmp_path / "placed.jsonl"
+    shadow = ["shadow", "placements", str(trace_file), str(placed), "--config", str(CONFIG)]
+    result = CliRunner().invoke(app, shadow, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"{placed}: no events (1 bad records skipped)" in " ".join(result.output.split())
 
 
 def test_cli_bad_config_exits_with_key(tmp_path: Path) -> None:

@@ -342,13 +342,15 @@ def _packing_sections(page: Page, runs: list[dict[str, Any]], source: str, headi
         for r in runs
         for pool, m in sorted(r["pools"].items())
     }
-    page.sections.append(
-        "<section><h2>Stranding</h2>"
-        + _bars(stranding, "stranded, % of schedulable capacity")
-        + "<p class=note>Free capacity left after an inflation simulation fills the pool"
-        " with the recent request mix until nothing fits (hourly samples, averaged).</p>"
-        "</section>"
-    )
+    # No pool took an event: no bars to draw (an empty plot warned of its legend).
+    if stranding:
+        page.sections.append(
+            "<section><h2>Stranding</h2>"
+            + _bars(stranding, "stranded, % of schedulable capacity")
+            + "<p class=note>Free capacity left after an inflation simulation fills the pool"
+            " with the recent request mix until nothing fits (hourly samples, averaged).</p>"
+            "</section>"
+        )
     _decision_mix(page, runs)
 
 

@@ -56,6 +56,7 @@ def placements_command(
         for event in placed_events(trace.events(), engine_config, counts):
             handle.write(orjson.dumps(event, option=newline))
     written = ", ".join(f"{n:,} {kind}" for kind, n in sorted(counts.written.items()))
+    written = written or "no events"
     out.print(f"{output}: {written} ({counts.bad_records:,} bad records skipped)")
     if trace.end_time is not None:
         out.print(f"the trace ends at {trace.end_time!r}: pass --end-time {trace.end_time!r}")
