@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from benchmarks.lifetime_ablation import CONFIG, parse_variant
 from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon import heap
 from lavad.daemon.replay import on_common_pool, replay
-from lavad.daemon.settings import HostSettings, load_settings
+from lavad.daemon.settings import ConfigError, HostSettings, load_settings
 from lavad.evaluation import hindsight
 from lavad.evaluation.vm_sample import sample_vms
 from lavad.streams.adapters import open_trace
@@ -306,18 +307,60 @@ def summarise(cells: list[dict[str, Any]], oracle: str) -> tuple[str, dict[str, 
     return "\n".join(lines), worst
 
 
+def _positive(raw: str) -> int:
+    """An argument that counts something: a whole number of at least 1."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a whole number, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"want at least 1, got {value}")
+    return value
+
+
+def _shape(raw: str) -> str:
+    """``cores/memory[/gpus[/disk]]`` as the host settings accept it, or the reason not."""
+    want = "want cores/memory[/gpus[/disk]] with cores and memory above 0"
+    parts = raw.split("/")
+    if not 2 <= len(parts) <= 4:
+        raise argparse.ArgumentTypeError(f"{want}, got {raw!r}")
+    try:
+        _hosts(raw, 0, True)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise argparse.ArgumentTypeError(f"{want}, got {raw!r}: {where}: {error['msg']}") from None
+    except ValueError:  # a part that is not a number
+        raise argparse.ArgumentTypeError(f"{want}, got {raw!r}") from None
+    return raw
+
+
+def check_variant(spec: str) -> None:
+    """Raise ConfigError or ValueError, naming the key, for a variant no replay would take:
+    checked before any worker starts, not as a traceback from the first cell."""
+    plain, _ = hindsight.split(spec)
+    name, args = parse_variant(plain)
+    settings = load_settings(CONFIG)
+    variant_policies = dict(settings.policies)
+    variant_policies[name] = {**variant_policies.get(name, {}), **args}
+    variant = settings.model_copy(update={"policies": variant_policies})
+    variant.engine_config(name, trace_has_hosts=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--window", action="append", choices=sorted(WINDOWS))
-    parser.add_argument("--shape", action="append", help="Azure shapes cores/memory (default all)")
+    parser.add_argument(
+        "--shape", action="append", type=_shape, help="Azure shapes cores/memory (default all)"
+    )
     parser.add_argument("--fleet", action="append", choices=FLEETS)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=_positive, default=3)
     parser.add_argument(
         "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
     )
     parser.add_argument("--policy", action="append", help="variants; the first is the baseline")
     parser.add_argument("--oracle", default=PAPER_ORACLE)
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--jobs", type=_positive, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--keep-vms",
@@ -328,12 +371,17 @@ def main(argv: list[str] | None = None) -> None:
     ns = parser.parse_args(argv)
     if not 0.0 < ns.keep_vms <= 1.0:
         parser.error(f"--keep-vms must be in (0, 1], got {ns.keep_vms}")
+    policies = ns.policy or list(DEFAULT_POLICIES)
+    hindsight.check_order(policies)
+    for spec in (*policies, ns.oracle):
+        try:
+            check_variant(spec)
+        except (ConfigError, ValueError) as exc:
+            parser.error(f"{spec!r}: {exc}")
     if not SHARED.is_dir():
         sys.exit(f"the placement matrix needs the real traces in {SHARED}: not found")
     windows = ns.window or list(WINDOWS)
     fleets = ns.fleet or list(FLEETS)
-    policies = ns.policy or list(DEFAULT_POLICIES)
-    hindsight.check_order(policies)
     cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(ns.jobs) as pool:
         futures = [
