@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import sys
 from pathlib import Path
@@ -80,15 +81,19 @@ def produce_command(
     ] = 0.0,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
     seed: Annotated[int, typer.Option(help="seed for sampled trace fields")] = 0,
-    limit: Annotated[int | None, typer.Option(help="publish at most this many records")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="publish at most this many records")
+    ] = None,
     from_offset: Annotated[
         int,
         typer.Option(min=0, help="skip the trace's first N records (resume an interrupted run)"),
     ] = 0,
 ) -> None:
     """Publish a recorded trace to the input topics (keyed by pool)."""
-    if speed < 0:
-        raise fail("--speed must be >= 0")
+    # NaN passed ``speed < 0`` and then ``speed > 0`` failed too: it published
+    # as fast as 0 does, unasked; infinity likewise.
+    if not (math.isfinite(speed) and speed >= 0):
+        raise fail(f"--speed must be a finite number >= 0, got {speed}")
     settings = settings_or_exit(config)
     try:
         trace = open_trace(path, seed=seed)
