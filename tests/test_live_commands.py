@@ -233,11 +233,15 @@ def test_produce_without_a_broker_fails_says_how_far_it_got_and_leaks_nothing(
     assert "Unclosed" not in message
 
 
-@pytest.mark.parametrize("speed", ["nan", "inf", "-1"])
-def test_produce_refuses_a_speed_that_is_not_a_finite_rate(tmp_path: Path, speed: str) -> None:
-    # NaN and infinity used to publish as fast as 0, unasked; refused before any broker.
+@pytest.mark.parametrize(
+    ("command", "speed"), [("produce", "nan"), ("produce", "inf"), ("demo", "-1")]
+)
+def test_produce_and_demo_refuse_a_speed_that_is_not_a_finite_rate(
+    tmp_path: Path, command: str, speed: str
+) -> None:
+    # Each used to publish as fast as 0, unasked; refused before any broker starts.
     result = lavad(
-        "produce", str(AZURE_SLICE), "--config", CONFIG, "--speed", speed,
+        command, str(AZURE_SLICE), "--config", CONFIG, "--speed", speed,
         bootstrap=f"127.0.0.1:{free_port()}", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode != 0

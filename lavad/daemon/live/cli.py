@@ -74,6 +74,16 @@ def run_command(
         raise fail(str(exc)) from None
 
 
+def _check_speed(speed: float) -> None:
+    """Exit with the reason unless ``--speed`` is a finite rate >= 0.
+
+    The publisher paces only when ``speed > 0``: NaN, infinity or a negative
+    number would publish as fast as 0 does, unasked.
+    """
+    if not (math.isfinite(speed) and speed >= 0):
+        raise fail(f"--speed must be a finite number >= 0, got {speed}")
+
+
 def produce_command(
     path: Annotated[Path, typer.Argument(help="trace file or directory (see `lavad trace info`)")],
     speed: Annotated[
@@ -90,10 +100,7 @@ def produce_command(
     ] = 0,
 ) -> None:
     """Publish a recorded trace to the input topics (keyed by pool)."""
-    # NaN passed ``speed < 0`` and then ``speed > 0`` failed too: it published
-    # as fast as 0 does, unasked; infinity likewise.
-    if not (math.isfinite(speed) and speed >= 0):
-        raise fail(f"--speed must be a finite number >= 0, got {speed}")
+    _check_speed(speed)
     settings = settings_or_exit(config)
     try:
         trace = open_trace(path, seed=seed)
@@ -178,6 +185,7 @@ def demo_command(
     ] = False,
 ) -> None:
     """Embedded broker + daemon + trace publisher, with a live summary; Ctrl-C stops all."""
+    _check_speed(speed)
     settings = settings_or_exit(config)
     try:
         trace = open_trace(path, seed=settings.seed)
