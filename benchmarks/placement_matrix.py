@@ -47,7 +47,7 @@ from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon import heap
 from lavad.daemon.replay import on_common_pool, replay
-from lavad.daemon.settings import ConfigError, HostSettings, load_settings
+from lavad.daemon.settings import ConfigError, HostSettings, Settings, load_settings
 from lavad.evaluation import hindsight
 from lavad.evaluation.vm_sample import sample_vms
 from lavad.streams.adapters import open_trace
@@ -126,6 +126,13 @@ def _hosts(shape: str, count: int, grow: bool) -> HostSettings:
     )
 
 
+def _with_variant(settings: Settings, name: str, args: dict[str, object]) -> Settings:
+    """``settings`` with policy ``name``'s arguments overridden by ``args``."""
+    policies = dict(settings.policies)
+    policies[name] = {**policies.get(name, {}), **args}
+    return settings.model_copy(update={"policies": policies})
+
+
 def _pool(result: Any) -> dict[str, Any]:
     pool: dict[str, Any] = next(iter(result.as_dict()["pools"].values()))
     return pool
@@ -150,9 +157,7 @@ def _run_fleet(
     for spec in policies:
         plain, in_hindsight = hindsight.split(spec)
         name, args = parse_variant(plain)
-        variant_policies = dict(settings.policies)
-        variant_policies[name] = {**variant_policies.get(name, {}), **args}
-        variant = settings.model_copy(update={"policies": variant_policies})
+        variant = _with_variant(settings, name, args)
         opened = open_trace(trace, seed=seed, **options)
         events: Any = sample_vms(opened.events(), seed, keep_vms)
         if needs_true_lifetimes(name):
@@ -340,11 +345,7 @@ def check_variant(spec: str) -> None:
     checked before any worker starts, not as a traceback from the first cell."""
     plain, _ = hindsight.split(spec)
     name, args = parse_variant(plain)
-    settings = load_settings(CONFIG)
-    variant_policies = dict(settings.policies)
-    variant_policies[name] = {**variant_policies.get(name, {}), **args}
-    variant = settings.model_copy(update={"policies": variant_policies})
-    variant.engine_config(name, trace_has_hosts=False)
+    _with_variant(load_settings(CONFIG), name, args).engine_config(name, trace_has_hosts=False)
 
 
 def main(argv: list[str] | None = None) -> None:

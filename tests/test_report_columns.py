@@ -12,18 +12,18 @@ from lavad.evaluation.report_html import build_report
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_replay_table_names_the_basis_of_every_share(tmp_path: Path) -> None:
-    # `make replay`: the bundled slice grows its pool on demand, so empty hosts
-    # are restated on a common pool while booked CPU stays a share of hosts up.
+def _replay_slice(
+    tmp_path: Path, warmup_s: str, *policies: str
+) -> subprocess.CompletedProcess[str]:
+    """``lavad replay`` of the bundled slice under this warm-up, as a user runs it."""
     result = subprocess.run(
         [
             sys.executable, "-c", "from lavad.daemon.cli import main; main()",
-            "replay", str(PROJECT_ROOT / "data" / "azure-v1-vms-slice"),
-            "--compare", "bestfit,firstfit",
+            "replay", str(PROJECT_ROOT / "data" / "azure-v1-vms-slice"), *policies,
             "--config", str(PROJECT_ROOT / "config" / "lavad.toml"),
-            "--metrics-json", str(tmp_path / "metrics.json"),
+            "--metrics-json", str(tmp_path / "metrics.json"), "--no-progress",
         ],
-        env={**os.environ, "LAVAD_METRICS__WARMUP_S": "21600"},
+        env={**os.environ, "LAVAD_METRICS__WARMUP_S": warmup_s, "COLUMNS": "200"},
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -31,6 +31,13 @@ def test_replay_table_names_the_basis_of_every_share(tmp_path: Path) -> None:
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_replay_table_names_the_basis_of_every_share(tmp_path: Path) -> None:
+    # `make replay`: the bundled slice grows its pool on demand, so empty hosts
+    # are restated on a common pool while booked CPU stays a share of hosts up.
+    result = _replay_slice(tmp_path, "21600", "--compare", "bestfit,firstfit")
     header = result.stdout.split("┡")[0]
     assert "empty hosts %" in header
     assert "of 416 hosts" in header
@@ -46,21 +53,7 @@ def test_a_trace_shorter_than_the_warm_up_says_why_it_has_no_averages(tmp_path: 
     # The bundled slice spans about 3.5 days of arrivals; a warm-up of 30 days
     # leaves no measured window, which the summary must say rather than print
     # an interval that ends before it begins.
-    result = subprocess.run(
-        [
-            sys.executable, "-c", "from lavad.daemon.cli import main; main()",
-            "replay", str(PROJECT_ROOT / "data" / "azure-v1-vms-slice"), "--policy", "bestfit",
-            "--config", str(PROJECT_ROOT / "config" / "lavad.toml"),
-            "--metrics-json", str(tmp_path / "metrics.json"), "--no-progress",
-        ],
-        env={**os.environ, "LAVAD_METRICS__WARMUP_S": "2592000", "COLUMNS": "200"},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    result = _replay_slice(tmp_path, "2592000", "--policy", "bestfit")
     text = " ".join(result.stdout.split())
     assert "No averages: the measured window is empty" in text
     assert "It would open 2592000 s after the first event" in text
