@@ -134,6 +134,9 @@ class Owner:
     duplicates: int = field(init=False, default=0)
     # pool -> why a defect halted it (its partition paused; never snapshotted again here)
     halted: dict[int, str] = field(init=False, default_factory=dict)
+    # pool -> how many times this instance has taken it: a batch fetched before a take
+    # (``handle``'s ``taken``) may hold records from before the take's seek.
+    takes: dict[int, int] = field(init=False, default_factory=dict)
     producer: AIOKafkaProducer = field(init=False)
     consumer: AIOKafkaConsumer = field(init=False)
 
@@ -175,6 +178,7 @@ class Owner:
             self.decided[pool.index] = dict.fromkeys(decided)
             self.next_offset[pool.index] = offset
             self.since_snapshot[pool.index] = 0
+            self.takes[pool.index] = self.takes.get(pool.index, 0) + 1
             self.consumer.seek(tp, offset)
             log.info("pool taken", instance=self.instance, pool=pool.index, offset=offset)
 
@@ -247,9 +251,13 @@ class Owner:
         self.consumer.subscribe([LAUNCHES], listener=Listener())
         await self.consumer.start()
         try:
+            # Read before each fetch (the generator fetches when the loop asks): a take
+            # that runs during the fetch or the batch's handling shows as a change.
+            takes = dict(self.takes)
             async for batch in fetches(self.consumer, stop, timeout_ms=100):
                 for tp, records in batch.items():
-                    await self.handle(tp, records)
+                    await self.handle(tp, records, takes.get(tp.partition, 0))
+                takes = dict(self.takes)
         finally:
             for pool in list(self.owned):
                 if pool not in self.halted:
@@ -257,7 +265,9 @@ class Owner:
             await self.consumer.stop()
             await self.producer.stop()
 
-    async def handle(self, tp: TopicPartition, records: list[Any]) -> None:
+    async def handle(self, tp: TopicPartition, records: list[Any], taken: int) -> None:
+        """Answer a batch of one partition, fetched when the pool had been taken ``taken``
+        times by this instance."""
         owner = self.owned.get(tp.partition)
         futures = []
         if tp.partition in self.halted:
@@ -265,6 +275,14 @@ class Owner:
         if owner is None and tp.partition < len(self.topology.pools):
             # assigned, not yet taken (take() is restoring it) or given up since the fetch:
             # take() seeks to the snapshot's offset, so these records come again
+            return
+        if owner is not None and self.takes.get(tp.partition, 0) != taken:
+            # Taken while this batch was fetched or waited here: aiokafka fetches a newly
+            # assigned partition from the group's committed offset while take() restores
+            # the snapshot, so the batch may start past the snapshot's offset. Applied to
+            # the restored state, it skipped the launches in between: their hosts looked
+            # free and were given twice. Fetch again from where the state is.
+            self.consumer.seek(tp, self.next_offset[tp.partition])
             return
         if owner is None:
             pools = len(self.topology.pools)
