@@ -117,7 +117,8 @@ def _fetches(fetched: dict[Any, bytes]) -> Iterator[dict[Any, list[FetchedRecord
 async def _live_path(daemon: LiveDaemon, fetched: dict[Any, bytes]) -> None:
     intake, publisher = daemon.intake, daemon.publisher
     for batch in _fetches(fetched):
-        out = intake.process(batch)
+        # No rebalance runs here: the acquisitions are those of the batch's fetch.
+        out = intake.process(batch, dict(daemon.partitions.acquisitions))
         out.extend(intake.advance_timers())
         await publisher._send_batches(out)
         publisher._count_published(out, time.time())

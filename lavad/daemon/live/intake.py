@@ -45,15 +45,28 @@ class Intake:
     records_processed: int = field(init=False, default=0)
     _event_counts: Counter[str] = field(init=False, default_factory=Counter)
 
-    def process(self, batch: dict[Any, list[FetchedRecord]]) -> list[Outgoing]:
+    def process(
+        self, batch: dict[Any, list[FetchedRecord]], acquired: dict[int, int]
+    ) -> list[Outgoing]:
+        """``batch``'s records in order, with what to publish; ``acquired`` is
+        ``Partitions.acquisitions`` as it was when the fetch began."""
         out: list[Outgoing] = []
-        owned_by_number = self.partitions.owned
+        partitions = self.partitions
+        owned_by_number = partitions.owned
         wall = time.time()
         for tp, records in batch.items():
             owned = owned_by_number.get(tp.partition)
             if owned is None or not records:
                 continue  # revoked between fetch and processing: the next owner reads them
             expected = owned.positions.get(tp.topic, 0)
+            if partitions.acquisitions.get(tp.partition, 0) != acquired.get(tp.partition, 0):
+                # Acquired while this batch was fetched or waited for the lock:
+                # aiokafka fetches a newly assigned partition from the group's
+                # committed offset before the rebalance listener restores and
+                # seeks, so the batch may start past the restored positions, and
+                # applied it would skip the records in between. Fetch again.
+                partitions.consumer.seek(tp, expected)
+                continue
             if records[0].offset < expected:
                 # Already reflected in the state (a fetch that raced a seek).
                 fresh = [record for record in records if record.offset >= expected]

@@ -75,6 +75,10 @@ class Partitions:
         # rebalances revoke every partition, and most come back to the same
         # instance, which then resumes them without reading its snapshot back.
         self.parked: dict[int, OwnedPartition] = {}
+        # Partition number -> how many times this instance has acquired it. A
+        # batch fetched before an acquisition may start past the positions it
+        # restored (``Intake.process`` fetches such a batch again).
+        self.acquisitions: dict[int, int] = {}
         self.pool_partition: dict[str, int] = {}
         self.lock = asyncio.Lock()
         # Decided batches whose decisions are not all acknowledged (the one in
@@ -257,6 +261,7 @@ class Partitions:
                 for tp in tps:
                     self.consumer.seek(tp, owned.positions.get(tp.topic, 0))
                 self.owned[number] = owned
+                self.acquisitions[number] = self.acquisitions.get(number, 0) + 1
                 log.info(
                     "partition acquired",
                     partition=number,

@@ -297,6 +297,8 @@ class LiveDaemon:
         intake, partitions = self.intake, self.partitions
         transactional = kafka.transactional_id is not None
         while not stop.is_set():
+            # Before the fetch: an acquisition during it shows as a change.
+            acquired = dict(partitions.acquisitions)
             try:
                 batch = await unless_stopped(
                     self._consumer.getmany(
@@ -312,7 +314,7 @@ class LiveDaemon:
                 return  # stopped while the fetch waited (a rebalance that does not end)
             backoff.reset()
             async with partitions.lock:
-                out = intake.process(batch)
+                out = intake.process(batch, acquired)
                 out.extend(intake.advance_timers())
                 if not out and not batch:
                     continue
