@@ -58,6 +58,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from benchmarks.arguments import above_zero, at_least_one
 from benchmarks.live_kafka import azure_events, pools_on_every_partition
 from lavad.streams.codec import encode
 from lavad.streams.kafka.embedded import EmbeddedBroker, free_port
@@ -342,17 +343,17 @@ PARTS = {
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-pool", type=int, default=8_000)
-    parser.add_argument("--rate", type=float, default=300.0, help="records/s over all pools")
-    parser.add_argument("--session-ms", type=int, default=6_000)
-    parser.add_argument("--heartbeat-ms", type=int, default=1_000)
-    parser.add_argument("--snapshot-interval-s", type=float, default=10.0)
+    parser.add_argument("--per-pool", type=at_least_one, default=8_000)
+    parser.add_argument("--rate", type=above_zero, default=300.0, help="records/s over all pools")
+    parser.add_argument("--session-ms", type=at_least_one, default=6_000)
+    parser.add_argument("--heartbeat-ms", type=at_least_one, default=1_000)
+    parser.add_argument("--snapshot-interval-s", type=above_zero, default=10.0)
     parser.add_argument("--policy", default="bestfit")
     parser.add_argument(
         "--steady-s", type=float, default=3.0, help="after the victim's first snapshots"
     )
     parser.add_argument("--after-s", type=float, default=25.0)
-    parser.add_argument("--runs", type=int, default=3, help="the medians are printed")
+    parser.add_argument("--runs", type=at_least_one, default=3, help="the medians are printed")
     args = parser.parse_args(argv)
     print(
         f"failover: session timeout {args.session_ms} ms, heartbeat {args.heartbeat_ms} ms, "

@@ -42,6 +42,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from benchmarks.arguments import at_least_one
 from benchmarks.lifetime_ablation import CONFIG, parse_variant
 from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
@@ -312,17 +313,6 @@ def summarise(cells: list[dict[str, Any]], oracle: str) -> tuple[str, dict[str, 
     return "\n".join(lines), worst
 
 
-def _positive(raw: str) -> int:
-    """An argument that counts something: a whole number of at least 1."""
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want a whole number, got {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"want at least 1, got {value}")
-    return value
-
-
 def _shape(raw: str) -> str:
     """``cores/memory[/gpus[/disk]]`` as the host settings accept it, or the reason not."""
     want = "want cores/memory[/gpus[/disk]] with cores and memory above 0"
@@ -355,13 +345,13 @@ def main(argv: list[str] | None = None) -> None:
         "--shape", action="append", type=_shape, help="Azure shapes cores/memory (default all)"
     )
     parser.add_argument("--fleet", action="append", choices=FLEETS)
-    parser.add_argument("--seeds", type=_positive, default=3)
+    parser.add_argument("--seeds", type=at_least_one, default=3)
     parser.add_argument(
         "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
     )
     parser.add_argument("--policy", action="append", help="variants; the first is the baseline")
     parser.add_argument("--oracle", default=PAPER_ORACLE)
-    parser.add_argument("--jobs", type=_positive, default=2)
+    parser.add_argument("--jobs", type=at_least_one, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--keep-vms",

@@ -39,6 +39,7 @@ import aiohttp
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from benchmarks.arguments import above_zero
 from benchmarks.live_kafka import SLICE_AZURE, pools_on_every_partition
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord, encode
@@ -276,10 +277,10 @@ def summary(samples: list[Sample]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=60.0)
-    parser.add_argument("--interval-s", type=float, default=60.0)
-    parser.add_argument("--rate", type=float, default=300.0, help="records/s over all pools")
-    parser.add_argument("--snapshot-interval-s", type=float, default=60.0)
+    parser.add_argument("--minutes", type=above_zero, default=60.0)
+    parser.add_argument("--interval-s", type=above_zero, default=60.0)
+    parser.add_argument("--rate", type=above_zero, default=300.0, help="records/s over all pools")
+    parser.add_argument("--snapshot-interval-s", type=above_zero, default=60.0)
     parser.add_argument("--json", type=Path, help="write the samples here")
     args = parser.parse_args(argv)
     samples = asyncio.run(soak(args))
