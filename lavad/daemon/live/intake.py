@@ -1,7 +1,8 @@
 """The consuming side of the live shell: a fetched batch through the engine, as records to publish.
 
-Each input record is decoded (a record that does not decode, belongs to
-another partition's pool, or contradicts the state becomes a dead letter with
+Each input record is decoded (a record that does not decode, came on
+another input topic than its event type's, belongs to another partition's
+pool, or contradicts the state becomes a dead letter with
 the reason, published after the decisions the engine's timers made on the
 way), fed to the engine at its event time, and its decisions become
 ``Outgoing`` records. After the batch, the timers run up to the watermark,
@@ -27,7 +28,7 @@ from lavad.daemon.live.watermark import Watermark
 from lavad.streams.codec import SchemaError, decode_event, encode
 from lavad.streams.kafka.deadletter import bounded, dead_letter_headers
 from lavad.streams.kafka.topics import TopicNames
-from lavad.streams.schema import Decision, Placement
+from lavad.streams.schema import EVENT_TYPES, Decision, Placement
 
 log = structlog.get_logger("lavad.live")
 
@@ -44,6 +45,11 @@ class Intake:
     dead_letter_max_bytes: int
     records_processed: int = field(init=False, default=0)
     _event_counts: Counter[str] = field(init=False, default_factory=Counter)
+    # Each event type's input topic (``TopicNames.for_event_type``), looked up per record.
+    _topic_of: dict[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._topic_of = {kind: self.names.for_event_type(kind) for kind in EVENT_TYPES}
 
     def process(
         self, batch: dict[Any, list[FetchedRecord]], acquired: dict[int, int]
@@ -103,6 +109,8 @@ class Intake:
         counts = self._event_counts
         decision = self.decision
         number = owned.number
+        topic = tp.topic
+        topic_of = self._topic_of
         latest = NEVER
         for record in records:
             raw: bytes | None = record.value
@@ -114,6 +122,16 @@ class Intake:
                 event = decode_event(raw)
             except SchemaError as exc:
                 out.append(self.dead_letter(record, tp, "decode", str(exc)))
+                continue
+            if topic_of[event.type] != topic:
+                # Applied, it would be ordered against its pool's other events by
+                # how fetches interleave (an exit before its request), and a
+                # producer publishing to the wrong topic would go unnoticed.
+                reason = (
+                    f"a {event.type} event belongs on topic {topic_of[event.type]!r}, "
+                    f"in whose order its pool's events are applied; it came on {topic!r}"
+                )
+                out.append(self.dead_letter(record, tp, "routing", reason))
                 continue
             pool = event.pool
             owner = pool_partition.get(pool)
