@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,8 @@ SNAPSHOT_LAYOUT = "5de3d02cbda12695"
 
 
 class SnapshotError(Exception):
-    """A snapshot exists but cannot be used; the message says why and what to do."""
+    """Snapshots cannot be used: one exists but cannot be loaded, or the store cannot
+    hold them; the message says why and what to do."""
 
 
 @dataclass(slots=True)
@@ -193,8 +195,20 @@ class SnapshotStore:
     """Snapshots of one consumer group under ``root/<group>/partition-<p>.snapshot``."""
 
     def __init__(self, root: Path, group: str) -> None:
+        """Raises SnapshotError, naming the setting, when the directory cannot be
+        made or written: found at start-up, not at the first snapshot, after which
+        the daemon would run on with no snapshot to restart from."""
         self.directory = root / group
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle, probe = tempfile.mkstemp(dir=self.directory, prefix=".writable-")
+            os.close(handle)
+            os.unlink(probe)
+        except OSError as exc:
+            raise SnapshotError(
+                f"live.snapshot_dir {str(root)!r}: {str(self.directory)!r} cannot hold "
+                f"snapshots ({exc.strerror or exc})"
+            ) from None
 
     def path(self, partition: int) -> Path:
         return self.directory / f"partition-{partition:05d}.snapshot"
