@@ -23,7 +23,16 @@ from lavad.core.migrations.orders import ORDERS
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.core.registry import Registry
 from lavad.daemon import heap
-from lavad.daemon.console import err, fail, out, replay_progress, settings_or_exit, shows_progress
+from lavad.daemon.console import (
+    err,
+    fail,
+    out,
+    plot_or_exit,
+    replay_progress,
+    settings_or_exit,
+    shows_progress,
+    writable_or_exit,
+)
 from lavad.daemon.live.cli import (
     broker_command,
     demo_command,
@@ -111,6 +120,10 @@ def replay_command(
             raise fail(
                 f"migrations.relief.enabled: relief needs policy 'gpa', and {name!r} is replayed"
             )
+    several = len(names) > 1
+    writable_or_exit("--out", *(_per_policy(out_path, name, several) for name in names))
+    writable_or_exit("--metrics-json", metrics_json)
+    plot_or_exit("--plot", plot)
     try:
         trace = open_trace(path, seed=settings.seed)
     except TraceFormatError as exc:
@@ -120,7 +133,7 @@ def replay_command(
     true_exits: dict[tuple[str, str], float] | None = None
     for name in names:
         engine_config = settings.engine_config(name, trace_has_hosts=trace.has_hosts)
-        decisions_file = _per_policy(out_path, name, len(names) > 1)
+        decisions_file = _per_policy(out_path, name, several)
         dead_file = _dead_letter_path(out_path, metrics_json, name)
         with contextlib.ExitStack() as stack:
             decisions_out: IO[bytes] | None = None
@@ -237,6 +250,7 @@ def trace_convert_command(
     seed: Annotated[int, typer.Option(help="seed for sampled fields")] = 0,
 ) -> None:
     """Write a trace as canonical v1 events (one JSON object per line)."""
+    writable_or_exit("OUTPUT", output)
     try:
         written = convert(path, output, seed=seed)
     except TraceFormatError as exc:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lavad.daemon.plotting import PlotsUnavailable, pyplot
 from lavad.daemon.settings import ConfigError, Settings, check_live_settings, load_settings
 
 # A pipe or a file gets the whole table, not one squeezed to 80 columns.
@@ -32,6 +35,54 @@ def settings_or_exit(config: Path | None, *, live: bool = False) -> Settings:
     except ConfigError as exc:
         raise fail(str(exc)) from None
     return settings
+
+
+def writable_or_exit(option: str, *paths: Path | None) -> None:
+    """Exit 2 with the option and the reason unless each file of ``paths`` can be
+    written (None: not asked for): checked before the work, not after a replay of
+    minutes. Makes a missing parent folder, as writing it would; leaves no file."""
+    for path in paths:
+        if path is None:
+            continue
+        if path.is_dir():
+            raise fail(f"{option} {path}: is a folder; want a file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            reason = exc.strerror or exc
+            raise fail(f"{option} {path}: its folder cannot be made ({reason})") from None
+        try:
+            existed = path.exists()
+            with path.open("ab"):
+                pass
+            if not existed:
+                path.unlink()
+        except OSError as exc:
+            raise fail(f"{option} {path}: cannot be written ({exc.strerror or exc})") from None
+
+
+def plot_or_exit(option: str, path: Path | None) -> None:
+    """``writable_or_exit``, and exit 2 if matplotlib is missing: before the work."""
+    writable_or_exit(option, path)
+    if path is not None:
+        try:
+            pyplot()
+        except PlotsUnavailable as exc:
+            raise fail(str(exc)) from None
+
+
+def folder_or_exit(option: str, path: Path | None) -> None:
+    """Exit 2 with the option and the reason unless ``path`` is, or can be made, a
+    folder files can be written in."""
+    if path is None:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=path, prefix=".writable-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        raise fail(f"{option} {path}: cannot hold files ({exc.strerror or exc})") from None
 
 
 def print_error(message: str) -> None:

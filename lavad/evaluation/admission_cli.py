@@ -15,7 +15,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import fail, out
+from lavad.daemon.console import fail, out, writable_or_exit
 from lavad.evaluation.admission import MomentSettings, TraceName, evaluate_admission
 from lavad.streams.adapters import TraceFormatError
 
@@ -57,6 +57,7 @@ def admission_command(
     ] = None,
 ) -> None:
     """Per policy at its tuned threshold: utilisation, scale-out failure rate, decision latency."""
+    writable_or_exit("--json", json_out)
     horizons = (
         None
         if horizons_h == "paper"

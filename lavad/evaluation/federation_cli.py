@@ -12,7 +12,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import err, fail, out
+from lavad.daemon.console import err, fail, out, plot_or_exit, writable_or_exit
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.evaluation.federation import (
     CONFIG_HELP,
@@ -83,6 +83,8 @@ class FederationOptions:
 
 def run_federation(options: FederationOptions) -> None:
     """Allocation time p50/p99/p99.9 and utilisation per configuration; fair shares."""
+    plot_or_exit("--plot", options.plot)
+    writable_or_exit("--json", options.json_out)
     trace = _trace_file(options.path)
     try:
         chosen: list[Configuration] = [

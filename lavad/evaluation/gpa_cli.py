@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import fail, out
+from lavad.daemon.console import fail, folder_or_exit, out
 from lavad.evaluation.gpa_evaluation import GpaEvaluationSettings, run_gpa_evaluation
 from lavad.evaluation.options import options_command
 from lavad.streams.adapters import TraceFormatError
@@ -69,6 +69,7 @@ class GpaOptions:
 
 def run_gpa(options: GpaOptions) -> None:
     """Normalised machines m and overflow frequency q per capacity and method."""
+    folder_or_exit("--out-dir", options.out_dir)
     settings = GpaEvaluationSettings(
         tasks=options.tasks,
         instances=options.instances,

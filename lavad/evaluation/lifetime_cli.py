@@ -14,7 +14,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import fail, out
+from lavad.daemon.console import fail, out, writable_or_exit
 from lavad.evaluation.lifetime import (
     FRACTIONS,
     PROTOCOLS,
@@ -109,6 +109,7 @@ class LifetimeOptions:
 
 def run_lifetime(options: LifetimeOptions) -> None:
     """F1 of "lives beyond X" at uptimes 0-90% of the lifetime, calibration, latency."""
+    writable_or_exit("--json", options.json_out)
     if not 0.0 < options.split < 1.0:
         raise fail(f"--split must be in (0, 1), got {options.split}")
     chosen_protocol = next((known for known in PROTOCOLS if known == options.protocol), None)

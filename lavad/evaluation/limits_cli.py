@@ -18,7 +18,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import fail, out
+from lavad.daemon.console import fail, out, plot_or_exit, writable_or_exit
 from lavad.evaluation.limits import (
     DEFAULT_WARMUP_S,
     LimitsEvaluation,
@@ -83,6 +83,8 @@ def limits_command(
     half), and per pair how many cells dominate, the worst one and a 95% t-interval of
     the differences over the cells.
     """
+    plot_or_exit("--plot", plot)
+    writable_or_exit("--json", json_out)
     overrides: dict[str, MlConfig] = {}
     try:
         if ml_cpu_w_u is not None:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from lavad.core.migrations.config import RollingConfig
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
-from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.console import err, fail, out, settings_or_exit, writable_or_exit
 from lavad.daemon.settings import ConfigError
 from lavad.evaluation.migrations import (
     BASELINES,
@@ -70,6 +70,7 @@ def migrations_command(
     ] = None,
 ) -> None:
     """Migrations per order on the same drains: arrival, random, shortest, LARS, LARS-oracle."""
+    writable_or_exit("--json", json_out)
     settings = settings_or_exit(config)
     if policy not in REGISTRY or needs_true_lifetimes(policy):
         known = ", ".join(sorted(n for n in REGISTRY.names if not needs_true_lifetimes(n)))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lavad.daemon.console import fail, out
+from lavad.daemon.console import fail, out, writable_or_exit
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.evaluation.report_html import ReportInputError, build_report
 
@@ -26,6 +26,7 @@ def report_command(
     title: Annotated[str, typer.Option(help="the page's title")] = "lavad report",
 ) -> None:
     """One self-contained HTML page (plots inlined, no network) from lavad's JSON outputs."""
+    writable_or_exit("--out", out_path)
     for path in inputs:
         if not path.is_file():
             raise fail(f"{path}: no such file")

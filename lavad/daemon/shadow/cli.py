@@ -14,7 +14,16 @@ from rich.console import Console
 
 from lavad.core.engine import EngineConfig
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
-from lavad.daemon.console import err, fail, out, replay_progress, settings_or_exit, shows_progress
+from lavad.daemon.console import (
+    err,
+    fail,
+    out,
+    plot_or_exit,
+    replay_progress,
+    settings_or_exit,
+    shows_progress,
+    writable_or_exit,
+)
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.report import plot_results, print_results
 from lavad.daemon.settings import ConfigError, Settings
@@ -50,7 +59,7 @@ def placements_command(
     # [placement.pools] gives lavad's own pools.
     engine_config = dataclasses.replace(engine_config, pool_policies=())
     counts = PlacedCounts()
-    output.parent.mkdir(parents=True, exist_ok=True)
+    writable_or_exit("OUTPUT", output)
     newline = orjson.OPT_APPEND_NEWLINE
     with output.open("wb", buffering=1 << 20) as handle:
         for event in placed_events(trace.events(), engine_config, counts):
@@ -97,6 +106,9 @@ def run_shadow_replay(
     for name in settings.placing_policies().values():
         if needs_true_lifetimes(name):
             raise fail(f"shadow mode cannot run the oracle policy {name!r}")
+    writable_or_exit("--out", out_path)
+    writable_or_exit("--metrics-json", metrics_json)
+    plot_or_exit("--plot", plot)
     trace, engine_config = _open_trace(settings, path, policy)
     end = end_time if end_time is not None else trace.end_time
     with contextlib.ExitStack() as stack:
