@@ -9,6 +9,7 @@ import io
 import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,26 @@ from lavad.streams.schema import Decision, Event, VmRequest
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 AZURE_SLICE = PROJECT_ROOT / "data" / "azure-v1-vms-slice"
 NAMES = TopicNames()
+
+
+@dataclass(frozen=True)
+class Record:
+    """A fetched record as the intake reads it (aiokafka's ConsumerRecord's fields it uses)."""
+
+    offset: int
+    value: bytes | None
+    timestamp: int = 1_000
+    key: bytes | None = b"default"
+
+
+@dataclass
+class FakeConsumer:
+    """The one consumer call the intake makes on its own: a seek, recorded."""
+
+    seeks: list[tuple[TopicPartition, int]] = field(default_factory=list)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
 
 
 def two_pool_events(per_pool: int) -> list[Event]:

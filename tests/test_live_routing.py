@@ -9,34 +9,17 @@ the bundled real slice's; the consumer is a small fake (the intake is the point)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 from aiokafka import TopicPartition
-from live_support import AZURE_SLICE, NAMES, live_settings
+from live_support import AZURE_SLICE, NAMES, FakeConsumer, Record, live_settings
 
 from lavad.daemon.live.shell import LiveDaemon, live_engine_config
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import encode
 from lavad.streams.schema import VmRequest
-
-
-@dataclass(frozen=True)
-class Record:
-    offset: int
-    value: bytes
-    timestamp: int = 1_000
-    key: bytes | None = b"default"
-
-
-@dataclass
-class FakeConsumer:
-    seeks: list[tuple[TopicPartition, int]] = field(default_factory=list)
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.seeks.append((tp, offset))
 
 
 def _routing_reasons(out: list[Any]) -> list[str]:
