@@ -193,6 +193,28 @@ def test_cli_bad_config_exits_with_key(tmp_path: Path) -> None:
     assert "hosts.cores" in result.output
 
 
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (["--compare", "bestfit,las,bestfit"], "--compare names 'bestfit' more than once"),
+        (["--policy", "las", "--compare", "bestfit,lava"], "give one"),
+    ],
+    ids=["a policy twice", "policy and compare"],
+)
+def test_cli_a_policy_list_that_would_drop_or_overwrite_a_run_is_refused(
+    tmp_path: Path, arguments: list[str], reason: str
+) -> None:
+    # The second bestfit would overwrite the first's decisions file; --policy
+    # beside --compare was dropped without a word. Neither starts a replay.
+    out = tmp_path / "d.jsonl"
+    result = CliRunner().invoke(
+        app, ["replay", str(AZURE_SLICE), "--config", str(CONFIG), "--out", str(out), *arguments]
+    )
+    assert result.exit_code == 2, result.output
+    assert reason in " ".join(result.output.split())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_trace_info(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["trace", "info", str(AZURE_SLICE)])
     assert result.exit_code == 0, result.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
@@ -105,6 +106,13 @@ def replay_command(
         run_shadow_replay(settings, path, None, out_path, metrics_json, plot, progress)
         return
     names = [p.strip() for p in compare.split(",") if p.strip()] if compare else []
+    if names and policy is not None:
+        # One would be dropped without a word: --compare lists every policy replayed.
+        raise fail(f"--policy {policy} and --compare {compare}: give one (--compare lists all)")
+    twice = sorted(name for name, count in Counter(names).items() if count > 1)
+    if twice:
+        # A second run would only overwrite the first's decisions and dead letters.
+        raise fail(f"--compare names {', '.join(map(repr, twice))} more than once")
     if not names:
         names = [policy or settings.placement.policy]
     for name in names:
