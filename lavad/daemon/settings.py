@@ -63,6 +63,7 @@ from lavad.daemon.shadow.config import ShadowSettings
 from lavad.models.deployments.process import DeploymentPriors, GammaBelief
 from lavad.streams.kafka.deadletter import DEFAULT_MAX_BYTES
 from lavad.streams.kafka.topics import TopicNames
+from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 
 class ConfigError(KeyedError):
@@ -296,7 +297,7 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
     )
 
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=MIN_SEED, le=MAX_SEED)
     placement: PlacementSettings = PlacementSettings()
     # Arguments of each policy by name, validated by the policy registry.
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -27,6 +27,7 @@ from lavad.evaluation.options import options_command
 from lavad.federation.simulator import SimulationBoundError
 from lavad.federation.timing import TimingModel
 from lavad.federation.trace import TraceError, read_jobs
+from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 
 def _trace_file(path: Path) -> Path:
@@ -69,7 +70,7 @@ class FederationOptions:
     tenants: Annotated[int, typer.Option(help="tenant queues (jobs round-robin)", min=1)] = 10
     max_jobs: Annotated[int | None, typer.Option(help="read only the first N jobs", min=1)] = None
     network_delay_ms: Annotated[float, typer.Option(help="one message's delay", min=0)] = 0.5
-    seed: Annotated[int, typer.Option(help="Sparrow's probe draws")] = 0
+    seed: Annotated[int, typer.Option(help="Sparrow's probe draws", min=MIN_SEED, max=MAX_SEED)] = 0
     fairness: Annotated[bool, typer.Option(help="also run the fair-share study")] = True
     fair_workers: Annotated[int, typer.Option(help="the contended cluster's size", min=4)] = 200
     fair_jobs: Annotated[

@@ -27,6 +27,7 @@ from lavad.evaluation.options import options_command
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.schema import VmRequest
+from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 
 def _categorical(spec: str) -> tuple[str, ...]:
@@ -66,7 +67,9 @@ class LifetimeOptions:
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = (
         None
     )
-    seed: Annotated[int, typer.Option(help="seed for sampled trace fields")] = 0
+    seed: Annotated[
+        int, typer.Option(help="seed for sampled trace fields", min=MIN_SEED, max=MAX_SEED)
+    ] = 0
     river: Annotated[
         bool, typer.Option(help="also evaluate the river classifier (learns from exits only)")
     ] = True

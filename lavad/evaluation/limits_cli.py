@@ -42,6 +42,7 @@ from lavad.evaluation.limits_horizontal import evaluate_horizontal
 from lavad.models.limits.horizontal import HorizontalConfig
 from lavad.models.limits.ml import MlConfig
 from lavad.streams.adapters import TraceFormatError
+from lavad.streams.seeds import MAX_SEED, MIN_SEED, seed_refusal
 
 # ML's limit changes per job-day may be at most this many times the VPA's.
 CHANGE_RATIO = 2.0
@@ -52,7 +53,10 @@ app = typer.Typer(help="Limits: Autopilot moving-window and ML recommenders vs. 
 def limits_command(
     paths: Annotated[list[Path], typer.Argument(help="usage trace folders (one or more)")],
     jobs: Annotated[int, typer.Option(help="jobs sampled per trace (0: all of them)", min=0)] = 20,
-    seed: Annotated[int, typer.Option(help="seed for the job sample and sampled fields")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(help="seed for the job sample and sampled fields", min=MIN_SEED, max=MAX_SEED),
+    ] = 0,
     warmup_h: Annotated[float, typer.Option(help="hours before scoring starts", min=0)] = (
         DEFAULT_WARMUP_S / 3600
     ),
@@ -100,6 +104,10 @@ def limits_command(
             raise fail(f"--seeds must be comma-separated integers, got {seeds!r}") from None
         if not seed_list:
             raise fail("--seeds names no seed")
+        for listed in seed_list:
+            refusal = seed_refusal(listed)
+            if refusal is not None:
+                raise fail(f"--seeds: {refusal}")
         _dominance_report(
             paths,
             seed_list,
@@ -304,7 +312,9 @@ def limits_sweep_command(
     ),
     train: Annotated[int, typer.Option(help="training jobs, outside the sample", min=1)] = 8,
     jobs: Annotated[int, typer.Option(help="size of the evaluation sample to avoid", min=1)] = 20,
-    seed: Annotated[int, typer.Option(help="seed (as for `limits`)")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="seed (as for `limits`)", min=MIN_SEED, max=MAX_SEED)
+    ] = 0,
 ) -> None:
     """Sweep the ML underrun weight on jobs held out of `limits`' sample; VPA for reference.
 

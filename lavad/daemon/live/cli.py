@@ -27,6 +27,7 @@ from lavad.streams.kafka.deadletter import record_json
 from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
 from lavad.streams.kafka.publish import publish_trace
 from lavad.streams.kafka.topics import TopicError, create_topics
+from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 
 class PublishingStopped(Exception):
@@ -90,7 +91,9 @@ def produce_command(
         float, typer.Option(help="times real time; 0 publishes as fast as the broker takes it")
     ] = 0.0,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
-    seed: Annotated[int, typer.Option(help="seed for sampled trace fields")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="seed for sampled trace fields", min=MIN_SEED, max=MAX_SEED)
+    ] = 0,
     limit: Annotated[
         int | None, typer.Option(min=1, help="publish at most this many records")
     ] = None,

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from lavad.streams.adapters import azure_vms, dlrm, jsonl, openb, usage
 from lavad.streams.adapters.base import Trace, TraceFormatError, TraceOptionError, check_options
+from lavad.streams.seeds import seed_refusal
 
 # (format class, sniffer, what it looks for) in detection order.
 _REGISTRY: Final[tuple[tuple[type[Trace], Callable[[Path], bool], str], ...]] = (
@@ -71,8 +72,9 @@ def open_trace(
     jsonl: ``end_time``) and unknown ones are rejected here, at start-up.
     """
     target = Path(path)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise TraceOptionError(target, f"seed must be an integer >= 0, got {seed!r}")
+    refusal = seed_refusal(seed)
+    if refusal is not None:
+        raise TraceOptionError(target, refusal)
     if not isinstance(pool, str) or not 1 <= len(pool) <= 256:
         raise TraceOptionError(
             target, f"pool must be a string of 1 to 256 characters, got {pool!r}"
