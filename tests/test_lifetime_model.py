@@ -14,6 +14,7 @@ from lavad.models.lifetime.grouped import MAX_MODEL_KEYS, GroupedLifeTables
 from lavad.models.lifetime.protocol import RunningVMs
 from lavad.models.lifetime.survival import (
     Tables,
+    _ahead,
     expected_remaining,
     fill_suffix_sums,
     life_table,
@@ -95,6 +96,54 @@ def _azure_counts() -> tuple[np.ndarray, np.ndarray]:
     deaths = np.bincount(BINS.index(lived), minlength=BINS.count).astype(float)
     censored = np.bincount(BINS.index(ages), minlength=BINS.count).astype(float)
     return deaths, censored
+
+
+def _numpy_ahead(tables: Tables, rows: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The mass ahead of each uptime and its first moment as whole-array numpy passes:
+    the formulation ``survival._ahead`` compiles (the reference it must equal)."""
+    bins, mass, m0, m1 = tables.bins, tables.mass, tables.m0, tables.m1
+    edges = bins.edges
+    last = len(edges) - 1
+    j = bins.index(u)
+    inner = j < last
+    lo = edges[np.minimum(j, last - 1)]
+    hi = edges[np.minimum(j + 1, last)]
+    width = np.where(inner, hi - lo, 1.0)
+    part = np.where(inner, np.clip((hi - u) / width, 0.0, 1.0), 1.0)
+    here = mass[rows, j] * part
+    rest = np.where(j == 0, (u + hi) / 2.0, np.sqrt(np.maximum(u, lo) * hi))
+    middle = np.where(inner, rest, np.maximum(bins.representative[-1], u * 2.0))
+    return here + m0[rows, j + 1], here * middle + m1[rows, j + 1]
+
+
+def test_the_compiled_mass_ahead_is_numpys_bit_for_bit_on_real_tables() -> None:
+    # Rows fitted on the real slice's lifetimes, each censored differently, and
+    # uptimes on every kind of point: 0, bin edges exactly, inside bins, past
+    # the horizon, infinite.
+    deaths, censored = _azure_counts()
+    rng = np.random.default_rng(11)
+    scale = rng.uniform(0.0, 2.0, size=(40, 1))
+    mass = life_table(np.tile(deaths, (40, 1)), np.tile(censored, (40, 1)) * scale)
+    m0, m1 = suffix_sums(mass, BINS)
+    tables = Tables(BINS, mass, m0, m1)
+    uptimes = np.concatenate(
+        (
+            [0.0, np.inf, 2 * BINS.edges[-1]],
+            BINS.edges,
+            rng.uniform(0.0, 1.2 * BINS.edges[-1], 400),
+            rng.lognormal(8.0, 3.0, 400),
+        )
+    )
+    rows = rng.integers(0, 40, len(uptimes))
+    ahead, moment = _ahead(BINS, mass, m0, m1, rows, uptimes)
+    want_ahead, want_moment = _numpy_ahead(tables, rows, uptimes)
+    assert np.array_equal(ahead, want_ahead) and np.array_equal(moment, want_moment)
+    # One VM per call, as a live reprediction asks, and one row for many uptimes.
+    for i in (0, 1, 5, 500):
+        single = _ahead(BINS, mass, m0, m1, rows[i : i + 1], uptimes[i : i + 1])
+        assert single[0][0] == want_ahead[i] and single[1][0] == want_moment[i]
+    broadcast = _ahead(BINS, mass, m0, m1, np.array([3]), uptimes)
+    assert np.array_equal(broadcast[0], _numpy_ahead(tables, np.array([3]), uptimes)[0])
 
 
 def test_remaining_lifetime_grows_with_uptime_on_real_lifetimes() -> None:

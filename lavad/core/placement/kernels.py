@@ -34,7 +34,7 @@ from lavad.core.placement.strand_kernels import (
     present_weights,
 )
 from lavad.models.lifetime.features import LEVELS
-from lavad.models.lifetime.survival import bin_of, remaining_quantiles_into
+from lavad.models.lifetime.survival import bin_of, remaining_quantiles_into, warm_up_survival
 
 BESTFIT: Final = 0
 FIRSTFIT: Final = 1
@@ -496,6 +496,7 @@ def warm_up_lifetime() -> None:
     """Compile (or load) the tracker's and LAVA's kernels before anything is timed;
     resolve their ``Direct`` entry points (the scan has its own, ``lifetime_scan``)."""
     tracker, model = warm_up_tracker_arrays()
+    warm_up_survival()
     one = np.zeros(1)
     preference = (
         np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
