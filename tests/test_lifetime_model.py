@@ -144,6 +144,10 @@ def test_the_compiled_mass_ahead_is_numpys_bit_for_bit_on_real_tables() -> None:
         assert single[0][0] == want_ahead[i] and single[1][0] == want_moment[i]
     broadcast = _ahead(BINS, mass, m0, m1, np.array([3]), uptimes)
     assert np.array_equal(broadcast[0], _numpy_ahead(tables, np.array([3]), uptimes)[0])
+    # A row outside the tables is refused, not read past them.
+    for outside in (-1, 40):
+        with pytest.raises(IndexError):
+            _ahead(BINS, mass, m0, m1, np.array([outside]), np.array([1.0]))
 
 
 def test_remaining_lifetime_grows_with_uptime_on_real_lifetimes() -> None:

@@ -323,9 +323,15 @@ def _ahead_into(
     """
     last = len(edges) - 1  # the open bin
     open_lifetime = representative[-1]
+    tables = min(mass.shape[0], m0.shape[0], m1.shape[0])
     for i in range(len(u)):
         x = u[i]
         row = rows[i]
+        if not 0 <= row < tables:
+            # Compiled, such a row would read outside the tables (a row from
+            # a damaged snapshot, say); numpy refused one past the end and
+            # took a negative one from the end, which no model row is.
+            raise IndexError("a VM's distribution row is outside the life tables")
         j = bin_of(edges, x)
         if j < last:
             lo = edges[min(j, last - 1)]
