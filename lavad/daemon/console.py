@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lavad.daemon.folders import make_writable_folder
 from lavad.daemon.plotting import PlotsUnavailable, pyplot
 from lavad.daemon.settings import ConfigError, Settings, check_live_settings, load_settings
 
@@ -77,10 +76,7 @@ def folder_or_exit(option: str, path: Path | None) -> None:
     if path is None:
         return
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(dir=path, prefix=".writable-")
-        os.close(handle)
-        os.unlink(probe)
+        make_writable_folder(path)
     except OSError as exc:
         raise fail(f"{option} {path}: cannot hold files ({exc.strerror or exc})") from None
 

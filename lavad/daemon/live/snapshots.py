@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any, Protocol
 import orjson
 
 from lavad.core.engine import PoolRuntime
+from lavad.daemon.folders import make_writable_folder
 from lavad.daemon.live.state_codec import StateCodecError, dumps, loads
 
 SNAPSHOT_FORMAT = "lavad.partition-snapshot"
@@ -200,10 +200,7 @@ class SnapshotStore:
         the daemon would run on with no snapshot to restart from."""
         self.directory = root / group
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            handle, probe = tempfile.mkstemp(dir=self.directory, prefix=".writable-")
-            os.close(handle)
-            os.unlink(probe)
+            make_writable_folder(self.directory)
         except OSError as exc:
             raise SnapshotError(
                 f"live.snapshot_dir {str(root)!r}: {str(self.directory)!r} cannot hold "
