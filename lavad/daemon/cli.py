@@ -30,6 +30,7 @@ from lavad.daemon.console import (
     out,
     plot_or_exit,
     replay_progress,
+    seed_option,
     settings_or_exit,
     shows_progress,
     writable_or_exit,
@@ -51,7 +52,6 @@ from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.codec import BadRecord
 from lavad.streams.oracle import exit_times, with_true_lifetimes
 from lavad.streams.schema import Event
-from lavad.streams.seeds import MAX_SEED, MIN_SEED
 from lavad.streams.trace_tools import convert, trace_info
 
 # The offline studies (lavad.evaluation) load for every command but the live
@@ -89,7 +89,7 @@ def replay_command(
     ] = Path("lavad-metrics.json"),
     seed: Annotated[
         int | None,
-        typer.Option(help="override the configuration's seed", min=MIN_SEED, max=MAX_SEED),
+        seed_option("override the configuration's seed"),
     ] = None,
     progress: Annotated[bool, typer.Option(help="progress bar on a terminal")] = True,
 ) -> None:
@@ -246,9 +246,7 @@ def _dead_letter_path(decisions: Path | None, metrics: Path, policy: str) -> Pat
 
 def trace_info_command(
     path: Annotated[Path, typer.Argument(help="trace file or directory")],
-    seed: Annotated[
-        int, typer.Option(help="seed for sampled fields", min=MIN_SEED, max=MAX_SEED)
-    ] = 0,
+    seed: Annotated[int, seed_option("seed for sampled fields")] = 0,
 ) -> None:
     """Counts of events by type, VMs, censored VMs, hosts and the time span."""
     try:
@@ -261,9 +259,7 @@ def trace_info_command(
 def trace_convert_command(
     path: Annotated[Path, typer.Argument(help="trace file or directory")],
     output: Annotated[Path, typer.Argument(help="canonical events, JSON lines")],
-    seed: Annotated[
-        int, typer.Option(help="seed for sampled fields", min=MIN_SEED, max=MAX_SEED)
-    ] = 0,
+    seed: Annotated[int, seed_option("seed for sampled fields")] = 0,
 ) -> None:
     """Write a trace as canonical v1 events (one JSON object per line)."""
     writable_or_exit("OUTPUT", output)

@@ -6,6 +6,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -15,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from lavad.daemon.folders import make_writable_folder
 from lavad.daemon.plotting import PlotsUnavailable, pyplot
 from lavad.daemon.settings import ConfigError, Settings, check_live_settings, load_settings
+from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 # A pipe or a file gets the whole table, not one squeezed to 80 columns.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -79,6 +81,11 @@ def folder_or_exit(option: str, path: Path | None) -> None:
         make_writable_folder(path)
     except OSError as exc:
         raise fail(f"{option} {path}: cannot hold files ({exc.strerror or exc})") from None
+
+
+def seed_option(help: str) -> Any:
+    """A ``--seed`` option taking only a seed lavad can write back out (``streams.seeds``)."""
+    return typer.Option(help=help, min=MIN_SEED, max=MAX_SEED)
 
 
 def print_error(message: str) -> None:

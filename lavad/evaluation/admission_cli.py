@@ -15,10 +15,9 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import fail, out, writable_or_exit
+from lavad.daemon.console import fail, out, seed_option, writable_or_exit
 from lavad.evaluation.admission import MomentSettings, TraceName, evaluate_admission
 from lavad.streams.adapters import TraceFormatError
-from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 app = typer.Typer(help="Admission control: zeroth, first and second moment policies.")
 
@@ -52,9 +51,7 @@ def admission_command(
     max_arrival_h: Annotated[
         float, typer.Option(help="hours of arrivals kept (0: all)", min=0)
     ] = 0.0,
-    seed: Annotated[
-        int, typer.Option(help="seed of the trace adapters", min=MIN_SEED, max=MAX_SEED)
-    ] = 0,
+    seed: Annotated[int, seed_option("seed of the trace adapters")] = 0,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="write the scores as JSON")
     ] = None,

@@ -12,7 +12,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import err, fail, out, plot_or_exit, writable_or_exit
+from lavad.daemon.console import err, fail, out, plot_or_exit, seed_option, writable_or_exit
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.evaluation.federation import (
     CONFIG_HELP,
@@ -27,7 +27,6 @@ from lavad.evaluation.options import options_command
 from lavad.federation.simulator import SimulationBoundError
 from lavad.federation.timing import TimingModel
 from lavad.federation.trace import TraceError, read_jobs
-from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 
 def _trace_file(path: Path) -> Path:
@@ -70,7 +69,7 @@ class FederationOptions:
     tenants: Annotated[int, typer.Option(help="tenant queues (jobs round-robin)", min=1)] = 10
     max_jobs: Annotated[int | None, typer.Option(help="read only the first N jobs", min=1)] = None
     network_delay_ms: Annotated[float, typer.Option(help="one message's delay", min=0)] = 0.5
-    seed: Annotated[int, typer.Option(help="Sparrow's probe draws", min=MIN_SEED, max=MAX_SEED)] = 0
+    seed: Annotated[int, seed_option("Sparrow's probe draws")] = 0
     fairness: Annotated[bool, typer.Option(help="also run the fair-share study")] = True
     fair_workers: Annotated[int, typer.Option(help="the contended cluster's size", min=4)] = 200
     fair_jobs: Annotated[

@@ -15,11 +15,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import fail, folder_or_exit, out
+from lavad.daemon.console import fail, folder_or_exit, out, seed_option
 from lavad.evaluation.gpa_evaluation import GpaEvaluationSettings, run_gpa_evaluation
 from lavad.evaluation.options import options_command
 from lavad.streams.adapters import TraceFormatError
-from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 app = typer.Typer(help="GPA stochastic bin packing against the paper's baselines.")
 
@@ -53,7 +52,7 @@ class GpaOptions:
     min_window_vms: Annotated[
         int, typer.Option(help="aligned windows need this many usable VMs", min=1)
     ] = 20
-    seed: Annotated[int, typer.Option(help="seed of the instances", min=MIN_SEED, max=MAX_SEED)] = 0
+    seed: Annotated[int, seed_option("seed of the instances")] = 0
     part: Annotated[
         str, typer.Option(help="whole trace, or its first or second half (time-aligned only)")
     ] = "whole"

@@ -14,7 +14,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import fail, out, writable_or_exit
+from lavad.daemon.console import fail, out, seed_option, writable_or_exit
 from lavad.evaluation.lifetime import (
     FRACTIONS,
     PROTOCOLS,
@@ -27,7 +27,6 @@ from lavad.evaluation.options import options_command
 from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.schema import VmRequest
-from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 
 def _categorical(spec: str) -> tuple[str, ...]:
@@ -67,9 +66,7 @@ class LifetimeOptions:
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = (
         None
     )
-    seed: Annotated[
-        int, typer.Option(help="seed for sampled trace fields", min=MIN_SEED, max=MAX_SEED)
-    ] = 0
+    seed: Annotated[int, seed_option("seed for sampled trace fields")] = 0
     river: Annotated[
         bool, typer.Option(help="also evaluate the river classifier (learns from exits only)")
     ] = True

@@ -18,7 +18,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from lavad.daemon.console import fail, out, plot_or_exit, writable_or_exit
+from lavad.daemon.console import fail, out, plot_or_exit, seed_option, writable_or_exit
 from lavad.evaluation.limits import (
     DEFAULT_WARMUP_S,
     LimitsEvaluation,
@@ -42,7 +42,7 @@ from lavad.evaluation.limits_horizontal import evaluate_horizontal
 from lavad.models.limits.horizontal import HorizontalConfig
 from lavad.models.limits.ml import MlConfig
 from lavad.streams.adapters import TraceFormatError
-from lavad.streams.seeds import MAX_SEED, MIN_SEED, seed_refusal
+from lavad.streams.seeds import seed_refusal
 
 # ML's limit changes per job-day may be at most this many times the VPA's.
 CHANGE_RATIO = 2.0
@@ -55,7 +55,7 @@ def limits_command(
     jobs: Annotated[int, typer.Option(help="jobs sampled per trace (0: all of them)", min=0)] = 20,
     seed: Annotated[
         int,
-        typer.Option(help="seed for the job sample and sampled fields", min=MIN_SEED, max=MAX_SEED),
+        seed_option("seed for the job sample and sampled fields"),
     ] = 0,
     warmup_h: Annotated[float, typer.Option(help="hours before scoring starts", min=0)] = (
         DEFAULT_WARMUP_S / 3600
@@ -312,9 +312,7 @@ def limits_sweep_command(
     ),
     train: Annotated[int, typer.Option(help="training jobs, outside the sample", min=1)] = 8,
     jobs: Annotated[int, typer.Option(help="size of the evaluation sample to avoid", min=1)] = 20,
-    seed: Annotated[
-        int, typer.Option(help="seed (as for `limits`)", min=MIN_SEED, max=MAX_SEED)
-    ] = 0,
+    seed: Annotated[int, seed_option("seed (as for `limits`)")] = 0,
 ) -> None:
     """Sweep the ML underrun weight on jobs held out of `limits`' sample; VPA for reference.
 

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from lavad.daemon.console import err, fail, out, settings_or_exit
+from lavad.daemon.console import err, fail, out, seed_option, settings_or_exit
 from lavad.daemon.live.connection import SecurityRefusal, check_security, client_options
 from lavad.daemon.live.demo import DemoOptions, run_demo
 from lavad.daemon.live.logs import configure_logging
@@ -27,7 +27,6 @@ from lavad.streams.kafka.deadletter import record_json
 from lavad.streams.kafka.embedded import BrokerError, EmbeddedBroker
 from lavad.streams.kafka.publish import publish_trace
 from lavad.streams.kafka.topics import TopicError, create_topics
-from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 
 class PublishingStopped(Exception):
@@ -91,9 +90,7 @@ def produce_command(
         float, typer.Option(help="times real time; 0 publishes as fast as the broker takes it")
     ] = 0.0,
     config: Annotated[Path | None, typer.Option(help="TOML configuration file")] = None,
-    seed: Annotated[
-        int, typer.Option(help="seed for sampled trace fields", min=MIN_SEED, max=MAX_SEED)
-    ] = 0,
+    seed: Annotated[int, seed_option("seed for sampled trace fields")] = 0,
     limit: Annotated[
         int | None, typer.Option(min=1, help="publish at most this many records")
     ] = None,
