@@ -29,6 +29,7 @@ from lavad.streams.schema import Decision, Event, VmRequest
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 AZURE_SLICE = PROJECT_ROOT / "data" / "azure-v1-vms-slice"
 NAMES = TopicNames()
+PUBLISHED_MS = 1_767_225_600_000
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,9 @@ class Record:
 
     offset: int
     value: bytes | None
-    timestamp: int = 1_000
+    # When a producer would have published it, in Kafka's milliseconds since
+    # the epoch (2026-01-01): the bundled traces' event times are long before.
+    timestamp: int = PUBLISHED_MS
     key: bytes | None = b"default"
 
 

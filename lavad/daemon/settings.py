@@ -227,6 +227,16 @@ class LiveSettings(_Section):
         gt=0,
         description="a partition with no record for this long stops holding the watermark back",
     )
+    max_ahead_of_record_s: float = Field(
+        default=1_800.0,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "how far an event time may be ahead of its Kafka record's timestamp (when it was"
+            " produced, or appended by the broker); further is dead-lettered (0: no bound)."
+            " Keep it below input.max_behind_s"
+        ),
+    )
     retry_initial_s: float = Field(default=0.2, ge=MIN_WALL_INTERVAL_S)
     retry_max_s: float = Field(default=5.0, ge=MIN_WALL_INTERVAL_S)
     broker_probe_s: float = Field(default=2.0, ge=MIN_WALL_INTERVAL_S)

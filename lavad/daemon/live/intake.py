@@ -33,6 +33,35 @@ from lavad.streams.schema import EVENT_TYPES, Decision, Placement
 log = structlog.get_logger("lavad.live")
 
 
+def record_time_refusal(now: float, record_ms: int | None, bound: float) -> str | None:
+    """Why an event at ``now`` cannot be on a Kafka record stamped ``record_ms``, or None.
+
+    ``[input] max_ahead_s`` (30 days) lets a pool wake after weeks of quiet,
+    so by its pool's clock alone a record stamped a day ahead by a fast clock
+    is plausible: handled, it would move the pool's clock a day on, and every
+    rightly stamped event after it would be refused as more than
+    ``max_behind_s`` behind, for a day. The record's timestamp says when it
+    was produced (or appended), so an event time ``bound`` past it is the
+    record's fault, and it alone is refused; below ``max_behind_s``, the
+    events after one let through are late by less than that and handled at
+    the pool's clock. Read off the record, not this machine's clock, so a
+    record read again (a restart, another owner) is refused again. 0: no
+    bound; a record without a timestamp (-1) is not checked. Milliseconds
+    sent as seconds are caught here first, in live.
+    """
+    if not bound or record_ms is None or record_ms < 0:
+        return None
+    stamped = record_ms / 1000.0
+    ahead = now - stamped
+    if ahead > bound:
+        return (
+            f"event time {now!r} is {ahead:.0f} s ahead of its record's timestamp {stamped!r}"
+            f" (live.max_ahead_of_record_s = {bound:g}): the event's clock is ahead of the"
+            " producer's"
+        )
+    return None
+
+
 @dataclass(eq=False)
 class Intake:
     engine: Engine
@@ -43,6 +72,8 @@ class Intake:
     log_decisions: bool
     # A dead letter's key, value and headers at most (``deadletter.bounded``).
     dead_letter_max_bytes: int
+    # ``record_time_refusal``'s bound (``[live] max_ahead_of_record_s``).
+    max_ahead_of_record_s: float
     records_processed: int = field(init=False, default=0)
     _event_counts: Counter[str] = field(init=False, default_factory=Counter)
     # Each event type's input topic (``TopicNames.for_event_type``), looked up per record.
@@ -112,6 +143,7 @@ class Intake:
         topic = tp.topic
         topic_of = self._topic_of
         latest = NEVER
+        ahead_bound = self.max_ahead_of_record_s
         for record in records:
             raw: bytes | None = record.value
             if raw is None:
@@ -132,6 +164,11 @@ class Intake:
                     f"in whose order its pool's events are applied; it came on {topic!r}"
                 )
                 out.append(self.dead_letter(record, tp, "routing", reason))
+                continue
+            refused = record_time_refusal(event.time, record.timestamp, ahead_bound)
+            if refused is not None:
+                # Before its pool is looked up: a refused record opens nothing.
+                out.append(self.dead_letter(record, tp, "time", refused))
                 continue
             pool = event.pool
             owner = pool_partition.get(pool)

@@ -119,6 +119,7 @@ class LiveDaemon:
             self.names,
             log_decisions=settings.log.level == "debug",
             dead_letter_max_bytes=settings.kafka.dead_letter_max_bytes,
+            max_ahead_of_record_s=settings.live.max_ahead_of_record_s,
         )
         self.publisher = Publisher(
             self.telemetry, self._backoff, settings.kafka.group_id, self._unreachable
