@@ -8,6 +8,7 @@ decision ids of different decisions could be equal.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,7 @@ def _up(engine: Engine, host: str, t: float = 0.0, pool: str = "p", cores: float
 def test_the_poison_pill_replay_finishes_and_dead_letters_the_absurd_record(
     tmp_path: Path,
 ) -> None:
-    """The bundled slice with a schema-valid request at time 1e20 in the middle.
+    """The bundled slice with a schema-valid request at time 1e20 in the middle and at the end.
 
     Before the issue the pool metrics took one sample per hour up to 1e20 and
     the replay never ended; the child process is bounded by the test's timeout.
@@ -78,7 +79,16 @@ def test_the_poison_pill_replay_finishes_and_dead_letters_the_absurd_record(
     ]
     half = len(events) // 2
     pill = VmRequest(time=1e20, pool="default", vm_id="pill", cores=1.0, memory_gib=1.0)
-    lines = [encode(e) for e in events[:half]] + [encode(pill)] + [encode(e) for e in events[half:]]
+    # The second pill ends the file: with no events after it the reader lets it
+    # through (the one in the middle it refuses itself, ahead of those after
+    # it), so the engine's own bound is what refuses it.
+    last = dataclasses.replace(pill, vm_id="last-pill")
+    lines = [
+        *(encode(e) for e in events[:half]),
+        encode(pill),
+        *(encode(e) for e in events[half:]),
+        encode(last),
+    ]
     trace = tmp_path / "poisoned.jsonl"
     trace.write_bytes(b"\n".join(lines) + b"\n")
     out = tmp_path / "decisions.jsonl"
@@ -107,9 +117,15 @@ def test_the_poison_pill_replay_finishes_and_dead_letters_the_absurd_record(
     ]
     (letter,) = [d for d in dead if "input.max_time" in d["reason"]]
     assert letter["source"] == "time"
+    assert b'"last-pill"' in letter["raw_preview"].encode()
+    (middle,) = [d for d in dead if "out of order" in d["reason"]]
+    assert b'"pill"' in middle["raw_preview"].encode()
     decided = [orjson.loads(line) for line in out.read_bytes().splitlines()]
-    assert not [d for d in decided if d.get("vm_id") == "pill"]
+    assert not [d for d in decided if d.get("vm_id") in ("pill", "last-pill")]
     assert max(d["time"] for d in decided) < 1e10
+    # And nothing else was lost to them: every request of the slice was placed.
+    requests = sum(isinstance(e, VmRequest) for e in events)
+    assert sum(d["kind"] == "placement" for d in decided) == requests
 
 
 def test_a_quiet_gap_of_any_length_costs_two_samples() -> None:

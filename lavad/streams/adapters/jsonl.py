@@ -11,9 +11,9 @@ through is a BadRecord ("out of order"), and so is an event later than
 several of the events right after it. Without that second rule one record
 stamped far ahead (milliseconds written as seconds, a skewed clock) would
 make every event after it "earlier than its predecessor", and the rest of
-the file would be dead-lettered for one bad line; the engine, which a live
-record reaches without this reader, refuses that one record alone
-(``InputBounds``).
+the file would be dead-lettered for one bad line. Live, where records reach
+the engine without this reader, such a record is refused by itself too
+(``daemon.live.intake.record_time_refusal``).
 
 JSON lines carry no trace metadata, so ``end_time`` is None unless given as
 the ``end_time`` option (e.g. the censoring time of the trace it came from).
