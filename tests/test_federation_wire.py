@@ -101,11 +101,20 @@ def test_every_record_round_trips_and_carries_the_version() -> None:
         (_changed(encode_request(TASK), demand=[-1]), "'demand' must be a list"),
         (_changed(encode_request(TASK), demand=[0.5]), "'demand' must be a list"),
         (_changed(encode_request(TASK), demand="1"), "'demand' must be a list"),
+        # counts the schedulers and owners hold in int64 (2**63 raised OverflowError there)
+        (_changed(encode_request(TASK), demand=[2**63]), f"'demand' names a count above {2**53}"),
+        (_changed(encode_request(TASK), demand=[2**53 + 1]), "'demand' names a count above"),
     ],
 )
 def test_a_request_that_is_not_one_is_refused_with_the_reason(data: bytes, reason: str) -> None:
     with pytest.raises(WireError, match=reason.replace("(", r"\(")):
         decode_request(data)
+
+
+def test_a_demand_of_the_largest_count_is_read() -> None:
+    # The bound is the largest count, not past it: 2**53 still decodes, as itself.
+    task = decode_request(_changed(encode_request(TASK), demand=[2**53]))
+    assert task.demand == (2**53,)
 
 
 @pytest.mark.parametrize(
@@ -125,6 +134,7 @@ def test_a_request_that_is_not_one_is_refused_with_the_reason(data: bytes, reaso
         ),
         (_changed(encode_launch(LAUNCH), kind="preempt", victims=[-3]), "'victims' must be"),
         (_changed(encode_end(TaskEnd(0, 9)), pool="0"), "'pool' is not an integer"),
+        (_task_changed(encode_launch(LAUNCH), "demand", [2**64 - 1]), "'demand' names a count"),
     ],
 )
 def test_a_launch_that_is_not_one_is_refused_with_the_reason(data: bytes, reason: str) -> None:

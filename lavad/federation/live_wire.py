@@ -51,6 +51,12 @@ MAX_RECORD_BYTES = 1024 * 1024
 MAX_VERDICT_BYTES = MAX_SUMMARY_BYTES + MAX_RECORD_BYTES
 # A task's demand names one count per resource: a handful, never thousands.
 MAX_RESOURCES = 64
+# The largest count a demand names. JSON integers run to 2**64 - 1, but the
+# schedulers and owners count in int64 (a count from 2**63 on raised
+# OverflowError there, which a scheduler took for a defect of its own and an
+# owner halted its pool on); 2**53 is also the largest a reader that takes
+# numbers as doubles keeps exactly, and far above any host's capacity.
+MAX_DEMAND = 2**53
 # The longest text a verdict's reason or instance keeps (the rest is cut).
 MAX_TEXT = 1_000
 
@@ -108,14 +114,18 @@ def _text(raw: dict[str, Any], key: str, what: str) -> str:
     return value[:MAX_TEXT]
 
 
-def _ints(value: Any, key: str, what: str, *, most: int) -> tuple[int, ...]:
-    """A JSON list of at most ``most`` integers >= 0."""
+def _ints(
+    value: Any, key: str, what: str, *, most: int, largest: int | None = None
+) -> tuple[int, ...]:
+    """A JSON list of at most ``most`` integers >= 0 (and at most ``largest``, if given)."""
     if (
         not isinstance(value, list)
         or len(value) > most
         or not all(type(x) is int and x >= 0 for x in value)
     ):
         raise WireError(f"{what}: {key!r} must be a list of at most {most} integers >= 0")
+    if largest is not None and any(x > largest for x in value):
+        raise WireError(f"{what}: {key!r} names a count above {largest}")
     return tuple(value)
 
 
@@ -139,7 +149,7 @@ def task_from(raw: Any) -> Task:
         task_id=_int(raw, "task", "task", least=0),
         job=_int(raw, "job", "task", least=0),
         tenant=_int(raw, "tenant", "task", least=0),
-        demand=_ints(raw.get("demand"), "demand", "task", most=MAX_RESOURCES),
+        demand=_ints(raw.get("demand"), "demand", "task", most=MAX_RESOURCES, largest=MAX_DEMAND),
         constraints=_int(raw, "constraints", "task", least=0),
         duration=_number(raw, "duration", "task"),
         arrival=_number(raw, "arrival", "task"),
