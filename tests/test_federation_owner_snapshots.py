@@ -14,7 +14,7 @@ from federation_live_support import create_topics
 from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import read_partition
 from lavad.federation.live_owner import Owner, latest_snapshots
-from lavad.federation.live_wire import OWNER_SNAPSHOTS, encode_owner, restore_owner
+from lavad.federation.live_wire import OWNER_SNAPSHOTS, WireError, encode_owner, restore_owner
 from lavad.federation.messages import LaunchRequest, Task
 from lavad.federation.owner import PoolOwner
 from lavad.federation.owner_snapshots import (
@@ -159,3 +159,26 @@ async def test_a_pool_larger_than_a_chunk_restores_whole_from_the_topic(
     assert restore_owner(fresh, body) == (61, [(tid, 1) for tid in range(60)])
     assert sorted(fresh.running) == list(range(1, 60))
     assert np.array_equal(fresh.free, busy.free) and reader.refused == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        # Written so (its digest matched), not damaged: a count past int64 and an
+        # offset the consumer cannot seek to are refused like any foreign snapshot.
+        ("free", [[2**64 - 1]] * 3, "OverflowError"),
+        ("offset", -5, "offset -5 is no Kafka offset"),
+        ("offset", 2**63, "is no Kafka offset"),
+        ("offset", 1e300, "is no Kafka offset"),
+    ],
+)
+def test_a_snapshot_with_numbers_no_owner_holds_is_refused_with_the_reason(
+    key: str, value: object, reason: str
+) -> None:
+    body = orjson.loads(encode_owner(_busy_owner(3), 7, []))
+    body[key] = value
+    fresh = PoolOwner("owner-of-pool-0", uniform_topology(1, 3, 1).pools[0], 1, 1)
+    with pytest.raises(WireError, match=reason):
+        restore_owner(fresh, orjson.dumps(body))
+    # The owner is left as it was made: the take rebuilds it from its launches.
+    assert fresh.running == {} and fresh.version == 0

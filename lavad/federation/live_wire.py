@@ -463,9 +463,13 @@ def restore_owner(owner: PoolOwner, data: bytes) -> tuple[int, list[LaunchId]]:
             for r in raw["running"]
         }
         offset = int(raw["offset"])
+        if not 0 <= offset < 2**63:
+            # The consumer seeks there: a Kafka offset is a non-negative int64.
+            raise WireError(f"owner snapshot: offset {offset} is no Kafka offset")
         version = int(raw["version"])
         decided = [(int(task), int(attempt)) for task, attempt in raw["decided"]]
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+        # OverflowError: a count past int64 (its digest matched: written so, not damaged).
         raise WireError(f"owner snapshot: {exc!r}") from None
     owner.free = free
     owner.tenant_usage = usage
