@@ -2,8 +2,9 @@
 
 The real cases restamp one or two events of the bundled OpenB slice, converted
 to canonical JSON lines, as a bad producer would (milliseconds written as
-seconds, a clock a day ahead): before, every event after such a record was
-refused as "out of order", and the rest of the file went to the dead letters.
+seconds, a clock a day ahead). A reader that refuses only the events earlier
+than their predecessor refuses every event after such a record as "out of
+order", and the rest of the file goes to the dead letters.
 The properties hold the rule to its promise on any times: time never goes
 back, every line comes out exactly once, in line order.
 """

@@ -52,10 +52,10 @@ MAX_VERDICT_BYTES = MAX_SUMMARY_BYTES + MAX_RECORD_BYTES
 # A task's demand names one count per resource: a handful, never thousands.
 MAX_RESOURCES = 64
 # The largest count a demand names. JSON integers run to 2**64 - 1, but the
-# schedulers and owners count in int64 (a count from 2**63 on raised
-# OverflowError there, which a scheduler took for a defect of its own and an
-# owner halted its pool on); 2**53 is also the largest a reader that takes
-# numbers as doubles keeps exactly, and far above any host's capacity.
+# schedulers and owners count in int64: a count from 2**63 on would raise
+# OverflowError there, which a scheduler would take for a defect of its own
+# and an owner would halt its pool on. 2**53 is also the largest a reader that
+# takes numbers as doubles keeps exactly, and far above any host's capacity.
 MAX_DEMAND = 2**53
 # The longest text a verdict's reason or instance keeps (the rest is cut).
 MAX_TEXT = 1_000
