@@ -12,6 +12,7 @@ back, every line comes out exactly once, in line order.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -22,9 +23,9 @@ from hypothesis import strategies as st
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
-from lavad.streams.adapters.jsonl import LOOKAHEAD_EVENTS, Line, in_order
+from lavad.streams.adapters.jsonl import order_refusals
 from lavad.streams.codec import BadRecord
-from lavad.streams.schema import VmExit, VmRequest
+from lavad.streams.schema import VmExit
 from lavad.streams.trace_tools import convert
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +79,7 @@ def test_one_record_stamped_ahead_is_refused_alone(
     items = list(open_trace(path).events())
     bad = [item for item in items if isinstance(item, BadRecord)]
     assert [b.position for b in bad] == [f"line {index + 1}"]
-    assert "later than 8 of the 8 events after it" in bad[0].reason
+    assert "later than 8 of the next 8 events of its pool" in bad[0].reason
     # Every other event comes through as the untouched file has it.
     clean = tmp_path / "clean.jsonl"
     clean.write_bytes(b"\n".join(openb_lines) + b"\n")
@@ -116,77 +117,124 @@ def test_a_run_of_records_stamped_ahead_is_refused_and_the_rest_decided(
     assert decisions.count(placement) == untouched.count(placement) - 2
 
 
-def _event_line(lineno: int, time: float) -> Line:
-    event = VmExit(time=time, pool="p", vm_id=f"vm-{lineno}")
-    return lineno, orjson.dumps(event), event
+def test_a_capture_of_interleaved_pools_replays_as_the_time_ordered_file(
+    openb_lines: list[bytes], tmp_path: Path
+) -> None:
+    # The slice as three pools, merged by time, is what producers publish; an
+    # input topic read back partition by partition (``lavad tail``) holds the
+    # same records, each pool's in its order, the pools one after another.
+    pools = ("east", "west", "north")
+    records = [orjson.loads(line) | {"pool": pool} for pool in pools for line in openb_lines]
+    ordered = sorted(records, key=lambda r: r["time"])  # stable: each pool's order kept
+    captured = [r for pool in reversed(pools) for r in records if r["pool"] == pool]
+    timed, tailed = tmp_path / "ordered.jsonl", tmp_path / "captured.jsonl"
+    timed.write_bytes(b"\n".join(orjson.dumps(r) for r in ordered) + b"\n")
+    tailed.write_bytes(b"\n".join(orjson.dumps(r) for r in captured) + b"\n")
+    # Equal times of different pools come in line order, so the files differ
+    # there; each pool's events, and its decisions, are the same.
+    for pool in pools:
+        assert _of_pool(open_trace(tailed).events(), pool) == _of_pool(
+            open_trace(timed).events(), pool
+        )
+    decisions, dead = _replayed(tailed)
+    assert dead == []
+    expected, _ = _replayed(timed)
+    for pool in pools:
+        assert _of_pool(decisions.splitlines(), pool) == _of_pool(expected.splitlines(), pool)
+    assert len(decisions.splitlines()) == len(expected.splitlines()) > 3 * 1000
 
 
-def test_a_late_event_is_refused_itself_not_the_event_before_it() -> None:
-    # 1, 5, 2, 6, 7: letting 5 through refuses only 2 (one event); refusing 5
-    # would cost one too, so 5 stays and the late 2 goes.
-    lines = [_event_line(n, t) for n, t in enumerate([1.0, 5.0, 2.0, 6.0, 7.0], start=1)]
-    out = list(in_order(lines, "f"))
-    assert [i.position for i in out if isinstance(i, BadRecord)] == ["line 3"]
-    assert "out of order: time 2.0 after 5.0" in out[2].reason  # type: ignore[union-attr]
+def _of_pool(items: Iterable[object], pool: str) -> list[object]:
+    """``items`` (events, or decisions as JSON lines) of ``pool``, in their order."""
+    return [
+        i for i in items
+        if (orjson.loads(i)["pool"] if isinstance(i, bytes) else getattr(i, "pool", None)) == pool
+    ]  # fmt: skip
 
 
-def test_two_late_events_cost_the_one_ahead_of_them() -> None:
-    # 1, 5, 2, 3, 6: letting 5 through refuses 2 and 3; refusing 5 costs one.
-    lines = [_event_line(n, t) for n, t in enumerate([1.0, 5.0, 2.0, 3.0, 6.0], start=1)]
-    out = list(in_order(lines, "f"))
-    assert [i.position for i in out if isinstance(i, BadRecord)] == ["line 2"]
-    assert [i.time for i in out if isinstance(i, VmExit)] == [1.0, 2.0, 3.0, 6.0]
+def _file(tmp_path: Path, rows: list[tuple[str, float] | None]) -> Path:
+    """A file of exits of ``(pool, time)``, None a line that is not JSON; line n's VM is vm-n."""
+    lines = [
+        b"{not json" if row is None
+        else orjson.dumps(VmExit(time=row[1], pool=row[0], vm_id=f"vm-{n}"))
+        for n, row in enumerate(rows, start=1)
+    ]  # fmt: skip
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
 
 
-def test_bad_lines_between_events_keep_their_place_and_the_memory_stays_bounded() -> None:
-    bad = [(n, b"x", BadRecord("f", f"line {n}", b"x", "not JSON")) for n in range(2, 5000)]
-    lines: list[Line] = [_event_line(1, 9.0), *bad, _event_line(5000, 1.0)]
-    out = list(in_order(lines, "f", max_held=100))
-    # The event is judged on the lines held (no event after it within 100):
-    # it goes through, the bad lines follow in order, then the late event is refused.
-    assert isinstance(out[0], VmExit)
-    assert [i.position for i in out[1:]] == [f"line {n}" for n in range(2, 5001)]
+def _positions(items: list[object]) -> list[str]:
+    return [
+        i.position if isinstance(i, BadRecord) else f"line {i.vm_id.removeprefix('vm-')}"  # type: ignore[attr-defined]
+        for i in items
+    ]
 
 
-def test_in_order_refuses_a_lookahead_it_cannot_use() -> None:
+@pytest.mark.parametrize(
+    ("times", "refused"),
+    [
+        # 1, 5, 2, 6, 7: letting 5 through refuses only 2, refusing 5 costs one
+        # too: 5 stays, the late 2 goes.
+        ([1.0, 5.0, 2.0, 6.0, 7.0], [2]),
+        # 1, 5, 2, 3, 6: letting 5 through refuses 2 and 3; refusing it costs one.
+        ([1.0, 5.0, 2.0, 3.0, 6.0], [1]),
+        # At the end of the pool nothing follows to weigh against: 9 stays, 4 goes.
+        ([1.0, 9.0, 4.0], [2]),
+        # Equal times are in order.
+        ([3.0, 3.0, 3.0], []),
+        # A run of six stamped ahead is refused by itself; the eight after weigh it.
+        ([1.0, *[1e9] * 6, *[2.0 + k for k in range(8)]], [1, 2, 3, 4, 5, 6]),
+    ],
+)
+def test_order_refusals(times: list[float], refused: list[int]) -> None:
+    reasons = order_refusals(times)
+    assert [i for i, r in enumerate(reasons) if r is not None] == refused
+    assert all("out of order" in r for r in reasons if r is not None)
+
+
+def test_order_refusals_refuses_a_lookahead_it_cannot_use() -> None:
     with pytest.raises(ValueError, match="lookahead"):
-        list(in_order([], "f", lookahead=0))
+        order_refusals([1.0], lookahead=0)
 
 
-@settings(max_examples=300, deadline=None)
+def test_one_pools_late_event_is_refused_and_another_pools_earlier_events_are_not(
+    tmp_path: Path,
+) -> None:
+    # Pool a: 10, 20, 15 (late), 30. Pool b, after them in the file: 5, 12.
+    path = _file(tmp_path, [("a", 10.0), ("a", 20.0), ("a", 15.0), ("a", 30.0), ("b", 5.0),
+                            ("b", 12.0), None])  # fmt: skip
+    items = list(open_trace(path).events())
+    # Merged by time: b's 5 first; a's late 15 refused after the event on the line
+    # before it (a's 20), the bad line after b's 12.
+    assert _positions(items) == ["line 5", "line 1", "line 6", "line 7", "line 2", "line 3",
+                                 "line 4"]  # fmt: skip
+    bad, late = (i for i in items if isinstance(i, BadRecord))
+    assert "out of order: time 15.0 after 20.0" in late.reason
+    assert "not valid JSON" in bad.reason
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.one_of(
-            st.floats(min_value=0.0, max_value=1e9, allow_nan=False),
-            st.none(),  # a bad line
+            st.tuples(st.sampled_from("abc"), st.floats(0.0, 1e9, allow_nan=False)),
+            st.none(),  # a line that does not decode
         ),
-        max_size=60,
-    ),
-    st.integers(min_value=1, max_value=LOOKAHEAD_EVENTS),
+        max_size=50,
+    )
 )
-def test_time_never_goes_back_and_every_line_comes_out_once_in_order(
-    times: list[float | None], lookahead: int
+def test_time_never_goes_back_each_pool_keeps_its_order_and_every_line_comes_out_once(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[str, float] | None]
 ) -> None:
-    lines: list[Line] = []
-    for n, t in enumerate(times, start=1):
-        if t is None:
-            lines.append((n, b"x", BadRecord("f", f"line {n}", b"x", "bad")))
-        else:
-            lines.append(_event_line(n, t))
-    out = list(in_order(lines, "f", lookahead=lookahead))
-    positions = [
-        i.position if isinstance(i, BadRecord) else f"line {i.vm_id.removeprefix('vm-')}"  # type: ignore[union-attr]
-        for i in out
-    ]
-    assert positions == [f"line {n}" for n in range(1, len(times) + 1)]
-    kept = [i.time for i in out if not isinstance(i, BadRecord)]
-    assert kept == sorted(kept)
-    # Already in order: nothing is refused.
-    if all(t is not None for t in times) and times == sorted(times):
-        assert len(kept) == len(times)
-
-
-def test_requests_come_through_as_decoded() -> None:
-    request = VmRequest(time=1.0, pool="p", vm_id="a", cores=1.0, memory_gib=1.0)
-    (out,) = in_order([(1, orjson.dumps(request), request)], "f")
-    assert out == request
+    path = _file(tmp_path_factory.mktemp("order"), rows)
+    items = list(open_trace(path).events())
+    assert sorted(_positions(items)) == sorted(f"line {n}" for n in range(1, len(rows) + 1))
+    events = [i for i in items if isinstance(i, VmExit)]
+    assert [e.time for e in events] == sorted(e.time for e in events)
+    for pool in "abc":
+        lines = [int(e.vm_id.removeprefix("vm-")) for e in events if e.pool == pool]
+        assert lines == sorted(lines)
+    # A file in time order loses nothing.
+    if None not in rows and [r[1] for r in rows if r] == sorted(r[1] for r in rows if r):
+        assert len(events) == len(rows)

@@ -5,15 +5,27 @@ untrusted bytes take in the live shell, so a converted trace is validated
 exactly like a Kafka record. A line that fails becomes a BadRecord carrying
 ``SchemaError``'s text. Blank lines are skipped: they hold no record.
 
-The stream's promise (non-decreasing time) is kept too, by refusing as few
-events as it can (``in_order``): an event earlier than the last one let
-through is a BadRecord ("out of order"), and so is an event later than
-several of the events right after it. Without that second rule one record
-stamped far ahead (milliseconds written as seconds, a skewed clock) would
-make every event after it "earlier than its predecessor", and the rest of
-the file would be dead-lettered for one bad line. Live, where records reach
-the engine without this reader, such a record is refused by itself too
-(``daemon.live.intake.record_time_refusal``).
+The events come out in time order, each pool's in the order of its lines,
+as the live shell applies a pool's records in the order of its partition:
+
+* Each pool's lines are kept in time order by refusing as few as possible
+  (``order_refusals``): an event earlier than its pool's last one let
+  through is a BadRecord ("out of order"), a late arrival; so is an event
+  later than two or more of the next events of its pool. Without the
+  second rule one record stamped far ahead (milliseconds written as
+  seconds, a skewed clock) would make every later event of its pool
+  "earlier than its predecessor", and the rest of the pool would be
+  dead-lettered for one bad line. Live, such a record is refused by
+  itself too (``daemon.live.intake.record_time_refusal``).
+* The pools are merged by time (equal times in line order), so a file whose
+  pools are interleaved in any order (``lavad tail`` of an input topic
+  prints its partitions as they are fetched) replays as the live shell
+  decided it, not with most of its lines refused as out of order.
+
+That takes two passes over the file: the first decodes every line and keeps
+where it is, its time and its pool (36 bytes a line), the second reads
+the lines again in the merged order. A line that is not an event (it does
+not decode, or is refused) comes out after the event on the line before it.
 
 JSON lines carry no trace metadata, so ``end_time`` is None unless given as
 the ``end_time`` option (e.g. the censoring time of the trace it came from).
@@ -22,32 +34,28 @@ the ``end_time`` option (e.g. the censoring time of the trace it came from).
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Iterable, Iterator
+from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
+
+import numpy as np
 
 from lavad.streams.adapters.base import Trace, TraceItem, TraceOptionError, bad_record
-from lavad.streams.codec import BadRecord, SchemaError, decode_event
-from lavad.streams.schema import Event
+from lavad.streams.codec import SchemaError, decode_event
 
 SUFFIXES: Final = frozenset({".jsonl", ".ndjson"})
 
-# How many of the events after an event ``in_order`` reads before it lets the
-# event through or refuses it. A run of up to LOOKAHEAD_EVENTS - 2 records
-# stamped ahead of the file is refused by itself; a longer run is taken as
-# the file's time, and the events behind it are refused.
+# How many of the next events of its pool ``order_refusals`` weighs an event
+# against. A run of up to LOOKAHEAD_EVENTS - 2 records stamped ahead of their
+# pool is refused by itself; a longer run is taken as the pool's time, and
+# the events behind it are refused.
 LOOKAHEAD_EVENTS: Final = 8
-# Lines held at most while looking ahead (bad lines count too), so a file of
-# mostly bad lines keeps the reader's memory bounded; with fewer events than
-# LOOKAHEAD_EVENTS in that many lines, the decision is made on those.
-MAX_HELD_LINES: Final = 1024
-# An event is refused as ahead of the file when letting it through would
+# An event is refused as ahead of its pool when letting it through would
 # refuse at least this many of the events after it (refusing it costs one).
 _BEHIND_TO_REFUSE: Final = 2
-
-# A decoded line: its number, its bytes, and its event or why it has none.
-Line = tuple[int, bytes, Event | BadRecord]
+# The pool index of a line that did not decode.
+_BAD: Final = -1
 
 
 def sniff(path: Path) -> bool:
@@ -90,79 +98,141 @@ class JsonLines(Trace):
         return {
             "validation": "lavad.streams.codec.decode_event per line",
             "order": (
-                "an event earlier than the last one let through, or later than"
-                f" {_BEHIND_TO_REFUSE} or more of the {LOOKAHEAD_EVENTS} events after it,"
-                " is a BadRecord"
+                "by time, each pool's lines in their order; an event earlier than its pool's"
+                f" last one let through, or later than {_BEHIND_TO_REFUSE} or more of its"
+                f" pool's next {LOOKAHEAD_EVENTS} events, is a BadRecord"
             ),
             "pool": "as recorded in each event (the pool option is not applied)",
         }
 
     def events(self) -> Iterator[TraceItem]:
         with self.path.open("rb") as handle:
-            yield from in_order(self._decoded(handle), self.path)
-
-    def _decoded(self, handle: Iterable[bytes]) -> Iterator[Line]:
-        for lineno, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                yield lineno, raw, decode_event(raw)
-            except SchemaError as exc:
-                yield lineno, raw, bad_record(self.path, lineno, raw, str(exc))
+            index = LineIndex.read(handle)
+            yield from index.merged(handle, self.path)
 
 
-def in_order(
-    lines: Iterable[Line],
-    source: Path | str,
-    lookahead: int = LOOKAHEAD_EVENTS,
-    max_held: int = MAX_HELD_LINES,
-) -> Iterator[TraceItem]:
-    """The lines' events in non-decreasing time, refusing as few as it can; in line order.
+def order_refusals(times: Sequence[float], lookahead: int = LOOKAHEAD_EVENTS) -> list[str | None]:
+    """Why each of one pool's events (times in line order) is refused, or None: as few as
+    it can, so that those let through are in time order.
 
-    An event earlier than the last event let through is refused. So is an
-    event that at least two of the ``lookahead`` events after it are earlier
-    than (and not earlier than the last let through): letting it through
-    would refuse those, refusing it costs one. One event behind its
-    predecessor is refused itself, as a late arrival. Work per line is
-    bounded by ``max_held``, whatever the times.
+    An event earlier than the last one let through is refused, as a late
+    arrival. So is an event that at least two of the ``lookahead`` events
+    after it are earlier than (and not earlier than the last let through):
+    letting it through would refuse those, refusing it costs one. Work is
+    ``len(times) * lookahead``, whatever the times.
     """
-    if lookahead < 1 or max_held < 2:
-        raise ValueError("lookahead must be >= 1 and max_held >= 2")
-    pending = iter(lines)
-    held: deque[Line] = deque()
-    events_held = 0
-    read_all = False
+    if lookahead < 1:
+        raise ValueError("lookahead must be >= 1")
+    refusals: list[str | None] = [None] * len(times)
     last = -math.inf
-    while True:
-        # Enough lines read to judge the first: it and ``lookahead`` events after it.
-        while not read_all and events_held <= lookahead and len(held) < max_held:
-            line = next(pending, None)
-            if line is None:
-                read_all = True
-                break
-            held.append(line)
-            if not isinstance(line[2], BadRecord):
-                events_held += 1
-        if not held:
-            return
-        lineno, raw, item = held.popleft()
-        if isinstance(item, BadRecord):
-            yield item
-            continue
-        events_held -= 1
-        time = item.time
+    for i, time in enumerate(times):
         if time < last:
-            yield bad_record(source, lineno, raw, f"out of order: time {time} after {last}")
+            refusals[i] = f"out of order: time {time} after {last}"
             continue
-        after = [line[2].time for line in held if not isinstance(line[2], BadRecord)]
+        after = times[i + 1 : i + 1 + lookahead]
         behind = sum(1 for t in after if last <= t < time)
         if behind >= _BEHIND_TO_REFUSE:
-            reason = (
-                f"out of order: time {time} is later than {behind} of the {len(after)} events"
-                f" after it (the last event let through is at {last}), so it is refused"
+            refusals[i] = (
+                f"out of order: time {time} is later than {behind} of the next {len(after)}"
+                f" events of its pool (the last let through is at {last}), so it is refused"
                 " rather than they"
             )
-            yield bad_record(source, lineno, raw, reason)
             continue
         last = time
-        yield item
+    return refusals
+
+
+class LineIndex:
+    """Where each line of a file of JSON lines is, its time and its pool (or that it is bad)."""
+
+    def __init__(self) -> None:
+        self.offsets = array("q")
+        self.lengths = array("q")
+        self.linenos = array("q")
+        self.times = array("d")
+        self.pools = array("i")  # into pool_names; _BAD for a line that did not decode
+        self.pool_names: dict[str, int] = {}
+
+    @classmethod
+    def read(cls, handle: BinaryIO) -> LineIndex:
+        """The first pass: every line decoded once, kept as where it is, not what it holds."""
+        index = cls()
+        offset = 0
+        for lineno, raw in enumerate(handle, start=1):
+            if raw.strip():
+                try:
+                    event = decode_event(raw)
+                except SchemaError:
+                    pool, time = _BAD, math.nan
+                else:
+                    names = index.pool_names
+                    pool = names.setdefault(event.pool, len(names))
+                    time = event.time
+                index.offsets.append(offset)
+                index.lengths.append(len(raw))
+                index.linenos.append(lineno)
+                index.times.append(time)
+                index.pools.append(pool)
+            offset += len(raw)
+        return index
+
+    def merged(self, handle: BinaryIO, source: Path | str) -> Iterator[TraceItem]:
+        """The second pass: the events in time order (each pool's refusals applied), each
+        line that is not one (bad, or refused) after the event on the line before it."""
+        pools = np.frombuffer(self.pools, dtype=np.int32) if self.pools else np.zeros(0, np.int32)
+        times = np.frombuffer(self.times) if self.times else np.zeros(0)
+        refusals: dict[int, str] = {}
+        # Each pool's lines, in line order: one stable sort, however many pools.
+        by_pool = np.argsort(pools, kind="stable")
+        starts = np.flatnonzero(np.diff(pools[by_pool], prepend=_BAD - 1))
+        for members in np.split(by_pool, starts[1:]):
+            if not len(members) or pools[members[0]] == _BAD:
+                continue  # an empty file; the lines that did not decode
+            for position, reason in zip(
+                members.tolist(), order_refusals(times[members].tolist()), strict=True
+            ):
+                if reason is not None:
+                    refusals[position] = reason
+        taken = pools != _BAD
+        taken[list(refusals)] = False
+        (accepted,) = np.nonzero(taken)
+        # Line order breaks ties: a pool's own events keep their order at equal times.
+        accepted = accepted[np.argsort(times[accepted], kind="stable")]
+        # A line that is not an event follows the event on the line before it
+        # (before every event when none is): in a file already in time order,
+        # everything comes out in line order.
+        (others,) = np.nonzero(~taken)
+        (events_in_order,) = np.nonzero(taken)
+        anchors = np.searchsorted(events_in_order, others) - 1
+        following: dict[int, list[int]] = {}
+        for other, anchor in zip(others.tolist(), anchors.tolist(), strict=True):
+            key = int(events_in_order[anchor]) if anchor >= 0 else -1
+            following.setdefault(key, []).append(other)
+        for other in following.get(-1, ()):
+            yield self._refused(handle, source, other, refusals)
+        for position in accepted.tolist():
+            lineno, raw = self._line(handle, position)
+            try:
+                yield decode_event(raw)
+            except SchemaError as exc:  # the file changed between the passes
+                yield bad_record(source, lineno, raw, str(exc))
+            for other in following.get(position, ()):
+                yield self._refused(handle, source, other, refusals)
+
+    def _line(self, handle: BinaryIO, position: int) -> tuple[int, bytes]:
+        handle.seek(self.offsets[position])
+        return self.linenos[position], handle.read(self.lengths[position])
+
+    def _refused(
+        self, handle: BinaryIO, source: Path | str, position: int, refusals: dict[int, str]
+    ) -> TraceItem:
+        lineno, raw = self._line(handle, position)
+        reason = refusals.get(position)
+        if reason is None:
+            try:
+                decode_event(raw)
+            except SchemaError as exc:
+                reason = str(exc)
+            else:
+                reason = "the line decodes now but did not on the first pass (the file changed)"
+        return bad_record(source, lineno, raw, reason)
