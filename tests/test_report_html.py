@@ -161,6 +161,29 @@ def test_something_else_is_refused_with_the_reason(tmp_path: Path) -> None:
         build_report([odd])
 
 
+@pytest.mark.parametrize(
+    ("where", "value", "error"),
+    [
+        # A real replay's metrics with one value of another type, each once a traceback.
+        (("runs", 0, "pools"), None, "AttributeError"),
+        (("runs", 0, "dead_letters"), 1.5, "AttributeError"),
+        (("runs", 0, "pools", "default"), [], "AttributeError"),
+    ],
+)
+def test_a_replays_metrics_of_another_layout_are_refused_with_the_reason(
+    inputs: dict[str, Path], tmp_path: Path, where: tuple[object, ...], value: object, error: str
+) -> None:
+    document = orjson.loads(inputs["replay"].read_bytes())
+    parent = document
+    for key in where[:-1]:
+        parent = parent[key]
+    parent[where[-1]] = value
+    odd = tmp_path / "odd.json"
+    odd.write_bytes(orjson.dumps(document))
+    with pytest.raises(ReportInputError, match=rf"odd\.json: unexpected layout \({error}"):
+        build_report([odd])
+
+
 # A mark, not a skip inside the test: the page's inputs (a module fixture, built
 # on each worker that runs a test of this module) cost about a minute to make.
 @pytest.mark.skipif(

@@ -125,7 +125,9 @@ def build_report(paths: Sequence[Path], title: str = "lavad report") -> str:
             RENDERERS[kind](page, document, path.name)
         except ReportInputError as exc:
             raise ReportInputError(f"{path}: {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
+        # What a JSON document of another layout raises in the renderers: a key
+        # missing, a value of another type (None.get, 1.5.items()), a list too short.
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             raise ReportInputError(
                 f"{path}: unexpected layout ({type(exc).__name__}: {exc})"
             ) from None
