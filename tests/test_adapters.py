@@ -596,6 +596,23 @@ def test_trace_info_on_azure_slice() -> None:
     orjson.dumps(info)  # the CLI prints it as JSON
 
 
+def test_trace_info_counts_ids_within_their_pool(tmp_path: Path) -> None:
+    # The OpenB slice twice, as pools "a" and "b": the same VM and host ids in
+    # both are twice as many VMs and hosts, as the engine holds them.
+    one = trace_info(OPENB_SLICE)
+    converted = tmp_path / "openb.jsonl"
+    convert(OPENB_SLICE, converted)
+    records = [orjson.loads(line) for line in converted.read_bytes().splitlines()]
+    both = tmp_path / "two-pools.jsonl"
+    both.write_bytes(
+        b"\n".join(orjson.dumps(r | {"pool": pool}) for pool in "ab" for r in records) + b"\n"
+    )
+    two = trace_info(both)
+    assert one["vms"] > 0 and one["hosts"] > 0
+    for key in ("vms", "censored_vms", "hosts"):
+        assert two[key] == 2 * one[key], key
+
+
 def test_open_trace_rejects_bad_arguments() -> None:
     with pytest.raises(TraceOptionError, match="seed"):
         open_trace(AZURE_SLICE, seed=-1)

@@ -38,11 +38,13 @@ def trace_info(path: Path | str, seed: int = 0, **options: Any) -> dict[str, Any
     """
     trace = open_trace(path, seed=seed, **options)
     counts: Counter[str] = Counter()
-    requested: set[str] = set()
-    exited: set[str] = set()
-    hosts: set[str] = set()
-    deployments: set[str] = set()
-    series: set[str] = set()
+    # Ids name a VM, host, deployment or series within its pool: the same id in
+    # two pools is two of them, as the engine keeps them.
+    requested: set[tuple[str, str]] = set()
+    exited: set[tuple[str, str]] = set()
+    hosts: set[tuple[str, str]] = set()
+    deployments: set[tuple[str, str]] = set()
+    series: set[tuple[str, str]] = set()
     bad = 0
     reasons: Counter[str] = Counter()
     examples: list[dict[str, str]] = []
@@ -61,18 +63,19 @@ def trace_info(path: Path | str, seed: int = 0, **options: Any) -> dict[str, Any
         if first is None:
             first = item.time
         last = item.time
+        pool = item.pool
         if isinstance(item, VmRequest):
-            requested.add(item.vm_id)
+            requested.add((pool, item.vm_id))
             if item.deployment:
-                deployments.add(item.deployment)
+                deployments.add((pool, item.deployment))
         elif isinstance(item, VmExit):
-            exited.add(item.vm_id)
+            exited.add((pool, item.vm_id))
         elif isinstance(item, HostUp):
-            hosts.add(item.host_id)
+            hosts.add((pool, item.host_id))
         elif isinstance(item, UsageSample):
-            series.add(item.vm_id)
+            series.add((pool, item.vm_id))
         elif isinstance(item, DeploymentArrival):
-            deployments.add(item.deployment_id)
+            deployments.add((pool, item.deployment_id))
     return {
         "format": trace.name,
         "path": str(trace.path),
