@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -42,6 +43,11 @@ class Record:
     # the epoch (2026-01-01): the bundled traces' event times are long before.
     timestamp: int = PUBLISHED_MS
     key: bytes | None = b"default"
+
+
+def placed_vm_ids(out: Iterable[Any]) -> list[str]:
+    """The VMs of the placements among the intake's outgoing records, in order."""
+    return [orjson.loads(item.value)["vm_id"] for item in out if item.topic == NAMES.placements]
 
 
 @dataclass

@@ -183,6 +183,9 @@ def _positions(items: list[object]) -> list[str]:
         ([1.0, 9.0, 4.0], [2]),
         # Equal times are in order.
         ([3.0, 3.0, 3.0], []),
+        # The largest float and infinity (JSON's 1e400): refused like any record ahead.
+        ([1.0, 1.7976931348623157e308, 2.0, 3.0], [1]),
+        ([1.0, float("inf"), 2.0, 3.0, float("inf")], [1]),
         # A run of six stamped ahead is refused by itself; the eight after weigh it.
         ([1.0, *[1e9] * 6, *[2.0 + k for k in range(8)]], [1, 2, 3, 4, 5, 6]),
     ],

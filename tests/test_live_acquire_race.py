@@ -11,21 +11,15 @@ the consumer: the order of events is the point, and a broker cannot produce it o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import orjson
 from aiokafka import TopicPartition
-from live_support import AZURE_SLICE, NAMES, FakeConsumer, Record, live_settings
+from live_support import AZURE_SLICE, NAMES, FakeConsumer, Record, live_settings, placed_vm_ids
 
 from lavad.daemon.live.parsed_records import FetchedRecord
 from lavad.daemon.live.shell import LiveDaemon, live_engine_config
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import encode
 from lavad.streams.schema import VmRequest
-
-
-def _placed(out: list[Any]) -> list[str]:
-    return [orjson.loads(item.value)["vm_id"] for item in out if item.topic == NAMES.placements]
 
 
 async def test_a_batch_fetched_before_the_partition_was_acquired_is_fetched_again(
@@ -51,5 +45,5 @@ async def test_a_batch_fetched_before_the_partition_was_acquired_is_fetched_agai
     assert daemon.partitions.owned[0].positions.get(NAMES.vm_events, 0) == 0
     # Fetched again from offset 0: every request placed, in order.
     out = daemon.intake.process({events: records}, dict(daemon.partitions.acquisitions))
-    assert _placed(out) == [r.vm_id for r in requests[:3]]
+    assert placed_vm_ids(out) == [r.vm_id for r in requests[:3]]
     assert daemon.partitions.owned[0].positions[NAMES.vm_events] == 3

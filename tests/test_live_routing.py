@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
 from aiokafka import TopicPartition
-from live_support import AZURE_SLICE, NAMES, FakeConsumer, Record, live_settings
+from live_support import AZURE_SLICE, NAMES, FakeConsumer, Record, live_settings, placed_vm_ids
 
 from lavad.daemon.live.shell import LiveDaemon, live_engine_config
 from lavad.streams.adapters import open_trace
@@ -28,10 +27,6 @@ def _routing_reasons(out: list[Any]) -> list[str]:
         for item in out
         if item.topic == NAMES.dead_letters and dict(item.headers)["lavad.stage"] == b"routing"
     ]
-
-
-def _placed(out: list[Any]) -> list[str]:
-    return [orjson.loads(item.value)["vm_id"] for item in out if item.topic == NAMES.placements]
 
 
 async def _daemon(tmp_path: Path, partitions: list[int]) -> LiveDaemon:
@@ -56,7 +51,7 @@ async def test_an_event_on_another_input_topic_is_a_dead_letter_naming_its_topic
     acquired = dict(daemon.partitions.acquisitions)
     # A request on the usage topic: refused, naming both topics; the topic reads on.
     out = daemon.intake.process({usage: [Record(0, encode(first))]}, acquired)
-    assert _placed(out) == []
+    assert placed_vm_ids(out) == []
     assert _routing_reasons(out) == [
         f"a vm.request event belongs on topic {NAMES.vm_events!r}, in whose order its "
         f"pool's events are applied; it came on {NAMES.usage!r}"
@@ -66,7 +61,7 @@ async def test_an_event_on_another_input_topic_is_a_dead_letter_naming_its_topic
     out = daemon.intake.process(
         {events: [Record(0, encode(first)), Record(1, encode(second))]}, acquired
     )
-    assert _placed(out) == [first.vm_id, second.vm_id]
+    assert placed_vm_ids(out) == [first.vm_id, second.vm_id]
     assert _routing_reasons(out) == []
 
 
@@ -81,12 +76,12 @@ async def test_a_pool_on_another_partition_is_a_dead_letter_naming_its_partition
     out = daemon.intake.process(
         {TopicPartition(NAMES.vm_events, 0): [Record(0, encode(first))]}, acquired
     )
-    assert _placed(out) == [first.vm_id]
+    assert placed_vm_ids(out) == [first.vm_id]
     # The same pool's next request on partition 1: its pool lives on partition 0.
     out = daemon.intake.process(
         {TopicPartition(NAMES.vm_events, 1): [Record(0, encode(second))]}, acquired
     )
-    assert _placed(out) == []
+    assert placed_vm_ids(out) == []
     assert _routing_reasons(out) == [
         f"pool {first.pool!r} lives on partition 0 of the input topics, this record came on "
         "partition 1: key every input record by its pool"
