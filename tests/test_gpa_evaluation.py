@@ -33,7 +33,9 @@ def test_aligned_series_of_the_slice() -> None:
     assert series.trace == "google-2011-gcd"
     assert len(series.names) == 16 and series.dropped == 0 and series.start_step == 0
     assert series.history.shape == series.future.shape == (16, 288)
-    first = (SLICE / f"vm_{series.names[0]}_2").read_text().split("\n")[0].split()
+    pool, vm = series.names[0]
+    assert pool == "default"
+    first = (SLICE / f"vm_{vm}_2").read_text().split("\n")[0].split()
     assert series.future[0, 0] == pytest.approx(float(first[0]) / 100.0)
     with pytest.raises(ValueError, match="history_steps"):
         load_aligned_series(SLICE, history_steps=1)

@@ -198,9 +198,9 @@ def test_each_half_keeps_each_jobs_windows_on_its_side_of_the_middle_day() -> No
     """Two jobs over 3.5 days: the middle rounds to 2 days after the first window's end."""
     day = 86_400.0
     ends = np.arange(1, 1 + 7 * 72) * 600.0  # 600 s windows over 3.5 days
-    one = JobSeries("a", ends, ends * 0 + 0.1, ends * 0 + 0.2, None)
+    one = JobSeries("p", "a", ends, ends * 0 + 0.1, ends * 0 + 0.2, None)
     tail = ends[ends > 3 * day]
-    late = JobSeries("b", tail, tail * 0 + 0.3, tail * 0 + 0.4, None)
+    late = JobSeries("p", "b", tail, tail * 0 + 0.3, tail * 0 + 0.4, None)
     middle = ends[0] + 2 * day
     first, second = trace_half([one, late], "first"), trace_half([one, late], "second")
     assert [job.job_id for job in first] == ["a"]

@@ -102,7 +102,7 @@ class AlignedSeries:
     """CPU usage of the kept VMs on one time grid: history and future, rows = VMs."""
 
     trace: str
-    names: tuple[str, ...]
+    names: tuple[tuple[str, str], ...]  # (pool, VM): a VM id is its pool's
     history: FloatArray
     future: FloatArray
     dropped: int
@@ -114,7 +114,7 @@ PARTS: Final = ("whole", "first", "second")
 
 def _windows(
     path: Path, history_steps: int | None, future_steps: int | None, part: str = "whole"
-) -> tuple[str, list[str], FloatArray, int, int]:
+) -> tuple[str, list[tuple[str, str]], FloatArray, int, int]:
     """The trace's CPU readings on one grid (rows: VMs, NaN: no reading) and the window sizes.
 
     ``part`` "first" or "second" keeps that half of the grid's steps (split
@@ -134,13 +134,13 @@ def _windows(
         raise ValueError(f"history_steps must be >= 2, got {history_n}")
     if future_n < 1:
         raise ValueError(f"future_steps must be >= 1, got {future_n}")
-    readings: dict[str, dict[int, float]] = defaultdict(dict)
+    readings: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     steps: set[int] = set()
     for event in trace.events():
         if isinstance(event, UsageSample):
             # ``time`` is the end of the reading's interval: step 0 ends at 300 s.
             step = round(event.time / STEP_S) - 1
-            readings[event.vm_id][step] = event.cpu.mean
+            readings[(event.pool, event.vm_id)][step] = event.cpu.mean
             steps.add(step)
     grid = {step: column for column, step in enumerate(sorted(steps))}
     if len(grid) < history_n + future_n:

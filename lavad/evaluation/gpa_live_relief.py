@@ -63,11 +63,19 @@ def window_samples(
     start = window * DAY_S
     split = start + history_days * DAY_S
     end = split + future_days * DAY_S
-    samples = [
-        dataclasses.replace(event, pool=POOL)
+    in_window = [
+        event
         for event in open_trace(path).events()
         if isinstance(event, UsageSample) and start < event.time <= end
     ]
+    pools = sorted({event.pool for event in in_window})
+    if len(pools) > 1:
+        # One engine pool takes the samples: two pools' VMs of one id would merge.
+        raise ValueError(
+            f"{path}: the window holds {len(pools)} pools ({', '.join(pools[:5])}"
+            f"{', ...' if len(pools) > 5 else ''}); the live relief replays one"
+        )
+    samples = [dataclasses.replace(event, pool=POOL) for event in in_window]
     samples.sort(key=lambda sample: (sample.time, sample.vm_id))
     before = {s.vm_id for s in samples if s.time <= split}
     after = {s.vm_id for s in samples if s.time > split}
@@ -154,9 +162,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     drift = DriftConfig(detector=args.drift)
-    samples, vms, split = window_samples(
-        args.path, args.window, args.history_days, args.future_days
-    )
+    try:
+        samples, vms, split = window_samples(
+            args.path, args.window, args.history_days, args.future_days
+        )
+    except ValueError as error:
+        parser.error(str(error))
     for rho in (float(part) for part in args.rhos.split(",")):
         for relief in (False, True):
             run = live_relief_run(samples, vms, split, rho, relief, drift=drift)

@@ -188,7 +188,7 @@ class UsageSeries:
 
     trace: str
     statistic: Statistic
-    names: tuple[str, ...]
+    names: tuple[tuple[str, str], ...]  # (pool, VM): a VM id is its pool's
     values: tuple[FloatArray, ...]
     dropped: int
 
@@ -202,12 +202,13 @@ def load_usage_series(
 ) -> UsageSeries:
     """Per VM, its CPU readings in time order (``UsageSample.cpu.mean`` or ``.peak``)."""
     trace = open_trace(path)
-    readings: dict[str, list[float]] = defaultdict(list)
+    readings: dict[tuple[str, str], list[float]] = defaultdict(list)
     for event in trace.events():
         if isinstance(event, UsageSample):
             stats = event.cpu
-            readings[event.vm_id].append(stats.peak if statistic == "peak" else stats.mean)
-    names: list[str] = []
+            value = stats.peak if statistic == "peak" else stats.mean
+            readings[(event.pool, event.vm_id)].append(value)
+    names: list[tuple[str, str]] = []
     values: list[FloatArray] = []
     for name, series in readings.items():
         array = np.asarray(series, dtype=np.float64)

@@ -70,8 +70,12 @@ MIN_DAY_WINDOWS: Final = 12
 
 @dataclass(frozen=True)
 class JobSeries:
-    """One job's usage: window ends, CPU mean and peak, memory (None when the trace has none)."""
+    """One job's usage: window ends, CPU mean and peak, memory (None when the trace has none).
 
+    A job is its pool's: the same id in two pools is two jobs.
+    """
+
+    pool: str
     job_id: str
     end: FloatArray
     cpu_mean: FloatArray
@@ -91,22 +95,24 @@ def load_jobs(path: Path, *, max_jobs: int | None = None, seed: int = 0) -> list
     """Every job (VM) of a usage trace, or ``max_jobs`` of them chosen with ``seed``."""
     if max_jobs is not None and max_jobs < 1:
         raise ValueError(f"max_jobs must be >= 1, got {max_jobs!r}")
-    rows: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
+    # Keyed by (pool, VM): a JSON-lines trace may hold several pools, whose
+    # VM ids are their own.
+    rows: dict[tuple[str, str], list[tuple[float, float, float, float]]] = defaultdict(list)
     for item in open_trace(path, seed=seed).events():
         if not isinstance(item, UsageSample):
             continue  # BadRecords: the adapter already explains them
         mem = math.nan if item.memory is None else item.memory.peak
-        rows[item.vm_id].append((item.time, item.cpu.mean, item.cpu.peak, mem))
-    ids = sorted(rows)
-    if max_jobs is not None and max_jobs < len(ids):
+        rows[(item.pool, item.vm_id)].append((item.time, item.cpu.mean, item.cpu.peak, mem))
+    keys = sorted(rows)
+    if max_jobs is not None and max_jobs < len(keys):
         rng = np.random.default_rng(seed)
-        ids = sorted(ids[i] for i in rng.choice(len(ids), size=max_jobs, replace=False))
+        keys = sorted(keys[i] for i in rng.choice(len(keys), size=max_jobs, replace=False))
     jobs = []
-    for job_id in ids:
-        arr = np.asarray(sorted(rows[job_id]), dtype=np.float64)
+    for pool, job_id in keys:
+        arr = np.asarray(sorted(rows[(pool, job_id)]), dtype=np.float64)
         finite = np.isfinite(arr[:, 3])
         memory = arr[:, 3] if finite.all() else None
-        jobs.append(JobSeries(job_id, arr[:, 0], arr[:, 1], arr[:, 2], memory))
+        jobs.append(JobSeries(pool, job_id, arr[:, 0], arr[:, 1], arr[:, 2], memory))
     return jobs
 
 
@@ -311,7 +317,14 @@ def trace_half(jobs: Sequence[JobSeries], part: str) -> list[JobSeries]:
         if keep.any():
             memory = None if job.memory is None else job.memory[keep]
             halves.append(
-                JobSeries(job.job_id, job.end[keep], job.cpu_mean[keep], job.cpu_peak[keep], memory)
+                JobSeries(
+                    job.pool,
+                    job.job_id,
+                    job.end[keep],
+                    job.cpu_mean[keep],
+                    job.cpu_peak[keep],
+                    memory,
+                )
             )
     return halves
 
@@ -361,10 +374,10 @@ def training_jobs(
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count!r}")
     every = load_jobs(path, seed=seed)
-    held = {j.job_id for j in load_jobs(path, max_jobs=exclude_sample, seed=seed)}
+    held = {(j.pool, j.job_id) for j in load_jobs(path, max_jobs=exclude_sample, seed=seed)}
     if exclude_sample is None:
         held = set()
-    rest = [j for j in every if j.job_id not in held]
+    rest = [j for j in every if (j.pool, j.job_id) not in held]
     if not rest:
         raise ValueError("no jobs left outside the evaluation sample")
     rng = np.random.default_rng(seed + 1)

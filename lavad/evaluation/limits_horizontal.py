@@ -48,20 +48,24 @@ class HorizontalScore:
     recorded_changes_per_app_day: float
 
 
-def instance_counts(path: Path) -> tuple[dict[str, list[tuple[float, int]]], float]:
+App = tuple[str, str]  # (pool, deployment): a JSON-lines trace may hold several pools
+
+
+def instance_counts(path: Path) -> tuple[dict[App, list[tuple[float, int]]], float]:
     """Per app (deployment), the running instance count after each change; the trace's end."""
-    deployment: dict[str, str] = {}
-    changes: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    deployment: dict[tuple[str, str], App] = {}  # (pool, VM) -> its app
+    changes: dict[App, list[tuple[float, int]]] = defaultdict(list)
     end = 0.0
     for event in open_trace(path).events():
         if isinstance(event, VmRequest) and event.deployment:
-            deployment[event.vm_id] = event.deployment
-            changes[event.deployment].append((event.time, 1))
+            app = (event.pool, event.deployment)
+            deployment[(event.pool, event.vm_id)] = app
+            changes[app].append((event.time, 1))
             end = max(end, event.time)
-        elif isinstance(event, VmExit) and event.vm_id in deployment:
-            changes[deployment.pop(event.vm_id)].append((event.time, -1))
+        elif isinstance(event, VmExit) and (event.pool, event.vm_id) in deployment:
+            changes[deployment.pop((event.pool, event.vm_id))].append((event.time, -1))
             end = max(end, event.time)
-    counts: dict[str, list[tuple[float, int]]] = {}
+    counts: dict[App, list[tuple[float, int]]] = {}
     for app, steps in changes.items():
         running = 0
         series = []
