@@ -49,6 +49,8 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ("[hosts]\ncores = -4\n", "hosts.cores", "greater than 0"),
         ("[hosts]\ncount = 1.5\n", "hosts.count", "valid integer"),
         ("[hosts]\ncount = 1000000000\n", "hosts.count", "less than or equal to 100000"),
+        ("[hosts]\nmax_hosts = 0\n", "hosts.max_hosts", "greater than or equal to 1"),
+        ("[hosts]\ncount = 10\nmax_hosts = 9\n", "hosts.max_hosts", "below hosts.count (10)"),
         ('[hosts]\nsource = "cloud"\n', "hosts.source", "'auto', 'trace' or 'shape'"),
         (
             "[metrics]\nsample_interval_s = 0\n",

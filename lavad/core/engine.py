@@ -195,6 +195,18 @@ class PoolSetup:
     shape: HostShape | None = None
     initial_hosts: int = 0
     grow_on_demand: bool = False
+    # Every host keeps its column for as long as the pool lives, so a flood of
+    # requests (grown on demand) or of host.up ids cannot take every byte:
+    # beyond this the pool grows no host and a new host.up is dead-lettered.
+    max_hosts: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.max_hosts < 1:
+            raise ValueError(f"max_hosts must be >= 1, got {self.max_hosts}")
+        if self.initial_hosts > self.max_hosts:
+            raise ValueError(
+                f"initial_hosts ({self.initial_hosts}) above max_hosts ({self.max_hosts})"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -928,6 +940,12 @@ class Engine:
             pool.migrations.forget_host(index)
             cluster.undrain_host(event.host_id)
             return []
+        bound = self.config.pools.max_hosts
+        if index is None and cluster.n_hosts >= bound:
+            raise InvalidEvent(
+                f"host {event.host_id!r} refused: pool {pool.name!r} holds"
+                f" {cluster.n_hosts} hosts, hosts.max_hosts = {bound}"
+            )
         try:
             pool.cluster.add_host(
                 event.host_id, (event.cores, event.memory_gib, event.disk_gib, event.gpus)
@@ -1009,6 +1027,14 @@ class Engine:
             and setup.shape is not None
             and setup.shape.holds(request.demand)
         ):
+            if cluster.n_hosts >= setup.max_hosts:
+                # A host of the shape would hold it: exits may free one.
+                return Unfit(
+                    f"{result.reason}; the pool holds hosts.max_hosts = {setup.max_hosts}"
+                    " hosts and grows no more",
+                    retryable=True,
+                    rejected_by=result.rejected_by,
+                )
             host = cluster.add_host(
                 f"{pool.name}/auto{pool.auto_hosts:05d}", setup.shape.as_capacity()
             )

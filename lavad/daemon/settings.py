@@ -34,6 +34,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import (
@@ -133,11 +134,28 @@ class HostSettings(_Section):
     grow_on_demand: bool = Field(
         default=True, description="open a new host when no host fits (shape source only)"
     )
+    # The same ten times Google's largest cell, for every pool's hosts however
+    # they come (grown, host.up): a host's column lives as long as its pool.
+    max_hosts: int = Field(
+        default=100_000,
+        ge=1,
+        description="hosts one pool holds at most, grown or from host.up; beyond it the "
+        "pool grows no host (the request is refused, may retry) and a new host.up is "
+        "dead-lettered",
+    )
     on_down: Literal["evict", "replace"] = Field(
         default="evict",
         description="a host.down with VMs on it: evict publishes each eviction (a placement "
         "with no host); replace also places each evicted VM again, as a placement decision",
     )
+
+    @field_validator("max_hosts")
+    @classmethod
+    def _holds_the_hosts_at_start(cls, value: int, info: ValidationInfo) -> int:
+        count = info.data.get("count")
+        if isinstance(count, int) and count > value:
+            raise ValueError(f"below hosts.count ({count}), the hosts every pool opens with")
+        return value
 
     @field_validator("cores", "memory_gib", "disk_gib", "gpus")
     @classmethod
@@ -401,6 +419,7 @@ class Settings(BaseSettings):
                 shape=shape if use_shape else None,
                 initial_hosts=hosts.count if use_shape else 0,
                 grow_on_demand=hosts.grow_on_demand and use_shape,
+                max_hosts=hosts.max_hosts,
             ),
             seed=self.seed,
             limits=self.limits,

@@ -1,0 +1,98 @@
+"""A pool's hosts are bounded: a flood of requests or of host.up ids cannot take every byte.
+
+Every host keeps its column for as long as its pool lives. Without a bound a
+pool grown on demand opens a host for each request that fits none, and a
+stream of host.up records with new ids adds one each: memory and each
+placement's scan grow with the flood. The cases replay the bundled real
+slices under a small bound.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.core.placement.registry import validate_policy_args
+from lavad.streams.adapters import open_trace
+from lavad.streams.schema import HostDown, HostUp, Placement, VmRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+AZURE_SLICE = ROOT / "data" / "azure-v1-vms-slice"
+OPENB_SLICE = ROOT / "data" / "alibaba-openb-slice"
+REQUESTS = 400
+
+
+def _engine(pools: PoolSetup) -> Engine:
+    return Engine(
+        EngineConfig(
+            policy="bestfit",
+            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
+            pools=pools,
+        )
+    )
+
+
+def _grown(max_hosts: int) -> tuple[Engine, list[Placement]]:
+    """The slice's first ``REQUESTS`` requests (and the exits among them), grown on demand."""
+    engine = _engine(
+        PoolSetup(shape=HostShape(48.0, 192.0), grow_on_demand=True, max_hosts=max_hosts)
+    )
+    placements: list[Placement] = []
+    requests = 0
+    for event in open_trace(AZURE_SLICE, seed=0).events():
+        if isinstance(event, VmRequest):
+            requests += 1
+            if requests > REQUESTS:
+                break
+        handled = engine.handle(event, event.time)
+        assert handled.rejection is None, handled.rejection
+        placements += [d for d in handled.decisions if isinstance(d, Placement)]
+    return engine, placements
+
+
+def test_a_pool_grown_on_demand_stops_at_the_bound_and_refuses_for_now() -> None:
+    free, _ = _grown(100_000)
+    grown = free.pools["default"].cluster.n_hosts
+    bound = grown // 2
+    assert bound >= 2, grown  # the slice's requests need more hosts than the bound
+    engine, placements = _grown(bound)
+    assert engine.pools["default"].cluster.n_hosts == bound
+    refused = [p for p in placements if p.host_id is None]
+    assert refused
+    for placement in refused:
+        # A host of the shape would hold it: the pool may take it once VMs exit.
+        assert placement.retryable
+        assert f"hosts.max_hosts = {bound}" in placement.reason
+    assert len(placements) - len(refused) < REQUESTS
+
+
+def test_a_host_up_past_the_bound_is_dead_lettered_naming_it() -> None:
+    bound = 100
+    engine = _engine(PoolSetup(max_hosts=bound))
+    reasons = []
+    ups = 0
+    for event in open_trace(OPENB_SLICE, seed=0).events():
+        if not isinstance(event, HostUp):
+            continue
+        ups += 1
+        handled = engine.handle(event, event.time)
+        if handled.rejection is not None:
+            reasons.append(handled.rejection.reason)
+    assert ups > bound
+    assert len(reasons) == ups - bound
+    assert all(f"holds {bound} hosts, hosts.max_hosts = {bound}" in r for r in reasons)
+    assert engine.pools["default"].cluster.n_hosts == bound
+
+
+def test_a_host_that_went_down_comes_back_at_the_bound() -> None:
+    engine = _engine(PoolSetup(max_hosts=1))
+    up = HostUp(time=0.0, pool="p", host_id="h", cores=8.0, memory_gib=32.0)
+    assert engine.handle(up, 0.0).rejection is None
+    assert engine.handle(HostDown(time=1.0, pool="p", host_id="h"), 1.0).rejection is None
+    # Its column is kept while it is down: a new id would be a second one.
+    other = HostUp(time=2.0, pool="p", host_id="g", cores=8.0, memory_gib=32.0)
+    refused = engine.handle(other, 2.0).rejection
+    assert refused is not None and "hosts.max_hosts = 1" in refused.reason
+    back = HostUp(time=3.0, pool="p", host_id="h", cores=8.0, memory_gib=32.0)
+    assert engine.handle(back, 3.0).rejection is None
+    assert engine.pools["p"].cluster.hosts_up == 1
