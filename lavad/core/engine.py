@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import itertools
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -282,6 +283,23 @@ class PoolRuntime:
     requests: dict[str, VmRequest] | None = None
     # Set when a defect stopped the pool (``quarantine.py``): it decides no more.
     quarantine: Quarantine | None = None
+
+    def remember_refused(self, vm_id: str, attempts: int, bound: int) -> None:
+        """Remember a VM that has no host, to absorb its exit and number its retry.
+
+        A VM refused for good may never exit (it never ran), so past ``bound``
+        the least recently refused are forgotten: the older half at once,
+        since dropping a dict's first entry one at a time rescans the slots
+        already dropped. A forgotten VM's exit is then dead-lettered as
+        unknown, and its retry takes its first decision id again.
+        """
+        refused = self.refused
+        refused[vm_id] = attempts
+        if len(refused) > bound:
+            forgotten = len(refused) - (bound - bound // 2)
+            for old in list(itertools.islice(refused, forgotten)):
+                del refused[old]
+            self.counters["refused_forgotten"] += forgotten
 
 
 def pool_policy(config: EngineConfig, pool: str) -> tuple[str, PolicyArgs]:
@@ -877,7 +895,7 @@ class Engine:
         result = self._place_or_grow(pool, request)
         host_id: str | None
         if isinstance(result, Unfit):
-            pool.refused[vm_id] = attempt + 1
+            pool.remember_refused(vm_id, attempt + 1, self.config.pool_names.max_refused)
             if result.retryable:
                 pool.metrics.unfit_retryable += 1
             else:
@@ -968,7 +986,7 @@ class Engine:
         policy = pool.policy.name
         for record in evicted:
             vm_id = record.vm_id
-            pool.refused[vm_id] = 1
+            pool.remember_refused(vm_id, 1, self.config.pool_names.max_refused)
             pool.counters["evicted_by_host_down"] += 1
             hooks.on_released(pool.cluster, record, now, exited=False)
             planner.on_vm_released(pool.cluster, record, now, exited=False)

@@ -103,7 +103,7 @@ def _list_from_environment(value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class PoolNames:
-    """The ``[pools]`` table: each pool keeps its state for ever, so both are bounded."""
+    """The ``[pools]`` table: each pool keeps its state for ever, so it is bounded."""
 
     __pydantic_config__ = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -123,3 +123,15 @@ class PoolNames:
             description="pools one engine holds at most; events opening more are dead-lettered",
         ),
     ] = 10_000
+    # A VM refused for good never runs, so its exit may never come: without a
+    # bound a pool refusing for months keeps every such id (in memory and in
+    # each snapshot). A million is above the count of every request of the
+    # Azure V1 dev split (259,159): no replay of it forgets one.
+    max_refused: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="refused or evicted VMs a pool remembers (to absorb their exits and "
+            "number their retries); past it the least recently refused half is forgotten",
+        ),
+    ] = 1_000_000

@@ -1,10 +1,11 @@
-"""A pool's hosts are bounded: a flood of requests or of host.up ids cannot take every byte.
+"""What a pool keeps is bounded: a flood of requests or ids cannot take every byte.
 
 Every host keeps its column for as long as its pool lives. Without a bound a
 pool grown on demand opens a host for each request that fits none, and a
 stream of host.up records with new ids adds one each: memory and each
-placement's scan grow with the flood. The cases replay the bundled real
-slices under a small bound.
+placement's scan grow with the flood. Likewise a VM refused for good may
+never exit, and the pool remembered each one for ever. The cases replay the
+bundled real slices under small bounds.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.core.input_bounds import PoolNames
 from lavad.core.placement.registry import validate_policy_args
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import HostDown, HostUp, Placement, VmRequest
@@ -96,3 +98,64 @@ def test_a_host_that_went_down_comes_back_at_the_bound() -> None:
     back = HostUp(time=3.0, pool="p", host_id="h", cores=8.0, memory_gib=32.0)
     assert engine.handle(back, 3.0).rejection is None
     assert engine.pools["p"].cluster.hosts_up == 1
+
+
+def _fixed_fleet(max_refused: int) -> tuple[Engine, list[Placement], list[str]]:
+    """The whole slice on 20 hosts that never grow: most requests are refused."""
+    engine = Engine(
+        EngineConfig(
+            policy="bestfit",
+            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
+            pools=PoolSetup(shape=HostShape(48.0, 192.0), initial_hosts=20),
+            pool_names=PoolNames(max_refused=max_refused),
+        )
+    )
+    placements: list[Placement] = []
+    dead: list[str] = []
+    for event in open_trace(AZURE_SLICE, seed=0).events():
+        handled = engine.handle(event, event.time)
+        placements += [d for d in handled.decisions if isinstance(d, Placement)]
+        if handled.rejection is not None:
+            dead.append(handled.rejection.reason)
+        assert len(engine.pools["default"].refused) <= max_refused
+    return engine, placements, dead
+
+
+def test_a_pool_remembers_at_most_max_refused_vms_and_dead_letters_the_forgotten_exits() -> None:
+    bound = 64
+    whole, placements, dead = _fixed_fleet(1_000_000)
+    refused = sum(p.host_id is None for p in placements)
+    assert refused > 4 * bound and not dead
+    absorbed = whole.pools["default"].counters["exit_of_unplaced_vm"]
+    # The slice ends before some refused VMs exit: they stay remembered.
+    assert absorbed + len(whole.pools["default"].refused) == refused
+    engine, bounded, dead = _fixed_fleet(bound)
+    counters = engine.pools["default"].counters
+    # The decisions do not change: only what the pool remembers of the refused.
+    assert bounded == placements
+    forgotten = counters["refused_forgotten"]
+    assert 0 < len(dead) <= forgotten
+    # Each exit of a refused VM is absorbed, or dead-lettered as unknown once
+    # the VM is forgotten: none is lost.
+    assert all(reason.startswith("exit of unknown VM") for reason in dead)
+    assert counters["exit_of_unplaced_vm"] + len(dead) == absorbed
+
+
+def test_remember_refused_forgets_the_least_recently_refused_half() -> None:
+    engine = _engine(PoolSetup(max_hosts=1))
+    up = HostUp(time=0.0, pool="p", host_id="h", cores=8.0, memory_gib=32.0)
+    engine.handle(up, 0.0)
+    pool = engine.pools["p"]
+    for vm in "abcd":
+        pool.remember_refused(vm, 1, 4)
+    assert list(pool.refused) == ["a", "b", "c", "d"]
+    # "b" refused again moves to the end: "a" is now the least recent.
+    pool.refused.pop("b")
+    pool.remember_refused("b", 2, 4)
+    # A fifth is one past the bound: 5 - ceil(4 / 2) = 3 go (a, c, d), 2 stay.
+    pool.remember_refused("e", 1, 4)
+    assert pool.refused == {"b": 2, "e": 1}
+    assert pool.counters["refused_forgotten"] == 3
+    # A bound of one keeps the VM just refused.
+    pool.remember_refused("f", 1, 1)
+    assert pool.refused == {"f": 1}
