@@ -15,6 +15,7 @@ from pathlib import Path
 from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
 from lavad.core.input_bounds import PoolNames
 from lavad.core.placement.registry import validate_policy_args
+from lavad.daemon.shadow.engine import FollowedPool, shadow_engine, shadow_of
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import HostDown, HostUp, Placement, VmRequest
 
@@ -159,3 +160,28 @@ def test_remember_refused_forgets_the_least_recently_refused_half() -> None:
     # A bound of one keeps the VM just refused.
     pool.remember_refused("f", 1, 1)
     assert pool.refused == {"f": 1}
+
+
+def test_shadow_modes_awaited_requests_are_bounded_too() -> None:
+    """The existing scheduler places none of the slice's requests: each is awaited."""
+    bound = 64
+    config = Engine(
+        EngineConfig(
+            policy="bestfit",
+            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
+            pools=PoolSetup(shape=HostShape(48.0, 192.0), initial_hosts=440),
+            pool_names=PoolNames(max_refused=bound),
+        )
+    ).config
+    engine = shadow_engine(config)
+    dead = []
+    for event in open_trace(AZURE_SLICE, seed=0).events():
+        handled = engine.handle(event, event.time)
+        if handled.rejection is not None:
+            dead.append(handled.rejection.reason)
+        actual = shadow_of(engine).follower.pools["default"]
+        assert isinstance(actual, FollowedPool)
+        assert len(actual.awaited) <= bound and len(actual.refused) <= bound
+    assert actual.counters["awaited_forgotten"] > 0
+    # An exit of a forgotten request is dead-lettered as unknown, never lost.
+    assert dead and all(reason.startswith("exit of unknown VM") for reason in dead)

@@ -288,18 +288,28 @@ class PoolRuntime:
         """Remember a VM that has no host, to absorb its exit and number its retry.
 
         A VM refused for good may never exit (it never ran), so past ``bound``
-        the least recently refused are forgotten: the older half at once,
-        since dropping a dict's first entry one at a time rescans the slots
-        already dropped. A forgotten VM's exit is then dead-lettered as
-        unknown, and its retry takes its first decision id again.
+        the least recently refused half is forgotten (``forget_least_recent``).
+        A forgotten VM's exit is then dead-lettered as unknown, and its retry
+        takes its first decision id again.
         """
-        refused = self.refused
-        refused[vm_id] = attempts
-        if len(refused) > bound:
-            forgotten = len(refused) - (bound - bound // 2)
-            for old in list(itertools.islice(refused, forgotten)):
-                del refused[old]
+        self.refused[vm_id] = attempts
+        forgotten = forget_least_recent(self.refused, bound)
+        if forgotten:
             self.counters["refused_forgotten"] += forgotten
+
+
+def forget_least_recent(entries: dict[str, Any], bound: int) -> int:
+    """Past ``bound`` entries, drop the first inserted half; how many were dropped.
+
+    Half at once, since dropping a dict's first entry one at a time rescans
+    the slots already dropped: this keeps the cost per entry constant.
+    """
+    if len(entries) <= bound:
+        return 0
+    forgotten = len(entries) - (bound - bound // 2)
+    for old in list(itertools.islice(entries, forgotten)):
+        del entries[old]
+    return forgotten
 
 
 def pool_policy(config: EngineConfig, pool: str) -> tuple[str, PolicyArgs]:

@@ -53,6 +53,7 @@ from lavad.core.engine import (
     PlainStrategy,
     PoolRuntime,
     book_placed,
+    forget_least_recent,
     placed_host,
 )
 from lavad.core.limits.service import LimitsConfig
@@ -154,10 +155,22 @@ def actual_config(config: EngineConfig) -> EngineConfig:
 
 
 class Following(PlainStrategy):
-    """The actual cluster's strategy: books what the existing scheduler placed; places nothing."""
+    """The actual cluster's strategy: books what the existing scheduler placed; places nothing.
+
+    A request the existing scheduler never places may never exit either, so
+    the requests awaited are bounded as the refused are (``max_awaited``:
+    ``[pools] max_refused``), the least recent half forgotten past it.
+    """
+
+    def __init__(self, max_awaited: int) -> None:
+        self.max_awaited = max_awaited
 
     def handlers(self, plain: Handlers) -> Handlers:
         placed, exited = plain[VmPlaced], plain[VmExit]
+        bound = self.max_awaited
+
+        def on_request(pool: PoolRuntime, event: VmRequest, now: float) -> list[Decision]:
+            return _on_awaited(pool, event, now, bound)
 
         def on_placed(pool: PoolRuntime, event: VmPlaced, now: float) -> list[Decision]:
             assert isinstance(pool, FollowedPool)
@@ -175,13 +188,13 @@ class Following(PlainStrategy):
                 pool.counters["exit_never_placed"] += 1
             return exited(pool, event, now)
 
-        return {**plain, VmRequest: _on_awaited, VmPlaced: on_placed, VmExit: on_exit}
+        return {**plain, VmRequest: on_request, VmPlaced: on_placed, VmExit: on_exit}
 
     def open_pool(self, pool: PoolRuntime) -> PoolRuntime:
         return _extend(pool, FollowedPool)
 
 
-def _on_awaited(pool: PoolRuntime, event: VmRequest, now: float) -> list[Decision]:
+def _on_awaited(pool: PoolRuntime, event: VmRequest, now: float, bound: int) -> list[Decision]:
     """A request the existing scheduler has not placed (yet): counted unplaced until it does."""
     assert isinstance(pool, FollowedPool)
     vm_id = event.vm_id
@@ -192,8 +205,12 @@ def _on_awaited(pool: PoolRuntime, event: VmRequest, now: float) -> list[Decisio
         return []
     pool.metrics.observe_request((event.cores, event.memory_gib, event.disk_gib, event.gpus), now)
     pool.awaited[vm_id] = now
+    forgotten = forget_least_recent(pool.awaited, bound)
+    if forgotten:
+        # A forgotten request's late vm.placed is booked as one never requested.
+        pool.counters["awaited_forgotten"] += forgotten
     # Unplaced until its vm.placed: absorbed like a refused VM's if it exits first.
-    pool.refused[vm_id] = 1
+    pool.remember_refused(vm_id, 1, bound)
     pool.metrics.unfit_retryable += 1
     return []
 
@@ -206,7 +223,8 @@ class Shadow(PlainStrategy):
     """
 
     def __init__(self, config: EngineConfig, actual: EngineConfig | None = None) -> None:
-        self.follower = Engine(actual if actual is not None else actual_config(config), Following())
+        followed = actual if actual is not None else actual_config(config)
+        self.follower = Engine(followed, Following(followed.pool_names.max_refused))
 
     def identity(self, config: EngineConfig) -> str:
         """Both sides' configurations: a snapshot of a plain engine is not a shadow one."""
