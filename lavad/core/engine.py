@@ -284,6 +284,10 @@ class PoolRuntime:
     # Set when a defect stopped the pool (``quarantine.py``): it decides no more.
     quarantine: Quarantine | None = None
 
+    def drop_samples_before(self, cutoff: float) -> int:
+        """The metrics' samples before ``cutoff`` dropped (``PoolMetrics``); how many."""
+        return self.metrics.drop_samples_before(cutoff)
+
     def remember_refused(self, vm_id: str, attempts: int, bound: int) -> None:
         """Remember a VM that has no host, to absorb its exit and number its retry.
 

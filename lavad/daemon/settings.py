@@ -255,6 +255,16 @@ class LiveSettings(_Section):
             " Keep it below input.max_behind_s"
         ),
     )
+    keep_samples_s: float = Field(
+        default=30 * 86_400.0,
+        gt=0,
+        allow_inf_nan=False,
+        description=(
+            "event time of each pool's metric samples (hourly) a daemon keeps, the shadow"
+            " comparison's window; older ones are dropped at each snapshot, so memory and"
+            " snapshots stay bounded however long it runs. Replays keep every sample"
+        ),
+    )
     retry_initial_s: float = Field(default=0.2, ge=MIN_WALL_INTERVAL_S)
     retry_max_s: float = Field(default=5.0, ge=MIN_WALL_INTERVAL_S)
     broker_probe_s: float = Field(default=2.0, ge=MIN_WALL_INTERVAL_S)

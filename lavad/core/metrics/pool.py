@@ -20,6 +20,7 @@ generator of their own, so switching them on or off never changes a decision.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -215,6 +216,24 @@ class PoolMetrics:
             free_cpu_pct=_pct(before[CORES], capacity[CORES]),
             free_memory_pct=_pct(before[MEMORY], capacity[MEMORY]),
         )
+
+    def drop_samples_before(self, cutoff: float) -> int:
+        """Drop the time series and stranding samples taken before ``cutoff``; how many.
+
+        For a daemon, which runs for ever: a sample an hour is 8,760 a year,
+        kept in memory and written into every snapshot. The latest stranding
+        sample stays whatever its time: the next one may reuse it. Decisions
+        never read samples, and the summary's means are integrals apart from
+        stranding, which then covers the samples kept.
+        """
+        dropped = 0
+        for samples in (self.series, self.stranding):
+            old = bisect.bisect_left(samples, cutoff, key=lambda sample: sample.time)
+            old = min(old, len(samples) - 1) if samples is self.stranding else old
+            if old > 0:
+                del samples[:old]
+                dropped += old
+        return dropped
 
     def summary(self, cluster: ClusterState, end: float) -> dict[str, Any]:
         self.advance(cluster, end)

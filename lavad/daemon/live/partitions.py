@@ -160,6 +160,12 @@ class Partitions:
     def snapshot(self, owned: OwnedPartition) -> None:
         engine_pools = self.engine.pools
         pools = {name: engine_pools[name] for name in owned.pools if name in engine_pools}
+        keep = self.live.keep_samples_s
+        for pool in pools.values():
+            # A daemon runs for ever: only a window of samples goes into memory
+            # and snapshots (a replay keeps them all).
+            if pool.metrics.last is not None:
+                pool.drop_samples_before(pool.metrics.last - keep)
         size = self.store.save(
             PartitionSnapshot(owned.number, self._fingerprint, dict(owned.positions), pools)
         )

@@ -127,6 +127,13 @@ class ShadowPool(PoolRuntime):
     # Decisions the actual side made (drain plans, ...): never published.
     actual_decisions_dropped: int = 0
 
+    def drop_samples_before(self, cutoff: float) -> int:
+        """Both sides' samples: the comparison reads the two series over the same times."""
+        dropped = self.metrics.drop_samples_before(cutoff)
+        if self.actual is not None:
+            dropped += self.actual.metrics.drop_samples_before(cutoff)
+        return dropped
+
 
 def _extend(base: PoolRuntime, kind: type[_P], **extra: Any) -> _P:
     """``base`` as an instance of the subclass ``kind`` (same field values, plus ``extra``)."""
