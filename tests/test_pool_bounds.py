@@ -25,14 +25,17 @@ OPENB_SLICE = ROOT / "data" / "alibaba-openb-slice"
 REQUESTS = 400
 
 
-def _engine(pools: PoolSetup) -> Engine:
-    return Engine(
-        EngineConfig(
-            policy="bestfit",
-            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
-            pools=pools,
-        )
+def _config(pools: PoolSetup, max_refused: int = 1_000_000) -> EngineConfig:
+    return EngineConfig(
+        policy="bestfit",
+        policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
+        pools=pools,
+        pool_names=PoolNames(max_refused=max_refused),
     )
+
+
+def _engine(pools: PoolSetup) -> Engine:
+    return Engine(_config(pools))
 
 
 def _grown(max_hosts: int) -> tuple[Engine, list[Placement]]:
@@ -103,14 +106,7 @@ def test_a_host_that_went_down_comes_back_at_the_bound() -> None:
 
 def _fixed_fleet(max_refused: int) -> tuple[Engine, list[Placement], list[str]]:
     """The whole slice on 20 hosts that never grow: most requests are refused."""
-    engine = Engine(
-        EngineConfig(
-            policy="bestfit",
-            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
-            pools=PoolSetup(shape=HostShape(48.0, 192.0), initial_hosts=20),
-            pool_names=PoolNames(max_refused=max_refused),
-        )
-    )
+    engine = Engine(_config(PoolSetup(shape=HostShape(48.0, 192.0), initial_hosts=20), max_refused))
     placements: list[Placement] = []
     dead: list[str] = []
     for event in open_trace(AZURE_SLICE, seed=0).events():
@@ -165,15 +161,9 @@ def test_remember_refused_forgets_the_least_recently_refused_half() -> None:
 def test_shadow_modes_awaited_requests_are_bounded_too() -> None:
     """The existing scheduler places none of the slice's requests: each is awaited."""
     bound = 64
-    config = Engine(
-        EngineConfig(
-            policy="bestfit",
-            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
-            pools=PoolSetup(shape=HostShape(48.0, 192.0), initial_hosts=440),
-            pool_names=PoolNames(max_refused=bound),
-        )
-    ).config
-    engine = shadow_engine(config)
+    engine = shadow_engine(
+        _config(PoolSetup(shape=HostShape(48.0, 192.0), initial_hosts=440), bound)
+    )
     dead = []
     for event in open_trace(AZURE_SLICE, seed=0).events():
         handled = engine.handle(event, event.time)
