@@ -25,11 +25,13 @@ from live_support import (
     replay_in_process,
     two_pool_events,
 )
+from shadow_support import engine_config, firstfit_stream, fixed_pool_settings
 
 from lavad.core.engine import Engine
 from lavad.daemon.live.shell import live_engine_config
 from lavad.daemon.live.snapshots import SnapshotStore
 from lavad.daemon.settings import load_settings
+from lavad.daemon.shadow.engine import ShadowPool, shadow_engine
 from lavad.streams.adapters import open_trace
 from lavad.streams.kafka.embedded import EmbeddedBroker
 
@@ -113,3 +115,21 @@ async def test_a_daemons_snapshots_hold_only_the_window(
             kept[name] = len(series)
     assert sorted(kept) == sorted(whole)
     assert all(kept[name] < whole[name] for name in kept), (kept, whole)
+
+
+def test_a_shadow_pool_drops_both_sides_samples() -> None:
+    """The comparison reads the two sides' series over the same times."""
+    settings = fixed_pool_settings()
+    engine = shadow_engine(engine_config(settings, "bestfit"))
+    for event in firstfit_stream(settings):
+        engine.handle(event, event.time)
+    pool = engine.pools["default"]
+    assert isinstance(pool, ShadowPool) and pool.actual is not None
+    sides = (pool.metrics, pool.actual.metrics)
+    cutoff = pool.metrics.series[-1].time - 12 * HOUR
+    before = [len(side.series) for side in sides]
+    assert all(sum(p.time < cutoff for p in side.series) > 0 for side in sides)
+    pool.drop_samples_before(cutoff)
+    for side, count in zip(sides, before, strict=True):
+        assert side.series and all(p.time >= cutoff for p in side.series)
+        assert len(side.series) < count
