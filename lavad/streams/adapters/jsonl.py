@@ -195,18 +195,17 @@ class LineIndex:
                     refusals[position] = reason
         taken = pools != _BAD
         taken[list(refusals)] = False
-        (accepted,) = np.nonzero(taken)
+        events_in_line_order = np.flatnonzero(taken)
         # Line order breaks ties: a pool's own events keep their order at equal times.
-        accepted = accepted[np.argsort(times[accepted], kind="stable")]
+        accepted = events_in_line_order[np.argsort(times[events_in_line_order], kind="stable")]
         # A line that is not an event follows the event on the line before it
         # (before every event when none is): in a file already in time order,
         # everything comes out in line order.
-        (others,) = np.nonzero(~taken)
-        (events_in_order,) = np.nonzero(taken)
-        anchors = np.searchsorted(events_in_order, others) - 1
+        others = np.flatnonzero(~taken)
+        anchors = np.searchsorted(events_in_line_order, others) - 1
         following: dict[int, list[int]] = {}
         for other, anchor in zip(others.tolist(), anchors.tolist(), strict=True):
-            key = int(events_in_order[anchor]) if anchor >= 0 else -1
+            key = int(events_in_line_order[anchor]) if anchor >= 0 else -1
             following.setdefault(key, []).append(other)
         for other in following.get(-1, ()):
             yield self._refused(handle, source, other, refusals)
