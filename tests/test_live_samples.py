@@ -67,6 +67,11 @@ def test_dropping_samples_keeps_the_window_and_the_integrals() -> None:
     kept, whole = metrics.summary(cluster, end), full.summary(cluster, end)
     for key in ("empty_hosts_pct", "hosts_used_mean", "cpu_util_pct", "memory_util_pct"):
         assert kept[key] == whole[key]
+    # A cutoff before every sample, or one that compares with nothing, drops none.
+    kept_series, kept_strands = list(metrics.series), list(metrics.stranding)
+    assert metrics.drop_samples_before(-math.inf) == 0
+    assert metrics.drop_samples_before(math.nan) == 0
+    assert (metrics.series, metrics.stranding) == (kept_series, kept_strands)
     # Past the last sample, the latest stranding sample stays: the next may reuse it.
     metrics.drop_samples_before(math.inf)
     assert metrics.series == [] and metrics.stranding == [full.stranding[-1]]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup, forget_least_recent
 from lavad.core.input_bounds import PoolNames
 from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.shadow.engine import FollowedPool, shadow_engine, shadow_of
@@ -175,3 +175,13 @@ def test_shadow_modes_awaited_requests_are_bounded_too() -> None:
     assert actual.counters["awaited_forgotten"] > 0
     # An exit of a forgotten request is dead-lettered as unknown, never lost.
     assert dead and all(reason.startswith("exit of unknown VM") for reason in dead)
+
+
+def test_absurd_bounds_hold_nothing_back_and_cost_no_more() -> None:
+    # A bound larger than any count: nothing is forgotten, whatever the size.
+    entries = {str(i): i for i in range(10)}
+    assert forget_least_recent(entries, 2**63) == 0 and len(entries) == 10
+    # The largest bound a host count can meet: the pool grows as without one.
+    engine, placements = _grown(2**63 - 1)
+    assert all(p.host_id is not None for p in placements)
+    assert engine.pools["default"].cluster.n_hosts == 13
