@@ -16,7 +16,9 @@ from pathlib import Path
 import orjson
 import pytest
 from live_support import (
+    AZURE_SLICE,
     NAMES,
+    PROJECT_ROOT,
     DaemonProcess,
     create_topics,
     live_settings,
@@ -35,13 +37,11 @@ from lavad.daemon.shadow.engine import ShadowPool, shadow_engine
 from lavad.streams.adapters import open_trace
 from lavad.streams.kafka.embedded import EmbeddedBroker
 
-ROOT = Path(__file__).resolve().parents[1]
-AZURE_SLICE = ROOT / "data" / "azure-v1-vms-slice"
 HOUR = 3_600.0
 
 
 def _slice_pool() -> Engine:
-    settings = load_settings(ROOT / "config" / "lavad.toml")
+    settings = load_settings(PROJECT_ROOT / "config" / "lavad.toml")
     config = settings.engine_config("bestfit", trace_has_hosts=False)
     metrics = dataclasses.replace(config.metrics, warmup_s=0.0)
     engine = Engine(dataclasses.replace(config, metrics=metrics))
