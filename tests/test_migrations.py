@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from lavad.core.cluster import ClusterState
 from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.core.migrations import planner as planner_module
 from lavad.core.migrations.config import (
     DefragConfig,
     LifetimeSource,
@@ -395,6 +396,68 @@ def test_a_defragmenting_replay_is_deterministic_and_loses_no_vm() -> None:
             assert d["host_id"] not in draining
         if d["kind"] == "migration" and d["action"] == "migrate":
             assert d["target_host_id"] not in draining
+
+
+def _ready_host_means(decisions: list[dict[str, object]]) -> float:
+    """Migrations per drain that ended with its host ready, counted from the decisions:
+    a plan opens a host's drain, each migrate off it counts, host_ready closes it."""
+    open_drains: dict[object, int] = {}
+    closed: list[int] = []
+    for d in decisions:
+        if d["kind"] != "migration":
+            continue
+        if d["action"] == "plan":
+            open_drains.setdefault(d["host_id"], 0)
+        elif d["action"] == "migrate":
+            open_drains[d["host_id"]] += 1
+        elif d["action"] == "host_ready":
+            closed.append(open_drains.pop(d["host_id"]))
+    return sum(closed) / len(closed)
+
+
+def test_the_drain_log_keeps_the_latest_drains_and_the_means_stay_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A daemon drains hosts for months: the planner keeps only the latest drains,
+    and the per-ready-host mean from two counters, not a list per host."""
+    whole_stream, whole = _slice_replay("lars", "policy")
+    monkeypatch.setattr(planner_module, "DRAIN_LOG_KEPT", 2)
+    cut_stream, cut = _slice_replay("lars", "policy")
+    # Keeping fewer drains changes no decision.
+    assert cut_stream == whole_stream
+    summary = cut.pools["default"]["migrations"]
+    full = whole.pools["default"]["migrations"]
+    assert full["drains"] > 4, "the slice must drain more hosts than the bound keeps"
+    assert len(full["drain_log"]) == full["drains"]
+    assert summary["drain_log"] == full["drain_log"][-2:]
+    assert {k: v for k, v in summary.items() if k != "drain_log"} == {
+        k: v for k, v in full.items() if k != "drain_log"
+    }
+    decisions = [orjson.loads(line) for line in whole_stream.splitlines()]
+    assert summary["migrations_per_ready_host"] == pytest.approx(_ready_host_means(decisions))
+
+
+def test_the_planner_holds_fewer_than_twice_the_kept_drains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Maintenance of one host, over and over: the log stays between the kept
+    length and twice it, in order, ending with the latest drain."""
+    monkeypatch.setattr(planner_module, "DRAIN_LOG_KEPT", 10)
+    engine = _engine("lars")
+    drains = 53
+    for i in range(drains):
+        up = HostUp(time=float(i), pool="p", host_id="h0", cores=16.0, memory_gib=64.0)
+        engine.handle(up, float(i))
+        engine.handle(HostDrain(time=float(i), pool="p", host_id="h0"), float(i))
+    planner = engine.pools["p"].migrations
+    assert planner is not None
+    assert planner.counters["drains.maintenance"] == drains
+    assert 10 <= len(planner.drain_log) < 20
+    times = [entry[0] for entry in planner.drain_log]
+    assert times == sorted(times) and times[-1] == drains - 1
+    assert engine.summary(float(drains))["p"]["migrations"]["drain_log"] == [
+        [float(t), "h0", "maintenance"] for t in range(drains - 10, drains)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -727,7 +727,7 @@ class Engine:
             "counters": dict(pool.counters),
             **pool.policy.hooks.summary(),
         }
-        if pool.migrations.drain_log:
+        if pool.migrations.has_drained:
             summary["migrations"] = pool.migrations.summary()
         if pool.admission is not None:
             summary["admission"] = {

@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import numpy as np
 
@@ -68,6 +68,11 @@ from lavad.streams.schema import Migration, VmPlaced, VmRequest
 _DRAINING = int(HostState.DRAINING)
 
 DrainReason = Literal["defragmentation", "maintenance", "relief"]
+DRAIN_REASONS: Final[tuple[DrainReason, ...]] = ("defragmentation", "maintenance", "relief")
+# The latest drains a summary lists. A daemon drains hosts for months, and the
+# log is kept in every snapshot; a thousand holds a month of the rolling
+# maintenance the migrations evaluation runs (5 hosts every 6 h: 600 drains).
+DRAIN_LOG_KEPT: Final = 1_000
 
 
 class MigrationMover(Protocol):
@@ -152,10 +157,9 @@ class MigrationPlanner:
         self._sequence = 0
         self._decisions = 0
         self.counters: Counter[str] = Counter()
-        # Every drain that started: (time, host id, reason), for a recorded schedule.
+        # The latest drains that started: (time, host id, reason), at most
+        # ``DRAIN_LOG_KEPT`` of them (``_log_drain``); the counters count all.
         self.drain_log: list[tuple[float, str, str]] = []
-        # Migrations each completed drain took.
-        self.migrations_per_ready_host: list[int] = []
         # The earliest time ``advance`` has work to do (inf: none).
         self.next_deadline = float("inf")
         self._refresh_deadline()
@@ -318,7 +322,7 @@ class MigrationPlanner:
             self._enqueue(vm_id, drain)
         self.counters[f"drains.{reason}"] += 1
         self.counters["scheduled"] += len(residents)
-        self.drain_log.append((now, cluster.host_ids[host], reason))
+        self._log_drain(now, cluster.host_ids[host], reason)
         for shadow in self.shadows:
             shadow.on_drain(cluster, host, residents, now)
         out = [self._plan(cluster, drain, now, f"{reason}: drain started")]
@@ -351,7 +355,7 @@ class MigrationPlanner:
                 self._enqueue(vm_id, drain)
             self.counters["drains.relief"] += 1
             self.counters["scheduled"] += len(movers)
-            self.drain_log.append((now, cluster.host_ids[host], "relief"))
+            self._log_drain(now, cluster.host_ids[host], "relief")
             out.append(
                 self._plan(
                     cluster,
@@ -443,7 +447,9 @@ class MigrationPlanner:
             return []
         del self.drains[host]
         self.counters["hosts_ready"] += 1
-        self.migrations_per_ready_host.append(drain.migrated)
+        # Summed, not listed per host: a daemon drains hosts for months, and
+        # the summary needs only the mean.
+        self.counters["migrated_off_ready_hosts"] += drain.migrated
         if drain.reason == "relief":
             cluster.undrain_host(cluster.host_ids[host])
             reason = "relieved: back in service with the VMs that stayed"
@@ -513,14 +519,24 @@ class MigrationPlanner:
             explanation=explanation or {},
         )
 
+    def _log_drain(self, now: float, host_id: str, reason: str) -> None:
+        log = self.drain_log
+        log.append((now, host_id, reason))
+        # Cut back to the kept length only once it has doubled, so each drain
+        # costs O(1) amortised, not a shift of the whole log.
+        if len(log) >= 2 * DRAIN_LOG_KEPT:
+            del log[:-DRAIN_LOG_KEPT]
+
+    @property
+    def has_drained(self) -> bool:
+        """Whether any drain ever started (the log keeps only the latest)."""
+        counters = self.counters
+        return any(counters[f"drains.{reason}"] for reason in DRAIN_REASONS)
+
     def summary(self) -> dict[str, Any]:
         counters = self.counters
-        drains = (
-            counters["drains.defragmentation"]
-            + counters["drains.maintenance"]
-            + counters["drains.relief"]
-        )
-        ready = self.migrations_per_ready_host
+        drains = sum(counters[f"drains.{reason}"] for reason in DRAIN_REASONS)
+        ready = counters["hosts_ready"]
         return {
             "order": self.order.name,
             "lifetimes": self.lifetimes.name,
@@ -530,9 +546,11 @@ class MigrationPlanner:
             "exited_before_migration": counters["exited_before_migration"],
             "hosts_ready": counters["hosts_ready"],
             "migrations_per_drained_host": counters["migrations"] / drains if drains else None,
-            "migrations_per_ready_host": sum(ready) / len(ready) if ready else None,
+            "migrations_per_ready_host": (
+                counters["migrated_off_ready_hosts"] / ready if ready else None
+            ),
             "still_queued": len(self.queue),
             "counters": dict(counters),
-            "drain_log": [list(entry) for entry in self.drain_log],
+            "drain_log": [list(entry) for entry in self.drain_log[-DRAIN_LOG_KEPT:]],
             "compared": {shadow.label: shadow.summary() for shadow in self.shadows},
         }

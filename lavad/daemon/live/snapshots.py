@@ -91,12 +91,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # fill direction per set of exhausted resources, not one mean (a v27 mix has no
 # directions and would fail at its first placement); 29: the waste guard remembers
 # each host's waste before a placement (a v28 guard has no memory and would fail
-# at its first placement)
-SNAPSHOT_VERSION = 29
+# at its first placement); 30: the migration planner sums the migrations off
+# ready hosts in its counters and keeps only the latest drains (a v29 planner's
+# per-host list is gone, and its mean would read zero)
+SNAPSHOT_VERSION = 30
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "5de3d02cbda12695"
+SNAPSHOT_LAYOUT = "d6b561a57878f038"
 
 
 class SnapshotError(Exception):
