@@ -50,6 +50,8 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ("[hosts]\ncount = 1.5\n", "hosts.count", "valid integer"),
         ("[hosts]\ncount = 1000000000\n", "hosts.count", "less than or equal to 100000"),
         ("[hosts]\nmax_hosts = 0\n", "hosts.max_hosts", "greater than or equal to 1"),
+        ("[hosts]\nmax_vms = 0\n", "hosts.max_vms", "greater than or equal to 1"),
+        ("[hosts]\nmax_vms = 2.5\n", "hosts.max_vms", "valid integer"),
         ("[hosts]\ncount = 10\nmax_hosts = 9\n", "hosts.max_hosts", "below hosts.count (10)"),
         ("[pools]\nmax_refused = 0\n", "pools.max_refused", "greater than or equal to 1"),
         ("[live]\nkeep_samples_s = inf\n", "live.keep_samples_s", "finite number"),

@@ -51,7 +51,13 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from lavad.core.admission.service import AdmissionConfig, PoolAdmission
-from lavad.core.cluster import ClusterError, ClusterState, HostState, VmRecord
+from lavad.core.cluster import (
+    MAX_VMS_PER_HOST,
+    ClusterError,
+    ClusterState,
+    HostState,
+    VmRecord,
+)
 from lavad.core.input_bounds import NEVER, InputBounds, PoolNames
 from lavad.core.limits.replicas import PoolReplicas
 from lavad.core.limits.service import LimitsConfig, PoolLimits
@@ -200,10 +206,15 @@ class PoolSetup:
     # requests (grown on demand) or of host.up ids cannot take every byte:
     # beyond this the pool grows no host and a new host.up is dead-lettered.
     max_hosts: int = 100_000
+    # The VMs one host runs at most: at it the host takes no VM, whatever the
+    # VMs ask (``ClusterState.max_vms``).
+    max_vms: int = MAX_VMS_PER_HOST
 
     def __post_init__(self) -> None:
         if self.max_hosts < 1:
             raise ValueError(f"max_hosts must be >= 1, got {self.max_hosts}")
+        if self.max_vms < 1:
+            raise ValueError(f"max_vms must be >= 1, got {self.max_vms}")
         if self.initial_hosts > self.max_hosts:
             raise ValueError(
                 f"initial_hosts ({self.initial_hosts}) above max_hosts ({self.max_hosts})"
@@ -857,7 +868,7 @@ class Engine:
         policy = build_policy(policy_name, args, _stable_seed(config.seed, name, 0))
         pool = PoolRuntime(
             name=name,
-            cluster=ClusterState(),
+            cluster=ClusterState(max_vms=config.pools.max_vms),
             policy=policy,
             metrics=PoolMetrics(config.metrics, _stable_seed(config.seed, name, 1)),
             migrations=_migration_planner(name, config, policy),

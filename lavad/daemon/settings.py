@@ -45,7 +45,7 @@ from pydantic_settings import (
 
 from lavad.core.admission.registry import AdmissionConfigError, validate_admission_args
 from lavad.core.admission.service import AdmissionConfig
-from lavad.core.cluster import capacity_problem
+from lavad.core.cluster import MAX_VMS_PER_HOST, capacity_problem
 from lavad.core.config_errors import KeyedError, first_error
 from lavad.core.engine import EngineConfig, HostShape, PoolPolicy, PoolSetup
 from lavad.core.input_bounds import InputBounds, PoolNames, PoolPattern
@@ -142,6 +142,12 @@ class HostSettings(_Section):
         description="hosts one pool holds at most, grown or from host.up; beyond it the "
         "pool grows no host (the request is refused, may retry) and a new host.up is "
         "dead-lettered",
+    )
+    max_vms: int = Field(
+        default=MAX_VMS_PER_HOST,
+        ge=1,
+        description="VMs one host runs at most: at it the host takes no VM, whatever they "
+        "ask (bounds what a flood of VMs of no demand costs each exit)",
     )
     on_down: Literal["evict", "replace"] = Field(
         default="evict",
@@ -430,6 +436,7 @@ class Settings(BaseSettings):
                 initial_hosts=hosts.count if use_shape else 0,
                 grow_on_demand=hosts.grow_on_demand and use_shape,
                 max_hosts=hosts.max_hosts,
+                max_vms=hosts.max_vms,
             ),
             seed=self.seed,
             limits=self.limits,

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from lavad.core.engine import EngineConfig, PoolSetup
+from lavad.core.engine import EngineConfig
 from lavad.core.migrations.config import (
     DefragConfig,
     LifetimeSource,
@@ -195,13 +195,14 @@ def evaluate_migrations(
                 policy="bestfit",
                 policy_args=validate_policy_args("bestfit", {}),
                 pool_policies=(),
-                pools=PoolSetup(shape=base.pools.shape, grow_on_demand=True),
+                # The settings' bounds (hosts, VMs a host) kept.
+                pools=dataclasses.replace(base.pools, initial_hosts=0, grow_on_demand=True),
             )
             _, pool = _only_pool(run("sizing (bestfit, growing pool)", sizing))
             hosts = math.ceil(int(pool["hosts_used_peak"]) * (1.0 + headroom))
         config = dataclasses.replace(
             config,
-            pools=PoolSetup(shape=base.pools.shape, initial_hosts=hosts, grow_on_demand=False),
+            pools=dataclasses.replace(base.pools, initial_hosts=hosts, grow_on_demand=False),
         )
     migrations = dataclasses.replace(config.migrations, defrag=DefragConfig(), compare=())
     baseline = run("no drains", dataclasses.replace(config, migrations=migrations))

