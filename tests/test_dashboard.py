@@ -165,6 +165,8 @@ def test_the_alerts_read_only_exported_metrics_and_cover_the_failures(
         "LavadNotReady",
         "LavadStateEvicting",
         "LavadPoolQuarantined",
+        "LavadPoolNearHostBound",
+        "LavadHostsAtVmLimit",
     } <= names
 
 
@@ -173,6 +175,13 @@ def test_the_overflow_alert_uses_the_configured_rho(rules: dict[str, Any]) -> No
     threshold = float(expr.split(">")[1])
     settings = load_settings(ROOT / "config" / "lavad.toml")
     assert threshold == settings.policies["gpa"]["rho"]
+
+
+def test_the_host_bound_alert_uses_the_configured_bound(rules: dict[str, Any]) -> None:
+    (expr,) = [e for name, e in alert_exprs(rules) if name == "LavadPoolNearHostBound"]
+    share, bound = (float(part) for part in expr.split(">")[1].split("*"))
+    settings = load_settings(ROOT / "config" / "lavad.toml")
+    assert (share, bound) == (0.9, settings.hosts.max_hosts)
 
 
 def test_compose_provisions_grafana_beside_prometheus_with_the_rules() -> None:
@@ -213,7 +222,7 @@ def test_promtool_checks_the_rules() -> None:
         [_promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 9 rules found" in result.stdout
+    assert "SUCCESS: 11 rules found" in result.stdout
 
 
 def test_promtool_runs_the_rules_unit_tests() -> None:

@@ -1,4 +1,5 @@
-"""The capped usage stores' evictions (core/metrics/limits.py) as Prometheus counters."""
+"""The capped stores' evictions (core/metrics/limits.py) and the pools' host bounds as
+Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -7,13 +8,25 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry
 from support import PROJECT_ROOT
 
-from lavad.core.engine import Engine
+from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
+from lavad.core.input_bounds import PoolNames
 from lavad.core.limits.service import LimitsConfig
 from lavad.core.placement.gpa import UsageHooks
+from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.live.telemetry import EvictionMetrics, Telemetry
 from lavad.daemon.settings import load_settings
-from lavad.streams.schema import HostUp, UsageSample, UsageStats, VmPlaced
+from lavad.daemon.shadow.engine import ShadowPool, shadow_engine
+from lavad.daemon.shadow.live import ShadowTelemetry
+from lavad.streams.schema import (
+    HostDown,
+    HostUp,
+    UsageSample,
+    UsageStats,
+    VmExit,
+    VmPlaced,
+    VmRequest,
+)
 
 CONFIG = PROJECT_ROOT / "config" / "lavad.toml"
 
@@ -119,3 +132,78 @@ def test_the_live_telemetry_exports_the_evictions_and_forgets_a_moved_pool() -> 
     assert _value(telemetry.registry, "usage_histories") == 2.0
     telemetry.forget_pool("p")
     assert _value(telemetry.registry, "usage_histories") is None
+
+
+def _refusing_engine(strategy: str) -> Engine:
+    """A pool with one host of 1 core that remembers at most 4 refused VMs; with
+    ``strategy="shadow"`` the existing scheduler places nothing, so each request waits."""
+    config = EngineConfig(
+        policy="bestfit",
+        policy_args=validate_policy_args("bestfit", {}),
+        pools=PoolSetup(shape=HostShape(1.0, 4.0), initial_hosts=1),
+        pool_names=PoolNames(max_refused=4),
+    )
+    return shadow_engine(config) if strategy == "shadow" else Engine(config)
+
+
+def _ten_large_requests(engine: Engine) -> None:
+    for i in range(10):
+        request = VmRequest(time=float(i), pool="p", vm_id=f"v{i}", cores=2.0, memory_gib=1.0)
+        engine.handle(request, float(i))
+
+
+def test_the_refused_vms_a_pool_forgets_are_exported() -> None:
+    """Ten VMs larger than the host, at most 4 remembered: the 5th refusal forgets
+    5 - (4 - 2) = 3, the 8th another 3, so 6 (``forget_least_recent``)."""
+    engine = _refusing_engine("plain")
+    telemetry = Telemetry()
+    telemetry.refresh_pool(engine.pool("p"))
+    assert _value(telemetry.registry, "refused_vms") == 0.0
+    _ten_large_requests(engine)
+    telemetry.refresh_pool(engine.pools["p"])
+    assert _value(telemetry.registry, "refused_vms") == 6.0
+    assert _value(telemetry.registry, "awaited_requests") is None
+
+
+def test_shadow_modes_forgotten_awaited_requests_are_exported() -> None:
+    """The same ten requests awaited by the followed pool: 6 forgotten, as above."""
+    engine = _refusing_engine("shadow")
+    telemetry = ShadowTelemetry()
+    _ten_large_requests(engine)
+    pool = engine.pools["p"]
+    assert isinstance(pool, ShadowPool) and pool.actual is not None
+    telemetry.refresh_pool(pool)
+    assert _value(telemetry.registry, "awaited_requests") == 6.0
+    assert pool.actual.counters["awaited_forgotten"] == 6
+
+
+def test_the_hosts_a_pool_holds_and_those_at_their_vm_limit_are_exported() -> None:
+    """Two hosts of at most 2 VMs, three VMs that ask nothing: Best Fit fills one
+    host (2 VMs, full) and puts the third on the other; one host then goes down."""
+    engine = Engine(
+        EngineConfig(
+            policy="bestfit",
+            policy_args=validate_policy_args("bestfit", {"tie_break": "first"}),
+            pools=PoolSetup(shape=HostShape(8.0, 32.0), initial_hosts=2, max_vms=2),
+        )
+    )
+    for i in range(3):
+        request = VmRequest(time=float(i), pool="p", vm_id=f"v{i}", cores=0.0, memory_gib=0.0)
+        engine.handle(request, float(i))
+    telemetry = Telemetry()
+    pool = engine.pools["p"]
+    telemetry.refresh_pool(pool)
+
+    def gauge(name: str) -> float | None:
+        return telemetry.registry.get_sample_value(name, {"pool": "p"})
+
+    assert (gauge("lavad_pool_hosts"), gauge("lavad_pool_hosts_full")) == (2.0, 1.0)
+    # The host with one VM goes down: it keeps its place, and no host is full.
+    lone = next(h for h in range(2) if pool.cluster.vm_count[h] == 1)
+    engine.handle(HostDown(time=4.0, pool="p", host_id=pool.cluster.host_ids[lone]), 4.0)
+    full = next(h for h in range(2) if h != lone)
+    engine.handle(VmExit(time=5.0, pool="p", vm_id=next(iter(pool.cluster.host_vms[full]))), 5.0)
+    telemetry.refresh_pool(pool)
+    assert (gauge("lavad_pool_hosts"), gauge("lavad_pool_hosts_full")) == (2.0, 0.0)
+    telemetry.forget_pool("p")
+    assert gauge("lavad_pool_hosts") is None and gauge("lavad_pool_hosts_full") is None

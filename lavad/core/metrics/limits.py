@@ -1,12 +1,16 @@
-"""Counts of the usage state a pool forgets to stay bounded.
+"""Counts of the state a pool forgets to stay bounded.
 
-Three stores keyed by names from the usage stream are capped, each
-evicting its least recently seen entry past the cap and counting it:
+Five stores keyed by names from the input are capped, each evicting its
+least recently seen entry past the cap and counting it:
 
 - GPA's usage histories of VMs the pool has not placed (``HostUsage``,
   ``MAX_UNPLACED``),
 - the limit recommenders of jobs (``[limits] max_jobs``),
-- the replica scalers of deployments (``[limits] max_deployments``).
+- the replica scalers of deployments (``[limits] max_deployments``),
+- the refused VMs the pool remembers to absorb their exits and number their
+  retries (``[pools] max_refused``),
+- in shadow mode, the requests awaiting the existing scheduler's vm.placed
+  (the same bound; the followed pool's ``awaited``).
 
 An eviction is lost state (the entry starts again from its prior), so a
 counter that keeps rising says the cap is too small for the stream, or
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
 USAGE_HISTORIES: Final = "usage_histories"
 LIMIT_JOBS: Final = "limit_jobs"
 REPLICA_DEPLOYMENTS: Final = "replica_deployments"
+REFUSED_VMS: Final = "refused_vms"
+AWAITED_REQUESTS: Final = "awaited_requests"
 
 
 def eviction_counts(pool: PoolRuntime) -> dict[str, int]:
@@ -41,4 +47,10 @@ def eviction_counts(pool: PoolRuntime) -> dict[str, int]:
         counts[LIMIT_JOBS] = pool.limits.tracker.evicted
     if pool.replicas is not None:
         counts[REPLICA_DEPLOYMENTS] = pool.replicas.tracker.evicted
+    # Every pool refuses VMs, so the series exists from the start (an alert on
+    # its increase sees the first forgetting).
+    counts[REFUSED_VMS] = pool.counters["refused_forgotten"]
+    if hasattr(pool, "awaited"):
+        # Shadow mode's followed pool (``daemon/shadow/engine.py``, outside the core).
+        counts[AWAITED_REQUESTS] = pool.counters["awaited_forgotten"]
     return counts

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector
 
 from lavad.core.engine import PoolRuntime
@@ -118,6 +119,17 @@ class Telemetry:
             "lavad_pool_empty_hosts_ratio", "Hosts up with no VM / hosts up", "pool"
         )
         self.hosts_up = self.gauge("lavad_pool_hosts_up", "Hosts up", "pool")
+        self.hosts_held = self.gauge(
+            "lavad_pool_hosts",
+            "Hosts the pool holds, up, draining or down (a host keeps its place while the"
+            " pool lives): at hosts.max_hosts it grows no host and dead-letters a new host.up",
+            "pool",
+        )
+        self.hosts_full = self.gauge(
+            "lavad_pool_hosts_full",
+            "Hosts up at hosts.max_vms VMs: they take no VM until one leaves",
+            "pool",
+        )
         self.vms = self.gauge("lavad_pool_vms", "VMs placed and running", "pool")
         self.utilisation = self.gauge(
             "lavad_pool_utilisation_ratio", "Booked / capacity over hosts up", "pool", "resource"
@@ -150,6 +162,11 @@ class Telemetry:
         name = pool.name
         up = cluster.hosts_up
         self.hosts_up.labels(name).set(up)
+        n = cluster.n_hosts
+        self.hosts_held.labels(name).set(n)
+        # Down hosts run no VM, so every host at the limit is up or draining.
+        full = np.count_nonzero(cluster.vm_count[:n] >= cluster.max_vms)
+        self.hosts_full.labels(name).set(int(full))
         self.vms.labels(name).set(len(cluster.vms))
         self.empty_hosts.labels(name).set(cluster.hosts_empty / up if up else 0.0)
         used, capacity = cluster.used_total, cluster.capacity_total
@@ -202,7 +219,14 @@ class Telemetry:
 
     def forget_pool(self, name: str) -> None:
         """A pool moved to another instance: stop exporting its gauges here."""
-        for gauge in (self.hosts_up, self.vms, self.empty_hosts, self.cpu_overflow):
+        for gauge in (
+            self.hosts_up,
+            self.hosts_held,
+            self.hosts_full,
+            self.vms,
+            self.empty_hosts,
+            self.cpu_overflow,
+        ):
             _remove(gauge, name)
         for gauge in (self.utilisation, self.stranded):
             for resource in ("cpu", "memory"):
@@ -218,7 +242,8 @@ class EvictionMetrics:
             "lavad_state_evicted",
             "Entries a capped per-pool store evicted (least recently seen first): state ="
             " usage_histories (GPA's histories of VMs not placed), limit_jobs ([limits]"
-            " max_jobs), replica_deployments ([limits] max_deployments)",
+            " max_jobs), replica_deployments ([limits] max_deployments), refused_vms"
+            " ([pools] max_refused), awaited_requests (shadow mode, the same bound)",
             ["pool", "state"],
             registry=registry,
         )
