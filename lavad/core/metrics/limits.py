@@ -12,9 +12,10 @@ least recently seen entry past the cap and counting it:
 - in shadow mode, the requests awaiting the existing scheduler's vm.placed
   (the same bound; the followed pool's ``awaited``).
 
-An eviction is lost state (the entry starts again from its prior), so a
-counter that keeps rising says the cap is too small for the stream, or
-that the stream names too many things. The stores keep plain running
+An eviction is lost state (a usage entry starts again from its prior; a
+forgotten refused VM's exit is dead-lettered as unknown and its retry takes
+its first decision id again), so a counter that keeps rising says the cap is
+too small for the stream, or that the stream names too many things. The stores keep plain running
 counts in the pool's state (they survive snapshots); the live shell
 exports them as Prometheus counters (``EvictionMetrics`` in
 ``live/telemetry.py``: the core imports no Prometheus).

@@ -127,7 +127,7 @@ class Telemetry:
         )
         self.hosts_full = self.gauge(
             "lavad_pool_hosts_full",
-            "Hosts up at hosts.max_vms VMs: they take no VM until one leaves",
+            "Hosts at hosts.max_vms VMs (up or draining): they take no VM until one leaves",
             "pool",
         )
         self.vms = self.gauge("lavad_pool_vms", "VMs placed and running", "pool")
