@@ -4,7 +4,8 @@ VMs may ask for nothing (the schema allows 0 of every resource), so without a
 count any number of them fit one host, and every event that walks a host's VMs
 (an exit of the VM holding the host's latest exit) grows with the flood. At
 its limit a host stays up for migrations and metrics but takes no VM: every
-policy's filters and compiled scans read that from ``unschedulable``.
+policy's filters and compiled scans read that from ``unschedulable``, and
+another scheduler's vm.placed on it is refused (dead-lettered live).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from lavad.core.cluster import MAX_VMS_PER_HOST, ClusterState, HostState
 from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
 from lavad.core.placement.registry import REGISTRY, validate_policy_args
 from lavad.streams.adapters import open_trace
-from lavad.streams.schema import Placement, VmExit, VmRequest
+from lavad.streams.schema import HostUp, Placement, VmExit, VmPlaced, VmRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_SLICE = ROOT / "data" / "azure-v1-vms-slice"
@@ -136,3 +137,22 @@ def test_on_the_azure_slice_no_host_passes_a_small_limit(policy: str) -> None:
         most = max(most, int(np.max(cluster.vm_count[: cluster.n_hosts], initial=0)))
         assert most <= 4
     assert most == 4
+
+
+def test_a_vm_another_scheduler_places_past_the_limit_is_refused_naming_the_key() -> None:
+    """Past capacity a vm.placed is booked (the books follow reality); past the VM
+    limit it is refused, to be dead-lettered, and the host's count stays at it."""
+    engine = _engine("bestfit", PoolSetup(max_vms=2))
+    engine.handle(HostUp(time=0.0, pool="p", host_id="h", cores=8.0, memory_gib=32.0), 0.0)
+    reasons = []
+    for i in range(3):
+        placed = VmPlaced(time=1.0, pool="p", vm_id=f"v{i}", host_id="h", cores=0.0, memory_gib=0.0)
+        rejection = engine.handle(placed, 1.0).rejection
+        reasons.append(None if rejection is None else rejection.reason)
+    assert reasons[:2] == [None, None]
+    assert reasons[2] is not None and "hosts.max_vms = 2" in reasons[2]
+    assert int(engine.pools["p"].cluster.vm_count[0]) == 2
+    # Once a VM leaves, the host takes one again.
+    engine.handle(VmExit(time=2.0, pool="p", vm_id="v0"), 2.0)
+    again = VmPlaced(time=3.0, pool="p", vm_id="v3", host_id="h", cores=0.0, memory_gib=0.0)
+    assert engine.handle(again, 3.0).rejection is None

@@ -1098,7 +1098,8 @@ def booked(
 
 
 def placed_host(pool: PoolRuntime, event: VmPlaced) -> int:
-    """The host another scheduler placed a VM on, or InvalidEvent (unknown, down, VM known)."""
+    """The host another scheduler placed a VM on, or InvalidEvent (unknown, down, at its
+    VM limit, VM known)."""
     cluster = pool.cluster
     host = cluster.host_index.get(event.host_id)
     if host is None:
@@ -1107,6 +1108,14 @@ def placed_host(pool: PoolRuntime, event: VmPlaced) -> int:
         raise InvalidEvent(f"VM {event.vm_id!r} placed on host {event.host_id!r}, which is down")
     if event.vm_id in cluster.vms:
         raise InvalidEvent(f"duplicate VM id {event.vm_id!r}: already placed")
+    if cluster.vm_count[host] >= cluster.max_vms:
+        # Past capacity is booked (the books follow reality), past the VM
+        # limit is not: the limit is what bounds the work of each exit on the
+        # host, whoever placed its VMs, as hosts.max_hosts bounds host.up.
+        raise InvalidEvent(
+            f"VM {event.vm_id!r} placed on host {event.host_id!r}, which runs"
+            f" hosts.max_vms = {cluster.max_vms} VMs already"
+        )
     return host
 
 

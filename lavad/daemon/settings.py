@@ -147,7 +147,8 @@ class HostSettings(_Section):
         default=MAX_VMS_PER_HOST,
         ge=1,
         description="VMs one host runs at most: at it the host takes no VM, whatever they "
-        "ask (bounds what a flood of VMs of no demand costs each exit)",
+        "ask, and another scheduler's vm.placed on it is dead-lettered (bounds what a "
+        "flood of VMs of no demand costs each exit)",
     )
     on_down: Literal["evict", "replace"] = Field(
         default="evict",
