@@ -299,6 +299,12 @@ class PoolRuntime:
         """The metrics' samples before ``cutoff`` dropped (``PoolMetrics``); how many."""
         return self.metrics.drop_samples_before(cutoff)
 
+    def forgotten(self) -> dict[str, int]:
+        """What the pool forgot to stay bounded, by what it was (the ``state`` label
+        ``lavad_state_evicted_total`` carries): every pool refuses VMs, so the count is
+        there from the start, and an alert on its increase sees the first forgetting."""
+        return {"refused_vms": self.counters["refused_forgotten"]}
+
     def remember_refused(self, vm_id: str, attempts: int, bound: int) -> None:
         """Remember a VM that has no host, to absorb its exit and number its retry.
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -317,13 +317,12 @@ def trace_half(jobs: Sequence[JobSeries], part: str) -> list[JobSeries]:
         if keep.any():
             memory = None if job.memory is None else job.memory[keep]
             halves.append(
-                JobSeries(
-                    job.pool,
-                    job.job_id,
-                    job.end[keep],
-                    job.cpu_mean[keep],
-                    job.cpu_peak[keep],
-                    memory,
+                replace(
+                    job,
+                    end=job.end[keep],
+                    cpu_mean=job.cpu_mean[keep],
+                    cpu_peak=job.cpu_peak[keep],
+                    memory=memory,
                 )
             )
     return halves

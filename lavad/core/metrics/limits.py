@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 USAGE_HISTORIES: Final = "usage_histories"
 LIMIT_JOBS: Final = "limit_jobs"
 REPLICA_DEPLOYMENTS: Final = "replica_deployments"
-REFUSED_VMS: Final = "refused_vms"
-AWAITED_REQUESTS: Final = "awaited_requests"
 
 
 def eviction_counts(pool: PoolRuntime) -> dict[str, int]:
@@ -48,10 +46,6 @@ def eviction_counts(pool: PoolRuntime) -> dict[str, int]:
         counts[LIMIT_JOBS] = pool.limits.tracker.evicted
     if pool.replicas is not None:
         counts[REPLICA_DEPLOYMENTS] = pool.replicas.tracker.evicted
-    # Every pool refuses VMs, so the series exists from the start (an alert on
-    # its increase sees the first forgetting).
-    counts[REFUSED_VMS] = pool.counters["refused_forgotten"]
-    if hasattr(pool, "awaited"):
-        # Shadow mode's followed pool (``daemon/shadow/engine.py``, outside the core).
-        counts[AWAITED_REQUESTS] = pool.counters["awaited_forgotten"]
+    # The refused VMs, and in shadow mode the awaited requests (``forgotten``).
+    counts.update(pool.forgotten())
     return counts

@@ -92,6 +92,15 @@ class FollowedPool(PoolRuntime):
     # VM id -> time of its request, while no vm.placed has answered it.
     awaited: dict[str, float] = field(default_factory=dict)
 
+    def forgotten(self) -> dict[str, int]:
+        """The refused VMs, and the requests awaited past ``[pools] max_refused``. An
+        awaited request is remembered as refused too (its exit may come first), so a
+        flood of them is counted under both."""
+        return {
+            **PoolRuntime.forgotten(self),
+            "awaited_requests": self.counters["awaited_forgotten"],
+        }
+
 
 @dataclass(slots=True)
 class Agreement:
