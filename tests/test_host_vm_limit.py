@@ -18,6 +18,7 @@ import pytest
 from lavad.core.cluster import MAX_VMS_PER_HOST, ClusterState, HostState
 from lavad.core.engine import Engine, EngineConfig, HostShape, PoolSetup
 from lavad.core.placement.registry import REGISTRY, validate_policy_args
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import HostUp, Placement, VmExit, VmPlaced, VmRequest
 
@@ -156,3 +157,21 @@ def test_a_vm_another_scheduler_places_past_the_limit_is_refused_naming_the_key(
     engine.handle(VmExit(time=2.0, pool="p", vm_id="v0"), 2.0)
     again = VmPlaced(time=3.0, pool="p", vm_id="v3", host_id="h", cores=0.0, memory_gib=0.0)
     assert engine.handle(again, 3.0).rejection is None
+
+
+@pytest.mark.parametrize("max_vms", [2**63 - 1, 10**23])
+def test_an_absurd_limit_binds_nothing_and_survives_a_snapshot(max_vms: int) -> None:
+    """Limits past any int the arrays hold compare as Python ints: nothing binds, the
+    VMs that ask nothing share the one host a grown pool opens, and the limit comes
+    back from a snapshot as it was."""
+    engine = _engine(
+        "bestfit", PoolSetup(shape=HostShape(8.0, 32.0), grow_on_demand=True, max_vms=max_vms)
+    )
+    for i in range(50):
+        engine.handle(_request(i, float(i)), float(i))
+    cluster = engine.pools["p"].cluster
+    assert cluster.n_hosts == 1 and int(cluster.vm_count[0]) == 50
+    assert not cluster.unschedulable[0]
+    restored = loads(dumps(engine.pools))["p"].cluster
+    assert restored.max_vms == max_vms
+    restored.check_restored()
