@@ -234,7 +234,8 @@ def test_median_remaining_against_numpy_on_real_lifetimes(uptime: float) -> None
 def test_a_stream_of_new_group_names_grows_no_table_past_its_bound() -> None:
     """A hostile producer sends a new tenant with every request: past ``max_rows``
     rows every new group shares its level's overflow row, so memory stays bounded
-    and the VMs still get a distribution (the overflow row's, then coarser ones)."""
+    and the VMs still get a distribution (their coarser groups':
+    tests/test_lifetime_group_bound.py)."""
     tables = GroupedLifeTables(LifetimeBins.log_spaced(), min_observations=1, max_rows=20)
     for i in range(5_000):
         keys = (f"tenant-{i}", ("shape", i), ("hour", i % 24), (i % 7,), ())

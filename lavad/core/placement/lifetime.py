@@ -721,7 +721,8 @@ class LifetimeTracker(ClusterListener):
         generation = Direct.book_slot(
             slot, host, placed_at, prediction.row, rows, exit_time, learns, packed
         )
-        if learns and self._learns_siblings:
+        # The groups past the bound on groups share an owner row, but are no one batch.
+        if learns and self._learns_siblings and rows[0] != self.model.overflow_row(0):
             self._siblings.setdefault(rows[0], set()).add(slot)
         if self._repredicts and exit_time < self._next_refit:
             heapq.heappush(self._exits, (exit_time, slot, generation))

@@ -145,6 +145,9 @@ class CountsOf(GroupedLifeTables):
     def groups(self) -> int:
         return self.counted().groups
 
+    def overflow_row(self, level: int) -> int | None:
+        return self.counted().overflow_row(level)
+
 
 class NumberedCombos(GroupedLifeTables):
     """Life tables with a row per combo (a key of group rows), numbered as keys come.

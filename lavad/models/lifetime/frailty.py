@@ -192,6 +192,8 @@ class FrailtyLifeTables(ComboLifeTables):
     def _combo_key(self, rows: GroupRows) -> tuple[int, ...]:
         """The base model's row, then the owner's row if it has evidence, else -1."""
         owner = rows[0] if self.has_evidence[rows[0]] else -1
+        if owner >= 0 and owner == self.base.overflow_row(0):
+            owner = -1  # the groups past the bound are no owner (``overflow_row``)
         return (self.base.choose(rows), owner)
 
     def _fallback_key(self, key: tuple[int, ...], rows: GroupRows) -> tuple[int, ...]:

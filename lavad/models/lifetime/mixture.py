@@ -229,9 +229,12 @@ class MixtureLifeTables(ComboLifeTables):
         first = self.members[0]
         rows = first.rows_for(keys)
         size = len(first.deaths)
+        past_bound = first.groups > first.max_rows  # an overflow row is numbered
         for member in self.members[1:]:
             if len(member.deaths) < size:
                 member._grow(size)
+            if past_bound:
+                member.share_overflow_rows(first)
         self._cover_owners(len(self.owner_scored))
         return rows
 
@@ -242,6 +245,8 @@ class MixtureLifeTables(ComboLifeTables):
     def _combo_key(self, rows: GroupRows) -> tuple[int, ...]:
         """The members' group rows, then the owner's row if it has weights of its own, else -1."""
         owner = rows[0] if self.owner_weights and self.owner_scored[rows[0]] else -1
+        if owner >= 0 and owner == self.members[0].overflow_row(0):
+            owner = -1  # the groups past the bound are no owner (``overflow_row``)
         return (*[member.choose(rows) for member in self.members], owner)
 
     def _fallback_key(self, key: tuple[int, ...], rows: GroupRows) -> tuple[int, ...]:

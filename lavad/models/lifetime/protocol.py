@@ -89,6 +89,10 @@ class LifetimeModel(LifeTables, Protocol):
         """The group row of each level's key (``features.lifetime_keys``); new groups get rows."""
         ...
 
+    def overflow_row(self, level: int) -> int | None:
+        """The row ``level``'s groups past the bound on groups share (no evidence), if any."""
+        ...
+
     def choose(self, rows: GroupRows) -> int:
         """The distribution row a VM of these group rows is predicted with."""
         ...

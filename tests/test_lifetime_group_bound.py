@@ -1,0 +1,191 @@
+"""Past the bound on groups (``max_rows``), the groups that share an overflow row are
+no evidence.
+
+A daemon meets new tenants for ever, so past ``max_rows`` rows a new group
+shares its level's overflow row. That row pools tenants of every shape: taken
+as evidence, it soon has more observations than any group and is chosen
+before the VM's own shape's groups. These tests replay the bundled real Azure
+slice into models whose bound is far below its groups.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from typing import Any
+
+import numpy as np
+import pytest
+from live_support import AZURE_SLICE
+from support import PROJECT_ROOT
+
+from lavad.core.placement import lifetime as lifetime_module
+from lavad.daemon.replay import replay
+from lavad.daemon.settings import load_settings
+from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.features import LEVELS, request_keys
+from lavad.models.lifetime.frailty import FrailtyLifeTables
+from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.mixture import MixtureLifeTables
+from lavad.models.lifetime.protocol import GroupRows, LifetimeModel, RunningVMs
+from lavad.models.lifetime.shrunk import ShrunkLifeTables
+from lavad.streams.adapters import open_trace
+from lavad.streams.schema import VmExit, VmRequest
+
+BINS = LifetimeBins.log_spaced()
+# The slice's VMs make a few thousand groups: past 40 rows nearly every new
+# tenant (level 0) overflows, and so do later shapes' coarser groups.
+BOUND = 40
+MIN_OBSERVATIONS = 30
+
+
+def _running(started: dict[str, tuple[GroupRows, float]], now: float) -> RunningVMs:
+    return RunningVMs(
+        np.array([rows for rows, _ in started.values()], dtype=np.int64).reshape(-1, LEVELS),
+        np.array([now - start for _, start in started.values()]),
+    )
+
+
+def _feed(model: LifetimeModel) -> tuple[list[GroupRows], RunningVMs]:
+    """The slice's VMs into ``model`` in event order: each request's rows, each exit
+    observed, a refit every hour of event time as the tracker's; the rows of every
+    VM, and the VMs still running at the end."""
+    trace = open_trace(AZURE_SLICE, seed=0)
+    started: dict[str, tuple[GroupRows, float]] = {}
+    every: list[GroupRows] = []
+    next_refit: float | None = None
+    for event in trace.events():
+        if next_refit is None:
+            next_refit = event.time + 3_600.0
+        elif event.time >= next_refit:
+            model.refit(_running(started, event.time), now=event.time)
+            next_refit = event.time + 3_600.0
+        if isinstance(event, VmRequest):
+            rows = model.rows_for(request_keys(event))
+            started[event.vm_id] = (rows, event.time)
+            every.append(rows)
+        elif isinstance(event, VmExit) and event.vm_id in started:
+            rows, start = started.pop(event.vm_id)
+            model.observe_exit(rows, event.time - start, event.time)
+    assert trace.end_time is not None
+    return every, _running(started, trace.end_time)
+
+
+def _overflowed(model: GroupedLifeTables) -> dict[int, int]:
+    """Level -> its overflow row, for each level with one."""
+    rows = {level: model.overflow_row(level) for level in range(LEVELS)}
+    return {level: row for level, row in rows.items() if row is not None}
+
+
+def test_the_tables_never_predict_from_the_rows_past_the_bound() -> None:
+    tables = GroupedLifeTables(BINS, MIN_OBSERVATIONS, max_rows=BOUND)
+    every, running = _feed(tables)
+    tables.refit(running)
+    overflowed = _overflowed(tables)
+    assert 0 in overflowed  # the slice's tenants pass the bound
+    # The exits of the groups past the bound were counted into the shared rows,
+    # enough to be chosen had they been evidence ...
+    pooled = sum(tables.deaths[row].sum() for row in overflowed.values())
+    assert pooled >= MIN_OBSERVATIONS
+    # ... but a refit finds no evidence there.
+    for row in overflowed.values():
+        assert tables.observations[row] == 0.0
+    # Each VM of a group past the bound is predicted by its finest group with
+    # enough observations of its own: as if that level had no group for it.
+    shared = set(overflowed.values())
+    checked = 0
+    for rows in every:
+        if not shared.intersection(rows):
+            continue
+        checked += 1
+        expected = next(
+            (
+                r
+                for r in rows[:-1]
+                if r not in shared and tables.observations[r] >= MIN_OBSERVATIONS
+            ),
+            rows[-1],
+        )
+        chosen = tables.choose(rows)
+        assert chosen == expected and chosen not in shared
+    assert checked > len(every) // 2
+
+
+def test_a_recount_of_a_row_past_the_bound_finds_no_evidence() -> None:
+    """``observe_running`` (sibling evidence) recounts one row between refits."""
+    tables = GroupedLifeTables(BINS, MIN_OBSERVATIONS, max_rows=BOUND)
+    _feed(tables)
+    row = tables.overflow_row(0)
+    assert row is not None and tables.deaths[row].sum() > 0
+    tables.observe_running(row, np.array([60.0, 3_600.0]))
+    assert tables.observations[row] == 0.0
+
+
+def test_the_shrunk_chain_passes_through_a_row_past_the_bound() -> None:
+    """A shrunk level with no VM at risk takes its parent's hazards: the row past the
+    bound gives the distribution of a real group that never saw a VM."""
+    shrunk = ShrunkLifeTables(BINS, max_rows=BOUND)
+    # A tenant known before the bound whose VMs never come: its row has no evidence.
+    empty = shrunk.rows_for(("nobody", ("never",), ("never",), ("never",), ()))
+    every, running = _feed(shrunk)
+    shrunk.refit(running)
+    row = shrunk.overflow_row(0)
+    assert row is not None and shrunk.deaths[row].sum() > 0
+    assert not shrunk.at_risk[row].any() and not shrunk.refit_deaths[row].any()
+    past = next(rows for rows in every if rows[0] == row and row not in rows[1:])
+    stand_in = (empty[0], *past[1:])
+    assert np.array_equal(shrunk.mass[shrunk.choose(past)], shrunk.mass[shrunk.choose(stand_in)])
+
+
+def test_the_mixtures_members_and_the_frailty_take_no_evidence_past_the_bound() -> None:
+    mixture = MixtureLifeTables(BINS, MIN_OBSERVATIONS, max_rows=BOUND)
+    frailty = FrailtyLifeTables(mixture)
+    every, running = _feed(frailty)
+    frailty.refit(running)
+    first = mixture.members[0]
+    row = first.overflow_row(0)
+    assert row is not None
+    for member in mixture.members:
+        # Every member numbers by the first: the same shared row, no evidence in it.
+        assert member.overflow_row(0) == row
+        assert member.observations[row] == 0.0
+    # The frailty's owners had exposure there (its VMs ran), yet none is its owner.
+    assert frailty.has_evidence[row]
+    past = next(rows for rows in every if rows[0] == row)
+    assert frailty._combo_key(past)[-1] == -1
+    assert mixture._combo_key(past)[-1] == -1
+
+
+def test_siblings_are_never_those_of_the_groups_past_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With sibling evidence on, a batch's running VMs are repredicted at its exits:
+    the groups past the bound share one owner row but are no one batch."""
+    tracker_class = lifetime_module.LifetimeTracker
+    booked = tracker_class.on_booked
+    followed: list[int] = []  # owners followed after each booking
+    past_bound: list[bool] = []  # whether the VM booked was of a group past the bound
+
+    def checked(self: lifetime_module.LifetimeTracker, *args: Any, **kwargs: Any) -> None:
+        booked(self, *args, **kwargs)
+        overflow = self.model.overflow_row(0)
+        assert overflow is None or overflow not in self._siblings
+        followed.append(len(self._siblings))
+        past_bound.append(
+            overflow is not None and self.slot_rows[self._slot[args[1].vm_id]][0] == overflow
+        )
+
+    monkeypatch.setattr(tracker_class, "on_booked", checked)
+    monkeypatch.setattr(
+        lifetime_module,
+        "GroupedLifeTables",
+        functools.partial(GroupedLifeTables, max_rows=BOUND),
+    )
+    settings = load_settings(PROJECT_ROOT / "config" / "lavad.toml")
+    las = {**settings.policies.get("las", {}), "siblings": True}
+    settings = settings.model_copy(update={"policies": {**settings.policies, "las": las}})
+    trace = open_trace(AZURE_SLICE, seed=0)
+    config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
+    replay(trace.events(), config, end_time=trace.end_time, decisions_out=io.BytesIO())
+    assert max(followed) > 0  # siblings were followed ...
+    assert sum(past_bound) > len(past_bound) // 2  # ... while most VMs were past the bound
