@@ -10,7 +10,6 @@ slice into models whose bound is far below its groups.
 
 from __future__ import annotations
 
-import functools
 import io
 from typing import Any
 
@@ -176,13 +175,8 @@ def test_siblings_are_never_those_of_the_groups_past_the_bound(
         )
 
     monkeypatch.setattr(tracker_class, "on_booked", checked)
-    monkeypatch.setattr(
-        lifetime_module,
-        "GroupedLifeTables",
-        functools.partial(GroupedLifeTables, max_rows=BOUND),
-    )
     settings = load_settings(PROJECT_ROOT / "config" / "lavad.toml")
-    las = {**settings.policies.get("las", {}), "siblings": True}
+    las = {**settings.policies.get("las", {}), "siblings": True, "max_groups": BOUND}
     settings = settings.model_copy(update={"policies": {**settings.policies, "las": las}})
     trace = open_trace(AZURE_SLICE, seed=0)
     config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)

@@ -87,6 +87,11 @@ def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None
         ),
         # A denormal half-life made the decay rate infinite and the counts NaN.
         ("[policies.las]\nhalf_life_s = 5e-324\n", "policies.las.half_life_s", "equal to 1"),
+        # Fewer groups than levels would leave a level no row of its own.
+        ("[policies.lava]\nmax_groups = 4\n", "policies.lava.max_groups", "equal to 5"),
+        # 10^12 groups would be 2 PB of tables.
+        ("[policies.las]\nmax_groups = 1e12\n", "policies.las.max_groups", "equal to 10000000"),
+        ("[policies.las]\nmax_groups = 2.5\n", "policies.las.max_groups", "valid integer"),
         ("[policies.gpa]\nhalf_life_s = 0.5\n", "policies.gpa.half_life_s", "equal to 1"),
         ("[migrations.defrag]\nempty_below = 1.5\n", "migrations.defrag.empty_below", "less"),
         ("[migrations.defrag]\nthreshold = 0.1\n", "migrations.defrag.threshold", "Extra"),

@@ -83,7 +83,7 @@ from lavad.models.lifetime.features import (
     request_keys,
 )
 from lavad.models.lifetime.frailty import FrailtyLifeTables
-from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, GroupedLifeTables
+from lavad.models.lifetime.grouped import MAX_CACHED_KEYS, MAX_ROWS, GroupedLifeTables
 from lavad.models.lifetime.mixture import MixtureLifeTables
 from lavad.models.lifetime.protocol import GroupRows, LifetimeModel, RunningVMs
 from lavad.models.lifetime.shrunk import ShrunkLifeTables
@@ -175,6 +175,9 @@ class LifetimeSettings:
     # Forgetting: observations count half as much every ``half_life_s`` of
     # event time (None: never forgotten), for workloads that drift.
     half_life_s: float | None = None
+    # The bound on feature groups (``grouped.MAX_ROWS``): past it a new
+    # group's VMs are predicted from their coarser groups.
+    max_groups: int = MAX_ROWS
 
 
 # The online lifetime models a tracker can learn with; a factory gets the
@@ -197,7 +200,10 @@ LIFETIME_MODELS: Registry[LifetimeModel] = Registry(
             "life tables per feature group, censoring-aware; the finest group with "
             "min_observations predicts",
             lambda _args, bins, settings: GroupedLifeTables(
-                bins, settings.min_observations, half_life_s=settings.half_life_s
+                bins,
+                settings.min_observations,
+                half_life_s=settings.half_life_s,
+                max_rows=settings.max_groups,
             ),
         ),
         Entry(
@@ -209,20 +215,24 @@ LIFETIME_MODELS: Registry[LifetimeModel] = Registry(
                 settings.min_observations,
                 prior_strength=settings.prior_strength,
                 half_life_s=settings.half_life_s,
+                max_rows=settings.max_groups,
             ),
         ),
         Entry(
             "mixture",
             "life tables with no forgetting and with half-lives of 7 d, 72 h and 24 h, mixed "
             "per uptime band by each one's recent log score on resolved VMs (mixture.py)",
-            lambda _args, bins, settings: MixtureLifeTables(bins, settings.min_observations),
+            lambda _args, bins, settings: MixtureLifeTables(
+                bins, settings.min_observations, max_rows=settings.max_groups
+            ),
         ),
         Entry(
             "mixture-calibrated",
             "model 'mixture', P(T > e) recalibrated online from the outcomes of its "
             "predictions at creation (calibrated.py, calibration.py)",
             lambda _args, bins, settings: CalibratedLifeTables(
-                MixtureLifeTables(bins, settings.min_observations), SurvivalCalibrator(bins)
+                MixtureLifeTables(bins, settings.min_observations, max_rows=settings.max_groups),
+                SurvivalCalibrator(bins),
             ),
         ),
         Entry(
@@ -231,7 +241,9 @@ LIFETIME_MODELS: Registry[LifetimeModel] = Registry(
             "recent deaths over the hazard expected for them: frailty.py), recalibrated online "
             "as 'mixture-calibrated'",
             lambda _args, bins, settings: CalibratedLifeTables(
-                FrailtyLifeTables(MixtureLifeTables(bins, settings.min_observations)),
+                FrailtyLifeTables(
+                    MixtureLifeTables(bins, settings.min_observations, max_rows=settings.max_groups)
+                ),
                 SurvivalCalibrator(bins),
             ),
         ),

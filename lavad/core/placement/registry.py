@@ -42,7 +42,13 @@ from lavad.core.placement.lifetime_policy import LifetimePolicy
 from lavad.core.placement.stranding_cost import LasStrandingCost
 from lavad.core.placement.waste import RequestMix, WasteGuard
 from lavad.core.registry import Entry, Registry, RegistryError
-from lavad.models.lifetime.features import DECLARED_CATEGORICAL, ORACLE_FIELDS, USED_FEATURES
+from lavad.models.lifetime.features import (
+    DECLARED_CATEGORICAL,
+    LEVELS,
+    ORACLE_FIELDS,
+    USED_FEATURES,
+)
+from lavad.models.lifetime.grouped import MAX_ROWS
 from lavad.models.usage.hosts import HostUsage, UsagePrior
 from lavad.models.usage.margin import MarginSettings, TailCalibration
 from lavad.models.usage.moments import UsageMoments
@@ -240,6 +246,19 @@ class LifetimeArgs(WasteMixArgs):
     )
     half_life_s: float | None = Field(
         default=None, ge=MIN_HALF_LIFE, allow_inf_nan=True, description=_HALF_LIFE
+    )
+    # 250,000: four times the groups of the whole Azure V1 trace, about 0.5 GB
+    # of tables (2 KB a group). A daemon that meets new tenants for months
+    # reaches it; past it a new group is predicted from its coarser groups,
+    # which cost LAS nothing on the Azure V1 dev split even with two thirds of
+    # its groups past the bound (docs/results/lifetime-models.md, "Past the
+    # bound on groups"). Lower it to hold a pool's tables in less memory.
+    max_groups: int = Field(
+        default=MAX_ROWS,
+        ge=LEVELS,
+        le=10_000_000,
+        description="feature groups the lifetime model keeps (about 2 KB each); past it a "
+        "new group's VMs are predicted from their coarser groups",
     )
 
     def model_post_init(self, _context: Any) -> None:
@@ -500,6 +519,7 @@ def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> Lif
             prior_strength=args.prior_strength,
             siblings=args.siblings,
             half_life_s=args.half_life_s,
+            max_groups=args.max_groups,
         )
     )
 

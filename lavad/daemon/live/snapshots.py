@@ -94,12 +94,13 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # at its first placement); 30: the migration planner sums the migrations off
 # ready hosts in its counters and keeps only the latest drains (a v29 planner's
 # per-host list is gone, and its mean would read zero), and a pool's hosts
-# carry their VM limit (a v29 cluster has none)
-SNAPSHOT_VERSION = 30
+# carry their VM limit (a v29 cluster has none); 31: a lifetime tracker's
+# settings carry its bound on feature groups (a v30 tracker's have none)
+SNAPSHOT_VERSION = 31
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "a5f98bb273a0e624"
+SNAPSHOT_LAYOUT = "38255448df83fd92"
 
 
 class SnapshotError(Exception):

@@ -89,6 +89,11 @@ class LifetimeModel(LifeTables, Protocol):
         """The group row of each level's key (``features.lifetime_keys``); new groups get rows."""
         ...
 
+    @property
+    def groups(self) -> int:
+        """The feature groups the model has numbered (its bound's overflow rows included)."""
+        ...
+
     def overflow_row(self, level: int) -> int | None:
         """The row ``level``'s groups past the bound on groups share (no evidence), if any."""
         ...
