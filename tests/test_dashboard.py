@@ -22,6 +22,7 @@ import yaml
 
 from lavad.daemon.settings import load_settings
 from lavad.daemon.shadow.live import ShadowTelemetry
+from lavad.models.lifetime.grouped import MAX_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -167,6 +168,7 @@ def test_the_alerts_read_only_exported_metrics_and_cover_the_failures(
         "LavadPoolQuarantined",
         "LavadPoolNearHostBound",
         "LavadHostsAtVmLimit",
+        "LavadLifetimeGroupsNearBound",
     } <= names
 
 
@@ -182,6 +184,12 @@ def test_the_host_bound_alert_uses_the_configured_bound(rules: dict[str, Any]) -
     share, bound = (float(part) for part in expr.split(">")[1].split("*"))
     settings = load_settings(ROOT / "config" / "lavad.toml")
     assert (share, bound) == (0.9, settings.hosts.max_hosts)
+
+
+def test_the_lifetime_groups_alert_uses_the_models_bound(rules: dict[str, Any]) -> None:
+    (expr,) = [e for name, e in alert_exprs(rules) if name == "LavadLifetimeGroupsNearBound"]
+    share, bound = (float(part) for part in expr.split(">")[1].split("*"))
+    assert (share, bound) == (0.9, MAX_ROWS)
 
 
 def test_compose_provisions_grafana_beside_prometheus_with_the_rules() -> None:
@@ -222,7 +230,7 @@ def test_promtool_checks_the_rules() -> None:
         [_promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 11 rules found" in result.stdout
+    assert "SUCCESS: 12 rules found" in result.stdout
 
 
 def test_promtool_runs_the_rules_unit_tests() -> None:

@@ -207,3 +207,35 @@ def test_the_hosts_a_pool_holds_and_those_at_their_vm_limit_are_exported() -> No
     assert (gauge("lavad_pool_hosts"), gauge("lavad_pool_hosts_full")) == (2.0, 0.0)
     telemetry.forget_pool("p")
     assert gauge("lavad_pool_hosts") is None and gauge("lavad_pool_hosts_full") is None
+
+
+def test_the_groups_of_a_pools_lifetime_model_are_exported() -> None:
+    """Three VMs of one shape from three tenants, under LAS. A VM's groups are its
+    tenant and shape, its shape at an hour and batch size, its shape, every VM, and
+    the pool (``features.lifetime_keys``): 3 tenant groups + 4 shared = 7 groups."""
+    settings = load_settings(CONFIG)
+    engine = Engine(
+        replace(
+            settings.engine_config("las", trace_has_hosts=False),
+            pools=PoolSetup(shape=HostShape(8.0, 32.0), initial_hosts=2),
+        )
+    )
+    for i in range(3):
+        request = VmRequest(
+            time=float(i), pool="p", vm_id=f"v{i}", cores=1.0, memory_gib=4.0, tenant=f"t{i}"
+        )
+        engine.handle(request, float(i))
+    telemetry = Telemetry()
+    telemetry.refresh_pool(engine.pools["p"])
+    labels = {"pool": "p"}
+    assert telemetry.registry.get_sample_value("lavad_pool_lifetime_groups", labels) == 7.0
+    telemetry.forget_pool("p")
+    assert telemetry.registry.get_sample_value("lavad_pool_lifetime_groups", labels) is None
+
+
+def test_a_pool_without_a_lifetime_model_exports_no_groups() -> None:
+    engine = _engine()  # GPA: no lifetime model
+    telemetry = Telemetry()
+    telemetry.refresh_pool(engine.pools["p"])
+    value = telemetry.registry.get_sample_value("lavad_pool_lifetime_groups", {"pool": "p"})
+    assert value is None

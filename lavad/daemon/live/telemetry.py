@@ -17,6 +17,7 @@ from lavad.core.engine import PoolRuntime
 from lavad.core.metrics.limits import eviction_counts
 from lavad.core.metrics.pool import CORES, MEMORY
 from lavad.core.placement.gpa import UsageHooks
+from lavad.core.placement.lifetime import LifetimeTracker
 from lavad.daemon.live.batch_histogram import BatchHistogram
 from lavad.daemon.live.lag_watch import LagReading
 
@@ -131,6 +132,12 @@ class Telemetry:
             "pool",
         )
         self.vms = self.gauge("lavad_pool_vms", "VMs placed and running", "pool")
+        self.lifetime_groups = self.gauge(
+            "lavad_pool_lifetime_groups",
+            "Feature groups the pool's lifetime model holds (LAS, LAVA, LA-Binary); past"
+            " its bound (250000) a new group's VMs are predicted from coarser groups only",
+            "pool",
+        )
         self.utilisation = self.gauge(
             "lavad_pool_utilisation_ratio", "Booked / capacity over hosts up", "pool", "resource"
         )
@@ -176,6 +183,9 @@ class Telemetry:
         hooks = pool.policy.hooks
         if isinstance(hooks, UsageHooks):
             self.cpu_overflow.labels(name).set(hooks.realised_overflow)
+        tracker = hooks.lifetime_tracker()
+        if isinstance(tracker, LifetimeTracker):
+            self.lifetime_groups.labels(name).set(tracker.model.groups)
         if pool.metrics.stranding:
             latest = pool.metrics.stranding[-1]
             self.stranded.labels(name, "cpu").set(latest.cpu_pct / 100.0)
@@ -226,6 +236,7 @@ class Telemetry:
             self.vms,
             self.empty_hosts,
             self.cpu_overflow,
+            self.lifetime_groups,
         ):
             _remove(gauge, name)
         for gauge in (self.utilisation, self.stranded):
