@@ -22,7 +22,6 @@ import yaml
 
 from lavad.daemon.settings import load_settings
 from lavad.daemon.shadow.live import ShadowTelemetry
-from lavad.models.lifetime.grouped import MAX_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -184,12 +183,6 @@ def test_the_host_bound_alert_uses_the_configured_bound(rules: dict[str, Any]) -
     share, bound = (float(part) for part in expr.split(">")[1].split("*"))
     settings = load_settings(ROOT / "config" / "lavad.toml")
     assert (share, bound) == (0.9, settings.hosts.max_hosts)
-
-
-def test_the_lifetime_groups_alert_uses_the_models_bound(rules: dict[str, Any]) -> None:
-    (expr,) = [e for name, e in alert_exprs(rules) if name == "LavadLifetimeGroupsNearBound"]
-    share, bound = (float(part) for part in expr.split(">")[1].split("*"))
-    assert (share, bound) == (0.9, MAX_ROWS)
 
 
 def test_compose_provisions_grafana_beside_prometheus_with_the_rules() -> None:

@@ -18,6 +18,7 @@ from lavad.daemon.live.telemetry import EvictionMetrics, Telemetry
 from lavad.daemon.settings import load_settings
 from lavad.daemon.shadow.engine import ShadowPool, shadow_engine
 from lavad.daemon.shadow.live import ShadowTelemetry
+from lavad.models.lifetime.grouped import MAX_ROWS
 from lavad.streams.schema import (
     HostDown,
     HostUp,
@@ -229,8 +230,11 @@ def test_the_groups_of_a_pools_lifetime_model_are_exported() -> None:
     telemetry.refresh_pool(engine.pools["p"])
     labels = {"pool": "p"}
     assert telemetry.registry.get_sample_value("lavad_pool_lifetime_groups", labels) == 7.0
+    bound = telemetry.registry.get_sample_value("lavad_pool_lifetime_groups_bound", labels)
+    assert bound == settings.policies["las"].get("max_groups", MAX_ROWS) == 250_000
     telemetry.forget_pool("p")
-    assert telemetry.registry.get_sample_value("lavad_pool_lifetime_groups", labels) is None
+    for name in ("lavad_pool_lifetime_groups", "lavad_pool_lifetime_groups_bound"):
+        assert telemetry.registry.get_sample_value(name, labels) is None
 
 
 def test_a_pool_without_a_lifetime_model_exports_no_groups() -> None:

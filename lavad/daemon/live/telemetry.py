@@ -134,8 +134,13 @@ class Telemetry:
         self.vms = self.gauge("lavad_pool_vms", "VMs placed and running", "pool")
         self.lifetime_groups = self.gauge(
             "lavad_pool_lifetime_groups",
-            "Feature groups the pool's lifetime model holds (LAS, LAVA, LA-Binary); past"
-            " its bound (250000) a new group's VMs are predicted from coarser groups only",
+            "Feature groups the pool's lifetime model holds (LAS, LAVA, LA-Binary)",
+            "pool",
+        )
+        self.lifetime_groups_bound = self.gauge(
+            "lavad_pool_lifetime_groups_bound",
+            "The policy's max_groups: past it a new group's VMs are predicted from their"
+            " coarser groups only",
             "pool",
         )
         self.utilisation = self.gauge(
@@ -186,6 +191,7 @@ class Telemetry:
         tracker = hooks.lifetime_tracker()
         if isinstance(tracker, LifetimeTracker):
             self.lifetime_groups.labels(name).set(tracker.model.groups)
+            self.lifetime_groups_bound.labels(name).set(tracker.settings.max_groups)
         if pool.metrics.stranding:
             latest = pool.metrics.stranding[-1]
             self.stranded.labels(name, "cpu").set(latest.cpu_pct / 100.0)
@@ -237,6 +243,7 @@ class Telemetry:
             self.empty_hosts,
             self.cpu_overflow,
             self.lifetime_groups,
+            self.lifetime_groups_bound,
         ):
             _remove(gauge, name)
         for gauge in (self.utilisation, self.stranded):

@@ -38,7 +38,7 @@ from lavad.models.lifetime.survival import fill_suffix_sums, life_table, suffix_
 # Why no evidence, not the pool of every group past the bound: that pool
 # mixes tenants of every shape, soon has more observations than any group,
 # and is chosen before the VM's own shape's groups. On the Azure V1 dev
-# split with the bound at 20,000 rows (a third of its groups), the pooled
+# split with the bound at 20,000 rows (two thirds of its groups past it), the pooled
 # row cost LAS 0.31 pp of empty hosts on a fixed pool of 950 hosts, a fifth
 # of its gain over Best Fit; counted as no evidence, nothing
 # (docs/results/lifetime-models.md, "Past the bound on groups").
