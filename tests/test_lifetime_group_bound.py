@@ -19,6 +19,7 @@ from live_support import AZURE_SLICE
 from support import PROJECT_ROOT
 
 from lavad.core.placement import lifetime as lifetime_module
+from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.models.lifetime.bins import LifetimeBins
@@ -183,3 +184,19 @@ def test_siblings_are_never_those_of_the_groups_past_the_bound(
     replay(trace.events(), config, end_time=trace.end_time, decisions_out=io.BytesIO())
     assert max(followed) > 0  # siblings were followed ...
     assert sum(past_bound) > len(past_bound) // 2  # ... while most VMs were past the bound
+
+
+def test_a_model_past_the_bound_comes_back_from_a_snapshot_the_same() -> None:
+    """The shared rows are found by their key (``OVERFLOW_KEY``, a frozenset): the
+    snapshot codec must bring that key back, or a restored model would number a
+    new shared row and count the old one as evidence."""
+    tables = GroupedLifeTables(BINS, MIN_OBSERVATIONS, max_rows=BOUND)
+    every, running = _feed(tables)
+    restored = loads(dumps(tables))
+    assert _overflowed(restored) == _overflowed(tables) != {}
+    for model in (tables, restored):
+        model.refit(running)
+    assert np.array_equal(restored.observations, tables.observations)
+    assert [restored.choose(rows) for rows in every] == [tables.choose(rows) for rows in every]
+    late = ("a tenant never seen", ("a shape never seen",), ("x",), ("y",), ())
+    assert restored.rows_for(late) == tables.rows_for(late)
