@@ -56,16 +56,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The suite runs on up to three workers (pytest-xdist; one on a one-core
-# machine): much of its time is live tests waiting on their own embedded
-# brokers, each on a free port of its own, so a third worker fills the cores
-# they leave idle. On a two-core box one worker took about 1.5 times as long
-# as two, and three 8 min 49 s against 10 min 18 s for two, in the same
-# hour; the live tests then ran at most 1.3 times as long as on two (the
-# replays that only compute, about twice), well inside their timeouts. Four
-# workers ran each live test about twice as long, nearer its timeouts.
+# The suite runs on two workers (pytest-xdist; one on a one-core machine): much
+# of its time is live tests waiting on their own embedded brokers, each on a
+# free port of its own. On a two-core box one worker took about 1.5 times as
+# long as two. Three took 8 min 49 s against 10 min 18 s for two on a warm
+# tree in the same hour, but `.ci/run` on fresh clones took 11 min 13 s to
+# 13 min 24 s on three against 11 min 44 s to 12 min 24 s on two: no gain
+# where it counts, and more contention. Four ran each live test about twice
+# as long as on two, nearer its timeouts. Two stay.
 unit: $(STAMP) test-tools
-	$(BIN)/pytest -n auto --maxprocesses 3
+	$(BIN)/pytest -n auto --maxprocesses 2
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
