@@ -200,3 +200,35 @@ def test_a_model_past_the_bound_comes_back_from_a_snapshot_the_same() -> None:
     assert [restored.choose(rows) for rows in every] == [tables.choose(rows) for rows in every]
     late = ("a tenant never seen", ("a shape never seen",), ("x",), ("y",), ())
     assert restored.rows_for(late) == tables.rows_for(late)
+
+
+def test_the_largest_bound_allocates_only_for_the_groups_that_come() -> None:
+    """``max_groups`` at its ceiling (10,000,000 groups, 20 GB of tables if all came)
+    allocates nothing ahead: the tables grow with the groups the input names, so a
+    replay of the slice places every request with tables a few thousand rows long."""
+    trackers: list[lifetime_module.LifetimeTracker] = []
+    settings = load_settings(PROJECT_ROOT / "config" / "lavad.toml")
+    las = {**settings.policies.get("las", {}), "max_groups": 10_000_000}
+    settings = settings.model_copy(update={"policies": {**settings.policies, "las": las}})
+    trace = open_trace(AZURE_SLICE, seed=0)
+    config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
+    sink = io.BytesIO()
+    original = lifetime_module.LifetimeTracker.refresh
+
+    def recorded(self: lifetime_module.LifetimeTracker, *args: Any, **kwargs: Any) -> None:
+        if self not in trackers:
+            trackers.append(self)
+        original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lifetime_module.LifetimeTracker, "refresh", recorded)
+        replay(trace.events(), config, end_time=trace.end_time, decisions_out=sink)
+    requested = sum(1 for e in open_trace(AZURE_SLICE, seed=0).events() if isinstance(e, VmRequest))
+    placed = sink.getvalue().count(b'"kind":"placement"')
+    assert placed == requested
+    [tracker] = trackers
+    assert tracker.settings.max_groups == 10_000_000
+    model = tracker.model
+    assert isinstance(model, GroupedLifeTables)
+    assert model.overflow_row(0) is None  # nothing past the bound
+    assert model.groups <= len(model.deaths) <= 2 * model.groups + 16
