@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -260,6 +261,9 @@ async def soak(args: argparse.Namespace) -> list[Sample]:
         broker.close()
     if any(codes):
         raise RuntimeError(f"an instance exited with {codes} (logs in {folder})")
+    # The logs are for a failure: a run that ends well leaves nothing behind
+    # (an exception above keeps them, as the traceback shows where it failed).
+    shutil.rmtree(folder)
     return samples
 
 

@@ -11,6 +11,7 @@ filling with the slice's first loop.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -45,12 +46,15 @@ def test_a_short_soak_with_a_restart_keeps_descriptors_and_tasks_flat_and_lag_bo
             str(out),
         ],
         cwd=PROJECT_ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    # Its logs are kept only when an instance failed.
+    assert not list(tmp_path.glob("lavad-soak-*")), result.stdout
     samples = json.loads(out.read_text())
     instances = sorted({s["instance"] for s in samples})
     assert instances == [0, 1], "the restart half-way did not happen"
