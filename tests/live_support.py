@@ -122,7 +122,15 @@ def live_settings(bootstrap: str, snapshots: Path, **live: Any) -> Settings:
     return settings.model_copy(
         update={
             "kafka": settings.kafka.model_copy(
-                update={"bootstrap_servers": bootstrap, "request_timeout_ms": 3000}
+                update={
+                    "bootstrap_servers": bootstrap,
+                    "request_timeout_ms": 3000,
+                    # As ``DaemonProcess``'s: the embedded broker holds a new
+                    # group's join for half the session timeout (5 s at the
+                    # default 10 s, 2 s at 4 s), once per daemon started.
+                    "session_timeout_ms": 4000,
+                    "heartbeat_interval_ms": 500,
+                }
             ),
             "live": settings.live.model_copy(update={"snapshot_dir": snapshots, **live}),
             "http": settings.http.model_copy(update={"port": 0}),
