@@ -9,6 +9,7 @@ import itertools
 import math
 import pickle
 import struct
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from live_support import AZURE_SLICE, PROJECT_ROOT
 from lavad.core.engine import Engine, HostShape, PoolRuntime
 from lavad.core.migrations.lifetimes import PolicyLifetimes
 from lavad.core.placement.lava import HostPhase, LavaHosts
+from lavad.daemon.live import state_codec
 from lavad.daemon.live.snapshots import (
     SNAPSHOT_FORMAT,
     SNAPSHOT_VERSION,
@@ -28,7 +30,7 @@ from lavad.daemon.live.snapshots import (
     SnapshotError,
     SnapshotStore,
 )
-from lavad.daemon.live.state_codec import StateCodecError, dumps, loads
+from lavad.daemon.live.state_codec import Registry, StateCodecError, default_registry, dumps, loads
 from lavad.daemon.settings import Settings, load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord, encode
@@ -321,3 +323,25 @@ def test_absurd_values_in_a_snapshot_are_refused(body: bytes, reason: str, tmp_p
     with pytest.raises(SnapshotError, match="body refused") as refused:
         store.load(0, "f")
     assert reason in str(refused.value)
+
+
+def test_threads_asking_for_the_registry_at_once_share_one_walk() -> None:
+    # The daemon walks lavad's modules in a thread while it joins its group; a
+    # snapshot loaded meanwhile asks from the event loop's thread. Without the
+    # lock each caller would walk for itself and get a registry of its own.
+    state_codec._walked_registry.cache_clear()
+    start = threading.Barrier(2)
+    found: list[Registry] = []
+
+    def ask() -> None:
+        start.wait()
+        found.append(default_registry())
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(found) == 2 and found[0] is found[1]
+    assert found[0] is default_registry()
+    assert "lavad.core.placement.lava.LavaHosts" in found[0].classes

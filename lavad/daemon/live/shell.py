@@ -52,7 +52,7 @@ from lavad.daemon.live.publisher import Outgoing, Publisher, Stopping
 from lavad.daemon.live.retry import Backoff, sleep_or_stop, unless_stopped
 from lavad.daemon.live.snapshot_topic import snapshot_store
 from lavad.daemon.live.snapshots import SnapshotError
-from lavad.daemon.live.state_codec import default_registry
+from lavad.daemon.live.state_codec import Registry, default_registry
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
 from lavad.daemon.settings import KafkaSettings, Settings
@@ -189,11 +189,28 @@ class LiveDaemon:
         self.engine.warm_up()
         log.info("kernels ready", seconds=round(time.perf_counter() - began, 2))
         # The snapshot codec learns lavad's classes by importing every module
-        # (1-2 s); done now, the first snapshot taken or loaded does not stall
-        # the event loop (scrapes, heartbeats) while partitions are ours.
-        default_registry()
+        # (about a second). In a thread, while the HTTP server starts and the
+        # consumer joins its group (a broker holds a new member's join for a
+        # second or more), and awaited before the loop consumes: the first
+        # snapshot taken or loaded then does not stall the event loop
+        # (scrapes, heartbeats) while partitions are ours. One taken sooner
+        # waits for the walk (``default_registry``).
+        registry = asyncio.ensure_future(asyncio.to_thread(default_registry))
         heap.tune_collector()
-        heap.settle()
+        try:
+            await self._serve(stop, registry)
+        finally:
+            # A stop during start-up still waits for the walk: a thread cannot
+            # be cancelled, and its failure must not go unseen.
+            if not registry.done():
+                await asyncio.wait([registry])
+            if not registry.cancelled() and registry.exception() is not None:
+                log.error("walking lavad's modules failed", error=repr(registry.exception()))
+        if self._failure is not None:
+            raise self._failure
+
+    async def _serve(self, stop: asyncio.Event, registry: asyncio.Future[Registry]) -> None:
+        """Serve HTTP, connect, then consume until ``stop``; shut down whatever started."""
         http = self.settings.http
         try:
             self.http = await serve_http(
@@ -208,6 +225,9 @@ class LiveDaemon:
         try:
             if not await self._connect(stop):
                 return
+            await registry
+            # The daemon's own objects, its modules' among them, leave the collector's view.
+            heap.settle()
             tasks = [
                 asyncio.create_task(self._probe_broker(stop)),
                 asyncio.create_task(self._housekeeping(stop)),
@@ -221,8 +241,6 @@ class LiveDaemon:
                     await task
             await self._shutdown()
             log.info("stopped", records_processed=self.records_processed)
-        if self._failure is not None:
-            raise self._failure
 
     def fail(self, exc: Exception) -> None:
         """Stop the daemon because of ``exc``; ``run`` raises it once shut down."""

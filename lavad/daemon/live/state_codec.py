@@ -41,6 +41,7 @@ import enum
 import math
 import pkgutil
 import struct
+import threading
 import types
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -155,9 +156,21 @@ def _mangle(klass: type, slot: str) -> str:
     return slot
 
 
-@cache
+# The daemon walks the packages in a thread while it joins its group; a
+# snapshot taken or loaded meanwhile waits for that walk instead of making
+# its own.
+_REGISTRY_LOCK: Final = threading.Lock()
+
+
 def default_registry() -> Registry:
-    """lavad's own classes and functions, found by walking its packages (once per process)."""
+    """lavad's own classes and functions, found by walking its packages (once per process,
+    whichever thread asks first; the others wait for it)."""
+    with _REGISTRY_LOCK:
+        return _walked_registry()
+
+
+@cache
+def _walked_registry() -> Registry:
     classes: dict[str, type] = dict(_BUILTIN_TYPES)
     functions: dict[str, Callable[..., Any]] = {}
     for info in pkgutil.walk_packages(lavad.__path__, "lavad."):
