@@ -84,6 +84,9 @@ WINDOWS: dict[str, Window] = {
     "azure-tail": Window("azure-tail", AZURE_SHAPES),
     # OpenB's most common GPU node (96 cores, 384 GiB, 8 GPUs): GPUs bind first.
     "openb": Window("openb", ("96/384/8",), (("hosts", False),)),
+    # OpenB's other pod list, sampled from the default one with half its pods
+    # CPU-only: a workload of the same kind that chose nothing, same host shape.
+    "openb-cpu050": Window("openb-cpu050", ("96/384/8",), (("hosts", False), ("pods", "cpu050"))),
     # DLRM lists no hosts: a GPU node large enough for its biggest instance.
     "dlrm": Window("dlrm", ("192/1024/8/100000",)),
 }
@@ -108,7 +111,7 @@ def _azure_half(which: str, into: Path) -> Path:
 def trace_path(window: str, scratch: Path) -> Path:
     if window in ("azure-head", "azure-tail"):
         return _azure_half(window.removeprefix("azure-"), scratch)
-    return SHARED / ("alibaba-openb" if window == "openb" else "alibaba-dlrm")
+    return SHARED / ("alibaba-openb" if window.startswith("openb") else "alibaba-dlrm")
 
 
 def _hosts(shape: str, count: int, grow: bool) -> HostSettings:
