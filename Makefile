@@ -26,7 +26,7 @@ run: $(STAMP)
 # The bundled slice holds 16.7 h of arrivals, so its warm-up is 6 h rather than
 # the default day (which suits the full traces).
 replay: $(STAMP)
-	LAVAD_METRICS__WARMUP_S=21600 $(BIN)/lavad replay data/azure-v1-vms-slice \
+	$(BIN)/lavad replay data/azure-v1-vms-slice --warmup-s 21600 \
 		--compare bestfit,firstfit --config config/lavad.toml --plot lavad-replay.png
 
 test: $(STAMP) docs lint typecheck unit

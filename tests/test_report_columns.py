@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+import pytest
+
 from lavad.evaluation.report_html import build_report
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -16,10 +19,17 @@ def _replay_slice(
     tmp_path: Path, warmup_s: str, *policies: str
 ) -> subprocess.CompletedProcess[str]:
     """``lavad replay`` of the bundled slice under this warm-up, as a user runs it."""
-    result = subprocess.run(
+    result = _run_replay(tmp_path, warmup_s, *policies)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def _run_replay(tmp_path: Path, warmup_s: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """The same command, ``[metrics] warmup_s`` set in its environment, however it ends."""
+    return subprocess.run(
         [
             sys.executable, "-c", "from lavad.daemon.cli import main; main()",
-            "replay", str(PROJECT_ROOT / "data" / "azure-v1-vms-slice"), *policies,
+            "replay", str(PROJECT_ROOT / "data" / "azure-v1-vms-slice"), *arguments,
             "--config", str(PROJECT_ROOT / "config" / "lavad.toml"),
             "--metrics-json", str(tmp_path / "metrics.json"), "--no-progress",
         ],
@@ -30,8 +40,6 @@ def _replay_slice(
         timeout=300,
         check=False,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result
 
 
 def test_replay_table_names_the_basis_of_every_share(tmp_path: Path) -> None:
@@ -50,16 +58,45 @@ def test_replay_table_names_the_basis_of_every_share(tmp_path: Path) -> None:
 
 
 def test_a_trace_shorter_than_the_warm_up_says_why_it_has_no_averages(tmp_path: Path) -> None:
-    # The bundled slice spans about 3.5 days of arrivals; a warm-up of 30 days
-    # leaves no measured window, which the summary must say rather than print
+    # The bundled slice's arrivals span 16.7 h; a warm-up of 30 days leaves
+    # no measured window, which the summary must say rather than print
     # an interval that ends before it begins.
     result = _replay_slice(tmp_path, "2592000", "--policy", "bestfit")
     text = " ".join(result.stdout.split())
     assert "No averages: the measured window is empty" in text
     assert "It would open 2592000 s after the first event" in text
-    assert "set [metrics] warmup_s below the trace's span" in text
+    assert "set [metrics] warmup_s (or --warmup-s) below the trace's span" in text
     assert "Averages over" not in text
     # The HTML report of the same figures says it too.
     page = build_report([tmp_path / "metrics.json"])
     assert "No averages: the measured window is empty" in page
     assert "Averages over" not in page
+
+
+def test_the_warmup_option_overrides_the_configurations_key(tmp_path: Path) -> None:
+    # The configuration (its environment here) leaves no window on the slice,
+    # as the default day does; the option opens one 6 h after the first event.
+    result = _replay_slice(tmp_path, "2592000", "--policy", "bestfit", "--warmup-s", "21600")
+    text = " ".join(result.stdout.split())
+    assert "the first 21600 s after the first event are warm-up" in text
+    assert "No averages" not in text
+    pool = orjson.loads((tmp_path / "metrics.json").read_bytes())["runs"][0]["pools"]["default"]
+    assert pool["warmup_s"] == 21600.0
+    assert pool["measured_from_s"] < pool["measured_until_s"]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("-1", "Input should be greater than or equal to 0"),
+        ("nan", "Input should be a finite number"),
+    ],
+)
+def test_a_bad_warmup_option_stops_the_replay_naming_it(
+    tmp_path: Path, value: str, reason: str
+) -> None:
+    result = _run_replay(tmp_path, "21600", "--policy", "bestfit", "--warmup-s", value)
+    assert result.returncode == 2
+    assert f"--warmup-s {value}: {reason}" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "metrics.json").exists()

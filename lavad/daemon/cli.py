@@ -6,6 +6,7 @@ The live commands (run, produce, demo) live in ``daemon/live/cli.py``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -15,10 +16,11 @@ from typing import IO, Annotated, Any, Final
 
 import orjson
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from lavad.core.admission.registry import ADMISSION_POLICIES
 from lavad.core.limits.service import RECOMMENDER_REGISTRY
+from lavad.core.metrics.pool import MetricsConfig
 from lavad.core.migrations.lifetimes import LIFETIME_SOURCES
 from lavad.core.migrations.orders import ORDERS
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
@@ -61,6 +63,10 @@ LIVE_COMMANDS: Final = frozenset(
 )
 
 
+# ``--warmup-s`` is checked against the ``[metrics]`` table's own constraints.
+_METRICS_CONFIG: Final = TypeAdapter(MetricsConfig)
+
+
 def federation_command(ctx: typer.Context) -> None:
     """The live federation's processes: `lavad federation --help`."""
     # The import graph is federation -> daemon; this import inside the command is the
@@ -68,6 +74,18 @@ def federation_command(ctx: typer.Context) -> None:
     from lavad.federation.cli import federation_app  # noqa: PLC0415
 
     federation_app(args=ctx.args, prog_name="lavad federation")
+
+
+def _with_warmup(metrics: MetricsConfig, warmup_s: float) -> MetricsConfig:
+    """``metrics`` with ``--warmup-s``, checked as the configuration's key is (a finite
+    number of seconds, at least 0), or the command stops naming the option."""
+    try:
+        return _METRICS_CONFIG.validate_python(
+            {**dataclasses.asdict(metrics), "warmup_s": warmup_s}
+        )
+    except ValidationError as exc:
+        reasons = "; ".join(error["msg"] for error in exc.errors())
+        raise fail(f"--warmup-s {warmup_s:g}: {reasons}") from None
 
 
 def replay_command(
@@ -91,6 +109,14 @@ def replay_command(
         int | None,
         seed_option("override the configuration's seed"),
     ] = None,
+    warmup_s: Annotated[
+        float | None,
+        typer.Option(
+            "--warmup-s",
+            help="override [metrics] warmup_s: event time after the first event left out "
+            "of the averages (the bundled slice's arrivals span 16.7 h: 21600 measures it)",
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="progress bar on a terminal")] = True,
 ) -> None:
     """Replay a recorded trace through the decision core and print the metrics."""
@@ -99,6 +125,8 @@ def replay_command(
     heap.tune_collector()
     if seed is not None:
         settings = settings.model_copy(update={"seed": seed})
+    if warmup_s is not None:
+        settings = settings.model_copy(update={"metrics": _with_warmup(settings.metrics, warmup_s)})
     if settings.shadow.enabled:
         # The trace is an existing scheduler's stream: both sides, one table.
         if compare:

@@ -103,8 +103,8 @@ def print_results(results: Sequence[ReplayResult], trace_name: str, console: Con
                 f" {first['warmup_s']:.0f} s after the first event, at"
                 f" {first['measured_from_s']:.0f} s, and it closes at the"
                 f" {first['measured_until'].replace('_', ' ')}, at"
-                f" {first['measured_until_s']:.0f} s; set \\[metrics] warmup_s below the"
-                " trace's span to measure it."
+                f" {first['measured_until_s']:.0f} s; set \\[metrics] warmup_s (or --warmup-s)"
+                " below the trace's span to measure it."
             )
         elif first is not None:
             console.print(
