@@ -63,10 +63,6 @@ LIVE_COMMANDS: Final = frozenset(
 )
 
 
-# ``--warmup-s`` is checked against the ``[metrics]`` table's own constraints.
-_METRICS_CONFIG: Final = TypeAdapter(MetricsConfig)
-
-
 def federation_command(ctx: typer.Context) -> None:
     """The live federation's processes: `lavad federation --help`."""
     # The import graph is federation -> daemon; this import inside the command is the
@@ -76,11 +72,17 @@ def federation_command(ctx: typer.Context) -> None:
     federation_app(args=ctx.args, prog_name="lavad federation")
 
 
+@cache
+def _metrics_adapter() -> TypeAdapter[MetricsConfig]:
+    """The ``[metrics]`` table's validator, built on first use: most commands need none."""
+    return TypeAdapter(MetricsConfig)
+
+
 def _with_warmup(metrics: MetricsConfig, warmup_s: float) -> MetricsConfig:
     """``metrics`` with ``--warmup-s``, checked as the configuration's key is (a finite
     number of seconds, at least 0), or the command stops naming the option."""
     try:
-        return _METRICS_CONFIG.validate_python(
+        return _metrics_adapter().validate_python(
             {**dataclasses.asdict(metrics), "warmup_s": warmup_s}
         )
     except ValidationError as exc:
@@ -113,7 +115,8 @@ def replay_command(
         float | None,
         typer.Option(
             "--warmup-s",
-            help="override [metrics] warmup_s: event time after the first event left out "
+            # Escaped: the help is rich markup, which would drop "[metrics]".
+            help="override \\[metrics] warmup_s: event time after the first event left out "
             "of the averages (the bundled slice's arrivals span 16.7 h: 21600 measures it)",
         ),
     ] = None,
