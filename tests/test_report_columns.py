@@ -100,3 +100,12 @@ def test_a_bad_warmup_option_stops_the_replay_naming_it(
     assert f"--warmup-s {value}: {reason}" in " ".join(result.stderr.split())
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_an_absurd_warmup_option_replays_and_says_no_window_opened(tmp_path: Path) -> None:
+    # The largest finite float: the warm-up is a threshold, never a count of
+    # steps, so the replay takes the usual time and measures nothing.
+    result = _replay_slice(tmp_path, "21600", "--policy", "bestfit", "--warmup-s", "1e308")
+    text = " ".join(result.stdout.split())
+    assert "No averages: the measured window is empty" in text
+    assert "Averages over" not in text
