@@ -304,9 +304,12 @@ class LasArgs(LifetimeArgs):
     # the online calibration of the tables chose (docs/results/lifetime-models.md).
     # LAVA does not forget: at 72 h it lost 0.74-0.91 pp on OpenB against
     # 0.65-0.79 (docs/results/placement-matrix.md, "Seeds 9-11, OpenB and
-    # DLRM", where the waste guard is most of LAVA's loss). A
-    # configuration file turns it off with ``half_life_s = inf`` (TOML has no
-    # None), which decides exactly as never forgetting.
+    # DLRM", where the waste guard is most of LAVA's loss); re-checked under all
+    # the defaults, it doubled LAVA's least share on half the VMs' head half at
+    # one group of seeds and not at the next ("LAVA's keys on half the VMs' head
+    # half, and forgetting re-checked"). A configuration file turns it off with
+    # ``half_life_s = inf`` (TOML has no None), which decides exactly as never
+    # forgetting.
     half_life_s: float | None = Field(
         default=259_200.0, ge=MIN_HALF_LIFE, allow_inf_nan=True, description=_HALF_LIFE
     )
