@@ -159,22 +159,25 @@ def test_an_engine_resolves_its_policys_kernels_before_any_pool_opens(
     assert not engine.pools
 
 
-def _las_replay(args: dict[str, object]) -> bytes:
+def _replay(policy: str, args: dict[str, object]) -> bytes:
     settings = load_settings(CONFIG)
-    settings = settings.model_copy(update={"policies": {**settings.policies, "las": args}})
+    settings = settings.model_copy(update={"policies": {**settings.policies, policy: args}})
     trace = open_trace(AZURE_SLICE, seed=1)
     sink = io.BytesIO()
-    config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
+    config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
     replay(trace.events(), config, end_time=trace.end_time, decisions_out=sink)
     return sink.getvalue()
 
 
-def test_las_forgets_by_default_and_a_file_turns_it_off_with_inf() -> None:
+@pytest.mark.parametrize("policy", ["las", "lava"])
+def test_lifetime_policies_forget_by_default_and_a_file_turns_it_off_with_inf(
+    policy: str,
+) -> None:
     # TOML has no None: `half_life_s = inf` must decide exactly as never forgetting,
     # and the default (72 h) must be in force, or the two would not differ.
-    never = _las_replay({"half_life_s": None})
-    assert _las_replay({"half_life_s": float("inf")}) == never
-    assert _las_replay({}) == _las_replay({"half_life_s": 259_200.0}) != never
+    never = _replay(policy, {"half_life_s": None})
+    assert _replay(policy, {"half_life_s": float("inf")}) == never
+    assert _replay(policy, {}) == _replay(policy, {"half_life_s": 259_200.0}) != never
 
 
 @pytest.mark.parametrize("half_life_s", [1.0, 1e300], ids=["vanishing", "endless"])
@@ -182,7 +185,7 @@ def test_an_absurd_half_life_still_places_every_request(half_life_s: float) -> N
     # 1 s (the least the arguments take) weighs an observation of a minute ago
     # at 2^-60, 1e300 s every one at about 1: neither may raise nor put a NaN
     # in a decision.
-    decisions = _las_replay({"half_life_s": half_life_s})
+    decisions = _replay("las", {"half_life_s": half_life_s})
     assert b"NaN" not in decisions
     requested = sum(1 for e in open_trace(AZURE_SLICE, seed=1).events() if isinstance(e, VmRequest))
     placed = [orjson.loads(line) for line in decisions.splitlines()]
