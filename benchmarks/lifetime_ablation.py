@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("trace", type=Path)
     parser.add_argument("--variant", action="append", required=True)
     parser.add_argument("--option", action="append", default=[], help="adapter option k=v")
-    parser.add_argument("--oracle", help="the variant whose gain is 100%")
+    parser.add_argument("--oracle", help="the variant whose gain is 100%%")
     parser.add_argument("--json", type=Path)
     ns = parser.parse_args(argv)
     options = {k: _value(k, v) for k, _, v in (o.partition("=") for o in ns.option)}

@@ -167,7 +167,7 @@ def test_the_alerts_read_only_exported_metrics_and_cover_the_failures(
         "LavadPoolQuarantined",
         "LavadPoolNearHostBound",
         "LavadHostsAtVmLimit",
-        "LavadLifetimeGroupsNearBound",
+        "LavadLifetimeGroupsPastBound",
     } <= names
 
 

@@ -1,11 +1,13 @@
-"""Past the bound on groups (``max_rows``), the groups that share an overflow row are
-no evidence.
+"""Past the bound on groups (``max_rows``): the rows reclaimed for new groups, and the
+groups that share an overflow row, which are no evidence.
 
-A daemon meets new tenants for ever, so past ``max_rows`` rows a new group
-shares its level's overflow row. That row pools tenants of every shape: taken
-as evidence, it soon has more observations than any group and is chosen
-before the VM's own shape's groups. These tests replay the bundled real Azure
-slice into models whose bound is far below its groups.
+A daemon meets new tenants for ever. At ``max_rows`` rows the default model
+reclaims, at each refit, the rows of groups below the evidence bar that no
+running VM reads; a new group with no row shares its level's overflow row.
+That row pools tenants of every shape: taken as evidence, it soon has more
+observations than any group and is chosen before the VM's own shape's
+groups. These tests replay the bundled real Azure slice into models whose
+bound is far below its groups.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.models.lifetime.bins import LifetimeBins
+from lavad.models.lifetime.calibration import SurvivalCalibrator
 from lavad.models.lifetime.features import LEVELS, request_keys
 from lavad.models.lifetime.frailty import FrailtyLifeTables
 from lavad.models.lifetime.grouped import GroupedLifeTables
@@ -231,4 +234,163 @@ def test_the_largest_bound_allocates_only_for_the_groups_that_come() -> None:
     model = tracker.model
     assert isinstance(model, GroupedLifeTables)
     assert model.overflow_row(0) is None  # nothing past the bound
+    assert (model.lookups_past_bound, model.groups_reclaimed) == (0, 0)
     assert model.groups <= len(model.deaths) <= 2 * model.groups + 16
+
+
+class _Checked(GroupedLifeTables):
+    """Tables that reclaim, checking at each reclaim what reclaiming must keep."""
+
+    def __init__(self) -> None:
+        super().__init__(BINS, MIN_OBSERVATIONS, max_rows=BOUND, reclaim_groups=True)
+        self.checked_reclaims = 0
+
+    def _reclaim(self, running: RunningVMs) -> None:
+        free_before = set(self._free_rows)
+        groups_before = dict(self._rows)
+        # As the refit just counted them, before the freed rows are reset.
+        observations = self.observations.copy()
+        asked = self._asked
+        super()._reclaim(running)
+        freed = set(self._free_rows) - free_before
+        if not freed:
+            return
+        self.checked_reclaims += 1
+        held = set(running.rows.ravel().tolist())
+        if running.chosen is not None:
+            held |= set(running.chosen.tolist())
+        shared = set(_overflowed(self).values())
+        # No running VM reads a reclaimed row, and neither the pool-wide groups
+        # nor the shared overflow rows go.
+        assert not freed & held and not freed & shared
+        gone = {group for group, row in groups_before.items() if row in freed}
+        assert len(gone) == len(freed) and all(group[0] != LEVELS - 1 for group in gone)
+        assert all(group not in self._rows for group in gone)
+        # Only groups below the evidence bar go, the least observed first.
+        candidates = {
+            row
+            for group, row in groups_before.items()
+            if group[0] != LEVELS - 1 and row not in held | shared | free_before
+        }
+        assert max(observations[row] for row in freed) < MIN_OBSERVATIONS
+        left = [observations[row] for row in candidates - freed]
+        if left:
+            assert max(observations[row] for row in freed) <= min(left)
+        # Freed rows hold nothing, and the reserve is a twentieth of the bound.
+        for row in freed:
+            assert not self.deaths[row].any() and not self.censored[row].any()
+            assert self.observations[row] == 0.0
+        # As many as groups asked for a row since the last refit, at least a
+        # twentieth of the bound: no more, and no fewer while groups qualify.
+        reserve = max(1, int(BOUND * 0.05), asked)
+        weak = {row for row in candidates if observations[row] < MIN_OBSERVATIONS}
+        assert len(self._free_rows) == min(reserve, len(free_before) + len(weak))
+
+
+def test_past_the_bound_the_tables_reclaim_groups_no_running_vm_reads() -> None:
+    """With ``reclaim_groups`` (model "tables", the default), a refit past the bound
+    frees the rows of groups below the evidence bar that no running VM reads; new
+    groups take them instead of the shared overflow row."""
+    reclaiming = _Checked()
+    every, _ = _feed(reclaiming)
+    plain = GroupedLifeTables(BINS, MIN_OBSERVATIONS, max_rows=BOUND)
+    every_plain, _ = _feed(plain)
+    assert reclaiming.checked_reclaims > 0 and reclaiming.groups_reclaimed > 0
+    # Each reclaimed row went to a new group: fewer groups fell past the bound.
+    assert reclaiming.lookups_past_bound < plain.lookups_past_bound
+    assert plain.groups_reclaimed == 0
+    # The VMs given a row of their own rather than the shared one at level 0.
+    own = sum(1 for rows in every if rows[0] != reclaiming.overflow_row(0))
+    own_plain = sum(1 for rows in every_plain if rows[0] != plain.overflow_row(0))
+    assert own > own_plain
+    # The tables stay within the bound and its shared rows.
+    assert len(reclaiming.deaths) == len(plain.deaths)
+
+
+def test_a_reclaimed_row_predicts_as_a_new_group_and_its_old_group_starts_afresh() -> None:
+    tables = GroupedLifeTables(BINS, MIN_OBSERVATIONS, max_rows=BOUND, reclaim_groups=True)
+    _, running = _feed(tables)
+    tables.refit(running)
+    assert tables._free_rows, "the slice fills the bound and leaves weak groups"
+    row = tables._free_rows[-1]  # the next a new group takes
+    fresh = GroupedLifeTables(BINS, MIN_OBSERVATIONS)
+    new_row = fresh.rows_for(("t", ("s",), ("x",), ("y",), ()))[0]
+    late = ("a tenant never seen", ("a shape never seen",), ("x",), ("y",), ())
+    rows = tables.rows_for(late)
+    assert rows[0] == row
+    for name in ("mass", "m0", "m1", "deaths", "censored", "observations"):
+        assert np.array_equal(getattr(tables, name)[row], getattr(fresh, name)[new_row]), name
+
+
+def test_a_model_that_reclaims_comes_back_from_a_snapshot_the_same() -> None:
+    tables = GroupedLifeTables(BINS, MIN_OBSERVATIONS, max_rows=BOUND, reclaim_groups=True)
+    every, running = _feed(tables)
+    tables.refit(running)
+    restored = loads(dumps(tables))
+    assert restored._free_rows == tables._free_rows != []
+    late = [(f"tenant {i}", ("shape",), ("x",), ("y",), ()) for i in range(5)]
+    assert [restored.rows_for(k) for k in late] == [tables.rows_for(k) for k in late]
+    assert [restored.choose(rows) for rows in every] == [tables.choose(rows) for rows in every]
+    assert (restored.groups_reclaimed, restored.lookups_past_bound) == (
+        tables.groups_reclaimed,
+        tables.lookups_past_bound,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("_free_rows", [10**9], "a free group row outside"),
+        ("_free_rows", [-1], "a free group row outside"),
+        ("_free_rows", "twice", "given twice"),
+    ],
+)
+def test_a_restored_numbering_that_could_overrun_the_tables_is_refused(
+    field: str, value: Any, reason: str
+) -> None:
+    tables = GroupedLifeTables(BINS, MIN_OBSERVATIONS, max_rows=BOUND, reclaim_groups=True)
+    _, running = _feed(tables)
+    tables.refit(running)
+    if value == "twice":
+        value = [tables._free_rows[0], tables._free_rows[0]]
+    setattr(tables, field, value)
+    with pytest.raises(ValueError, match=reason):
+        tables.check_restored()
+
+
+def test_a_recalibrated_model_refuses_to_reclaim() -> None:
+    with pytest.raises(ValueError, match="cannot reclaim"):
+        GroupedLifeTables(BINS, calibrator=SurvivalCalibrator(BINS), reclaim_groups=True)
+
+
+@pytest.mark.parametrize("policy", ["las", "lava"])
+def test_a_replay_past_the_bound_reclaims_and_decides_the_same_twice(policy: str) -> None:
+    """The default model ("tables") under LAS and LAVA bounded at 40 groups: a replay of
+    the slice reclaims rows, places every request, and gives the same decisions again."""
+    settings = load_settings(PROJECT_ROOT / "config" / "lavad.toml")
+    args = {**settings.policies.get(policy, {}), "max_groups": BOUND}
+    settings = settings.model_copy(update={"policies": {**settings.policies, policy: args}})
+    trackers: list[lifetime_module.LifetimeTracker] = []
+    original = lifetime_module.LifetimeTracker.refresh
+
+    def recorded(self: lifetime_module.LifetimeTracker, *a: Any, **kw: Any) -> None:
+        if self not in trackers:
+            trackers.append(self)
+        original(self, *a, **kw)
+
+    streams = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lifetime_module.LifetimeTracker, "refresh", recorded)
+        for _ in range(2):
+            trace = open_trace(AZURE_SLICE, seed=0)
+            config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
+            sink = io.BytesIO()
+            replay(trace.events(), config, end_time=trace.end_time, decisions_out=sink)
+            streams.append(sink.getvalue())
+    assert streams[0] == streams[1]
+    requested = sum(1 for e in open_trace(AZURE_SLICE, seed=0).events() if isinstance(e, VmRequest))
+    assert streams[0].count(b'"kind":"placement"') == requested
+    model = trackers[0].model
+    assert isinstance(model, GroupedLifeTables) and model.reclaim_groups
+    assert model.groups_reclaimed > 0
+    assert model.groups <= BOUND + LEVELS  # the groups and the shared overflow rows

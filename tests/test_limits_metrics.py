@@ -237,6 +237,55 @@ def test_the_groups_of_a_pools_lifetime_model_are_exported() -> None:
         assert telemetry.registry.get_sample_value(name, labels) is None
 
 
+def test_the_groups_past_the_bound_and_those_reclaimed_are_exported() -> None:
+    """LAS bounded at 7 groups. Three tenants of one shape make the 7 groups of the test
+    above; a fourth tenant's own group finds no row (1 lookup past the bound). The
+    first two VMs leave, and at the refit an hour on the model reclaims what it can:
+    the rows of tenants t0 and t1 (1 observation each, below the bar of 30, no VM
+    running), not t2's (v2 runs), nor the shared groups (v2 and v3 run in them).
+    Lookups of groups without a row since the start: 7 new + 1 past the bound = 8,
+    more than the 2 reclaimable, so 2 go. A fifth tenant, two hours on, takes both:
+    one for its own group, one for its shape at that hour."""
+    settings = load_settings(CONFIG)
+    las = {**settings.policies.get("las", {}), "max_groups": 7}
+    settings = settings.model_copy(update={"policies": {**settings.policies, "las": las}})
+    engine = Engine(
+        replace(
+            settings.engine_config("las", trace_has_hosts=False),
+            pools=PoolSetup(shape=HostShape(8.0, 32.0), initial_hosts=2),
+        )
+    )
+    for i in range(4):
+        request = VmRequest(
+            time=float(i), pool="p", vm_id=f"v{i}", cores=1.0, memory_gib=4.0, tenant=f"t{i}"
+        )
+        engine.handle(request, float(i))
+    telemetry = Telemetry()
+    labels = {"pool": "p"}
+
+    def gauge(name: str) -> float | None:
+        return telemetry.registry.get_sample_value(name, labels)
+
+    telemetry.refresh_pool(engine.pools["p"])
+    assert gauge("lavad_pool_lifetime_lookups_past_bound") == 1.0
+    assert gauge("lavad_pool_lifetime_groups_reclaimed") == 0.0
+    for i in range(2):
+        engine.handle(VmExit(time=10.0 + i, pool="p", vm_id=f"v{i}"), 10.0 + i)
+    late = 2 * 3_600.0
+    engine.handle(
+        VmRequest(time=late, pool="p", vm_id="v4", cores=1.0, memory_gib=4.0, tenant="t4"), late
+    )
+    telemetry.refresh_pool(engine.pools["p"])
+    assert gauge("lavad_pool_lifetime_groups_reclaimed") == 2.0
+    # t4's two new groups took the reclaimed rows: nothing more past the bound,
+    # 7 - 2 + 2 groups.
+    assert gauge("lavad_pool_lifetime_lookups_past_bound") == 1.0
+    assert gauge("lavad_pool_lifetime_groups") == 7.0
+    telemetry.forget_pool("p")
+    for name in ("lavad_pool_lifetime_lookups_past_bound", "lavad_pool_lifetime_groups_reclaimed"):
+        assert gauge(name) is None
+
+
 def test_a_pool_without_a_lifetime_model_exports_no_groups() -> None:
     engine = _engine()  # GPA: no lifetime model
     telemetry = Telemetry()

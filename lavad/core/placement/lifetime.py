@@ -176,7 +176,8 @@ class LifetimeSettings:
     # event time (None: never forgotten), for workloads that drift.
     half_life_s: float | None = None
     # The bound on feature groups (``grouped.MAX_ROWS``): past it a new
-    # group's VMs are predicted from their coarser groups.
+    # group takes the row of a group that no longer counts (model "tables"),
+    # or its VMs are predicted from their coarser groups.
     max_groups: int = MAX_ROWS
 
 
@@ -204,6 +205,7 @@ LIFETIME_MODELS: Registry[LifetimeModel] = Registry(
                 settings.min_observations,
                 half_life_s=settings.half_life_s,
                 max_rows=settings.max_groups,
+                reclaim_groups=True,
             ),
         ),
         Entry(

@@ -250,16 +250,17 @@ class LifetimeArgs(WasteMixArgs):
     # 250,000: four times the groups of the whole Azure V1 trace, about 0.5 GB
     # of tables (2 KB a group). At the Azure V1 dev split's rate of new
     # groups (58,766 in 3.5 days of arrivals) a daemon reaches it in about two
-    # weeks; past it a new group is predicted from its coarser groups,
-    # which cost LAS nothing on the Azure V1 dev split even with two thirds of
-    # its groups past the bound (docs/results/lifetime-models.md, "Past the
-    # bound on groups"). Lower it to hold a pool's tables in less memory.
+    # weeks. At it the "tables" model reclaims the rows of groups that no
+    # longer count; a new group with no row is predicted from its coarser
+    # groups (docs/results/lifetime-models.md, "Past the bound on groups").
+    # Lower it to hold a pool's tables in less memory.
     max_groups: int = Field(
         default=MAX_ROWS,
         ge=LEVELS,
         le=10_000_000,
-        description="feature groups the lifetime model keeps (about 2 KB each); past it a "
-        "new group's VMs are predicted from their coarser groups",
+        description="feature groups the lifetime model keeps (about 2 KB each); at it model "
+        "'tables' gives new groups the rows of groups with no running VM and fewer than "
+        "min_observations, and a new group with no row is predicted from its coarser groups",
     )
 
     def model_post_init(self, _context: Any) -> None:

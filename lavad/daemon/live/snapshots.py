@@ -95,12 +95,15 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # ready hosts in its counters and keeps only the latest drains (a v29 planner's
 # per-host list is gone, and its mean would read zero), and a pool's hosts
 # carry their VM limit (a v29 cluster has none); 31: a lifetime tracker's
-# settings carry its bound on feature groups (a v30 tracker's have none)
-SNAPSHOT_VERSION = 31
+# settings carry its bound on feature groups (a v30 tracker's have none); 32: a
+# lifetime model's tables reclaim the rows of groups that no longer count, and
+# keep the reclaimed rows and their counts of lookups past the bound (a v31
+# model has neither and would fail at its first new group)
+SNAPSHOT_VERSION = 32
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "38255448df83fd92"
+SNAPSHOT_LAYOUT = "f83791c8437ba516"
 
 
 class SnapshotError(Exception):

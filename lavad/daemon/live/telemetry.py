@@ -139,8 +139,22 @@ class Telemetry:
         )
         self.lifetime_groups_bound = self.gauge(
             "lavad_pool_lifetime_groups_bound",
-            "The policy's max_groups: past it a new group's VMs are predicted from their"
-            " coarser groups only",
+            "The policy's max_groups: past it a new group takes the row of a group that no"
+            " longer counts (model 'tables'), or its VMs are predicted from their coarser groups",
+            "pool",
+        )
+        # Gauges set from the model's own totals, which a snapshot carries
+        # across restarts (a Prometheus counter cannot be set).
+        self.lifetime_lookups_past_bound = self.gauge(
+            "lavad_pool_lifetime_lookups_past_bound",
+            "Lookups of a feature group with no row of its own (past max_groups, nothing to"
+            " reclaim): its VMs are predicted from their coarser groups only",
+            "pool",
+        )
+        self.lifetime_groups_reclaimed = self.gauge(
+            "lavad_pool_lifetime_groups_reclaimed",
+            "Feature groups whose rows went to new groups past max_groups (no running VM,"
+            " fewer observations than min_observations)",
             "pool",
         )
         self.utilisation = self.gauge(
@@ -192,6 +206,8 @@ class Telemetry:
         if isinstance(tracker, LifetimeTracker):
             self.lifetime_groups.labels(name).set(tracker.model.groups)
             self.lifetime_groups_bound.labels(name).set(tracker.settings.max_groups)
+            self.lifetime_lookups_past_bound.labels(name).set(tracker.model.lookups_past_bound)
+            self.lifetime_groups_reclaimed.labels(name).set(tracker.model.groups_reclaimed)
         if pool.metrics.stranding:
             latest = pool.metrics.stranding[-1]
             self.stranded.labels(name, "cpu").set(latest.cpu_pct / 100.0)
@@ -244,6 +260,8 @@ class Telemetry:
             self.cpu_overflow,
             self.lifetime_groups,
             self.lifetime_groups_bound,
+            self.lifetime_lookups_past_bound,
+            self.lifetime_groups_reclaimed,
         ):
             _remove(gauge, name)
         for gauge in (self.utilisation, self.stranded):

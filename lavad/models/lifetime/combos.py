@@ -145,6 +145,14 @@ class CountsOf(GroupedLifeTables):
     def groups(self) -> int:
         return self.counted().groups
 
+    @property
+    def lookups_past_bound(self) -> int:
+        return self.counted().lookups_past_bound
+
+    @property
+    def groups_reclaimed(self) -> int:
+        return self.counted().groups_reclaimed
+
     def overflow_row(self, level: int) -> int | None:
         return self.counted().overflow_row(level)
 

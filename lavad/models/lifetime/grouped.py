@@ -30,9 +30,11 @@ from lavad.models.lifetime.survival import fill_suffix_sums, life_table, suffix_
 
 # Groups are named by the input (tenants, deployments, feature values), so a
 # stream of new names must not grow the tables for ever. Past ``max_rows``
-# rows, a new group shares its level's overflow row, which counts as no
-# evidence (``overflow_row``): its VMs are predicted from their coarser
-# groups, as a group too young to be chosen is. A cache of whole key tuples
+# rows, a model that reclaims groups (``reclaim_groups``) gives a new group
+# the row of one that no longer counts (``_reclaim``); otherwise, or when
+# none can be reclaimed, a new group shares its level's overflow row, which
+# counts as no evidence (``overflow_row``): its VMs are predicted from their
+# coarser groups, as a group too young to be chosen is. A cache of whole key tuples
 # starts afresh when it holds ``MAX_CACHED_KEYS``. The overflow key is a
 # frozenset, which no decoded event can hold, so it names no real group.
 # Why no evidence, not the pool of every group past the bound: that pool
@@ -55,6 +57,12 @@ MAX_CACHED_KEYS: Final = 100_000
 # scanned again and again, while behind the tracker's memo it almost never
 # hit (docs/results/speed.md).
 MAX_MODEL_KEYS: Final = 4_096
+# Reclaiming keeps rows free for new groups, topped up at each refit (one
+# pass over the groups): at least this share of ``max_rows``, and as many as
+# groups asked for a row in the interval before, so a bound smaller than a
+# refit interval's new groups is kept up with too. A twentieth of the default
+# bound is 12,500 rows, four times the new groups of Azure V1's busiest hour.
+RECLAIM_SHARE: Final = 0.05
 OVERFLOW_KEY: Final = frozenset({"lavad: groups past max_rows"})
 
 
@@ -68,11 +76,31 @@ class GroupedLifeTables:
         max_rows: int = MAX_ROWS,
         half_life_s: float | None = None,
         calibrator: SurvivalCalibrator | None = None,
+        reclaim_groups: bool = False,
     ) -> None:
         if half_life_s is not None and not half_life_s > 0:
             raise ValueError(f"half_life_s must be > 0, got {half_life_s}")
         require_at_least(1, min_observations=min_observations, max_rows=max_rows)
+        if reclaim_groups and calibrator is not None:
+            # The calibrator keeps rows of VMs that have left (``pending``)
+            # until it learns from them: a reclaimed row would mix two groups.
+            raise ValueError("a recalibrated model cannot reclaim groups")
         self.max_rows = max_rows
+        # Past the bound, groups that no longer count give their rows to new
+        # ones (``_reclaim``). Off for models whose rows another structure
+        # keeps (a mixture's members, combos of rows, a calibrator's records).
+        self.reclaim_groups = reclaim_groups
+        # Rows reclaimed and not yet given to a group, the next one last.
+        self._free_rows: list[int] = []
+        # Lookups of a group with no row of its own (past the bound, nothing
+        # free: answered by the overflow row), and groups whose rows were
+        # reclaimed: what the operator watches. Lookups, not groups: the
+        # groups past the bound are not kept, so they cannot be counted once.
+        self._lookups_past_bound = 0
+        self._reclaimed = 0
+        # Lookups of a group with no row since the last refit: new groups and
+        # those past the bound (one group's VMs may count more than once).
+        self._asked = 0
         self.bins = bins
         self.min_observations = min_observations
         self._rows: dict[tuple[int, Hashable], int] = {}
@@ -126,6 +154,23 @@ class GroupedLifeTables:
         self.raw_survival: FloatArray = self.m0[:, 1 : bins.count].copy()
         self.calibrated_at = np.full(len(self.mass), -1, dtype=np.int64)
 
+    def check_restored(self) -> None:
+        """Refuse (ValueError) a restored numbering a compiled kernel could overrun.
+
+        The rows ``rows_for`` hands out (the groups' and the free ones) are
+        written into the tracker's slots, whose kernels index the counts
+        without a bounds check; a snapshot is checksummed, not signed.
+        """
+        size = len(self.deaths)
+        free = self._free_rows
+        if any(type(row) is not int or not 0 <= row < size for row in free):
+            raise ValueError(f"a free group row outside [0, {size})")
+        numbered = set(self._rows.values())
+        if any(type(row) is not int or not 0 <= row < size for row in numbered):
+            raise ValueError(f"a group row outside [0, {size})")
+        if len(set(free)) != len(free) or numbered.intersection(free):
+            raise ValueError("a free group row is given twice")
+
     def _column(self, lifetime: float) -> int:
         """``bins.index`` of one lifetime, without numpy's per-call cost (same side)."""
         return bisect.bisect_right(self._edges, lifetime) - 1
@@ -133,6 +178,17 @@ class GroupedLifeTables:
     @property
     def groups(self) -> int:
         return len(self._rows)
+
+    @property
+    def lookups_past_bound(self) -> int:
+        """Lookups of a group with no row of its own (``overflow_row``): each one's VMs are
+        predicted from their coarser groups."""
+        return self._lookups_past_bound
+
+    @property
+    def groups_reclaimed(self) -> int:
+        """Groups whose rows went to new groups (``reclaim_groups``)."""
+        return self._reclaimed
 
     def overflow_row(self, level: int) -> int | None:
         """The row that ``level``'s groups past ``max_rows`` share, if any has come.
@@ -170,10 +226,17 @@ class GroupedLifeTables:
             group: tuple[int, Hashable] = (level, key)
             row = self._rows.get(group)
             if row is None:
+                self._asked += 1
+            if row is None and self._free_rows:
+                row = self._rows[group] = self._free_rows.pop()
+            elif row is None:
                 if len(self._rows) >= self.max_rows:
+                    self._lookups_past_bound += 1
                     group = (level, OVERFLOW_KEY)
                     row = self._rows.get(group)
                 if row is None:
+                    # With nothing free every numbered row is a group's, so
+                    # the next row is the count of groups.
                     row = self._rows[group] = len(self._rows)
                     self._grow(row + 1)
             rows.append(row)
@@ -328,9 +391,72 @@ class GroupedLifeTables:
     def refit(self, running: RunningVMs, *, now: float = 0.0) -> None:
         """Rebuild every table with the running VMs censored at their uptimes.
 
-        ``running.chosen`` is not needed here: every group row they read is
-        among the rows rebuilt. ``now`` matters only with ``half_life_s``.
+        ``running.chosen`` is not needed for the tables: every group row they
+        read is among the rows rebuilt; a model that reclaims groups keeps
+        them. ``now`` matters only with ``half_life_s``.
         """
+        self._fit(running, now)
+        if self.reclaim_groups and len(self._rows) >= self.max_rows:
+            self._reclaim(running)
+        self._asked = 0
+
+    def _reclaim(self, running: RunningVMs) -> None:
+        """Free the rows of groups that no longer count: as many as groups asked for a row
+        since the last refit, and at least ``RECLAIM_SHARE`` of the bound.
+
+        A group's row may be reclaimed when its observations, as of the
+        refit just made (forgotten ones decayed), are below
+        ``min_observations``, so ``choose`` would not pick it, and no running
+        VM reads it (its group rows, or its chosen row). Its group then
+        starts afresh if its tenant comes back. The least observed go first,
+        lower rows first among equals; the pool-wide groups and the overflow
+        rows never go. The caller drops what it cached of the rows
+        (``LifetimeTracker`` forgets its predictions at every refit).
+        """
+        reserve = max(1, int(self.max_rows * RECLAIM_SHARE), self._asked)
+        wanted = reserve - len(self._free_rows)
+        if wanted <= 0:
+            return
+        numbered = len(self._rows) + len(self._free_rows)
+        kept = np.zeros(numbered, dtype=np.bool_)
+        kept[running.rows.ravel()] = True
+        if running.chosen is not None:
+            kept[running.chosen] = True
+        kept[self._free_rows] = True
+        kept[self._overflow_rows()] = True
+        pool_level = LEVELS - 1
+        groups = {row: group for group, row in self._rows.items() if group[0] != pool_level}
+        observations = self.observations[:numbered]
+        weak = np.flatnonzero((observations < self.min_observations) & ~kept)
+        weak = weak[np.fromiter((row in groups for row in weak.tolist()), np.bool_, len(weak))]
+        if not len(weak):
+            return
+        # Least observed first, then by row: the same choice in every replay.
+        chosen = weak[np.lexsort((weak, observations[weak]))[:wanted]]
+        for row in chosen.tolist():
+            del self._rows[groups[row]]
+        self._by_keys.clear()
+        self._reset_rows(chosen)
+        # Handed out lowest first (``rows_for`` pops from the end).
+        self._free_rows = sorted([*self._free_rows, *chosen.tolist()], reverse=True)
+        self._reclaimed += len(chosen)
+
+    def _reset_rows(self, rows: np.ndarray) -> None:
+        """Rows as a new group's: no counts, the uniform table ``_grow`` gives."""
+        width = self.bins.count
+        self.deaths[rows] = 0.0
+        self.censored[rows] = 0.0
+        self.observations[rows] = 0.0
+        uniform = np.full((1, width), 1.0 / width)
+        m0, m1 = suffix_sums(uniform, self.bins)
+        self.mass[rows] = uniform
+        self.m0[rows], self.m1[rows] = m0, m1
+        self.raw_survival[rows] = m0[:, 1:width]
+        self.calibrated_at[rows] = -1
+        # The last refit's counts are no longer these rows': never kept as fitted.
+        self._recounted.update(rows.tolist())
+
+    def _fit(self, running: RunningVMs, now: float) -> None:
         previous_refit = self._last_refit
         self._age_observations(now)
         changed = self._touched | self._recounted

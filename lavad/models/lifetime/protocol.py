@@ -94,6 +94,16 @@ class LifetimeModel(LifeTables, Protocol):
         """The feature groups the model has numbered (its bound's overflow rows included)."""
         ...
 
+    @property
+    def lookups_past_bound(self) -> int:
+        """Lookups of a group that has no row of its own past the bound (``overflow_row``)."""
+        ...
+
+    @property
+    def groups_reclaimed(self) -> int:
+        """Groups whose rows went to new groups past the bound (0 if the model never reclaims)."""
+        ...
+
     def overflow_row(self, level: int) -> int | None:
         """The row ``level``'s groups past the bound on groups share (no evidence), if any."""
         ...
