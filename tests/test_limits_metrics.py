@@ -15,7 +15,7 @@ from lavad.core.placement.gpa import UsageHooks
 from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.live.telemetry import EvictionMetrics, Telemetry
-from lavad.daemon.settings import load_settings
+from lavad.daemon.settings import Settings, load_settings
 from lavad.daemon.shadow.engine import ShadowPool, shadow_engine
 from lavad.daemon.shadow.live import ShadowTelemetry
 from lavad.models.lifetime.grouped import MAX_ROWS
@@ -210,22 +210,29 @@ def test_the_hosts_a_pool_holds_and_those_at_their_vm_limit_are_exported() -> No
     assert gauge("lavad_pool_hosts") is None and gauge("lavad_pool_hosts_full") is None
 
 
-def test_the_groups_of_a_pools_lifetime_model_are_exported() -> None:
-    """Three VMs of one shape from three tenants, under LAS. A VM's groups are its
-    tenant and shape, its shape at an hour and batch size, its shape, every VM, and
-    the pool (``features.lifetime_keys``): 3 tenant groups + 4 shared = 7 groups."""
-    settings = load_settings(CONFIG)
+def _las_engine_with_tenants(settings: Settings, tenants: int) -> Engine:
+    """A LAS pool of two 8-core hosts, given VM ``v{i}`` of tenant ``t{i}`` (1 core,
+    4 GiB) at second i for each of ``tenants``."""
     engine = Engine(
         replace(
             settings.engine_config("las", trace_has_hosts=False),
             pools=PoolSetup(shape=HostShape(8.0, 32.0), initial_hosts=2),
         )
     )
-    for i in range(3):
+    for i in range(tenants):
         request = VmRequest(
             time=float(i), pool="p", vm_id=f"v{i}", cores=1.0, memory_gib=4.0, tenant=f"t{i}"
         )
         engine.handle(request, float(i))
+    return engine
+
+
+def test_the_groups_of_a_pools_lifetime_model_are_exported() -> None:
+    """Three VMs of one shape from three tenants, under LAS. A VM's groups are its
+    tenant and shape, its shape at an hour and batch size, its shape, every VM, and
+    the pool (``features.lifetime_keys``): 3 tenant groups + 4 shared = 7 groups."""
+    settings = load_settings(CONFIG)
+    engine = _las_engine_with_tenants(settings, 3)
     telemetry = Telemetry()
     telemetry.refresh_pool(engine.pools["p"])
     labels = {"pool": "p"}
@@ -249,17 +256,7 @@ def test_the_groups_past_the_bound_and_those_reclaimed_are_exported() -> None:
     settings = load_settings(CONFIG)
     las = {**settings.policies.get("las", {}), "max_groups": 7}
     settings = settings.model_copy(update={"policies": {**settings.policies, "las": las}})
-    engine = Engine(
-        replace(
-            settings.engine_config("las", trace_has_hosts=False),
-            pools=PoolSetup(shape=HostShape(8.0, 32.0), initial_hosts=2),
-        )
-    )
-    for i in range(4):
-        request = VmRequest(
-            time=float(i), pool="p", vm_id=f"v{i}", cores=1.0, memory_gib=4.0, tenant=f"t{i}"
-        )
-        engine.handle(request, float(i))
+    engine = _las_engine_with_tenants(settings, 4)
     telemetry = Telemetry()
     labels = {"pool": "p"}
 
