@@ -394,3 +394,16 @@ def test_a_replay_past_the_bound_reclaims_and_decides_the_same_twice(policy: str
     assert isinstance(model, GroupedLifeTables) and model.reclaim_groups
     assert model.groups_reclaimed > 0
     assert model.groups <= BOUND + LEVELS  # the groups and the shared overflow rows
+
+
+def test_the_least_bound_the_settings_allow_still_reclaims_within_it() -> None:
+    """``max_groups`` at its floor (one group a level): the slice's thousands of groups
+    pass through a model of 5 rows and its overflow rows, whose reclaiming is one pass
+    over those rows per refit, however many groups the input names."""
+    tables = GroupedLifeTables(BINS, MIN_OBSERVATIONS, max_rows=LEVELS, reclaim_groups=True)
+    every, running = _feed(tables)
+    tables.refit(running)
+    tables.check_restored()
+    assert tables.groups_reclaimed > 0 and tables.lookups_past_bound > 0
+    assert len(tables.deaths) <= 4 * LEVELS  # the bound's rows and the overflow rows, doubled
+    assert all(0 <= row < len(tables.deaths) for rows in every for row in rows)

@@ -228,10 +228,9 @@ class GroupedLifeTables:
             row = self._rows.get(group)
             if row is None:
                 self._asked += 1
-            if row is None and self._free_rows:
-                row = self._rows[group] = self._free_rows.pop()
-            elif row is None:
-                if len(self._rows) >= self.max_rows:
+                if self._free_rows:
+                    row = self._rows[group] = self._free_rows.pop()
+                elif len(self._rows) >= self.max_rows:
                     self._lookups_past_bound += 1
                     group = (level, OVERFLOW_KEY)
                     row = self._rows.get(group)
@@ -443,16 +442,11 @@ class GroupedLifeTables:
         self._reclaimed += len(chosen)
 
     def _reset_rows(self, rows: np.ndarray) -> None:
-        """Rows as a new group's: no counts, the uniform table ``_grow`` gives."""
-        width = self.bins.count
+        """Rows as a new group's: no counts, the uniform table (``_uniform_tables``)."""
         self.deaths[rows] = 0.0
         self.censored[rows] = 0.0
         self.observations[rows] = 0.0
-        uniform = np.full((1, width), 1.0 / width)
-        m0, m1 = suffix_sums(uniform, self.bins)
-        self.mass[rows] = uniform
-        self.m0[rows], self.m1[rows] = m0, m1
-        self.raw_survival[rows] = m0[:, 1:width]
+        self._uniform_tables(rows)
         self.calibrated_at[rows] = -1
         # The last refit's counts are no longer these rows': never kept as fitted.
         self._recounted.update(rows.tolist())
@@ -571,23 +565,27 @@ class GroupedLifeTables:
         if rows <= len(self.deaths):
             return
         size = max(rows, 2 * len(self.deaths))
-        width = self.bins.count
         self.deaths = grown(self.deaths, size)
         self.censored = grown(self.censored, size)
         self.observations = grown(self.observations, size)
         old = len(self.mass)
         self._grow_tables(size)
-        # No observation yet: uniform. Every new row has the same table, so its
-        # sums are taken once and copied (the same bits as row by row): the
-        # table doubles to tens of thousands of groups, and summing each new
-        # row would be most of the time spent growing it.
+        self.raw_survival = grown(self.raw_survival, size)
+        self._uniform_tables(slice(old, size))
+        self.calibrated_at = grown(self.calibrated_at, size, -1)
+
+    def _uniform_tables(self, rows: slice | np.ndarray) -> None:
+        """``rows`` of ``mass``, ``m0``, ``m1`` and ``raw_survival`` as with no observation:
+        uniform. Every such row has the same table, so its sums are taken once and
+        copied (the same bits as row by row): the tables double to tens of thousands
+        of groups, and summing each new row would be most of the time spent growing
+        them."""
+        width = self.bins.count
         uniform = np.full((1, width), 1.0 / width)
         m0, m1 = suffix_sums(uniform, self.bins)
-        self.mass[old:] = uniform
-        self.m0[old:], self.m1[old:] = m0, m1
-        self.raw_survival = grown(self.raw_survival, size)
-        self.raw_survival[old:] = m0[:, 1:width]
-        self.calibrated_at = grown(self.calibrated_at, size, -1)
+        self.mass[rows] = uniform
+        self.m0[rows], self.m1[rows] = m0, m1
+        self.raw_survival[rows] = m0[:, 1:width]
 
     def _grow_tables(self, size: int) -> None:
         """``mass``, ``m0`` and ``m1`` with ``size`` rows, the new ones zero (to be filled)."""
