@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from lavad.core.cluster import ClusterState
+from lavad.core.placement.affinity import DeploymentAffinity
 from lavad.core.placement.framework import PlacementRequest
 from lavad.core.placement.lava import (
     NO_CLASS,
@@ -315,7 +316,7 @@ def test_preference_scorer_routes_a_short_vm_to_a_recycling_longer_host() -> Non
     scorer = LavaPreference(pool.lava)
     out = np.zeros(3)
 
-    def score(lifetime_h: float) -> list[float]:
+    def request(lifetime_h: float, deployment: str = "") -> PlacementRequest:
         event = VmRequest(
             time=60.0,
             pool="p",
@@ -324,8 +325,10 @@ def test_preference_scorer_routes_a_short_vm_to_a_recycling_longer_host() -> Non
             memory_gib=1.0,
             features={ORACLE_FEATURE: lifetime_h * HOUR},
         )
-        request = PlacementRequest(event.vm_id, (0.5, 1.0, 0.0, 0.0), "", None, 60.0, event)
-        scorer.score(cluster, request, out, np.zeros(3))
+        return PlacementRequest(event.vm_id, (0.5, 1.0, 0.0, 0.0), deployment, None, 60.0, event)
+
+    def score(lifetime_h: float) -> list[float]:
+        scorer.score(cluster, request(lifetime_h), out, np.zeros(3))
         return out.tolist()
 
     # A class-0 VM: recycling class 2 costs 2 - 0 - 1 = 1; open class 0 is
@@ -334,6 +337,14 @@ def test_preference_scorer_routes_a_short_vm_to_a_recycling_longer_host() -> Non
     # A class-2 VM: host 0 is recycling but not above it, host 1 open of
     # another class: both 5; empty 6.
     assert score(50.0) == [5.0, 5.0, 6.0]
+    # Under the deployment affinity, which writes its level (16 on the hosts
+    # without a VM of the deployment) and the preference in one pass: a
+    # class-0 VM of "d", which runs on host 1 alone, keys 16 + 1, 0 + 4, 16 + 6.
+    cluster.book("d0", 1, (0.5, 1.0, 0.0, 0.0), "d", 0.0)
+    affinity = DeploymentAffinity(scorer)
+    packed = np.full(4, -1.0)  # longer than the pool: only the first 3 are written
+    affinity.score(cluster, request(0.5, "d"), packed, np.zeros(4))
+    assert packed.tolist() == [17.0, 4.0, 22.0, -1.0]
 
 
 def test_oracle_policy_without_true_lifetime_is_a_clear_error() -> None:

@@ -278,8 +278,13 @@ def test_compiled_lava_preference_equals_numpy() -> None:
         expected = np.zeros(n)
         preference_cost(phase, host_class, vm_count == 0, vm_class, expected)
         got = np.zeros(n)
-        compiled_lava_preference(phase, host_class, vm_count, n, vm_class, got)
+        compiled_lava_preference(phase, host_class, vm_count, n, vm_class, got, False, got)
         np.testing.assert_array_equal(got, expected)
+        # On a level packed above it (the deployment affinity's 0 or 16), in place.
+        levels = 16.0 * rng.integers(0, 2, size=n)
+        packed = levels.copy()
+        compiled_lava_preference(phase, host_class, vm_count, n, vm_class, packed, True, packed)
+        np.testing.assert_array_equal(packed, levels + expected)
 
 
 def test_one_comparison_bound_equals_the_count() -> None:

@@ -24,7 +24,12 @@ from __future__ import annotations
 import numpy as np
 
 from lavad.core.cluster import ClusterState, FloatArray
-from lavad.core.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
+from lavad.core.placement.framework import (
+    NumpyScorer,
+    PlacementRequest,
+    ScorePlugin,
+    StackedScorer,
+)
 
 # The preference below is LAVA's: whole numbers from 0 to 6 (lava.preference_cost),
 # so level * 16 + preference is exact and ranks by level first. The waste
@@ -80,6 +85,8 @@ class DeploymentAffinity(NumpyScorer):
         below = self.below
         if below is None:
             np.copyto(out[:n], levels)
+        elif isinstance(below, StackedScorer):
+            below.score_onto(cluster, request, levels, out)
         else:
             key = out[:n]
             below.score(cluster, request, key, scratch)

@@ -106,6 +106,22 @@ class NumpyScorer:
     tie_tolerance: float = 0.0
 
 
+class StackedScorer(NumpyScorer):
+    """A numpy scorer that can write its costs added to a level packed above it.
+
+    A scorer packing its level above another's (the deployment affinity above
+    LAVA's preference) would otherwise have it score the pool, then add its
+    levels in a second pass over every host at each placement.
+    """
+
+    def score_onto(
+        self, cluster: ClusterState, request: PlacementRequest, base: FloatArray, out: FloatArray
+    ) -> None:
+        """``base[h]`` plus this scorer's cost of host h, into ``out[h]``, for each of the
+        first ``cluster.n_hosts`` hosts; ``out`` may be ``base``."""
+        raise NotImplementedError
+
+
 class ScorePlugin(Protocol):
     name: str
 

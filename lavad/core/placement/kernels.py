@@ -500,7 +500,7 @@ def warm_up_lifetime() -> None:
     one = np.zeros(1)
     preference = (
         np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int32),
-        1, 0, one,
+        1, 0, one, False, one,
     )  # fmt: skip
     _lava_preference(*preference)
     refresh = (1, tracker, model)
@@ -521,22 +521,31 @@ def _lava_preference(
     vm_count: np.ndarray,
     n: int,
     vm_class: int,
+    base: FloatArray,
+    on_base: bool,
     out: FloatArray,
 ) -> None:
     """``lava.preference_cost`` in one pass (phases: 1 open, 2 recycling; counts as held;
-    a ``vm_class`` of -1, no class: every non-empty host alike)."""
+    a ``vm_class`` of -1, no class: every non-empty host alike), each added to
+    ``base`` when ``on_base``.
+
+    ``base`` is a level a scorer above packs onto the cost (the deployment
+    affinity's, ``affinity``), added here rather than in a numpy pass of its
+    own over the pool at every placement; ``out`` may be ``base`` itself.
+    """
     for h in range(n):
         klass = host_class[h]
         if vm_count[h] == 0:
-            out[h] = 6.0
+            cost = 6.0
         elif vm_class < 0:
-            out[h] = 5.0
+            cost = 5.0
         elif phase[h] == 1 and klass == vm_class:
-            out[h] = 4.0
+            cost = 4.0
         elif phase[h] == 2 and klass > vm_class:
-            out[h] = float(klass - vm_class - 1)
+            cost = float(klass - vm_class - 1)
         else:
-            out[h] = 5.0
+            cost = 5.0
+        out[h] = cost + base[h] if on_base else cost
 
 
 @numba.njit(cache=True, nogil=True)
@@ -550,9 +559,10 @@ def _over_threshold(capacity: FloatArray, free: FloatArray, host: int, above: fl
 
 
 compiled_lava_preference: Callable[
-    [np.ndarray, np.ndarray, np.ndarray, int, int, FloatArray], None
+    [np.ndarray, np.ndarray, np.ndarray, int, int, FloatArray, bool, FloatArray], None
 ] = _lava_preference
-"""(phase, host_class, vm_count, n, vm_class, out): the LAVA preference cost per host."""
+"""(phase, host_class, vm_count, n, vm_class, base, on_base, out): the LAVA preference
+cost per host, on ``base`` if ``on_base``."""
 
 
 @numba.njit(cache=True, nogil=True)

@@ -106,8 +106,8 @@ from lavad.core.placement.framework import (
     Booking,
     ClusterListener,
     Notice,
-    NumpyScorer,
     PlacementRequest,
+    StackedScorer,
 )
 from lavad.core.placement.kernels import Direct
 from lavad.core.placement.lifetime import LifetimeTracker, Prediction
@@ -413,7 +413,7 @@ class LavaHosts(ClusterListener):
         return notices
 
 
-class LavaPreference(NumpyScorer):
+class LavaPreference(StackedScorer):
     """LAVA's host preference by lifetime class and state (the level above LAS)."""
 
     name = "lava"
@@ -449,6 +449,21 @@ class LavaPreference(NumpyScorer):
     def score(
         self, cluster: ClusterState, request: PlacementRequest, out: FloatArray, scratch: FloatArray
     ) -> None:
+        self._score(cluster, request, out, False, out)
+
+    def score_onto(
+        self, cluster: ClusterState, request: PlacementRequest, base: FloatArray, out: FloatArray
+    ) -> None:
+        self._score(cluster, request, base, True, out)
+
+    def _score(
+        self,
+        cluster: ClusterState,
+        request: PlacementRequest,
+        base: FloatArray,
+        on_base: bool,
+        out: FloatArray,
+    ) -> None:
         hosts = self.hosts
         now = request.now
         if now >= hosts.next_deadline:
@@ -458,4 +473,6 @@ class LavaPreference(NumpyScorer):
         vm_class = self.preferred_class(hosts.tracker.prediction_for(request))
         # ``preference_cost`` compiled: the same costs without six numpy passes.
         # (``kernels.compiled_lava_preference`` without numba's type dispatch.)
-        Direct.lava_preference(hosts.phase, hosts.host_class, cluster.vm_count, n, vm_class, out)
+        Direct.lava_preference(
+            hosts.phase, hosts.host_class, cluster.vm_count, n, vm_class, base, on_base, out
+        )

@@ -123,8 +123,10 @@ class LifetimePolicy(Policy):
         if self._affinity is not None:
             key = self._affinity.levels(cluster, request)
         elif preference is not None:
-            _, key, scratch = self._buffers(n)
-            preference.score(cluster, request, key, scratch)
+            # Whole, as below: these preferences (the affinity, LAVA's, or
+            # both) write only the first ``n`` entries, all the scan reads.
+            key = self._key
+            preference.score(cluster, request, key, self._scratch)
         else:
             # The scan reads no preference (the guard's rescan writes its
             # levels into the first ``n``), and no host past ``n`` in the

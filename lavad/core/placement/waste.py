@@ -205,17 +205,38 @@ class RequestMix:
         self.minimal = np.ascontiguousarray(shapes[~dominated])
 
 
+# Row k: whether resource r is in bit set k, for every set of resources.
+_SPARED: np.ndarray = np.array(
+    [
+        [bool((exhausted >> r) & 1) for r in range(N_RESOURCES)]
+        for exhausted in range(1 << N_RESOURCES)
+    ]
+)
+
+
 def _fill_directions(shapes: FloatArray, weights: FloatArray) -> FloatArray:
     """Row k: the count-weighted mean of the shapes asking nothing of the resources
-    in bit set k (zeros where no shape does)."""
+    in bit set k (zeros where no shape does).
+
+    Most sets keep the same shapes (where every shape asks for cores and
+    memory, every set with either keeps none and the others keep all), so each
+    distinct set of shapes is averaged once and its row copied: the same
+    arithmetic on the same arrays, a few passes instead of sixteen.
+    """
     directions = np.zeros((1 << N_RESOURCES, N_RESOURCES))
     asks = shapes > 0.0
+    # keeps[k, i]: shape i asks nothing of the resources in set k.
+    keeps = ~np.any(asks[np.newaxis, :, :] & _SPARED[:, np.newaxis, :], axis=2)
+    means: dict[bytes, FloatArray | None] = {}
     for exhausted in range(1 << N_RESOURCES):
-        spared = np.array([bool((exhausted >> r) & 1) for r in range(N_RESOURCES)])
-        keep = ~np.any(asks & spared, axis=1)
-        total = weights[keep].sum()
-        if total > 0.0:
-            directions[exhausted] = weights[keep] @ shapes[keep] / total
+        keep = keeps[exhausted]
+        seen = keep.tobytes()
+        if seen not in means:
+            total = weights[keep].sum()
+            means[seen] = weights[keep] @ shapes[keep] / total if total > 0.0 else None
+        mean = means[seen]
+        if mean is not None:
+            directions[exhausted] = mean
     return directions
 
 
