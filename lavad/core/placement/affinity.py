@@ -16,7 +16,8 @@ sits where LAVA's preference sits: under the waste guard, which keeps it
 from stranding capacity, and above LAS. Above a preference of its own
 (``below``, LAVA's, small integers) it packs ``level * stride + preference``
 into one key, as the waste guard does, so the compiled lifetime scan still
-sees one preference.
+sees one preference; a preference that can (``StackedScorer``, LAVA's)
+writes its costs onto the levels in its own pass.
 """
 
 from __future__ import annotations
