@@ -86,6 +86,38 @@ def test_the_minimal_shapes_are_those_no_other_shape_is_below(
     assert len(distinct) == len(mix.minimal)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(*(st.sampled_from([0.0, 0.5, 1.0, 1.75, 8.0]) for _ in range(4))),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_each_direction_is_the_mean_of_the_shapes_sparing_its_resources(
+    shapes: list[tuple[float, float, float, float]],
+) -> None:
+    """Row k of the directions is the count-weighted mean of the mix's shapes that ask
+    nothing of the resources in bit set k, zeros where none does (the definition, set
+    by set in Python: the mix averages each distinct set of shapes once)."""
+    mix = RequestMix(window=100, max_shapes=64, refresh_every=1)
+    for shape in shapes:
+        mix.add(shape)
+    counts = Counter(shapes)
+    for exhausted in range(16):
+        sparing = [
+            (shape, count)
+            for shape, count in counts.items()
+            if not any(shape[r] > 0.0 and (exhausted >> r) & 1 for r in range(4))
+        ]
+        total = sum(count for _, count in sparing)
+        expected = [
+            sum(shape[r] * count for shape, count in sparing) / total if total else 0.0
+            for r in range(4)
+        ]
+        assert mix.directions[exhausted] == pytest.approx(expected, rel=1e-12, abs=0.0)
+
+
 def test_the_mix_forgets_what_leaves_its_window() -> None:
     mix = RequestMix(window=2, max_shapes=8, refresh_every=1)
     for shape in [(4.0, 32.0, 0.0, 0.0), (1.0, 2.0, 0.0, 0.0), (1.0, 2.0, 0.0, 0.0)]:
