@@ -17,7 +17,7 @@ from lavad.core.metrics.stranding import inflate
 from lavad.core.placement.framework import Placed, PlacementRequest
 from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.core.placement.strand_kernels import leftover_waste
-from lavad.core.placement.waste import NO_MEMORY, RequestMix, WasteGuard, waste_costs
+from lavad.core.placement.waste import NO_MEMORY, RequestMix, Shape, WasteGuard, waste_costs
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.streams.adapters import open_trace
 from lavad.streams.schema import VmRequest
@@ -55,23 +55,29 @@ def test_the_mix_keeps_its_mean_first_and_its_minimal_shapes() -> None:
     assert mix.minimal.tolist() == [[1.0, 2.0, 0.0, 0.0]]
 
 
+def _requests(values: list[float]) -> st.SearchStrategy[list[Shape]]:
+    """Up to 40 request shapes, each resource one of ``values``."""
+    resource = st.sampled_from(values)
+    return st.lists(st.tuples(resource, resource, resource, resource), min_size=1, max_size=40)
+
+
+def _mix_of(shapes: list[Shape]) -> RequestMix:
+    """A mix holding every one of ``shapes``, refreshed after the last."""
+    mix = RequestMix(window=100, max_shapes=64, refresh_every=1)
+    for shape in shapes:
+        mix.add(shape)
+    return mix
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(*(st.sampled_from([0.0, 1.0, 2.0, 4.0, 8.0]) for _ in range(4))),
-        min_size=1,
-        max_size=40,
-    )
-)
+@given(_requests([0.0, 1.0, 2.0, 4.0, 8.0]))
 def test_the_minimal_shapes_are_those_no_other_shape_is_below(
-    shapes: list[tuple[float, float, float, float]],
+    shapes: list[Shape],
 ) -> None:
     """The mix's minimal shapes, in its order, are exactly the distinct shapes that no
     other shape is at most in every resource and below in one (the definition, pair by
     pair in Python)."""
-    mix = RequestMix(window=100, max_shapes=64, refresh_every=1)
-    for shape in shapes:
-        mix.add(shape)
+    mix = _mix_of(shapes)
     distinct = {tuple(row) for row in mix.minimal.tolist()}
     expected = {
         shape
@@ -87,22 +93,14 @@ def test_the_minimal_shapes_are_those_no_other_shape_is_below(
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(*(st.sampled_from([0.0, 0.5, 1.0, 1.75, 8.0]) for _ in range(4))),
-        min_size=1,
-        max_size=40,
-    )
-)
+@given(_requests([0.0, 0.5, 1.0, 1.75, 8.0]))
 def test_each_direction_is_the_mean_of_the_shapes_sparing_its_resources(
-    shapes: list[tuple[float, float, float, float]],
+    shapes: list[Shape],
 ) -> None:
     """Row k of the directions is the count-weighted mean of the mix's shapes that ask
     nothing of the resources in bit set k, zeros where none does (the definition, set
     by set in Python: the mix averages each distinct set of shapes once)."""
-    mix = RequestMix(window=100, max_shapes=64, refresh_every=1)
-    for shape in shapes:
-        mix.add(shape)
+    mix = _mix_of(shapes)
     counts = Counter(shapes)
     for exhausted in range(16):
         sparing = [
