@@ -62,6 +62,7 @@ from lavad.core.input_bounds import NEVER, InputBounds, PoolNames
 from lavad.core.limits.replicas import PoolReplicas
 from lavad.core.limits.service import LimitsConfig, PoolLimits
 from lavad.core.metrics.pool import MetricsConfig, PoolMetrics
+from lavad.core.metrics.stranding import warm_up as warm_up_stranding
 from lavad.core.migrations.config import LifetimeSource, MigrationsConfig, drains_by_itself
 from lavad.core.migrations.lifetimes import (
     LIFETIME_SOURCES,
@@ -83,6 +84,7 @@ from lavad.core.placement.framework import (
 from lavad.core.placement.gpa import UsageHooks
 from lavad.core.placement.kernels import warm_up as warm_up_kernels
 from lavad.core.placement.registry import PolicyArgs, build_policy
+from lavad.core.placement.rehearsal import rehearse
 from lavad.core.quarantine import DefectPolicy, Quarantine
 from lavad.models.limits.decision import LimitDecision
 from lavad.models.limits.replicas import ReplicaDecision
@@ -851,12 +853,16 @@ class Engine:
 
         Left to the first pool, a fresh install's compile (about 45 s for LAS
         or LAVA) would hold a live daemon's event loop mid-stream (group
-        heartbeats, scrapes) or count in a replay's time.
+        heartbeats, scrapes) or count in a replay's time. Each throwaway is
+        also taken through one VM's life (``rehearsal``): refits and
+        releases call kernels no placement does. And the pools' hourly
+        stranding sample's.
         """
         warm_up_kernels()
+        warm_up_stranding()
         for name, args in self.config.policies().items():
             # Its own generator: no pool's seeded draws are taken by the throwaway.
-            build_policy(name, args, np.random.default_rng(0))
+            rehearse(build_policy(name, args, np.random.default_rng(0)))
 
     def pool(self, name: str) -> PoolRuntime:
         """The pool of this name, opened if new.

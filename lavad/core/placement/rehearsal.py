@@ -1,0 +1,70 @@
+"""A throwaway policy taken through one VM's life before the first real event.
+
+Building a policy compiles (or loads from numba's cache) the kernels of its
+placement. A VM's life reaches more of them: the lifetime tracker's first
+refit (host exits rebuilt, the running VMs repredicted), the model's refit
+with a VM running (its censoring added), LA-Binary's compiled booking and
+release, which no placement warm-up calls. Left to the stream, each compiles
+where a replay or the live daemon first reaches it: on a fresh install the
+first refit with a VM running, an hour of event time in, held the event
+loop for about 0.6 s, and a replay counted it in the policy's time.
+
+The rehearsal goes through the policy's own interfaces (``place``, then its
+hooks' booking, timers and release), so whatever a policy's life calls is
+compiled, whichever policy it is. It touches nothing but the throwaway
+policy it is given and a pool of one host of its own.
+"""
+
+from __future__ import annotations
+
+from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import Placed, PlacementRequest, Policy
+from lavad.streams.oracle import ORACLE_FEATURE
+from lavad.streams.schema import VmRequest
+
+# Two hours: past the tracker's hourly refit with the VM still running, and
+# past the VM's predicted exit (a reprediction), before it exits.
+_LIFE_S = 2 * 3600.0
+# A host with room for the request in every resource a policy may weigh.
+_CAPACITY = (64.0, 256.0, 1024.0, 8.0)
+_DEMAND = (1.0, 4.0, 0.0, 0.0)
+
+
+class RehearsalFailed(RuntimeError):
+    """The rehearsal's one request found no host on an empty host with room for it."""
+
+
+def rehearse(policy: Policy) -> None:
+    """Take ``policy`` (a throwaway: its state changes) through one VM's life.
+
+    Its true lifetime rides in the request's features as the replay attaches
+    it, so oracle policies rehearse too.
+    """
+    cluster = ClusterState()
+    cluster.add_host("rehearsal/h0", _CAPACITY)
+    hooks = policy.hooks
+    event = VmRequest(
+        time=0.0,
+        pool="rehearsal",
+        vm_id="rehearsal-vm",
+        cores=_DEMAND[0],
+        memory_gib=_DEMAND[1],
+        tenant="rehearsal",
+        features={ORACLE_FEATURE: _LIFE_S, "hour_of_day": 0, "batch_size": 1},
+    )
+    # As the engine does: the timers due by an event's time, then the event.
+    if hooks.next_deadline <= 0.0:
+        hooks.advance(cluster, 0.0)
+    request = PlacementRequest(event.vm_id, _DEMAND, "", None, 0.0, event)
+    result = policy.place(cluster, request)
+    if not isinstance(result, Placed):
+        raise RehearsalFailed(
+            f"policy {policy.name!r} placed no VM on an empty host with room for it:"
+            f" {result.reason}"
+        )
+    record = cluster.book(event.vm_id, result.host, _DEMAND, "", 0.0)
+    hooks.on_booked(cluster, record, 0.0, event)
+    if hooks.next_deadline <= _LIFE_S:
+        hooks.advance(cluster, _LIFE_S)
+    hooks.on_released(cluster, cluster.release(event.vm_id), _LIFE_S, exited=True)
+    hooks.take_notices()
