@@ -87,9 +87,9 @@ def _fresh(name: str) -> Policy:
 
 
 @pytest.mark.parametrize("name", REGISTRY.names)
-def test_a_rehearsal_leaves_no_vm_and_no_timer_due(name: str) -> None:
+def test_each_policy_rehearses_a_whole_life_and_keeps_no_vm_nor_notice(name: str) -> None:
     policy = _fresh(name)
-    rehearse(policy)
+    assert rehearse(policy)  # placed on the empty host: its whole life rehearsed
     # The VM came and went: nothing of it is left for a pool's stream.
     tracker = policy.hooks.lifetime_tracker()
     if isinstance(tracker, LifetimeTracker):
