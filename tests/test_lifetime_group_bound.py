@@ -20,6 +20,7 @@ import pytest
 from live_support import AZURE_SLICE
 from support import PROJECT_ROOT
 
+from lavad.core.engine import Engine
 from lavad.core.placement import lifetime as lifetime_module
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.replay import replay
@@ -209,33 +210,32 @@ def test_the_largest_bound_allocates_only_for_the_groups_that_come() -> None:
     """``max_groups`` at its ceiling (10,000,000 groups, 20 GB of tables if all came)
     allocates nothing ahead: the tables grow with the groups the input names, so a
     replay of the slice places every request with tables a few thousand rows long."""
-    trackers: list[lifetime_module.LifetimeTracker] = []
     settings = load_settings(PROJECT_ROOT / "config" / "lavad.toml")
     las = {**settings.policies.get("las", {}), "max_groups": 10_000_000}
     settings = settings.model_copy(update={"policies": {**settings.policies, "las": las}})
     trace = open_trace(AZURE_SLICE, seed=0)
     config = settings.engine_config("las", trace_has_hosts=trace.has_hosts)
     sink = io.BytesIO()
-    original = lifetime_module.LifetimeTracker.refresh
-
-    def recorded(self: lifetime_module.LifetimeTracker, *args: Any, **kwargs: Any) -> None:
-        if self not in trackers:
-            trackers.append(self)
-        original(self, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lifetime_module.LifetimeTracker, "refresh", recorded)
-        replay(trace.events(), config, end_time=trace.end_time, decisions_out=sink)
+    engine = Engine(config)
+    replay(trace.events(), config, end_time=trace.end_time, decisions_out=sink, engine=engine)
     requested = sum(1 for e in open_trace(AZURE_SLICE, seed=0).events() if isinstance(e, VmRequest))
     placed = sink.getvalue().count(b'"kind":"placement"')
     assert placed == requested
-    [tracker] = trackers
+    tracker = _pool_tracker(engine)
     assert tracker.settings.max_groups == 10_000_000
     model = tracker.model
     assert isinstance(model, GroupedLifeTables)
     assert model.overflow_row(0) is None  # nothing past the bound
     assert (model.lookups_past_bound, model.groups_reclaimed) == (0, 0)
     assert model.groups <= len(model.deaths) <= 2 * model.groups + 16
+
+
+def _pool_tracker(engine: Engine) -> lifetime_module.LifetimeTracker:
+    """The lifetime tracker of the replay's one pool (not the warm-up's throwaways)."""
+    [pool] = engine.pools.values()
+    tracker = pool.policy.hooks.lifetime_tracker()
+    assert isinstance(tracker, lifetime_module.LifetimeTracker)
+    return tracker
 
 
 class _Checked(GroupedLifeTables):
@@ -370,27 +370,21 @@ def test_a_replay_past_the_bound_reclaims_and_decides_the_same_twice(policy: str
     settings = load_settings(PROJECT_ROOT / "config" / "lavad.toml")
     args = {**settings.policies.get(policy, {}), "max_groups": BOUND}
     settings = settings.model_copy(update={"policies": {**settings.policies, policy: args}})
-    trackers: list[lifetime_module.LifetimeTracker] = []
-    original = lifetime_module.LifetimeTracker.refresh
-
-    def recorded(self: lifetime_module.LifetimeTracker, *a: Any, **kw: Any) -> None:
-        if self not in trackers:
-            trackers.append(self)
-        original(self, *a, **kw)
-
     streams = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lifetime_module.LifetimeTracker, "refresh", recorded)
-        for _ in range(2):
-            trace = open_trace(AZURE_SLICE, seed=0)
-            config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
-            sink = io.BytesIO()
-            replay(trace.events(), config, end_time=trace.end_time, decisions_out=sink)
-            streams.append(sink.getvalue())
+    engines = []
+    for _ in range(2):
+        trace = open_trace(AZURE_SLICE, seed=0)
+        config = settings.engine_config(policy, trace_has_hosts=trace.has_hosts)
+        sink = io.BytesIO()
+        engines.append(Engine(config))
+        replay(
+            trace.events(), config, end_time=trace.end_time, decisions_out=sink, engine=engines[-1]
+        )
+        streams.append(sink.getvalue())
     assert streams[0] == streams[1]
     requested = sum(1 for e in open_trace(AZURE_SLICE, seed=0).events() if isinstance(e, VmRequest))
     assert streams[0].count(b'"kind":"placement"') == requested
-    model = trackers[0].model
+    model = _pool_tracker(engines[0]).model
     assert isinstance(model, GroupedLifeTables) and model.reclaim_groups
     assert model.groups_reclaimed > 0
     assert model.groups <= BOUND + LEVELS  # the groups and the shared overflow rows
