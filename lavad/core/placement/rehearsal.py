@@ -11,8 +11,9 @@ loop for about 0.6 s, and a replay counted it in the policy's time.
 
 The rehearsal goes through the policy's own interfaces (``place``, then its
 hooks' booking, timers and release), so whatever a policy's life calls is
-compiled, whichever policy it is. It touches nothing but the throwaway
-policy it is given and a pool of one host of its own.
+compiled, whichever policy it is. Beyond that compiled code, it touches
+nothing but the throwaway policy it is given and a pool of one host of its
+own.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from lavad.core.placement.framework import Placed, PlacementRequest, Policy
 from lavad.streams.oracle import ORACLE_FEATURE
 from lavad.streams.schema import VmRequest
 
-# Two hours: past the tracker's hourly refit with the VM still running, and
-# past the VM's predicted exit (a reprediction), before it exits.
+# Two hours: past the tracker's hourly refit with the VM still running (the
+# refit counts it as censored and repredicts it from its uptime), then it exits.
 _LIFE_S = 2 * 3600.0
 # A host with room for the request in every resource a policy may weigh.
 _CAPACITY = (64.0, 256.0, 1024.0, 8.0)
