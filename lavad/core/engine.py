@@ -848,21 +848,9 @@ class Engine:
         return out
 
     def warm_up(self) -> None:
-        """Compile (or load from numba's cache) the kernels the pools will run, now: Best
-        Fit's, and the configured policy's through a throwaway instance of it.
-
-        Left to the first pool, a fresh install's compile (about 45 s for LAS
-        or LAVA) would hold a live daemon's event loop mid-stream (group
-        heartbeats, scrapes) or count in a replay's time. Each throwaway is
-        also taken through one VM's life (``rehearsal``): refits and
-        releases call kernels no placement does. And the pools' hourly
-        stranding sample's.
-        """
-        warm_up_kernels()
-        warm_up_stranding()
-        for name, args in self.config.policies().items():
-            # Its own generator: no pool's seeded draws are taken by the throwaway.
-            rehearse(build_policy(name, args, np.random.default_rng(0)))
+        """Compile (or load from numba's cache) the kernels the pools will run, now
+        (``warm_up_policies`` for the configured policies)."""
+        warm_up_policies(self.config.policies())
 
     def pool(self, name: str) -> PoolRuntime:
         """The pool of this name, opened if new.
@@ -1097,6 +1085,24 @@ class Engine:
             pool.metrics.hosts_added_on_demand += 1
             return Placed(host=host, ties=0, scores={})
         return result
+
+
+def warm_up_policies(policies: Mapping[str, PolicyArgs]) -> None:
+    """Compile (or load from numba's cache) what pools placed by ``policies`` run: Best
+    Fit's kernels, the pools' hourly stranding sample's, and each policy's through a
+    throwaway instance taken through one VM's life (``rehearsal``: refits and releases
+    call kernels no placement does).
+
+    Left to the stream, a fresh install's compile (about 45 s for LAS or LAVA)
+    would hold a live daemon's event loop mid-stream (group heartbeats,
+    scrapes) or count in a replay's time. The Docker image calls this with
+    every registered policy, to cache them all at build time.
+    """
+    warm_up_kernels()
+    warm_up_stranding()
+    for name, args in policies.items():
+        # Its own generator: no pool's seeded draws are taken by the throwaway.
+        rehearse(build_policy(name, args, np.random.default_rng(0)))
 
 
 def booked(
