@@ -6,6 +6,9 @@ replays every policy in every cell of:
 * windows: each half of the Azure V1 dev split replayed alone (``azure-head``,
   ``azure-tail``: a month split in two is the nearest we hold to a period never
   seen), OpenB on a GPU-bound host shape, DLRM on a host shape of our choosing;
+  ``--data`` reads them from another folder laid out as ``../shared/data``
+  (held-back traces of the same kinds), and ``--azure-split`` picks its Azure
+  split where the folder holds several;
 * host shapes (Azure: the default 48/192 and 64/256, 32/128, 32/256);
 * fleets: grown on demand, and fixed at 5% and 15% headroom over Best Fit's
   peak in the same window, shape and seed;
@@ -27,6 +30,7 @@ policy with the tables ``VARIANT``'s own run of the cell ended with, frozen
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import shutil
@@ -42,7 +46,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from benchmarks.arguments import at_least_one
+from benchmarks.arguments import at_least_one, at_least_zero
 from benchmarks.lifetime_ablation import CONFIG, parse_variant
 from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
@@ -52,6 +56,13 @@ from lavad.daemon.settings import ConfigError, HostSettings, Settings, load_sett
 from lavad.evaluation import hindsight
 from lavad.evaluation.vm_sample import sample_vms
 from lavad.streams.adapters import open_trace
+from lavad.streams.adapters.azure_vms import (
+    BATCH_SIZE_MAP,
+    FLAVOR_MAP,
+    INTERVAL_MAP,
+    AzureV1Vms,
+)
+from lavad.streams.adapters.base import TraceFormatError
 from lavad.streams.oracle import exit_times, with_true_lifetimes
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -92,26 +103,69 @@ WINDOWS: dict[str, Window] = {
 }
 
 
-def _azure_half(which: str, into: Path) -> Path:
-    """One half of the dev split (500 of its 1,000 arrival lines) as a trace folder."""
-    source = SHARED / "azure-v1-vms"
+class EmptyWindow(ValueError):
+    """A window whose events end before the metrics' warm-up does: no figure to compare."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Where the windows' traces are read from: a folder laid out as ``../shared/data``.
+
+    Held-back traces of the same kinds check the defaults on periods they were
+    not chosen on, so the matrix reads any such folder, not only ours.
+    """
+
+    data: Path = SHARED
+    # The Azure V1 split whose halves are the Azure windows; None: the folder's
+    # only split (a folder of several must name one).
+    azure_split: str | None = None
+    # Overrides [metrics] warmup_s: a window shorter than the configuration's
+    # day of warm-up measures nothing.
+    warmup_s: float | None = None
+
+    def folder(self, window: str) -> Path:
+        if window.startswith("azure"):
+            return self.data / "azure-v1-vms"
+        return self.data / ("alibaba-openb" if window.startswith("openb") else "alibaba-dlrm")
+
+    def azure_trace(self) -> AzureV1Vms:
+        """The Azure split, opened: its files and censoring time, or TraceFormatError."""
+        return AzureV1Vms(self.folder("azure"), seed=0, pool="default", split=self.azure_split)
+
+
+def _azure_half(which: str, into: Path, sources: Sources) -> Path:
+    """One half of the Azure split's arrival lines (the head the first ``n // 2`` of
+    its ``n``, the tail the rest: 500 each of the dev split's 1,000) as a trace folder."""
+    split = sources.azure_trace()
     # One folder per process: cells of one window run in parallel.
     folder = into / f"azure-{which}-{os.getpid()}"
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("v1.dev.txt", "v1.dev.c2100000.txt"):
-        lines = (source / name).read_text(encoding="utf-8").splitlines(keepends=True)
-        half = lines[:500] if which == "head" else lines[500:]
-        target = name.replace("v1.dev", f"v1.dev{which}")
+    files = (split.arrivals, split.durations)
+    texts = [path.read_text(encoding="utf-8").splitlines(keepends=True) for path in files]
+    if len(texts[0]) != len(texts[1]):
+        # The two files line up line by line (same time bin): halves of unequal
+        # files would pair one bin's arrivals with another's lifetimes.
+        raise TraceFormatError(
+            split.durations,
+            f"{len(texts[1])} lines against {len(texts[0])} in {split.arrivals.name}: "
+            "the files must line up line by line",
+        )
+    middle = len(texts[0]) // 2
+    for path, lines in zip(files, texts, strict=True):
+        half = lines[:middle] if which == "head" else lines[middle:]
+        target = path.name.replace(f"v1.{split.split}.", f"v1.{split.split}{which}.", 1)
         (folder / target).write_text("".join(half), encoding="utf-8")
-    for name in ("flav_map.txt", "v1.interval_map.txt", "batch_size_map.txt"):
-        shutil.copy(source / name, folder / name)
+    for name in (FLAVOR_MAP, INTERVAL_MAP, BATCH_SIZE_MAP):
+        if (split.arrivals.parent / name).is_file():  # the batch sizes are optional
+            shutil.copy(split.arrivals.parent / name, folder / name)
     return folder
 
 
-def trace_path(window: str, scratch: Path) -> Path:
+def trace_path(window: str, scratch: Path, sources: Sources | None = None) -> Path:
+    sources = sources or Sources()
     if window in ("azure-head", "azure-tail"):
-        return _azure_half(window.removeprefix("azure-"), scratch)
-    return SHARED / ("alibaba-openb" if window.startswith("openb") else "alibaba-dlrm")
+        return _azure_half(window.removeprefix("azure-"), scratch, sources)
+    return sources.folder(window)
 
 
 def _hosts(shape: str, count: int, grow: bool) -> HostSettings:
@@ -151,10 +205,14 @@ def _run_fleet(
     grow: bool,
     policies: list[str],
     keep_vms: float,
+    warmup_s: float | None = None,
 ) -> list[dict[str, Any]]:
     base = load_settings(CONFIG)
     options = dict(window.options)
     settings = base.model_copy(update={"seed": seed, "hosts": _hosts(shape, count, grow)})
+    if warmup_s is not None:
+        metrics = dataclasses.replace(settings.metrics, warmup_s=warmup_s)
+        settings = settings.model_copy(update={"metrics": metrics})
     true_exits: dict[tuple[str, str], float] | None = None
     results = []
     fitted: dict[str, hindsight.FittedModels] = {}
@@ -187,6 +245,14 @@ def _run_fleet(
     rows = []
     for spec, result in zip(policies, results, strict=True):
         pool = _pool(result)
+        if pool["measured_until_s"] <= pool["measured_from_s"]:
+            raise EmptyWindow(
+                f"window {window.name} measured nothing: its averages would open "
+                f"{pool['warmup_s']:.0f} s after the first event, at "
+                f"{pool['measured_from_s']:.0f} s, and close at the "
+                f"{pool['measured_until'].replace('_', ' ')}, at {pool['measured_until_s']:.0f} s;"
+                " pass --warmup-s below the window's span"
+            )
         rows.append(
             {
                 "policy": spec,
@@ -209,13 +275,16 @@ def run_unit(
     policies: list[str],
     scratch: str,
     keep_vms: float = 1.0,
+    sources: Sources | None = None,
 ) -> list[dict[str, Any]]:
     """Every fleet of one (window, shape, seed): the grown pool first, for Best Fit's peak."""
     heap.tune_collector()  # in the worker process, which runs the replays
     window = WINDOWS[window_name]
-    trace = trace_path(window_name, Path(scratch))
+    trace = trace_path(window_name, Path(scratch), sources)
     cells = []
-    grown = _run_fleet(trace, window, shape, seed, 0, True, policies, keep_vms)
+    sources = sources or Sources()
+    warmup_s = sources.warmup_s
+    grown = _run_fleet(trace, window, shape, seed, 0, True, policies, keep_vms, warmup_s)
     peak = next(row["peak"] for row in grown if row["policy"] == policies[0])
     for fleet in fleets:
         if fleet == "grown":
@@ -223,7 +292,9 @@ def run_unit(
         else:
             headroom = float(fleet.removeprefix("fixed+").removesuffix("%")) / 100.0
             count = math.ceil(peak * (1.0 + headroom))
-            rows = _run_fleet(trace, window, shape, seed, count, False, policies, keep_vms)
+            rows = _run_fleet(
+                trace, window, shape, seed, count, False, policies, keep_vms, warmup_s
+            )
         cells.append(
             {
                 "window": window_name,
@@ -341,6 +412,17 @@ def check_variant(spec: str) -> None:
     _with_variant(load_settings(CONFIG), name, args).engine_config(name, trace_has_hosts=False)
 
 
+def check_sources(sources: Sources, windows: list[str]) -> None:
+    """Raise TraceFormatError, naming the folder, for a window whose trace is not there:
+    checked before any worker starts, not as a traceback from the first cell."""
+    for window in windows:
+        folder = sources.folder(window)
+        if not folder.is_dir():
+            raise TraceFormatError(folder, f"window {window} reads this folder: not found")
+        if window.startswith("azure"):
+            sources.azure_trace()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--window", action="append", choices=sorted(WINDOWS))
@@ -362,6 +444,24 @@ def main(argv: list[str] | None = None) -> None:
         default=1.0,
         help="replay a seeded share of the VMs (0 < share <= 1; default all)",
     )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=SHARED,
+        help="the folder of traces, laid out as ../shared/data (azure-v1-vms, alibaba-openb, "
+        "alibaba-dlrm): e.g. held-back traces of the same kinds (default: ../shared/data)",
+    )
+    parser.add_argument(
+        "--warmup-s",
+        type=at_least_zero,
+        help="override [metrics] warmup_s (a day): event time after a window's first event "
+        "left out of its figures, for windows shorter than the configuration's",
+    )
+    parser.add_argument(
+        "--azure-split",
+        help="the Azure V1 split whose halves are the Azure windows, v1.<split>.txt "
+        "(default: the folder's only split)",
+    )
     ns = parser.parse_args(argv)
     if not 0.0 < ns.keep_vms <= 1.0:
         parser.error(f"--keep-vms must be in (0, 1], got {ns.keep_vms}")
@@ -372,18 +472,28 @@ def main(argv: list[str] | None = None) -> None:
             check_variant(spec)
         except (ConfigError, ValueError) as exc:
             parser.error(f"{spec!r}: {exc}")
-    if not SHARED.is_dir():
-        sys.exit(f"the placement matrix needs the real traces in {SHARED}: not found")
+    if not ns.data.is_dir():
+        sys.exit(f"the placement matrix needs the real traces in {ns.data}: not found")
+    sources = Sources(ns.data, ns.azure_split, ns.warmup_s)
     windows = ns.window or list(WINDOWS)
+    try:
+        check_sources(sources, windows)
+    except TraceFormatError as exc:
+        sys.exit(f"the placement matrix cannot read its traces: {exc}")
     fleets = ns.fleet or list(FLEETS)
     cells: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(ns.jobs) as pool:
         futures = [
-            pool.submit(run_unit, w, s, seed, fleets, policies, scratch, ns.keep_vms)
+            pool.submit(run_unit, w, s, seed, fleets, policies, scratch, ns.keep_vms, sources)
             for w, s, seed in units(windows, ns.shape, ns.seeds, ns.first_seed)
         ]
-        for future in futures:
-            cells.extend(future.result())
+        try:
+            for future in futures:
+                cells.extend(future.result())
+        except EmptyWindow as exc:
+            for future in futures:
+                future.cancel()
+            sys.exit(f"the placement matrix has no figure to compare: {exc}")
     table, _ = summarise(cells, ns.oracle)
     print(table)
     if ns.json is not None:

@@ -27,6 +27,11 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
         ("placement_matrix", ["--seeds", "0"], "argument --seeds: want at least 1, got 0"),
         (
             "placement_matrix",
+            ["--warmup-s", "-1"],
+            "argument --warmup-s: want a finite number of at least 0, got '-1'",
+        ),
+        (
+            "placement_matrix",
             ["--policy", "las:bogus=1"],
             "policies.las.bogus: Extra inputs are not permitted",
         ),

@@ -1,0 +1,119 @@
+"""The placement matrix reads any folder laid out as ``../shared/data``: held-back
+traces of the same kinds check the defaults on periods they were not chosen on.
+
+These use the bundled Azure V1 slice (200 arrival lines, 46,214 requests) as
+such a folder, so they run on a fresh clone."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from lavad.streams.adapters import open_trace
+from lavad.streams.adapters.base import TraceFormatError
+from lavad.streams.schema import VmRequest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SLICE = PROJECT_ROOT / "data" / "azure-v1-vms-slice"
+
+
+@pytest.fixture
+def matrix(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    # The benchmarks are a folder of the project, not an installed package.
+    monkeypatch.syspath_prepend(str(PROJECT_ROOT))
+    return importlib.import_module("benchmarks.placement_matrix")
+
+
+def _held_back(root: Path) -> Path:
+    """A data folder whose Azure V1 traces are the bundled slice (split ``devhead``)."""
+    data = root / "data"
+    shutil.copytree(SLICE, data / "azure-v1-vms")
+    return data
+
+
+def _requests(trace: Path) -> list[float]:
+    return [e.time for e in open_trace(trace, seed=0).events() if isinstance(e, VmRequest)]
+
+
+def test_the_azure_windows_are_the_halves_of_the_folders_own_split(
+    matrix: ModuleType, tmp_path: Path
+) -> None:
+    sources = matrix.Sources(_held_back(tmp_path))
+    head = matrix.trace_path("azure-head", tmp_path / "scratch", sources)
+    tail = matrix.trace_path("azure-tail", tmp_path / "scratch", sources)
+    # The slice's split is devhead; its halves keep its censoring time's name.
+    assert sorted(p.name for p in head.glob("v1.*head*.txt")) == [
+        "v1.devheadhead.c2100000.txt",
+        "v1.devheadhead.txt",
+    ]
+    for half, which in ((head, "head"), (tail, "tail")):
+        files = (f"v1.devhead{which}.txt", f"v1.devhead{which}.c2100000.txt")
+        # 100 of the slice's 200 arrival lines each, and as many lines of lifetimes.
+        assert [len((half / name).read_text().splitlines()) for name in files] == [100, 100]
+    head_times, tail_times = _requests(head), _requests(tail)
+    # Together they are the whole slice, the head before the tail.
+    assert len(head_times) + len(tail_times) == len(_requests(SLICE)) == 46_214
+    assert head_times and tail_times and max(head_times) < min(tail_times)
+
+
+def test_a_folder_of_two_splits_must_name_the_one_to_halve(
+    matrix: ModuleType, tmp_path: Path
+) -> None:
+    data = _held_back(tmp_path)
+    azure = data / "azure-v1-vms"
+    shutil.copy(azure / "v1.devhead.txt", azure / "v1.later.txt")
+    shutil.copy(azure / "v1.devhead.c2100000.txt", azure / "v1.later.c2100000.txt")
+    with pytest.raises(TraceFormatError, match=r"holds 2 splits \['devhead', 'later'\]"):
+        matrix.check_sources(matrix.Sources(data), ["azure-head"])
+    matrix.check_sources(matrix.Sources(data, "later"), ["azure-head"])
+    head = matrix.trace_path("azure-head", tmp_path / "scratch", matrix.Sources(data, "later"))
+    assert (head / "v1.laterhead.txt").is_file()
+
+
+def test_files_that_do_not_line_up_are_refused(matrix: ModuleType, tmp_path: Path) -> None:
+    data = _held_back(tmp_path)
+    durations = data / "azure-v1-vms" / "v1.devhead.c2100000.txt"
+    lines = durations.read_text().splitlines(keepends=True)
+    durations.write_text("".join(lines[:-1]))
+    with pytest.raises(TraceFormatError, match=r"199 lines against 200 .* line by line"):
+        matrix.trace_path("azure-tail", tmp_path / "scratch", matrix.Sources(data))
+
+
+def test_a_window_missing_from_the_folder_is_named(matrix: ModuleType, tmp_path: Path) -> None:
+    data = _held_back(tmp_path)
+    with pytest.raises(TraceFormatError, match="alibaba-dlrm: window dlrm reads this folder"):
+        matrix.check_sources(matrix.Sources(data), ["azure-head", "dlrm"])
+
+
+def _run(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.placement_matrix", *arguments],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_matrix_replays_a_held_back_folder(tmp_path: Path) -> None:
+    data = _held_back(tmp_path)
+    common = ["--data", str(data), "--window", "azure-tail", "--shape", "48/192"]
+    common += ["--fleet", "grown", "--seeds", "1", "--policy", "bestfit", "--policy", "las"]
+    common += ["--oracle", "las", "--jobs", "1"]
+    # Each half spans about eight hours of arrivals, under the configuration's
+    # day of warm-up: no figure, and the command says which option measures it.
+    short = _run(*common)
+    assert short.returncode == 1, short.stderr[-2000:]
+    assert "window azure-tail measured nothing" in short.stderr
+    assert "pass --warmup-s" in short.stderr and "Traceback" not in short.stderr
+    measured = _run(*common, "--warmup-s", "7200", "--json", str(tmp_path / "cells.json"))
+    assert measured.returncode == 0, measured.stderr[-2000:]
+    rows = [line for line in measured.stdout.splitlines() if line.startswith("| azure-tail |")]
+    assert [row.split("|")[5].strip() for row in rows] == ["bestfit", "las"]
