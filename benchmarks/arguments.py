@@ -29,14 +29,3 @@ def above_zero(raw: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"want a finite number above 0, got {raw!r}")
     return value
-
-
-def at_least_zero(raw: str) -> float:
-    """A length of time that may be none: a finite number of at least 0."""
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want a number, got {raw!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"want a finite number of at least 0, got {raw!r}")
-    return value

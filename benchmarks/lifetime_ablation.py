@@ -21,29 +21,11 @@ import orjson
 from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.settings import load_settings
-from lavad.models.lifetime.features import DECLARED_CATEGORICAL
+from lavad.evaluation.variants import parse_value, parse_variant, with_variant
 from lavad.streams.adapters import open_trace
 from lavad.streams.oracle import exit_times, with_true_lifetimes
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "lavad.toml"
-
-
-def _value(key: str, raw: str) -> object:
-    if key == "categorical":
-        return list(DECLARED_CATEGORICAL) if raw == "declared" else [v for v in raw.split("|") if v]
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw  # a bare word: a string argument
-
-
-def parse_variant(spec: str) -> tuple[str, dict[str, object]]:
-    name, _, rest = spec.partition(":")
-    args: dict[str, object] = {}
-    for item in filter(None, rest.split(";")):
-        key, _, raw = item.partition("=")
-        args[key.strip()] = _value(key.strip(), raw.strip())
-    return name, args
 
 
 def run(
@@ -54,9 +36,7 @@ def run(
     runs: list[tuple[str, ReplayResult]] = []
     for spec in variants:
         name, args = parse_variant(spec)
-        policies = dict(settings.policies)
-        policies[name] = {**policies.get(name, {}), **args}
-        variant = settings.model_copy(update={"policies": policies})
+        variant = with_variant(settings, name, args)
         trace = open_trace(trace_path, seed=settings.seed, **options)
         events: Any = trace.events()
         if needs_true_lifetimes(name):
@@ -117,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--oracle", help="the variant whose gain is 100%%")
     parser.add_argument("--json", type=Path)
     ns = parser.parse_args(argv)
-    options = {k: _value(k, v) for k, _, v in (o.partition("=") for o in ns.option)}
+    options = {k: parse_value(k, v) for k, _, v in (o.partition("=") for o in ns.option)}
     runs = run(ns.trace, ns.variant, options)
     print(table(runs, ns.oracle))
     if ns.json is not None:

@@ -24,11 +24,21 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
             "got '0/128': cores: Input should be greater than 0",
         ),
         ("placement_matrix", ["--shape", "48"], "want cores/memory[/gpus[/disk]]"),
-        ("placement_matrix", ["--seeds", "0"], "argument --seeds: want at least 1, got 0"),
+        (
+            "placement_matrix",
+            ["--seeds", "0"],
+            "Invalid value for '--seeds': Input should be greater than or equal to 1",
+        ),
         (
             "placement_matrix",
             ["--warmup-s", "-1"],
-            "argument --warmup-s: want a finite number of at least 0, got '-1'",
+            "Invalid value for '--warmup-s': Input should be greater than or equal to 0",
+        ),
+        ("placement_matrix", ["--window", "nope"], "--window 'nope': want one of azure-head"),
+        (
+            "placement_matrix",
+            ["--policy", "las+hindsight"],
+            "--policy las+hindsight: needs --policy las before it",
         ),
         (
             "placement_matrix",

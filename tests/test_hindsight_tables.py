@@ -64,7 +64,7 @@ def test_the_hindsight_run_predicts_from_the_plain_runs_tables_and_never_refits_
 
 def test_a_hindsight_variant_needs_its_plain_run_before_it() -> None:
     hindsight.check_order(["bestfit", "las", "las+hindsight"])
-    with pytest.raises(SystemExit, match=r"needs --policy las before it"):
+    with pytest.raises(ValueError, match=r"needs --policy las before it"):
         hindsight.check_order(["bestfit", "las+hindsight", "las"])
     assert hindsight.split("lava:host_quantiles=8+hindsight") == ("lava:host_quantiles=8", True)
     assert hindsight.split("las") == ("las", False)

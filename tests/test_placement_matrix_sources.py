@@ -1,33 +1,27 @@
-"""The placement matrix reads any folder laid out as ``../shared/data``: held-back
-traces of the same kinds check the defaults on periods they were not chosen on.
+"""The placement matrix (``lavad evaluate placement``) reads any folder laid out as
+``../shared/data``: held-back traces of the same kinds check the defaults on
+periods they were not chosen on.
 
 These use the bundled Azure V1 slice (200 arrival lines, 46,214 requests) as
 such a folder, so they run on a fresh clone."""
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
+import orjson
 import pytest
 
+from lavad.evaluation import placement_matrix as matrix
 from lavad.streams.adapters import open_trace
 from lavad.streams.adapters.base import TraceFormatError
 from lavad.streams.schema import VmRequest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SLICE = PROJECT_ROOT / "data" / "azure-v1-vms-slice"
-
-
-@pytest.fixture
-def matrix(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    # The benchmarks are a folder of the project, not an installed package.
-    monkeypatch.syspath_prepend(str(PROJECT_ROOT))
-    return importlib.import_module("benchmarks.placement_matrix")
 
 
 def _held_back(root: Path) -> Path:
@@ -41,9 +35,7 @@ def _requests(trace: Path) -> list[float]:
     return [e.time for e in open_trace(trace, seed=0).events() if isinstance(e, VmRequest)]
 
 
-def test_the_azure_windows_are_the_halves_of_the_folders_own_split(
-    matrix: ModuleType, tmp_path: Path
-) -> None:
+def test_the_azure_windows_are_the_halves_of_the_folders_own_split(tmp_path: Path) -> None:
     sources = matrix.Sources(_held_back(tmp_path))
     head = matrix.trace_path("azure-head", tmp_path / "scratch", sources)
     tail = matrix.trace_path("azure-tail", tmp_path / "scratch", sources)
@@ -62,9 +54,7 @@ def test_the_azure_windows_are_the_halves_of_the_folders_own_split(
     assert head_times and tail_times and max(head_times) < min(tail_times)
 
 
-def test_a_folder_of_two_splits_must_name_the_one_to_halve(
-    matrix: ModuleType, tmp_path: Path
-) -> None:
+def test_a_folder_of_two_splits_must_name_the_one_to_halve(tmp_path: Path) -> None:
     data = _held_back(tmp_path)
     azure = data / "azure-v1-vms"
     shutil.copy(azure / "v1.devhead.txt", azure / "v1.later.txt")
@@ -76,7 +66,7 @@ def test_a_folder_of_two_splits_must_name_the_one_to_halve(
     assert (head / "v1.laterhead.txt").is_file()
 
 
-def test_files_that_do_not_line_up_are_refused(matrix: ModuleType, tmp_path: Path) -> None:
+def test_files_that_do_not_line_up_are_refused(tmp_path: Path) -> None:
     data = _held_back(tmp_path)
     durations = data / "azure-v1-vms" / "v1.devhead.c2100000.txt"
     lines = durations.read_text().splitlines(keepends=True)
@@ -85,15 +75,19 @@ def test_files_that_do_not_line_up_are_refused(matrix: ModuleType, tmp_path: Pat
         matrix.trace_path("azure-tail", tmp_path / "scratch", matrix.Sources(data))
 
 
-def test_a_window_missing_from_the_folder_is_named(matrix: ModuleType, tmp_path: Path) -> None:
+def test_a_window_missing_from_the_folder_is_named(tmp_path: Path) -> None:
     data = _held_back(tmp_path)
     with pytest.raises(TraceFormatError, match="alibaba-dlrm: window dlrm reads this folder"):
         matrix.check_sources(matrix.Sources(data), ["azure-head", "dlrm"])
 
 
-def _run(*arguments: str) -> subprocess.CompletedProcess[str]:
+# The console script, run by this interpreter.
+LAVAD = (sys.executable, "-c", "from lavad.daemon.cli import main; main()")
+
+
+def _evaluate(*arguments: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.placement_matrix", *arguments],
+        [*LAVAD, "evaluate", "placement", *arguments],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -102,18 +96,41 @@ def _run(*arguments: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_matrix_replays_a_held_back_folder(tmp_path: Path) -> None:
+def test_lavad_evaluate_placement_replays_a_held_back_folder(tmp_path: Path) -> None:
     data = _held_back(tmp_path)
-    common = ["--data", str(data), "--window", "azure-tail", "--shape", "48/192"]
-    common += ["--fleet", "grown", "--seeds", "1", "--policy", "bestfit", "--policy", "las"]
-    common += ["--oracle", "las", "--jobs", "1"]
+    common = [str(data), "--window", "azure-tail", "--shape", "48/192", "--fleet", "grown"]
+    common += ["--seeds", "1", "--policy", "bestfit", "--policy", "las", "--oracle", "las"]
+    common += ["--jobs", "1"]
     # Each half spans about eight hours of arrivals, under the configuration's
     # day of warm-up: no figure, and the command says which option measures it.
-    short = _run(*common)
-    assert short.returncode == 1, short.stderr[-2000:]
-    assert "window azure-tail measured nothing" in short.stderr
-    assert "pass --warmup-s" in short.stderr and "Traceback" not in short.stderr
-    measured = _run(*common, "--warmup-s", "7200", "--json", str(tmp_path / "cells.json"))
+    short = _evaluate(*common)
+    assert short.returncode == 2, short.stderr[-2000:]
+    said = " ".join(short.stderr.split())
+    assert "window azure-tail measured nothing" in said and "pass --warmup-s" in said
+    assert "Traceback" not in short.stderr
+    cells = tmp_path / "cells.json"
+    measured = _evaluate(*common, "--warmup-s", "7200", "--json", str(cells))
     assert measured.returncode == 0, measured.stderr[-2000:]
     rows = [line for line in measured.stdout.splitlines() if line.startswith("| azure-tail |")]
     assert [row.split("|")[5].strip() for row in rows] == ["bestfit", "las"]
+    (cell,) = orjson.loads(cells.read_bytes())
+    assert (cell["window"], cell["shape"], cell["fleet"], cell["seed"]) == (
+        "azure-tail",
+        "48/192",
+        "grown",
+        0,
+    )
+    # Best Fit's pool shows empty hosts over a measured window; its gain over
+    # itself is nothing, so the table's first row says +0.00.
+    assert cell["rows"][0]["empty_pct"] > 0
+    assert "| bestfit | +0.00 [+0.00, +0.00] |" in rows[0]
+
+
+def test_a_missing_folder_or_split_stops_before_any_replay(tmp_path: Path) -> None:
+    missing = _evaluate(str(tmp_path / "nothing"), "--window", "azure-head")
+    assert missing.returncode == 2
+    assert "no such folder of traces" in " ".join(missing.stderr.split())
+    data = _held_back(tmp_path)
+    wrong = _evaluate(str(data), "--window", "azure-head", "--azure-split", "test")
+    assert wrong.returncode == 2
+    assert "no split 'test' here; found ['devhead']" in " ".join(wrong.stderr.split())

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 
+from lavad.evaluation import placement_matrix as matrix
 from lavad.streams.adapters import open_trace
 from lavad.streams.adapters.openb import AlibabaOpenb
 from lavad.streams.schema import VmRequest
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.shared_data
@@ -25,16 +23,13 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 def test_an_openb_window_replays_its_own_pod_list(
     shared_data: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     window: str,
     pod_list: str,
     pods: int,
 ) -> None:
-    # The benchmarks are a folder of the project, not an installed package.
-    monkeypatch.syspath_prepend(str(PROJECT_ROOT))
-    matrix = importlib.import_module("benchmarks.placement_matrix")
     options = dict(matrix.WINDOWS[window].options)
-    trace = open_trace(matrix.trace_path(window, tmp_path), seed=0, **options)
+    trace_path = matrix.trace_path(window, tmp_path, matrix.Sources(shared_data))
+    trace = open_trace(trace_path, seed=0, **options)
     assert isinstance(trace, AlibabaOpenb)
     assert trace.pods_file.name == pod_list
     # The pool is the window's host shape, not the trace's node list.

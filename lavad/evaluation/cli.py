@@ -10,6 +10,7 @@ from lavad.evaluation.gpa_cli import gpa_command
 from lavad.evaluation.lifetime_cli import lifetime_command
 from lavad.evaluation.limits_cli import horizontal_command, limits_command, limits_sweep_command
 from lavad.evaluation.migrations_cli import migrations_command
+from lavad.evaluation.placement_cli import placement_command
 from lavad.evaluation.progress import track_evaluation
 
 evaluate_app = typer.Typer(
@@ -21,6 +22,7 @@ evaluate_app = typer.Typer(
 # In the order ``lavad evaluate --help`` lists them.
 for name, command in (
     ("lifetime", lifetime_command),
+    ("placement", placement_command),
     ("admission", admission_command),
     ("gpa", gpa_command),
     ("limits", limits_command),

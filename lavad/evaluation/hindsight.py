@@ -11,7 +11,7 @@ VM from the distribution of its own feature group over the window, which no
 online model of the same features can know better. What the hindsight run
 still misses of the oracle's gain is the features' part.
 
-A variant ``NAME+hindsight`` in ``benchmarks.placement_matrix`` is ``NAME``
+A variant ``NAME+hindsight`` in ``lavad evaluate placement`` is ``NAME``
 replayed with the tables that ``NAME``'s own run in the same cell ended with;
 ``NAME`` must come before it in the list of policies.
 """
@@ -62,7 +62,7 @@ def check_order(specs: list[str]) -> None:
     for i, spec in enumerate(specs):
         base, hindsight = split(spec)
         if hindsight and base not in specs[:i]:
-            raise SystemExit(f"--policy {spec}: needs --policy {base} before it (its tables)")
+            raise ValueError(f"--policy {spec}: needs --policy {base} before it (its tables)")
 
 
 def _tracker(engine: Engine, pool: str) -> LifetimeTracker | None:

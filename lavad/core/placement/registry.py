@@ -178,7 +178,7 @@ class LifetimeArgs(WasteMixArgs):
         "the lifetime score (under the waste guard)",
     )
     # 0.25 for LAS and LAVA: chosen among 0.25, 0.5 and 1.0 by the worst
-    # cell of the placement matrix (benchmarks/placement_matrix.py;
+    # cell of the placement matrix (`lavad evaluate placement`;
     # docs/results/placement-matrix.md), never by one cell; under the waste
     # guard, against 0 too, the choice stands.
     cost_tolerance: float = Field(default=0.25, **_COST_TOLERANCE)

@@ -30,7 +30,7 @@ At w = 1 a fraction of a host held for an hour is that fraction of a
 host-hour. That undercounts: a fragment also blocks the requests that would
 have used the rest of the host, and the mix's fill is an estimate. The
 default w = 8 was chosen on the placement matrix by its worst cell
-(``benchmarks/placement_matrix.py``; docs/results/placement-matrix.md):
+(``lavad evaluate placement``; docs/results/placement-matrix.md):
 below it learned LAS strands more on hosts that can strand, above it the
 gain in empty hosts falls.
 
