@@ -134,3 +134,29 @@ def test_a_missing_folder_or_split_stops_before_any_replay(tmp_path: Path) -> No
     wrong = _evaluate(str(data), "--window", "azure-head", "--azure-split", "test")
     assert wrong.returncode == 2
     assert "no split 'test' here; found ['devhead']" in " ".join(wrong.stderr.split())
+
+
+def _cell(seed: int, figures: dict[str, tuple[float, float, float]]) -> dict[str, object]:
+    rows = [
+        {"policy": policy, "empty_pct": empty, "stranded_cpu_pct": cpu, "stranded_memory_pct": mem}
+        for policy, (empty, cpu, mem) in figures.items()
+    ]
+    return {"window": "azure-tail", "shape": "48/192", "fleet": "grown", "seed": seed, "rows": rows}
+
+
+def test_the_summary_counts_the_conditions_at_the_goal() -> None:
+    # Two seeds of one condition: (empty %, stranded CPU %, stranded memory %).
+    seed_0 = {"bestfit": (10.0, 1.0, 1.0), "las": (11.0, 1.4, 1.0), "oracle": (12.0, 1.0, 1.1)}
+    seed_1 = {"bestfit": (12.0, 1.0, 1.0), "las": (13.4, 1.2, 0.9), "oracle": (14.0, 1.1, 1.0)}
+    cells = [_cell(0, seed_0), _cell(1, seed_1)]
+    table, worst = matrix.summarise(cells, "oracle")
+    # LAS gains +1.0 and +1.4 pp (mean +1.2); the oracle +2.0 and +2.0: a share
+    # of 1.2 / 2.0 = 60%, at the goal. Its CPU strands +0.4 and +0.2 pp over
+    # Best Fit (mean +0.30), over the goal's +0.25.
+    assert "| azure-tail | 48/192 | grown | 11.00 | las | +1.20 [+1.00, +1.40] | 60% |" in table
+    assert worst["las"]["share"] == pytest.approx(0.6)
+    assert worst["las"]["strand"] == pytest.approx(0.3)
+    assert "| las | 60% (azure-tail 48/192 grown) | +0.30 (azure-tail 48/192 grown) |" in table
+    assert (worst["las"]["goal_shares"], worst["las"]["goal_strands"]) == (1, 0)
+    # The oracle's memory strands +0.1 and +0.0 (mean +0.05): within the goal.
+    assert (worst["oracle"]["goal_shares"], worst["oracle"]["goal_strands"]) == (1, 1)
