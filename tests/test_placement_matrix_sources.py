@@ -160,3 +160,8 @@ def test_the_summary_counts_the_conditions_at_the_goal() -> None:
     assert (worst["las"]["goal_shares"], worst["las"]["goal_strands"]) == (1, 0)
     # The oracle's memory strands +0.1 and +0.0 (mean +0.05): within the goal.
     assert (worst["oracle"]["goal_shares"], worst["oracle"]["goal_strands"]) == (1, 1)
+    # Measured against an oracle that was not replayed, no share is shown, and
+    # the table says why.
+    table, worst = matrix.summarise(cells, "las-oracle")
+    assert "No shares: the oracle las-oracle is not among the policies replayed." in table
+    assert (worst["las"]["shown_shares"], worst["las"]["goal_strands"]) == (0, 0)

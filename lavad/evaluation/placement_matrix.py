@@ -379,6 +379,10 @@ def summarise(cells: list[dict[str, Any]], oracle: str) -> tuple[str, dict[str, 
         f"pp over {baseline}: mean [min, max] over seeds; share of {oracle}'s mean gain; "
         "stranded CPU / memory in pp over " + baseline,
         "",
+    ]
+    if oracle not in policies:
+        lines += [f"No shares: the oracle {oracle} is not among the policies replayed.", ""]
+    lines += [
         "| window | shape | fleet | " + baseline + " empty % | policy | empty pp | share |"
         " CPU strand pp | mem strand pp |",
         "|---|---|---|---|---|---|---|---|---|",
