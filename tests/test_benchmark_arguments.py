@@ -37,6 +37,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
         ("placement_matrix", ["--window", "nope"], "--window 'nope': want one of azure-head"),
         (
             "placement_matrix",
+            ["--first-seed", str(2**63 - 2), "--seeds", "2"],
+            "must be at most 9223372036854775807",
+        ),
+        ("placement_matrix", ["--jobs", "0"], "Invalid value for '--jobs'"),
+        (
+            "placement_matrix",
             ["--policy", "las+hindsight"],
             "--policy las+hindsight: needs --policy las before it",
         ),

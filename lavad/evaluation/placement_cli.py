@@ -14,7 +14,14 @@ from typing import Annotated
 import orjson
 import typer
 
-from lavad.daemon.console import err, fail, out, settings_or_exit, writable_or_exit
+from lavad.daemon.console import (
+    err,
+    fail,
+    out,
+    seed_option,
+    settings_or_exit,
+    writable_or_exit,
+)
 from lavad.daemon.settings import ConfigError
 from lavad.evaluation import hindsight
 from lavad.evaluation.options import options_command
@@ -33,6 +40,7 @@ from lavad.evaluation.placement_matrix import (
     summarise,
 )
 from lavad.streams.adapters.base import TraceFormatError
+from lavad.streams.seeds import MAX_SEED
 
 
 def _chosen(option: str, values: list[str] | None, known: tuple[str, ...]) -> tuple[str, ...]:
@@ -69,9 +77,7 @@ class PlacementOptions:
         typer.Option(help=f"fleet, repeatable: {', '.join(FLEETS)} (default all)"),
     ] = None
     seeds: Annotated[int, typer.Option(help="seeds per condition", min=1)] = 3
-    first_seed: Annotated[
-        int, typer.Option(help="seeds first-seed .. first-seed + seeds - 1", min=0)
-    ] = 0
+    first_seed: Annotated[int, seed_option("seeds first-seed .. first-seed + seeds - 1")] = 0
     policy: Annotated[
         list[str] | None,
         typer.Option(
@@ -113,6 +119,9 @@ def run_placement(options: PlacementOptions) -> None:
     writable_or_exit("--json", options.json_out)
     if options.keep_vms <= 0:
         raise fail(f"--keep-vms must be above 0, got {options.keep_vms}")
+    if options.first_seed + options.seeds - 1 > MAX_SEED:
+        # Each cell's seed goes into its replay as the configuration's would.
+        raise fail(f"--first-seed + --seeds - 1 must be at most {MAX_SEED}")
     windows = _chosen("--window", options.window, tuple(WINDOWS))
     fleets = _chosen("--fleet", options.fleet, FLEETS)
     for shape in options.shape or ():

@@ -352,10 +352,12 @@ def run_matrix(
     are cancelled.
     """
     cells: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(jobs) as pool:
+    todo = list(units(windows, shapes, seeds, first_seed))
+    # No more workers than units: the executor forks every worker at once.
+    workers = max(1, min(jobs, len(todo)))
+    with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(workers) as pool:
         futures = [
-            pool.submit(run_unit, w, s, seed, run, scratch, _print_to_stderr)
-            for w, s, seed in units(windows, shapes, seeds, first_seed)
+            pool.submit(run_unit, w, s, seed, run, scratch, _print_to_stderr) for w, s, seed in todo
         ]
         try:
             for future in futures:
