@@ -37,7 +37,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
         ("placement_matrix", ["--window", "nope"], "--window 'nope': want one of azure-head"),
         (
             "placement_matrix",
-            ["--first-seed", str(2**63 - 2), "--seeds", "2"],
+            ["--first-seed", str(2**63 - 1), "--seeds", "2"],
             "must be at most 9223372036854775807",
         ),
         ("placement_matrix", ["--jobs", "0"], "Invalid value for '--jobs'"),
