@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from lavad.daemon.settings import load_settings
 from lavad.evaluation import placement_matrix as matrix
 from lavad.streams.adapters import open_trace
 from lavad.streams.adapters.base import TraceFormatError
@@ -165,3 +166,17 @@ def test_the_summary_counts_the_conditions_at_the_goal() -> None:
     table, worst = matrix.summarise(cells, "las-oracle")
     assert "No shares: the oracle las-oracle is not among the policies replayed." in table
     assert (worst["las"]["shown_shares"], worst["las"]["goal_strands"]) == (0, 0)
+
+
+def test_an_absurd_seed_count_is_bounded_by_the_work_done(tmp_path: Path) -> None:
+    # A trillion seeds of a window shorter than the warm-up: the first cell's
+    # refusal ends the run, without the trillion units ever being listed or
+    # submitted (they were, all at once, before the first cell ran).
+    run = matrix.MatrixRun(
+        load_settings(PROJECT_ROOT / "config" / "lavad.toml"),
+        matrix.Sources(_held_back(tmp_path)),
+        ("bestfit",),
+        ("grown",),
+    )
+    with pytest.raises(matrix.EmptyWindow, match="window azure-tail measured nothing"):
+        matrix.run_matrix(run, ["azure-tail"], ["48/192"], 10**12, 0, 1)

@@ -28,6 +28,7 @@ in worker processes, one (window, shape, seed) each.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import os
@@ -35,7 +36,7 @@ import shutil
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -323,12 +324,17 @@ def run_unit(
     return cells
 
 
+def _shapes_of(window: str, shapes: Sequence[str] | None) -> Sequence[str]:
+    """The shapes ``window`` is replayed on: ``shapes`` for Azure (default all)."""
+    return shapes if shapes and window.startswith("azure") else WINDOWS[window].shapes
+
+
 def units(
     windows: Sequence[str], shapes: Sequence[str] | None, seeds: int, first_seed: int = 0
 ) -> Iterator[tuple[str, str, int]]:
     """Each (window, shape, seed) to replay: Azure windows on ``shapes`` (default all)."""
     for name in windows:
-        for shape in shapes if shapes and name.startswith("azure") else WINDOWS[name].shapes:
+        for shape in _shapes_of(name, shapes):
             for seed in range(first_seed, first_seed + seeds):
                 yield name, shape, seed
 
@@ -352,18 +358,23 @@ def run_matrix(
     are cancelled.
     """
     cells: list[dict[str, Any]] = []
-    todo = list(units(windows, shapes, seeds, first_seed))
     # No more workers than units: the executor forks every worker at once.
-    workers = max(1, min(jobs, len(todo)))
+    count = sum(len(_shapes_of(name, shapes)) for name in windows) * seeds
+    workers = max(1, min(jobs, count))
+    # Units are submitted as workers free up, a few ahead of them: memory
+    # follows the workers, not --seeds (a count from the command line).
+    ahead = 2 * workers
     with tempfile.TemporaryDirectory() as scratch, ProcessPoolExecutor(workers) as pool:
-        futures = [
-            pool.submit(run_unit, w, s, seed, run, scratch, _print_to_stderr) for w, s, seed in todo
-        ]
+        pending: collections.deque[Future[list[dict[str, Any]]]] = collections.deque()
         try:
-            for future in futures:
-                cells.extend(future.result())
+            for w, s, seed in units(windows, shapes, seeds, first_seed):
+                pending.append(pool.submit(run_unit, w, s, seed, run, scratch, _print_to_stderr))
+                if len(pending) >= ahead:
+                    cells.extend(pending.popleft().result())
+            while pending:
+                cells.extend(pending.popleft().result())
         except EmptyWindow:
-            for future in futures:
+            for future in pending:
                 future.cancel()
             raise
     return cells
