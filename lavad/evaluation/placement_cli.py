@@ -147,7 +147,7 @@ def run_placement(options: PlacementOptions) -> None:
     except TraceFormatError as exc:
         raise fail(str(exc)) from None
     run = MatrixRun(settings, sources, policies, fleets, options.keep_vms, options.warmup_s)
-    err.print(f"replaying {len(windows)} windows in {options.jobs} processes", highlight=False)
+    err.print(f"replaying {len(windows)} windows", highlight=False)
     try:
         cells = run_matrix(
             run, windows, options.shape, options.seeds, options.first_seed, options.jobs
