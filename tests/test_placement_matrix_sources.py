@@ -55,6 +55,16 @@ def test_the_azure_windows_are_the_halves_of_the_folders_own_split(tmp_path: Pat
     assert head_times and tail_times and max(head_times) < min(tail_times)
 
 
+def test_the_whole_window_is_the_folders_split_in_one_trace(tmp_path: Path) -> None:
+    whole = matrix.trace_path(
+        "azure-whole", tmp_path / "scratch", matrix.Sources(_held_back(tmp_path))
+    )
+    files = ("v1.devheadwhole.txt", "v1.devheadwhole.c2100000.txt")
+    assert [len((whole / name).read_text().splitlines()) for name in files] == [200, 200]
+    # The same requests at the same times as the slice replayed from its own folder.
+    assert _requests(whole) == _requests(SLICE)
+
+
 def test_a_folder_of_two_splits_must_name_the_one_to_halve(tmp_path: Path) -> None:
     data = _held_back(tmp_path)
     azure = data / "azure-v1-vms"
@@ -125,6 +135,31 @@ def test_lavad_evaluate_placement_replays_a_held_back_folder(tmp_path: Path) -> 
     # itself is nothing, so the table's first row says +0.00.
     assert cell["rows"][0]["empty_pct"] > 0
     assert "| bestfit | +0.00 [+0.00, +0.00] |" in rows[0]
+
+
+def test_by_default_the_windows_are_those_the_folder_holds(tmp_path: Path) -> None:
+    data = _held_back(tmp_path)
+    common = [str(data), "--shape", "48/192", "--fleet", "grown", "--seeds", "1"]
+    common += ["--policy", "bestfit", "--oracle", "bestfit", "--jobs", "1", "--warmup-s", "7200"]
+    ran = _evaluate(*common)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    said = " ".join(ran.stderr.split())
+    for window, folder in (("openb", "alibaba-openb"), ("dlrm", "alibaba-dlrm")):
+        assert f"window {window} skipped: {data / folder} not found" in said
+    measured = {
+        line.split("|")[1].strip() for line in ran.stdout.splitlines() if "| bestfit |" in line
+    }
+    assert {"azure-head", "azure-tail", "azure-whole"} <= measured
+    assert not measured & {"openb", "openb-cpu050", "dlrm"}
+    # A window asked for by name is required.
+    named = _evaluate(*common, "--window", "dlrm")
+    assert named.returncode == 2
+    assert "window dlrm reads this folder: not found" in " ".join(named.stderr.split())
+    nothing = tmp_path / "empty"
+    nothing.mkdir()
+    none_here = _evaluate(str(nothing), "--seeds", "1")
+    assert none_here.returncode == 2
+    assert "no window's traces here" in " ".join(none_here.stderr.split())
 
 
 def test_a_missing_folder_or_split_stops_before_any_replay(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ replays every policy in every cell of:
 
 * windows: each half of an Azure V1 split replayed alone (``azure-head``,
   ``azure-tail``: a month split in two is the nearest to a period never seen),
+  the whole split as one replay (``azure-whole``, as ``lavad replay`` runs it),
   OpenB on a GPU-bound host shape, DLRM on a host shape of our choosing, each
   read from a folder laid out as ``../shared/data`` (``Sources``): ours, or
   held-back traces of the same kinds;
@@ -90,6 +91,9 @@ class Window:
 WINDOWS: dict[str, Window] = {
     "azure-head": Window("azure-head", AZURE_SHAPES),
     "azure-tail": Window("azure-tail", AZURE_SHAPES),
+    # The whole split in one replay, the model learning from an empty pool
+    # through both halves: what ``lavad replay`` on the split measures.
+    "azure-whole": Window("azure-whole", AZURE_SHAPES),
     # OpenB's most common GPU node (96 cores, 384 GiB, 8 GPUs): GPUs bind first.
     "openb": Window("openb", ("96/384/8",), (("hosts", False),)),
     # OpenB's other pod list, sampled from the default one with half its pods
@@ -145,9 +149,10 @@ class MatrixRun:
     warmup_s: float | None = None
 
 
-def _azure_half(which: str, into: Path, sources: Sources) -> Path:
-    """One half of the Azure split's arrival lines (the head the first ``n // 2`` of
-    its ``n``, the tail the rest: 500 each of the dev split's 1,000) as a trace folder."""
+def _azure_part(which: str, into: Path, sources: Sources) -> Path:
+    """One part of the Azure split's arrival lines as a trace folder of that split
+    alone: the head the first ``n // 2`` of its ``n``, the tail the rest (500 each
+    of the dev split's 1,000), the whole all of them."""
     split = sources.azure_trace()
     # One folder per process: cells of one window run in parallel.
     folder = into / f"azure-{which}-{os.getpid()}"
@@ -164,9 +169,9 @@ def _azure_half(which: str, into: Path, sources: Sources) -> Path:
         )
     middle = len(texts[0]) // 2
     for path, lines in zip(files, texts, strict=True):
-        half = lines[:middle] if which == "head" else lines[middle:]
+        part = {"head": lines[:middle], "tail": lines[middle:], "whole": lines}[which]
         target = path.name.replace(f"v1.{split.split}.", f"v1.{split.split}{which}.", 1)
-        (folder / target).write_text("".join(half), encoding="utf-8")
+        (folder / target).write_text("".join(part), encoding="utf-8")
     for name in (FLAVOR_MAP, INTERVAL_MAP, BATCH_SIZE_MAP):
         if (split.arrivals.parent / name).is_file():  # the batch sizes are optional
             shutil.copy(split.arrivals.parent / name, folder / name)
@@ -174,9 +179,9 @@ def _azure_half(which: str, into: Path, sources: Sources) -> Path:
 
 
 def trace_path(window: str, scratch: Path, sources: Sources) -> Path:
-    """The trace ``window`` replays (an Azure half is written under ``scratch``)."""
-    if window in ("azure-head", "azure-tail"):
-        return _azure_half(window.removeprefix("azure-"), scratch, sources)
+    """The trace ``window`` replays (an Azure part is written under ``scratch``)."""
+    if window.startswith("azure-"):
+        return _azure_part(window.removeprefix("azure-"), scratch, sources)
     return sources.folder(window)
 
 
@@ -479,6 +484,12 @@ def check_variant(settings: Settings, spec: str) -> None:
     plain, _ = hindsight.split(spec)
     name, args = parse_variant(plain)
     with_variant(settings, name, args).engine_config(name, trace_has_hosts=False)
+
+
+def windows_present(sources: Sources, windows: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``windows`` split into those whose folder ``sources`` holds and those it does not."""
+    present = [window for window in windows if sources.folder(window).is_dir()]
+    return present, [window for window in windows if window not in present]
 
 
 def check_sources(sources: Sources, windows: Sequence[str]) -> None:
