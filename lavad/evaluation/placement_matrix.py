@@ -486,10 +486,12 @@ def check_variant(settings: Settings, spec: str) -> None:
     with_variant(settings, name, args).engine_config(name, trace_has_hosts=False)
 
 
-def windows_present(sources: Sources, windows: Sequence[str]) -> tuple[list[str], list[str]]:
+def windows_present(
+    sources: Sources, windows: Sequence[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``windows`` split into those whose folder ``sources`` holds and those it does not."""
-    present = [window for window in windows if sources.folder(window).is_dir()]
-    return present, [window for window in windows if window not in present]
+    present = tuple(window for window in windows if sources.folder(window).is_dir())
+    return present, tuple(window for window in windows if window not in present)
 
 
 def check_sources(sources: Sources, windows: Sequence[str]) -> None:
