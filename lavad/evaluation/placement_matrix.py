@@ -168,8 +168,9 @@ def _azure_part(which: str, into: Path, sources: Sources) -> Path:
             "the files must line up line by line",
         )
     middle = len(texts[0]) // 2
+    start, stop = {"head": (0, middle), "tail": (middle, None), "whole": (0, None)}[which]
     for path, lines in zip(files, texts, strict=True):
-        part = {"head": lines[:middle], "tail": lines[middle:], "whole": lines}[which]
+        part = lines[start:stop]
         target = path.name.replace(f"v1.{split.split}.", f"v1.{split.split}{which}.", 1)
         (folder / target).write_text("".join(part), encoding="utf-8")
     for name in (FLAVOR_MAP, INTERVAL_MAP, BATCH_SIZE_MAP):
