@@ -150,6 +150,11 @@ def _run(
         ("las", {"cost_tolerance": 1.0, "scoring": "mean"}),
         ("las-oracle", {"cost_tolerance": 1.0}),
         ("lava-oracle", {"cost_tolerance": 2.0, "stranding_cost": False}),
+        # The tolerance a pool sets from what it strands (``tolerance_rule``):
+        # this pool strands nothing, so the rule holds the fine one, which the
+        # scan must read from the scorer as the pipeline does.
+        ("las", {"fine_cost_tolerance": 0.0}),
+        ("lava", {"fine_cost_tolerance": 0.125}),
         # The widest tolerance allowed: every host that fits ties, Best Fit decides.
         ("las", {"cost_tolerance": 10.0}),
         # The deployment affinity (on in every case above) off, and alone above

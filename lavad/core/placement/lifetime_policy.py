@@ -41,6 +41,7 @@ from lavad.core.placement.lifetime import LAS_BUCKETS_S, LasTemporalCost, Predic
 from lavad.core.placement.lifetime_scan import ScanDirect, ScanResult, warm_up_lifetime_scan
 from lavad.core.placement.strand_kernels import Stranding, no_stranding
 from lavad.core.placement.stranding_cost import LasStrandingCost
+from lavad.core.placement.tolerance_rule import StrandingTolerance
 from lavad.core.placement.waste import NO_GUARD_TEST, WasteGuard
 
 _NO_THRESHOLDS: FloatArray = np.zeros(0)
@@ -60,8 +61,11 @@ class LifetimePolicy(Policy):
         random_ties: bool = True,
         hooks: PlacementHooks | None = None,
         compiled: bool = True,
+        tolerance_rule: StrandingTolerance | None = None,
     ) -> None:
         super().__init__(name, scorers, rng, random_ties=random_ties, hooks=hooks)
+        # Sets the LAS scorer's tolerance from the CPU the pool strands, or None.
+        self.tolerance_rule = tolerance_rule
         *first, las, best_fit = scorers
         if not isinstance(las, LasTemporalCost) or not isinstance(best_fit, BestFitScore):
             raise TypeError("a lifetime policy's last scorers are LAS and Best Fit")
@@ -97,8 +101,6 @@ class LifetimePolicy(Policy):
         # quantiles keep the stamp it names (``lifetime_scan``),
         # one set per recent thresholds array (``floor_sets``).
         self._floors = FloorSets()
-        # LAS costs within this of the least tie (``lifetime_scan``); 0: exact.
-        self._tolerance = las.tie_tolerance
         if compiled:
             # Compile (or load from numba's cache) before the first placement is timed.
             warm_up_lifetime()
@@ -106,6 +108,9 @@ class LifetimePolicy(Policy):
 
     def place(self, cluster: ClusterState, request: PlacementRequest) -> PlacementResult:
         n = cluster.n_hosts
+        if self.tolerance_rule is not None:
+            # Before either path decides: the pipeline reads the same scorer's tolerance.
+            self.tolerance_rule.update(cluster, request.now)
         if self.stranding is not None:
             # Every request enters the mix, whichever path decides it (under
             # LAVA the pipeline stops before LAS when no host fits).
@@ -201,7 +206,9 @@ class LifetimePolicy(Policy):
         d0, d1, d2, d3 = request.demand
         free, inv_capacity, _, present, weights = scan_pool(cluster, self.best_fit)
         pool = (free, inv_capacity, unschedulable, present, weights)
-        scanned = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s, self._tolerance)
+        # LAS costs within the scorer's tolerance of the least tie; 0: exact.
+        tolerance = self.las.tie_tolerance
+        scanned = (n, d0, d1, d2, d3, FIT_TOLERANCE, now, prediction.lifetime_s, tolerance)
         preferred = (key, has_preference, NO_GUARD_TEST if guard is None else guard.scan_test())
         if thresholds is not None and self._by_host_quantiles:
             floors = self._floors

@@ -40,6 +40,7 @@ from lavad.core.placement.lifetime import (
 )
 from lavad.core.placement.lifetime_policy import LifetimePolicy
 from lavad.core.placement.stranding_cost import LasStrandingCost
+from lavad.core.placement.tolerance_rule import StrandingTolerance
 from lavad.core.placement.waste import RequestMix, WasteGuard
 from lavad.core.registry import Entry, Registry, RegistryError
 from lavad.models.lifetime.features import (
@@ -160,6 +161,28 @@ class LifetimeArgs(WasteMixArgs):
         description="LAS counts the host time a placement strands for the pool's request mix "
         "beside the host time it extends (placement/stranding_cost.py); it replaces the "
         "waste guard",
+    )
+    # 0.125 below 0.1% for LAS and LAVA: where a pool strands almost nothing
+    # half the tolerance keeps more of the oracle's gain, where it strands
+    # more the whole one does; the rule raised both policies' least share of
+    # the placement matrix and kept every condition at the goal that 0.25 kept,
+    # where 0.125 throughout lost two (docs/results/placement-matrix.md, "A
+    # tolerance each pool sets from what it strands").
+    fine_cost_tolerance: float | None = Field(
+        default=0.125,
+        ge=0,
+        le=10,
+        description="while the pool strands under fine_below_stranded_cpu_pct of its CPU (the "
+        "mean of a day of hourly samples), LAS ties within this tolerance instead of "
+        "cost_tolerance; needs the waste guard's request mix, and is off without it or when "
+        "not below cost_tolerance (None: cost_tolerance always; placement/tolerance_rule.py)",
+    )
+    fine_below_stranded_cpu_pct: float = Field(
+        default=0.1,
+        gt=0,
+        le=100,
+        description="fine_cost_tolerance: the stranded CPU, in % of the schedulable CPU, below "
+        "which it applies",
     )
     stranding_weight: float = Field(
         default=8.0,
@@ -285,6 +308,26 @@ class LifetimeArgs(WasteMixArgs):
             )
         if "stranding_weight" in self.model_fields_set and not self.stranding_cost:
             raise ValueError("stranding_weight needs stranding_cost")
+        # The rule is on by default and steps aside where it cannot apply (no
+        # guard, or a cost tolerance no wider than its fine one); set by hand
+        # there, it is refused.
+        if "fine_cost_tolerance" in self.model_fields_set and self.fine_cost_tolerance is not None:
+            if not self.guarded:
+                raise ValueError("fine_cost_tolerance needs the waste guard's request mix")
+            if self.fine_cost_tolerance >= self.cost_tolerance:
+                raise ValueError("fine_cost_tolerance must be below cost_tolerance")
+        if "fine_below_stranded_cpu_pct" in self.model_fields_set and not self.strand_aware:
+            raise ValueError(
+                "fine_below_stranded_cpu_pct needs fine_cost_tolerance (below cost_tolerance) "
+                "and the waste guard"
+            )
+
+    @property
+    def strand_aware(self) -> bool:
+        """Whether the pool sets LAS's tolerance from the CPU it strands
+        (``placement/tolerance_rule.py``)."""
+        fine = self.fine_cost_tolerance
+        return fine is not None and self.guarded and fine < self.cost_tolerance
 
     @property
     def guarded(self) -> bool:
@@ -321,6 +364,9 @@ class LaBinaryArgs(LifetimeArgs):
     cost_tolerance: float = Field(
         default=0.0, ge=0, le=0, description="la-binary has no LAS cost to tie hosts by"
     )
+    fine_cost_tolerance: float | None = Field(
+        default=None, description="la-binary has no LAS cost to tie hosts by"
+    )
     deployment_affinity: bool = Field(
         default=False, description="la-binary takes no deployment affinity (las and lava do)"
     )
@@ -331,6 +377,8 @@ class LaBinaryArgs(LifetimeArgs):
             raise ValueError("waste_guard: la-binary takes no waste guard (las and lava do)")
         if self.stranding_cost:
             raise ValueError("stranding_cost: la-binary has no LAS cost to add it to")
+        if self.fine_cost_tolerance is not None:
+            raise ValueError("fine_cost_tolerance: la-binary has no LAS cost to tie hosts by")
         if self.deployment_affinity:
             raise ValueError(
                 "deployment_affinity: la-binary takes no deployment affinity (las and lava do)"
@@ -510,6 +558,24 @@ def _build_firstfit(args: PolicyArgs, name: str, rng: np.random.Generator) -> Po
     return Policy(name, (FirstFitScore(),), rng, random_ties=False)
 
 
+def _tolerance_rule(
+    args: LifetimeArgs, las: LasTemporalCost, preference: ScorePlugin | None
+) -> StrandingTolerance | None:
+    """The rule setting LAS's tolerance from what the pool strands, if configured."""
+    fine = args.fine_cost_tolerance
+    if fine is None or not args.strand_aware:
+        return None
+    if not isinstance(preference, WasteGuard):
+        raise TypeError("fine_cost_tolerance reads the waste guard's request mix")
+    return StrandingTolerance(
+        las,
+        preference.mix,
+        fine=fine,
+        coarse=args.cost_tolerance,
+        below_pct=args.fine_below_stranded_cpu_pct,
+    )
+
+
 def _lifetime_args(args: PolicyArgs) -> LifetimeArgs:
     if not isinstance(args, LifetimeArgs):
         raise TypeError(f"lifetime policy built with {type(args).__name__}")
@@ -543,14 +609,20 @@ def _las(*, oracle: bool) -> PolicyFactory:
     def build(raw: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle)
-        scorers: tuple[ScorePlugin, ...] = (_las_cost(args, tracker), BestFitScore())
+        las = _las_cost(args, tracker)
+        scorers: tuple[ScorePlugin, ...] = (las, BestFitScore())
         preference: ScorePlugin | None = DeploymentAffinity() if args.deployment_affinity else None
         if args.guarded:
             preference = _waste_guard(args, args.waste_tolerance, {}, preference)
         if preference is not None:
             scorers = (preference, *scorers)
         return LifetimePolicy(
-            name, scorers, rng, random_ties=args.tie_break == "random", hooks=tracker
+            name,
+            scorers,
+            rng,
+            random_ties=args.tie_break == "random",
+            hooks=tracker,
+            tolerance_rule=_tolerance_rule(args, las, preference),
         )
 
     return build
@@ -579,9 +651,15 @@ def _lava(*, oracle: bool) -> PolicyFactory:
             preference = DeploymentAffinity(preference)
         if raw.guarded:
             preference = _waste_guard(raw, raw.waste_tolerance, {}, preference)
-        scorers = (preference, _las_cost(raw, tracker), BestFitScore())
+        las = _las_cost(raw, tracker)
+        scorers = (preference, las, BestFitScore())
         return LifetimePolicy(
-            name, scorers, rng, random_ties=raw.tie_break == "random", hooks=hosts
+            name,
+            scorers,
+            rng,
+            random_ties=raw.tie_break == "random",
+            hooks=hosts,
+            tolerance_rule=_tolerance_rule(raw, las, preference),
         )
 
     return build

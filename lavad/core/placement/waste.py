@@ -183,18 +183,24 @@ class RequestMix:
         # ``__missing__``, a Python call on every placement's path.
         counts[shape] = counts.get(shape, 0) + 1
 
-    def refresh(self) -> None:
-        self._since_refresh = 0
+    def common(self) -> tuple[FloatArray, FloatArray]:
+        """The ``max_shapes`` most common shapes of the window (shapes x resources) and
+        their counts; empty arrays before the first request."""
         # Equal counts rank by shape (the smaller first), so the mix is the
         # same in every run. A sort: ``heapq.nlargest`` needs one key for both
         # orders, a negated shape built per item, five times the time here.
         common = sorted(self._counts.items(), key=_more_common_first)[: self.max_shapes]
-        if not common:
+        shapes = np.array([shape for shape, _ in common], dtype=np.float64)
+        weights = np.array([count for _, count in common], dtype=np.float64)
+        return shapes.reshape(-1, N_RESOURCES), weights
+
+    def refresh(self) -> None:
+        self._since_refresh = 0
+        shapes, weights = self.common()
+        if len(shapes) == 0:
             self.directions = np.zeros((1 << N_RESOURCES, N_RESOURCES))
             self.minimal = np.zeros((0, N_RESOURCES))
             return
-        shapes = np.array([shape for shape, _ in common], dtype=np.float64)
-        weights = np.array([count for _, count in common], dtype=np.float64)
         self.directions = _fill_directions(shapes, weights)
         # smaller[i, j]: shape j is no larger than shape i anywhere and smaller
         # somewhere; shape i is dominated when any shape is smaller.

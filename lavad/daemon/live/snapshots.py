@@ -98,12 +98,15 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # settings carry its bound on feature groups (a v30 tracker's have none); 32: a
 # lifetime model's tables reclaim the rows of groups that no longer count, and
 # keep the reclaimed rows and their counts of lookups past the bound (a v31
-# model has neither and would fail at its first new group)
-SNAPSHOT_VERSION = 32
+# model has neither and would fail at its first new group); 33: a lifetime
+# policy reads its LAS scorer's tolerance, which a rule may set from the CPU
+# the pool strands, instead of keeping a copy (a v32 policy has the copy and
+# no rule, and would fail at its first placement)
+SNAPSHOT_VERSION = 33
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "f83791c8437ba516"
+SNAPSHOT_LAYOUT = "d1e294e8f60c84b6"
 
 
 class SnapshotError(Exception):
