@@ -108,9 +108,10 @@ class LifetimePolicy(Policy):
 
     def place(self, cluster: ClusterState, request: PlacementRequest) -> PlacementResult:
         n = cluster.n_hosts
-        if self.tolerance_rule is not None:
+        rule = self.tolerance_rule
+        if rule is not None and request.now >= rule.next_sample:
             # Before either path decides: the pipeline reads the same scorer's tolerance.
-            self.tolerance_rule.update(cluster, request.now)
+            rule.update(cluster, request.now)
         if self.stranding is not None:
             # Every request enters the mix, whichever path decides it (under
             # LAVA the pipeline stops before LAS when no host fits).
