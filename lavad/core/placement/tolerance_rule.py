@@ -9,7 +9,12 @@ tolerance, 0.125"). So the pool measures what it strands, as the reported
 metric does (``metrics.stranding.inflate``: the schedulable hosts filled
 with the recent request mix until nothing fits), once an hour of event
 time, and ranks at the fine tolerance while the mean of its last day of
-samples is below ``below_pct`` of the schedulable CPU.
+samples is below ``below_pct`` of the schedulable CPU ("A tolerance each
+pool sets from what it strands" there).
+
+The rule reads the pool's own state, never a trace's label, so it follows
+a pool whose load moves from one regime to the other, and a restored
+snapshot carries its samples and its generator.
 """
 
 from __future__ import annotations
