@@ -82,3 +82,16 @@ def guarded_choice(
     result = built.place(cluster, request)
     least, costs = added_waste(cluster, request.demand, [*mix, request.demand])
     return result, least, costs
+
+
+def pool_with_free(
+    free: list[tuple[float, float]], capacity: tuple[float, float, float, float]
+) -> ClusterState:
+    """Hosts of ``capacity`` with ``free`` cores and GiB left, each used by one VM."""
+    cluster = ClusterState()
+    for h, (cores, memory) in enumerate(free):
+        cluster.add_host(f"h{h}", capacity)
+        used = (capacity[0] - cores, capacity[1] - memory, 0.0, 0.0)
+        if used[0] or used[1]:
+            cluster.book(f"resident{h}", h, used, "", 0.0)
+    return cluster

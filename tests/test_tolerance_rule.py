@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import pool_with_free
 
 from lavad.core.cluster import ClusterState
 from lavad.core.placement.lifetime_policy import LifetimePolicy
@@ -44,12 +45,7 @@ def _rule(policy: LifetimePolicy) -> StrandingTolerance:
 
 def _cluster(free: list[tuple[float, float]]) -> ClusterState:
     """Hosts of ``CAPACITY`` with ``free`` cores and GiB left."""
-    cluster = ClusterState()
-    for h, (cores, memory) in enumerate(free):
-        cluster.add_host(f"h{h}", CAPACITY)
-        used = (CAPACITY[0] - cores, CAPACITY[1] - memory, 0.0, 0.0)
-        cluster.book(f"resident{h}", h, used, "", 0.0)
-    return cluster
+    return pool_with_free(free, CAPACITY)
 
 
 def test_the_stranded_cpu_worked_by_hand_sets_the_tolerance() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import guarded_choice
+from support import guarded_choice, pool_with_free
 
 from lavad.core.cluster import FIT_TOLERANCE, ClusterState
 from lavad.core.metrics.stranding import inflate
@@ -40,13 +40,7 @@ def _mix(shapes: list[tuple[float, float, float, float]] = MIX) -> RequestMix:
 
 def _cluster(free: list[tuple[float, float]]) -> ClusterState:
     """Hosts of ``CAPACITY`` with ``free`` left, each used by one VM."""
-    cluster = ClusterState()
-    for h, (cores, memory) in enumerate(free):
-        cluster.add_host(f"h{h}", CAPACITY)
-        used = (CAPACITY[0] - cores, CAPACITY[1] - memory, 0.0, 0.0)
-        if used[0] or used[1]:
-            cluster.book(f"resident{h}", h, used, "", 0.0)
-    return cluster
+    return pool_with_free(free, CAPACITY)
 
 
 def test_the_mix_keeps_its_mean_first_and_its_minimal_shapes() -> None:

@@ -20,6 +20,7 @@ from lavad.core.placement.bestfit import BestFitScore
 from lavad.core.placement.firstfit import FirstFitScore
 from lavad.core.placement.framework import (
     AntiAffinityFilter,
+    PlacementHooks,
     Policy,
     SchedulableFilter,
     ScorePlugin,
@@ -558,21 +559,36 @@ def _build_firstfit(args: PolicyArgs, name: str, rng: np.random.Generator) -> Po
     return Policy(name, (FirstFitScore(),), rng, random_ties=False)
 
 
-def _tolerance_rule(
-    args: LifetimeArgs, las: LasTemporalCost, preference: ScorePlugin | None
-) -> StrandingTolerance | None:
-    """The rule setting LAS's tolerance from what the pool strands, if configured."""
+def _lifetime_policy(
+    name: str,
+    args: LifetimeArgs,
+    rng: np.random.Generator,
+    scorers: tuple[ScorePlugin, ...],
+    hooks: PlacementHooks,
+) -> LifetimePolicy:
+    """LAS's or LAVA's policy over ``scorers`` ([guard or preference,] LAS, Best Fit),
+    with the rule setting LAS's tolerance from what the pool strands where it applies."""
+    *_, las, _ = scorers
+    rule = None
     fine = args.fine_cost_tolerance
-    if fine is None or not args.strand_aware:
-        return None
-    if not isinstance(preference, WasteGuard):
-        raise TypeError("fine_cost_tolerance reads the waste guard's request mix")
-    return StrandingTolerance(
-        las,
-        preference.mix,
-        fine=fine,
-        coarse=args.cost_tolerance,
-        below_pct=args.fine_below_stranded_cpu_pct,
+    if fine is not None and args.strand_aware:
+        guard = scorers[0]
+        if not isinstance(guard, WasteGuard) or not isinstance(las, LasTemporalCost):
+            raise TypeError("fine_cost_tolerance reads the waste guard's request mix")
+        rule = StrandingTolerance(
+            las,
+            guard.mix,
+            fine=fine,
+            coarse=args.cost_tolerance,
+            below_pct=args.fine_below_stranded_cpu_pct,
+        )
+    return LifetimePolicy(
+        name,
+        scorers,
+        rng,
+        random_ties=args.tie_break == "random",
+        hooks=hooks,
+        tolerance_rule=rule,
     )
 
 
@@ -609,21 +625,13 @@ def _las(*, oracle: bool) -> PolicyFactory:
     def build(raw: PolicyArgs, name: str, rng: np.random.Generator) -> Policy:
         args = _lifetime_args(raw)
         tracker = _tracker(args, oracle=oracle)
-        las = _las_cost(args, tracker)
-        scorers: tuple[ScorePlugin, ...] = (las, BestFitScore())
+        scorers: tuple[ScorePlugin, ...] = (_las_cost(args, tracker), BestFitScore())
         preference: ScorePlugin | None = DeploymentAffinity() if args.deployment_affinity else None
         if args.guarded:
             preference = _waste_guard(args, args.waste_tolerance, {}, preference)
         if preference is not None:
             scorers = (preference, *scorers)
-        return LifetimePolicy(
-            name,
-            scorers,
-            rng,
-            random_ties=args.tie_break == "random",
-            hooks=tracker,
-            tolerance_rule=_tolerance_rule(args, las, preference),
-        )
+        return _lifetime_policy(name, args, rng, scorers, tracker)
 
     return build
 
@@ -651,16 +659,8 @@ def _lava(*, oracle: bool) -> PolicyFactory:
             preference = DeploymentAffinity(preference)
         if raw.guarded:
             preference = _waste_guard(raw, raw.waste_tolerance, {}, preference)
-        las = _las_cost(raw, tracker)
-        scorers = (preference, las, BestFitScore())
-        return LifetimePolicy(
-            name,
-            scorers,
-            rng,
-            random_ties=raw.tie_break == "random",
-            hooks=hosts,
-            tolerance_rule=_tolerance_rule(raw, las, preference),
-        )
+        scorers = (preference, _las_cost(raw, tracker), BestFitScore())
+        return _lifetime_policy(name, raw, rng, scorers, hosts)
 
     return build
 
