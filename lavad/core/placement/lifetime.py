@@ -943,14 +943,21 @@ class LasTemporalCost(TrackerScorer):
         if not (math.isfinite(tolerance) and tolerance >= 0.0):
             raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
         super().__init__(tracker)
+        self.tie_tolerance = tolerance * self.pairs
+
+    @property
+    def pairs(self) -> int:
+        """The bucket indices a host's cost sums: a tolerance in buckets per pair
+        times this is the tie width in the cost's own units."""
+        tracker = self.tracker
         settings = tracker.settings
-        # The cost sums one bucket index per pair: a point has one, quantile
-        # scoring Q per host exit, by H host quantiles or the point exit.
+        # One per pair: a point has one, quantile scoring Q per host exit, by H
+        # host quantiles or the point exit.
         vm_points = settings.quantiles if settings.scoring == "quantiles" else 1
         if settings.oracle:
             vm_points = 1
         host_points = settings.host_quantiles if tracker.uses_host_quantiles else 1
-        self.tie_tolerance = tolerance * vm_points * host_points
+        return vm_points * host_points
 
     def score_current(
         self, cluster: ClusterState, request: PlacementRequest, out: FloatArray

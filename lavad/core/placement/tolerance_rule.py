@@ -51,10 +51,9 @@ class StrandingTolerance:
             raise ValueError(f"below_pct must be > 0, got {below_pct}")
         self.las = las
         self.mix = mix
-        # The scorer's tolerance is in whole-cost units: buckets per pair times pairs.
-        pairs = las.tie_tolerance / coarse if coarse > 0 else 0.0
-        self.fine = fine * pairs
-        self.coarse = las.tie_tolerance
+        # The scorer's tolerance is in the cost's units: buckets per pair times pairs.
+        self.fine = fine * las.pairs
+        self.coarse = coarse * las.pairs
         self.below_pct = below_pct
         self.samples: deque[float] = deque(maxlen=SAMPLES)
         self.next_sample = -np.inf
