@@ -169,3 +169,26 @@ def test_a_rule_that_cannot_apply_is_refused_at_start(
 ) -> None:
     with pytest.raises(PolicyConfigError, match=reason):
         validate_policy_args(name, args)
+
+
+@pytest.mark.parametrize("name", ["las", "lava"])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("fine_cost_tolerance", -1.0),
+        ("fine_cost_tolerance", 1e308),
+        ("fine_cost_tolerance", float("inf")),
+        ("fine_cost_tolerance", float("nan")),
+        ("fine_cost_tolerance", "fine"),
+        ("fine_below_stranded_cpu_pct", -0.1),
+        ("fine_below_stranded_cpu_pct", 1e308),
+        ("fine_below_stranded_cpu_pct", float("inf")),
+        ("fine_below_stranded_cpu_pct", float("nan")),
+        ("fine_below_stranded_cpu_pct", "low"),
+    ],
+)
+def test_an_absurd_value_is_refused_at_start_naming_the_key(
+    name: str, key: str, value: object
+) -> None:
+    with pytest.raises(PolicyConfigError, match=key):
+        validate_policy_args(name, {key: value})
