@@ -167,8 +167,9 @@ class LifetimeArgs(WasteMixArgs):
     # half the tolerance keeps more of the oracle's gain, where it strands
     # more the whole one does; the rule raised both policies' least share of
     # the placement matrix and kept every condition at the goal that 0.25 kept,
-    # where 0.125 throughout lost two (docs/results/placement-matrix.md, "A
-    # tolerance each pool sets from what it strands").
+    # where 0.125 throughout lost two; finer ties below the bar (0.0625, 0)
+    # were no better by the same worst cells (docs/results/placement-matrix.md,
+    # "A tolerance each pool sets from what it strands").
     fine_cost_tolerance: float | None = Field(
         default=0.125,
         ge=0,
