@@ -29,8 +29,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from lavad.core.cluster import N_RESOURCES, ClusterState
-from lavad.core.metrics.stranding import StrandingSample, inflate
+from lavad.core.cluster import ClusterState
+from lavad.core.metrics.stranding import StrandingSample, inflate_schedulable, most_common
 
 CORES, MEMORY = 0, 1
 
@@ -198,17 +198,9 @@ class PoolMetrics:
                 self._stranded_version = version
 
     def _strand(self, cluster: ClusterState, at: float) -> StrandingSample:
-        n = cluster.n_hosts
-        hosts = np.flatnonzero(cluster.schedulable[:n])
-        free = cluster.free[:, hosts]
-        capacity = cluster.capacity[:, hosts].sum(axis=1)
-        # Equal counts rank by shape, so the mix is the same in every run.
-        ranked = sorted(Counter(self._mix).items(), key=lambda item: (-item[1], item[0]))
-        common = ranked[: self.config.mix_max_shapes]
-        shapes = np.array([shape for shape, _ in common], dtype=np.float64).reshape(-1, N_RESOURCES)
-        weights = np.array([count for _, count in common], dtype=np.float64)
-        left = inflate(free, shapes, weights, self.rng).sum(axis=1)
-        before = free.sum(axis=1)
+        shapes, weights = most_common(Counter(self._mix), self.config.mix_max_shapes)
+        inflated = inflate_schedulable(cluster, shapes, weights, self.rng)
+        left, before, capacity = inflated.left, inflated.before, inflated.capacity
         return StrandingSample(
             time=at,
             cpu_pct=_pct(left[CORES], capacity[CORES]),

@@ -25,7 +25,7 @@ import numpy as np
 
 from lavad.core.cluster import ClusterState
 from lavad.core.metrics.pool import CORES
-from lavad.core.metrics.stranding import inflate
+from lavad.core.metrics.stranding import inflate_schedulable
 from lavad.core.placement.lifetime import LasTemporalCost
 from lavad.core.placement.waste import RequestMix
 
@@ -76,18 +76,13 @@ class StrandingTolerance:
     def _stranded_cpu_pct(self, cluster: ClusterState) -> float | None:
         """The schedulable CPU no request of the mix fits after inflation, in %; None
         before the pool has hosts or a mix."""
-        n = cluster.n_hosts
-        if n == 0:
+        if cluster.n_hosts == 0:
             return None
         shapes, weights = self.mix.common()
         if len(shapes) == 0:
             return None
-        hosts = np.flatnonzero(cluster.schedulable[:n])
-        if len(hosts) == 0:
-            return None
-        free = cluster.free[:, hosts]
-        capacity = float(cluster.capacity[CORES, hosts].sum())
+        inflated = inflate_schedulable(cluster, shapes, weights, self.rng)
+        capacity = float(inflated.capacity[CORES])
         if capacity <= 0:
             return None
-        left = inflate(free, shapes, weights, self.rng)
-        return 100.0 * float(left[CORES].sum()) / capacity
+        return 100.0 * float(inflated.left[CORES]) / capacity

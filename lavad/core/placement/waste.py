@@ -64,6 +64,7 @@ import numba
 import numpy as np
 
 from lavad.core.cluster import FIT_TOLERANCE, N_RESOURCES, ClusterState, FloatArray
+from lavad.core.metrics.stranding import most_common
 from lavad.core.placement.framework import NumpyScorer, PlacementRequest, ScorePlugin
 from lavad.core.placement.strand_kernels import (
     WasteMeasure,
@@ -186,13 +187,7 @@ class RequestMix:
     def common(self) -> tuple[FloatArray, FloatArray]:
         """The ``max_shapes`` most common shapes of the window (shapes x resources) and
         their counts; empty arrays before the first request."""
-        # Equal counts rank by shape (the smaller first), so the mix is the
-        # same in every run. A sort: ``heapq.nlargest`` needs one key for both
-        # orders, a negated shape built per item, five times the time here.
-        common = sorted(self._counts.items(), key=_more_common_first)[: self.max_shapes]
-        shapes = np.array([shape for shape, _ in common], dtype=np.float64)
-        weights = np.array([count for _, count in common], dtype=np.float64)
-        return shapes.reshape(-1, N_RESOURCES), weights
+        return most_common(self._counts, self.max_shapes)
 
     def refresh(self) -> None:
         self._since_refresh = 0
@@ -244,11 +239,6 @@ def _fill_directions(shapes: FloatArray, weights: FloatArray) -> FloatArray:
         if mean is not None:
             directions[exhausted] = mean
     return directions
-
-
-def _more_common_first(item: tuple[Shape, int]) -> tuple[int, Shape]:
-    shape, count = item
-    return -count, shape
 
 
 # What the guard remembers of each host's waste before a placement: the free
