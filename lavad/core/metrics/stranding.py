@@ -107,10 +107,19 @@ class Inflated:
 
 
 def inflate_schedulable(
-    cluster: ClusterState, shapes: FloatArray, weights: FloatArray, rng: np.random.Generator
+    cluster: ClusterState,
+    shapes: FloatArray,
+    weights: FloatArray,
+    rng: np.random.Generator,
+    *,
+    in_use_only: bool = False,
 ) -> Inflated:
-    """``inflate`` over ``cluster``'s schedulable hosts, summed per resource."""
-    hosts = np.flatnonzero(cluster.schedulable[: cluster.n_hosts])
+    """``inflate`` over ``cluster``'s schedulable hosts (those running a VM, with
+    ``in_use_only``), summed per resource."""
+    picked = cluster.schedulable[: cluster.n_hosts]
+    if in_use_only:
+        picked = picked & (cluster.vm_count[: cluster.n_hosts] > 0)
+    hosts = np.flatnonzero(picked)
     free = cluster.free[:, hosts]
     return Inflated(
         left=inflate(free, shapes, weights, rng).sum(axis=1),

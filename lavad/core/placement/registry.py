@@ -186,6 +186,11 @@ class LifetimeArgs(WasteMixArgs):
         description="fine_cost_tolerance: the stranded CPU, in % of the schedulable CPU, below "
         "which it applies",
     )
+    fine_stranding_over: Literal["schedulable", "in_use"] = Field(
+        default="schedulable",
+        description="fine_cost_tolerance: the hosts whose stranded CPU the rule reads, every "
+        "schedulable host or only those running a VM",
+    )
     stranding_weight: float = Field(
         default=8.0,
         gt=0,
@@ -318,9 +323,10 @@ class LifetimeArgs(WasteMixArgs):
                 raise ValueError("fine_cost_tolerance needs the waste guard's request mix")
             if self.fine_cost_tolerance >= self.cost_tolerance:
                 raise ValueError("fine_cost_tolerance must be below cost_tolerance")
-        if "fine_below_stranded_cpu_pct" in self.model_fields_set and not self.strand_aware:
+        tuned = {"fine_below_stranded_cpu_pct", "fine_stranding_over"} & self.model_fields_set
+        if tuned and not self.strand_aware:
             raise ValueError(
-                "fine_below_stranded_cpu_pct needs fine_cost_tolerance (below cost_tolerance) "
+                f"{', '.join(sorted(tuned))} needs fine_cost_tolerance (below cost_tolerance) "
                 "and the waste guard"
             )
 
@@ -582,6 +588,7 @@ def _lifetime_policy(
             fine=fine,
             coarse=args.cost_tolerance,
             below_pct=args.fine_below_stranded_cpu_pct,
+            in_use_only=args.fine_stranding_over == "in_use",
         )
     return LifetimePolicy(
         name,

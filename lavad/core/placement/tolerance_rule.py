@@ -43,7 +43,14 @@ class StrandingTolerance:
     """Sets ``las.tie_tolerance`` to ``fine`` or ``coarse`` buckets per quantile pair."""
 
     def __init__(
-        self, las: LasTemporalCost, mix: RequestMix, *, fine: float, coarse: float, below_pct: float
+        self,
+        las: LasTemporalCost,
+        mix: RequestMix,
+        *,
+        fine: float,
+        coarse: float,
+        below_pct: float,
+        in_use_only: bool = False,
     ) -> None:
         if not 0 <= fine <= coarse:
             raise ValueError(f"need 0 <= fine <= coarse, got {fine} and {coarse}")
@@ -55,6 +62,7 @@ class StrandingTolerance:
         self.fine = fine * las.pairs
         self.coarse = coarse * las.pairs
         self.below_pct = below_pct
+        self.in_use_only = in_use_only
         self.samples: deque[float] = deque(maxlen=SAMPLES)
         self.next_sample = -np.inf
         self.rng = np.random.default_rng(_SEED)
@@ -81,7 +89,9 @@ class StrandingTolerance:
         shapes, weights = self.mix.common()
         if len(shapes) == 0:
             return None
-        inflated = inflate_schedulable(cluster, shapes, weights, self.rng)
+        inflated = inflate_schedulable(
+            cluster, shapes, weights, self.rng, in_use_only=self.in_use_only
+        )
         capacity = float(inflated.capacity[CORES])
         if capacity <= 0:
             return None
