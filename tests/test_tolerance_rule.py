@@ -66,6 +66,29 @@ def test_the_stranded_cpu_worked_by_hand_sets_the_tolerance() -> None:
     assert above.las.tie_tolerance == pytest.approx(0.25 * PAIRS)
 
 
+@pytest.mark.parametrize(
+    ("over", "tolerance"),
+    [
+        # h0 strands its 2 cores as above; h1 takes two (4, 16) and h2, empty,
+        # eight, so neither strands. Over the schedulable hosts: 2 of 96 cores,
+        # 2.08%, under the bar of 2.5: the fine 0.125.
+        ("schedulable", 0.125),
+        # Over the hosts in use the empty h2 leaves the count: 2 of 64 cores,
+        # 3.125%, over the bar: the default's 0.25.
+        ("in_use", 0.25),
+    ],
+)
+def test_an_empty_host_thins_the_stranding_unless_the_rule_reads_hosts_in_use(
+    over: str, tolerance: float
+) -> None:
+    cluster = _cluster([(2.0, 100.0), (8.0, 32.0), (32.0, 128.0)])
+    assert list(cluster.vm_count[:3]) == [1, 1, 0]
+    policy = _policy(fine_below_stranded_cpu_pct=2.5, fine_stranding_over=over)
+    rule = _rule(policy)
+    rule.update(cluster, 0.0)
+    assert policy.las.tie_tolerance == pytest.approx(tolerance * PAIRS)
+
+
 def test_it_starts_fine_and_waits_for_a_mix() -> None:
     policy = _policy()
     rule = policy.tolerance_rule
@@ -161,6 +184,7 @@ def test_the_rule_is_on_by_default_where_it_applies(
         ("las", {"fine_below_stranded_cpu_pct": 0.2, "waste_guard": False}, "needs fine_cost"),
         ("las", {"fine_below_stranded_cpu_pct": 0.2, "fine_cost_tolerance": None}, "needs fine"),
         ("las", {"fine_below_stranded_cpu_pct": 0}, "greater than 0"),
+        ("lava", {"fine_stranding_over": "in_use", "waste_guard": False}, "needs fine_cost"),
         ("la-binary", {"fine_cost_tolerance": 0.0}, "la-binary|needs the waste guard"),
     ],
 )
@@ -185,6 +209,8 @@ def test_a_rule_that_cannot_apply_is_refused_at_start(
         ("fine_below_stranded_cpu_pct", float("inf")),
         ("fine_below_stranded_cpu_pct", float("nan")),
         ("fine_below_stranded_cpu_pct", "low"),
+        ("fine_stranding_over", "everywhere"),
+        ("fine_stranding_over", 1),
     ],
 )
 def test_an_absurd_value_is_refused_at_start_naming_the_key(
