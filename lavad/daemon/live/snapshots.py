@@ -101,12 +101,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # model has neither and would fail at its first new group); 33: a lifetime
 # policy reads its LAS scorer's tolerance, which a rule may set from the CPU
 # the pool strands, instead of keeping a copy (a v32 policy has the copy and
-# no rule, and would fail at its first placement)
-SNAPSHOT_VERSION = 33
+# no rule, and would fail at its first placement); 34: the tolerance rule
+# says which hosts' stranding it reads (a v33 rule has no such field and would
+# fail at its next sample)
+SNAPSHOT_VERSION = 34
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "d1e294e8f60c84b6"
+SNAPSHOT_LAYOUT = "aa824bbc870b9d0e"
 
 
 class SnapshotError(Exception):
