@@ -93,13 +93,13 @@ def test_a_pool_with_no_vm_running_takes_no_sample_over_hosts_in_use() -> None:
     # Nothing in use strands nothing of the pool's work: the hour leaves the
     # day's samples as they were rather than pull their mean down.
     cluster = _cluster([(32.0, 128.0), (32.0, 128.0)])
-    policy = _policy(fine_stranding_over="in_use")
+    policy = _policy()  # the default reads the hosts in use
     rule = _rule(policy)
     rule.update(cluster, 0.0)
     assert list(rule.samples) == []
     assert policy.las.tie_tolerance == pytest.approx(0.125 * PAIRS)
     # Over the schedulable hosts the same pool is sampled: 0% stranded.
-    rule = _rule(_policy())
+    rule = _rule(_policy(fine_stranding_over="schedulable"))
     rule.update(cluster, 0.0)
     assert list(rule.samples) == [0.0]
 

@@ -6,11 +6,18 @@ mix), ranking lifetimes more finely gains, since Best Fit's wider choice has
 little to pack better; where they strand more, the wider tie lets Best Fit
 keep fragments down and wins (docs/results/placement-matrix.md, "Half the
 tolerance, 0.125"). So the pool measures what it strands, as the reported
-metric does (``metrics.stranding.inflate``: the schedulable hosts filled
-with the recent request mix until nothing fits), once an hour of event
-time, and ranks at the fine tolerance while the mean of its last day of
-samples is below ``below_pct`` of the schedulable CPU ("A tolerance each
-pool sets from what it strands" there).
+metric does (``metrics.stranding.inflate``: the hosts filled with the
+recent request mix until nothing fits), once an hour of event time, and
+ranks at the fine tolerance while the mean of its last day of samples is
+below ``below_pct`` of the CPU measured ("A tolerance each pool sets from
+what it strands" there).
+
+By default it reads the hosts in use alone, where the metric reads every
+schedulable host: an empty host, filled with the mix, strands next to
+nothing, so a fleet's spare hosts would thin the figure by how much spare
+the fleet keeps, and the same pool would rank differently with 5% or 15%
+headroom ("Read over the hosts in use" there). An hour with nothing in
+use takes no sample.
 
 The rule reads the pool's own state, never a trace's label, so it follows
 a pool whose load moves from one regime to the other, and a restored
@@ -50,7 +57,7 @@ class StrandingTolerance:
         fine: float,
         coarse: float,
         below_pct: float,
-        in_use_only: bool = False,
+        in_use_only: bool,
     ) -> None:
         if not 0 <= fine <= coarse:
             raise ValueError(f"need 0 <= fine <= coarse, got {fine} and {coarse}")
