@@ -190,10 +190,10 @@ class LifetimeArgs(WasteMixArgs):
     # inflation, strands next to nothing, so read over every schedulable host
     # a fixed fleet's spare hosts thin the figure and keep a pool that strands
     # at the fine tolerance (tail 32/128 at 15% headroom: 55% of the oracle's
-    # gain, against 70% read over the hosts in use); over the hosts in use a
-    # pool reads alike in every fleet, and no worst cell of the placement
-    # matrix is lower (docs/results/placement-matrix.md, "Read over the hosts
-    # in use").
+    # gain, against 70% read over the hosts in use); over the hosts in use
+    # the spare hosts drop out of the figure, and no worst cell of the
+    # placement matrix is lower (docs/results/placement-matrix.md, "Read over
+    # the hosts in use").
     fine_stranding_over: Literal["schedulable", "in_use"] = Field(
         default="in_use",
         description="fine_cost_tolerance: the hosts whose stranded CPU the rule reads, every "
