@@ -99,7 +99,7 @@ def _more_common_first(item: tuple[_Shape, int]) -> tuple[int, _Shape]:
 
 @dataclass(frozen=True, slots=True)
 class Inflated:
-    """Per resource, summed over a pool's schedulable hosts."""
+    """Per resource, summed over the hosts ``inflate_schedulable`` read."""
 
     left: FloatArray  # free after inflation
     before: FloatArray  # free before it

@@ -89,8 +89,9 @@ class StrandingTolerance:
         self.las.tie_tolerance = self.fine if mean < self.below_pct else self.coarse
 
     def _stranded_cpu_pct(self, cluster: ClusterState) -> float | None:
-        """The schedulable CPU no request of the mix fits after inflation, in %; None
-        before the pool has hosts or a mix."""
+        """The CPU of the hosts read (``in_use_only``: those running a VM) that no
+        request of the mix fits after inflation, in %; None before the pool has such
+        hosts or a mix."""
         if cluster.n_hosts == 0:
             return None
         shapes, weights = self.mix.common()
