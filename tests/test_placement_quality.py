@@ -71,21 +71,21 @@ def _assert_strands_no_more_than_best_fit(rows: dict[str, dict[str, Any]], polic
         assert over <= STRANDING_MARGIN_PP, (policy, resource, over, rows)
 
 
-def test_the_tail_half_on_memory_tight_hosts_keeps_half_the_oracles_gain(
-    shared_data: Path, tmp_path: Path
-) -> None:
-    rows = _cell(shared_data, "azure-tail", "32/128", tmp_path)
-    for policy in ("las", "lava"):
-        share = _share_of_oracle(rows, policy)
-        assert share >= 0.5, (policy, share, rows)
-        _assert_strands_no_more_than_best_fit(rows, policy)
+# (window, shape, the least share of the paper oracle's gain LAS and LAVA keep).
+CELLS = [
+    # The goal: half. Seed 0 keeps 69% (LAS) and 56% (LAVA).
+    pytest.param("azure-tail", "32/128", 0.5, id="tail-32/128"),
+    # Short of the goal on this data; seed 0 keeps 43% (LAS) and 38% (LAVA).
+    pytest.param("azure-whole", "48/192", 1 / 3, id="whole-48/192"),
+]
 
 
-def test_the_whole_split_on_the_default_hosts_gains_without_stranding(
-    shared_data: Path, tmp_path: Path
+@pytest.mark.parametrize(("window", "shape", "least_share"), CELLS)
+def test_las_and_lava_keep_the_oracles_gain_without_stranding(
+    shared_data: Path, tmp_path: Path, window: str, shape: str, least_share: float
 ) -> None:
-    rows = _cell(shared_data, "azure-whole", "48/192", tmp_path)
+    rows = _cell(shared_data, window, shape, tmp_path)
     for policy in ("las", "lava"):
         share = _share_of_oracle(rows, policy)
-        assert share >= 1 / 3, (policy, share, rows)
+        assert share >= least_share, (policy, share, rows)
         _assert_strands_no_more_than_best_fit(rows, policy)
