@@ -15,9 +15,10 @@ a floor under what they keep where they do not
   + 0.25 pp (both strand less);
 * the whole split on the default 48/192 hosts, grown pool: what ``lavad
   replay --compare`` on a whole period measures. There the policies keep
-  38-49% of the oracle's gain, under the goal of half (the head half's
-  VMs, whose lifetimes the trace's features tell least about, weigh on it),
-  so the test holds the stranding goal and a third of the oracle's gain.
+  41-44% of the oracle's gain (LAS and LAVA, means over seeds 0-2 and
+  3-5), under the goal of half (the head half's VMs, whose lifetimes the
+  trace's features tell least about, weigh on it), so the test holds the
+  stranding goal and a third of the oracle's gain.
 
 Each cell is one seed's replay, deterministic for that seed, so a figure
 that moves is a change of decisions, not noise.
