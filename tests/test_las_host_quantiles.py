@@ -30,6 +30,7 @@ from lavad.core.placement.lifetime import (
     expected_cost_counts,
 )
 from lavad.core.placement.lifetime_scan import _probed_lifetime_scan
+from lavad.core.placement.registry import validate_policy_args
 from lavad.core.placement.strand_kernels import no_stranding
 from lavad.core.placement.waste import NO_GUARD_TEST
 from lavad.models.lifetime.bins import LifetimeBins
@@ -167,3 +168,105 @@ def test_compiled_remaining_quantiles_are_numpys_numbers() -> None:
                 mass, m0, row, uptime, edges, float(bins.representative[-1]), levels, got, 1
             )
             assert got[1].tolist() == expected[0].tolist(), (row, uptime)
+
+
+def _taught_tracker(host_life: str, host_quantiles: int) -> tuple[LifetimeTracker, ClusterState]:
+    """A tracker whose model has seen small VMs live 1 h and large ones 10 h, refit at 20 h."""
+    tracker = LifetimeTracker(
+        LifetimeSettings(
+            min_observations=1,
+            scoring="quantiles",
+            host_quantiles=host_quantiles,
+            host_life=host_life,  # type: ignore[arg-type]
+        )
+    )
+    cluster = ClusterState()
+    for name in ("h0", "h1"):
+        cluster.add_host(name, (64.0, 256.0, 0.0, 0.0))
+    for i in range(40):
+        cores = 1.0 if i % 2 else 8.0
+        event = VmRequest(time=0.0, pool="p", vm_id=f"old{i}", cores=cores, memory_gib=cores)
+        tracker.on_booked(
+            cluster, cluster.book(f"old{i}", 1, (cores, cores, 0, 0), "", 0.0), 0.0, event
+        )
+        lived = H if cores == 1.0 else 10 * H
+        tracker.on_released(cluster, cluster.release(f"old{i}"), lived, exited=True)
+    tracker.advance(cluster, 20 * H)  # refit
+    return tracker, cluster
+
+
+def _book(tracker: LifetimeTracker, cluster: ClusterState, vm: str, host: int, now: float) -> None:
+    event = VmRequest(time=now, pool="p", vm_id=vm, cores=8.0, memory_gib=8.0)
+    tracker.on_booked(cluster, cluster.book(vm, host, (8.0, 8.0, 0, 0), "", now), now, event)
+
+
+def test_all_vms_takes_the_latest_exit_of_every_vm_by_hand() -> None:
+    """Two VMs alike on one host, four quantiles each at levels 1/8, 3/8, 5/8, 7/8.
+
+    One VM's remaining life is its points p1 < p2 < p3 < p4, each with
+    probability 1/4. The host empties by t when both have, so at the k-th
+    point P(empty) = (k/4)^2 = 1/16, 4/16, 9/16, 1. Each level's quantile is
+    the first point where that reaches the level: 1/8 -> p2 (4/16), 3/8 -> p3
+    (9/16), 5/8 -> p4, 7/8 -> p4. The latest VM's rule gives p1, p2, p3, p4
+    whatever the count, as if the second VM could not outlive the first.
+    """
+    tracker, cluster = _taught_tracker("all_vms", 4)
+    now = 20 * H
+    _book(tracker, cluster, "a", 0, now)
+    _book(tracker, cluster, "b", 0, now)
+    _book(tracker, cluster, "alone", 1, now)
+    got = tracker.host_exit_quantiles(2)
+    p1, p2, p3, p4 = got[1]  # host 1 holds one such VM: its own four points
+    assert p1 < p2 < p3 < p4
+    assert got[0].tolist() == [p2, p3, p4, p4]
+    # One leaves: the host's quantiles are the other's alone again.
+    tracker.on_released(cluster, cluster.release("b"), now + 60.0, exited=True)
+    assert tracker.host_exit_quantiles(2)[0].tolist() == [p1, p2, p3, p4]
+
+    latest, latest_cluster = _taught_tracker("latest_vm", 4)
+    _book(latest, latest_cluster, "a", 0, now)
+    _book(latest, latest_cluster, "b", 0, now)
+    assert latest.host_exit_quantiles(1)[0].tolist() == [p1, p2, p3, p4]
+
+
+def test_all_vms_matches_the_product_of_the_vms_shares() -> None:
+    """Against a batch computation: VMs of both kinds booked at different times on one
+    host, the host's quantiles are, at each level, the first of the VMs' points where
+    the product over VMs of the share of each one's points passed reaches the level."""
+    rng = np.random.default_rng(5)
+    tracker, cluster = _taught_tracker("all_vms", 8)
+    now = 20 * H
+    for i in range(7):
+        cores = float(rng.choice([1.0, 8.0]))
+        at = now + float(rng.uniform(0.0, 0.5 * H))
+        event = VmRequest(time=at, pool="p", vm_id=f"v{i}", cores=cores, memory_gib=cores)
+        record = cluster.book(f"v{i}", 0, (cores, cores, 0, 0), "", at)
+        tracker.on_booked(cluster, record, at, event)
+    got = tracker.host_exit_quantiles(1)[0]
+    levels = midpoint_levels(8)
+    points = []
+    for i in range(7):
+        slot = tracker._slot[f"v{i}"]
+        at = float(tracker.slots.predicted_at[slot])
+        uptime = at - float(tracker.slots.start[slot])
+        row = np.array([tracker.slots.row[slot]])
+        points.append(at + remaining_quantiles(tracker.model, row, np.array([uptime]), levels)[0])
+    times = np.sort(np.concatenate(points))
+    empty_by = np.array([np.prod([np.count_nonzero(p <= t) / 8 for p in points]) for t in times])
+    expected = [times[np.argmax(empty_by >= level - 1e-9)] for level in levels]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    # The latest of all exits is no earlier, level by level, than any one VM's.
+    assert (got >= np.max(points, axis=0) - 1e-6).all()
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        # A host costed by its point exit has no quantiles to take from all its VMs.
+        ({"host_life": "all_vms", "host_quantiles": 0}, "host_life needs host_quantiles"),
+        ({"host_life": "newest"}, "host_life"),
+    ],
+)
+def test_unusable_host_life_is_refused(args: dict[str, object], key: str) -> None:
+    with pytest.raises(ValueError, match=key):
+        validate_policy_args("las", args)

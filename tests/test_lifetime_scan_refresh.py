@@ -6,7 +6,8 @@ top of its iteration). That must leave every array as the pass of
 ``_refresh_host_quantiles`` followed by the scan does, and choose the same
 hosts: checked here on random states with stale hosts of every kind (an
 exit that moved, NaN, an emptied host, a holder to find again, a row whose
-creation quantiles are not yet known).
+creation quantiles are not yet known), with a host's life taken as its
+latest VM's and as the latest of all its VMs'.
 """
 
 from __future__ import annotations
@@ -110,9 +111,12 @@ def _copy(state: dict[str, Any]) -> dict[str, Any]:
     return {key: value.copy() for key, value in state.items()}
 
 
+@pytest.mark.parametrize("all_vms", [False, True], ids=["latest_vm", "all_vms"])
 @pytest.mark.parametrize("cost_tolerance", [0.0, 1.5])
 @pytest.mark.parametrize("seed", range(12))
-def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int, cost_tolerance: float) -> None:
+def test_refreshing_inside_the_scan_is_the_pass_before_it(
+    seed: int, cost_tolerance: float, all_vms: bool
+) -> None:
     warm_up_lifetime()
     rng = np.random.default_rng(seed)
     state = _random_state(rng)
@@ -126,7 +130,7 @@ def test_refreshing_inside_the_scan_is_the_pass_before_it(seed: int, cost_tolera
     demand = (0.3, 0.3, 0.0, 0.0)
     now, lifetime, epoch = 4.0, 2.0, 1
     probe = int(rng.integers(-1, HOSTS))
-    tail = (EDGES, 3.0, LEVELS)
+    tail = (EDGES, 3.0, LEVELS, all_vms)
 
     separate = _copy(state)
     separate_floor = np.zeros((2, HOSTS))

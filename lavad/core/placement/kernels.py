@@ -88,7 +88,8 @@ HOST_INTS: Final = 3
 # each floor is its host's exact cost); the tracker's packed arrays (slot
 # times, slot ints, host times, host ints, host quantiles) and the model's
 # (creation quantiles and whether each row's are known, the mass tables,
-# the bin edges, the open bin's lifetime, the levels).
+# the bin edges, the open bin's lifetime, the levels, and whether a host's
+# life is the latest of all its VMs' rather than its latest VM's).
 ScanPool = tuple[FloatArray, FloatArray, BoolArray, BoolArray, FloatArray]
 # Best Fit's and First Fit's request: hosts to scan, the demand, the fit tolerance.
 FitRequest = tuple[int, float, float, float, float, float]
@@ -98,7 +99,9 @@ Floors = tuple[FloatArray, IntArray, IntArray, IntArray, int, bool, FloatArray]
 # demand, zeros, the resource weights and their sum, ``Stranding``).
 StrandCount = tuple[bool, FloatArray, FloatArray, FloatArray, float, Stranding]
 TrackerArrays = tuple[FloatArray, IntArray, FloatArray, IntArray, FloatArray]
-ModelArrays = tuple[FloatArray, BoolArray, FloatArray, FloatArray, FloatArray, float, FloatArray]
+ModelArrays = tuple[
+    FloatArray, BoolArray, FloatArray, FloatArray, FloatArray, float, FloatArray, bool
+]
 # What booking and releasing a slot write: the slots' times, ints, flags and
 # group levels, the hosts' times and ints.
 PackedColumns = tuple[FloatArray, IntArray, BoolArray, IntArray, FloatArray, IntArray]
@@ -445,7 +448,7 @@ def no_floors_nor_refresh() -> tuple[Floors, TrackerArrays, ModelArrays]:
     )  # fmt: skip
     no_model = (
         np.empty((0, 0)), np.empty(0, dtype=np.bool_), np.empty((0, 0)), np.empty((0, 0)),
-        no_floats, 0.0, no_floats,
+        no_floats, 0.0, no_floats, False,
     )  # fmt: skip
     return no_floors, no_tracker, no_model
 
@@ -487,7 +490,7 @@ def warm_up_tracker_arrays() -> tuple[TrackerArrays, ModelArrays]:
     tracker = (slot_times, slot_ints, host_times, host_ints, host_q.copy())
     model = (
         host_q.copy(), np.zeros(1, dtype=np.bool_), np.ones((1, 2)), np.ones((1, 3)),
-        np.array([0.0, 1.0]), 2.0, np.zeros(1),
+        np.array([0.0, 1.0]), 2.0, np.zeros(1), False,
     )  # fmt: skip
     return tracker, model
 
@@ -566,6 +569,78 @@ cost per host, on ``base`` if ``on_base``."""
 
 
 @numba.njit(cache=True, nogil=True)
+def _latest_of_all(h: int, tracker: TrackerArrays, model: ModelArrays) -> None:
+    """Host ``h``'s quantiles (``host_q[h]``, as times) of the latest exit of all its VMs.
+
+    Each VM's remaining life is taken as its H quantiles at the host levels
+    (``levels``, the midpoints (j + 1/2) / H), each with probability 1/H, and
+    the VMs as independent: P(host empty by t) is the product over its VMs of
+    the share of each one's quantile times at or before t, and the host's
+    quantile at level p is the first of all those times where the product
+    reaches p. With one VM that is the VM's own quantiles, as the latest VM's
+    rule gives. Bounded by work: one walk over the host's list (at most one
+    step per slot), then a sort of its VMs' H points each.
+    """
+    slot_times, slot_ints, _, host_ints, host_q = tracker
+    _, _, mass, m0, edges, open_lifetime, levels, _ = model
+    start = slot_times[START]
+    predicted_at = slot_times[PREDICTED_AT]
+    row = slot_ints[ROW]
+    next_on_host = slot_ints[NEXT_ON_HOST]
+    width = host_q.shape[1]
+    points = len(levels)
+    members = 0
+    member = host_ints[HEAD][h]
+    steps = len(next_on_host)
+    while member >= 0 and steps > 0:
+        members += 1
+        member = next_on_host[member]
+        steps -= 1
+    if members == 0 or points == 0:
+        return
+    times = np.empty((members, points))
+    member = host_ints[HEAD][h]
+    for i in range(members):
+        at = predicted_at[member]
+        remaining_quantiles_into(
+            mass, m0, row[member], at - start[member], edges, open_lifetime, levels, times, i
+        )
+        for j in range(points):
+            times[i, j] = at + times[i, j]
+        member = next_on_host[member]
+    flat = times.ravel()
+    order = np.argsort(flat, kind="mergesort")
+    seen = np.zeros(members, dtype=np.int64)
+    # VMs none of whose points is passed yet, and the log of the product of
+    # the others' shares (the product of shares is 0 while any VM has none).
+    unseen = members
+    log_product = 0.0
+    q = 0
+    for c in range(members * points):
+        at_point = order[c]
+        vm = at_point // points
+        before = seen[vm]
+        seen[vm] = before + 1
+        if before == 0:
+            unseen -= 1
+        else:
+            log_product -= np.log(before / points)
+        log_product += np.log((before + 1) / points)
+        if unseen == 0:
+            share = np.exp(log_product)
+            # The tolerance absorbs the rounding of the logs' sum: a product
+            # of shares k/H meets a level (j + 1/2)/H it equals in exact terms.
+            while q < width and share >= levels[q] - 1e-9:
+                host_q[h, q] = flat[at_point]
+                q += 1
+    # Every VM's last point passed, the product is 1 up to rounding: any level
+    # left is the latest point.
+    while q < width:
+        host_q[h, q] = flat[order[members * points - 1]]
+        q += 1
+
+
+@numba.njit(cache=True, nogil=True)
 def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
     """Host ``h``'s part of ``_refresh_host_quantiles``: 1 if its holder was found again.
 
@@ -574,7 +649,7 @@ def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
     them), so the hosts can be refreshed in any order.
     """
     slot_times, slot_ints, host_times, host_ints, host_q = tracker
-    creation_quantiles, creation_known, mass, m0, edges, open_lifetime, levels = model
+    creation_quantiles, creation_known, mass, m0, edges, open_lifetime, levels, all_vms = model
     host_exit = host_times[HOST_EXIT]
     quantiles_exit = host_times[QUANTILES_EXIT]
     holder = host_ints[HOLDER]
@@ -612,6 +687,10 @@ def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
             steps -= 1
         holder[h] = slot
         found = 1
+    if all_vms:
+        _latest_of_all(h, tracker, model)
+        quantiles_exit[h] = exit_h
+        return found
     at = predicted_at[slot]
     r = row[slot]
     uptime = at - start[slot]

@@ -157,6 +157,10 @@ class LifetimeSettings:
     # expected cost over them (``host_exit_quantiles``). The policies' default
     # is 8 (``registry.LifetimeArgs``); 0 here keeps a bare tracker's point exit.
     host_quantiles: int = 0
+    # Whose remaining life a host's quantiles are: "latest_vm", the VM holding
+    # its latest predicted exit; "all_vms", the latest exit of all its VMs,
+    # taken independent (``kernels._latest_of_all``).
+    host_life: Literal["latest_vm", "all_vms"] = "latest_vm"
     # The class-valued request features the feature groups are keyed by
     # (``features.DECLARED_CATEGORICAL`` for those the adapters declare).
     categorical: tuple[str, ...] = ()
@@ -361,6 +365,9 @@ class LifetimeTracker(ClusterListener):
         # The settings a booking reads, once (they are frozen).
         self._learns_siblings = settings.siblings and not settings.oracle
         self._repredicts = settings.repredict and not settings.oracle
+        # A host's quantiles read every VM on it: a VM joining or leaving
+        # makes them stale, not only a change of its latest exit.
+        self._all_vms = settings.host_life == "all_vms"
         self.repredictions = 0
         # The initial lifetime of the VM booked last (``initial_lifetime``).
         self.booked_lifetime = 0.0
@@ -571,6 +578,8 @@ class LifetimeTracker(ClusterListener):
         self.slots.predicted_at[index] = at
         hosts = self.slots.host[index]
         np.maximum.at(self.hosts.exit, hosts, new_exits)
+        if self._all_vms:
+            self.hosts.quantiles_exit[hosts] = np.nan
         self.hosts.holder[hosts] = -1  # found again from the hosts' VMs when needed
         self.repredictions += len(index)
         for i, slot in enumerate(slots):
@@ -683,6 +692,7 @@ class LifetimeTracker(ClusterListener):
                 model.bins.edges,
                 self._open_lifetime,
                 self._host_levels,
+                self._all_vms,
             ),
         )
 
@@ -735,6 +745,8 @@ class LifetimeTracker(ClusterListener):
         generation = Direct.book_slot(
             slot, host, placed_at, prediction.row, rows, exit_time, learns, packed
         )
+        if self._all_vms:
+            self.hosts.quantiles_exit[host] = np.nan
         # The groups past the bound on groups share an owner row, but are no one batch.
         if learns and self._learns_siblings and rows[0] != self.model.overflow_row(0):
             self._siblings.setdefault(rows[0], set()).add(slot)
@@ -768,6 +780,8 @@ class LifetimeTracker(ClusterListener):
                 model.observe_censored(rows, lived, now)
         # The exit or censoring counted (``count``), the slot freed, the host's
         # latest exits from the VMs left on it: one compiled call.
+        if self._all_vms:
+            self.hosts.quantiles_exit[self.slots.host[slot]] = np.nan
         packed = self.slots.packed_with(self.levels, self.hosts)
         _, learns = Direct.release_slot(
             slot, now, exited, count, weight, model.deaths, model.censored, model.bins.edges, packed
@@ -866,6 +880,8 @@ class LifetimeTracker(ClusterListener):
             return
         new_host = after.host
         self.hosts.grow(new_host + 1)
+        if self._all_vms:
+            self.hosts.quantiles_exit[[int(self.slots.host[slot]), new_host]] = np.nan
         # Rare: the compiled helpers through numba's dispatch.
         times = self.slots.times
         ints = self.slots.ints

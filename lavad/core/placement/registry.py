@@ -260,6 +260,12 @@ class LifetimeArgs(WasteMixArgs):
     # (docs/results/lifetimes.md). The scan prunes a host once its partial
     # sum exceeds the best, so the quantiles cost little throughput.
     host_quantiles: int = Field(default=8, **_HOST_QUANTILES)
+    host_life: Literal["latest_vm", "all_vms"] = Field(
+        default="latest_vm",
+        description="whose remaining life a host's quantiles are: the VM holding its latest "
+        "predicted exit (latest_vm), or the latest exit of all its VMs, each VM's remaining "
+        "life taken independent (all_vms)",
+    )
     # The declared features by default: each trace's own classes feed its
     # groups (OpenB qos/gpu_spec, DLRM role); a trace without them groups as
     # before (Azure V1 decisions are unchanged). [] turns them off.
@@ -310,6 +316,9 @@ class LifetimeArgs(WasteMixArgs):
             raise ValueError(
                 f"categorical cannot name {sorted(leaked)}: an oracle field or a numeric feature"
             )
+        # A setting that would change nothing is refused rather than ignored.
+        if "host_life" in self.model_fields_set and self.host_quantiles == 0:
+            raise ValueError("host_life needs host_quantiles > 0")
         if self.waste_guard and self.stranding_cost:
             raise ValueError("waste_guard and stranding_cost: choose one way to weigh waste")
         # A setting that would change nothing is refused rather than ignored.
@@ -627,6 +636,7 @@ def _tracker(args: LifetimeArgs, *, oracle: bool, repredict: bool = True) -> Lif
             scoring=scoring,
             quantiles=args.quantiles,
             host_quantiles=args.host_quantiles,
+            host_life=args.host_life,
             categorical=tuple(args.categorical),
             model=args.model,
             prior_strength=args.prior_strength,
