@@ -103,12 +103,14 @@ SNAPSHOT_FORMAT = "lavad.partition-snapshot"
 # the pool strands, instead of keeping a copy (a v32 policy has the copy and
 # no rule, and would fail at its first placement); 34: the tolerance rule
 # says which hosts' stranding it reads (a v33 rule has no such field and would
-# fail at its next sample)
-SNAPSHOT_VERSION = 34
+# fail at its next sample); 35: a lifetime tracker's settings say whose
+# remaining life a host's quantiles are, and the tracker keeps that as a flag
+# (a v34 tracker has neither and would fail at its first booking)
+SNAPSHOT_VERSION = 35
 # The fingerprint of the fields every snapshotted class holds, as
 # tests/test_snapshot_layout.py records them: a layout change under the same
 # version fails that test, which says how to bump and record.
-SNAPSHOT_LAYOUT = "aa824bbc870b9d0e"
+SNAPSHOT_LAYOUT = "c14b5c0a01d5b1d2"
 
 
 class SnapshotError(Exception):
