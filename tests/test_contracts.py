@@ -226,11 +226,12 @@ class _Pool:
     ends: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, name: str, seed: int = 3) -> _Pool:
+    def start(cls, name: str, seed: int = 3, args: dict[str, Any] | None = None) -> _Pool:
         cluster = ClusterState()
         for h in range(8):
             cluster.add_host(f"h{h}", (16.0, 64.0, 0.0, 0.0))
-        policy = build_policy(name, validate_policy_args(name, {}), np.random.default_rng(seed))
+        checked = validate_policy_args(name, args or {})
+        policy = build_policy(name, checked, np.random.default_rng(seed))
         return cls(cluster, policy)
 
     def request(self, request: PlacementRequest, lifetime: float) -> Placed | Unfit:
@@ -299,6 +300,21 @@ def test_a_policy_places_the_same_after_a_checkpoint(name: str) -> None:
     pool = _Pool.start(name)
     _placed(pool, PLACEMENTS[:half])
     # What a snapshot holds: the cluster and the policy (the engine's pool state).
+    cluster, policy = _round_trip((pool.cluster, pool.policy))
+    restored = _Pool(cluster, policy, list(pool.decisions), dict(pool.ends))
+    assert _placed(restored, PLACEMENTS[half:]) == _placed(pool, PLACEMENTS[half:])
+
+
+@pytest.mark.parametrize("name", ["las", "lava"])
+def test_a_host_life_of_all_vms_holds_the_contract(name: str) -> None:
+    """The option that is not a default, through the same checks: deterministic, and
+    the same placements after a checkpoint, with hosts' quantiles from all their VMs."""
+    args = {"host_life": "all_vms"}
+    first = _placed(_Pool.start(name, args=args), PLACEMENTS)
+    assert first == _placed(_Pool.start(name, args=args), PLACEMENTS)
+    half = len(PLACEMENTS) // 2
+    pool = _Pool.start(name, args=args)
+    _placed(pool, PLACEMENTS[:half])
     cluster, policy = _round_trip((pool.cluster, pool.policy))
     restored = _Pool(cluster, policy, list(pool.decisions), dict(pool.ends))
     assert _placed(restored, PLACEMENTS[half:]) == _placed(pool, PLACEMENTS[half:])
