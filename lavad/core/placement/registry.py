@@ -316,7 +316,7 @@ class LifetimeArgs(WasteMixArgs):
             raise ValueError(
                 f"categorical cannot name {sorted(leaked)}: an oracle field or a numeric feature"
             )
-        # A setting that would change nothing is refused rather than ignored.
+        # A host costed by its point exit has no quantiles to take from its VMs.
         if "host_life" in self.model_fields_set and self.host_quantiles == 0:
             raise ValueError("host_life needs host_quantiles > 0")
         if self.waste_guard and self.stranding_cost:
