@@ -22,6 +22,19 @@ import numpy as np
 import pytest
 
 from lavad.core.cluster import ClusterState
+from lavad.core.placement.kernels import (
+    HEAD,
+    HOST_EXIT,
+    HOST_INTS,
+    HOST_TIMES,
+    NEXT_ON_HOST,
+    QUANTILES_EXIT,
+    QUANTILES_STAMP,
+    ROW,
+    SLOT_INTS,
+    SLOT_TIMES,
+    _refresh_host_quantiles,
+)
 from lavad.core.placement.lifetime import (
     LAS_BUCKETS_S,
     LifetimeSettings,
@@ -270,3 +283,31 @@ def test_all_vms_matches_the_product_of_the_vms_shares() -> None:
 def test_unusable_host_life_is_refused(args: dict[str, object], key: str) -> None:
     with pytest.raises(ValueError, match=key):
         validate_policy_args("las", args)
+
+
+def test_all_vms_ends_on_a_circular_host_list() -> None:
+    """A damaged snapshot can make a host's list of VMs circular (the restore checks
+    each link's range, not cycles): the walk is bounded by the slots, not the links,
+    so the refresh ends, counting each slot once per step, with quantiles in time."""
+    slots = 3
+    slot_times = np.zeros((SLOT_TIMES, slots))
+    slot_ints = np.full((SLOT_INTS, slots), -1, dtype=np.int64)
+    slot_ints[ROW] = 0
+    slot_ints[NEXT_ON_HOST, 0], slot_ints[NEXT_ON_HOST, 1] = 1, 0  # 0 -> 1 -> 0 -> ...
+    host_times = np.zeros((HOST_TIMES, 1))
+    host_times[HOST_EXIT, 0] = 5.0
+    host_times[QUANTILES_EXIT, 0] = np.nan
+    host_ints = np.full((HOST_INTS, 1), -1, dtype=np.int64)
+    host_ints[HEAD, 0] = 0
+    host_ints[QUANTILES_STAMP, 0] = 0
+    host_q = np.zeros((1, 2))
+    edges = np.array([0.0, 1.0, 2.0, 4.0])
+    mass = np.array([[0.25, 0.25, 0.25, 0.25]])
+    m0 = np.array([[1.0, 0.75, 0.5, 0.25, 0.0]])
+    tracker = (slot_times, slot_ints, host_times, host_ints, host_q)
+    model = (np.zeros((1, 2)), np.zeros(1, dtype=np.bool_), mass, m0, edges, 8.0,
+             midpoint_levels(2), True)  # fmt: skip
+    _refresh_host_quantiles(1, tracker, model)
+    assert np.isfinite(host_q[0]).all()
+    assert host_q[0, 0] <= host_q[0, 1]
+    assert host_times[QUANTILES_EXIT, 0] == 5.0

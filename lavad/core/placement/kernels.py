@@ -569,8 +569,20 @@ cost per host, on ``base`` if ``on_base``."""
 
 
 @numba.njit(cache=True, nogil=True)
-def _latest_of_all(h: int, tracker: TrackerArrays, model: ModelArrays) -> None:
-    """Host ``h``'s quantiles (``host_q[h]``, as times) of the latest exit of all its VMs.
+def _latest_of_all(
+    host_q: FloatArray,
+    h: int,
+    first: int,
+    slot_columns: tuple[FloatArray, FloatArray, IntArray, IntArray],
+    mass: FloatArray,
+    m0: FloatArray,
+    edges: FloatArray,
+    open_lifetime: float,
+    levels: FloatArray,
+) -> None:
+    """Host ``h``'s quantiles (``host_q[h]``, as times) of the latest exit of all its VMs,
+    the list starting at slot ``first`` (``slot_columns``: the slots' starts, prediction
+    times, rows and next slots on their hosts, as ``_refresh_host`` reads them).
 
     Each VM's remaining life is taken as its H quantiles at the host levels
     (``levels``, the midpoints (j + 1/2) / H), each with probability 1/H, and
@@ -581,16 +593,11 @@ def _latest_of_all(h: int, tracker: TrackerArrays, model: ModelArrays) -> None:
     rule gives. Bounded by work: one walk over the host's list (at most one
     step per slot), then a sort of its VMs' H points each.
     """
-    slot_times, slot_ints, _, host_ints, host_q = tracker
-    _, _, mass, m0, edges, open_lifetime, levels, _ = model
-    start = slot_times[START]
-    predicted_at = slot_times[PREDICTED_AT]
-    row = slot_ints[ROW]
-    next_on_host = slot_ints[NEXT_ON_HOST]
+    start, predicted_at, row, next_on_host = slot_columns
     width = host_q.shape[1]
     points = len(levels)
     members = 0
-    member = host_ints[HEAD][h]
+    member = first
     steps = len(next_on_host)
     while member >= 0 and steps > 0:
         members += 1
@@ -599,7 +606,7 @@ def _latest_of_all(h: int, tracker: TrackerArrays, model: ModelArrays) -> None:
     if members == 0 or points == 0:
         return
     times = np.empty((members, points))
-    member = host_ints[HEAD][h]
+    member = first
     for i in range(members):
         at = predicted_at[member]
         remaining_quantiles_into(
@@ -670,6 +677,14 @@ def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
             host_q[h, j] = -np.inf
         quantiles_exit[h] = exit_h
         return 0
+    if all_vms:
+        # No holder to find: every VM on the host is read.
+        _latest_of_all(
+            host_q, h, head[h], (start, predicted_at, row, next_on_host),
+            mass, m0, edges, open_lifetime, levels,
+        )  # fmt: skip
+        quantiles_exit[h] = exit_h
+        return 0
     found = 0
     slot = holder[h]
     if slot < 0:
@@ -687,10 +702,6 @@ def _refresh_host(h: int, tracker: TrackerArrays, model: ModelArrays) -> int:
             steps -= 1
         holder[h] = slot
         found = 1
-    if all_vms:
-        _latest_of_all(h, tracker, model)
-        quantiles_exit[h] = exit_h
-        return found
     at = predicted_at[slot]
     r = row[slot]
     uptime = at - start[slot]
@@ -723,6 +734,9 @@ def _refresh_host_quantiles(n: int, tracker: TrackerArrays, model: ModelArrays) 
     row's are known, else computed (and kept for the row when at uptime 0).
     A host whose holder is unknown (-1) gets it found again from its list
     of VMs: the lowest slot among those with the latest predicted exit.
+    With ``all_vms`` (the model arrays' last) a host's quantiles are instead
+    those of the latest exit of all its VMs (``_latest_of_all``), and no
+    holder is looked for.
     Each host whose quantiles are rewritten has its stamp moved on (so the
     LAS floors of ``lifetime_scan`` kept for it lapse). Returns
     how many holders were found again.
