@@ -17,6 +17,7 @@ from lavad.core.engine import Engine
 from lavad.daemon.replay import replay
 from lavad.daemon.settings import load_settings
 from lavad.evaluation import hindsight
+from lavad.models.lifetime.grouped import GroupedLifeTables
 from lavad.streams.adapters import open_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,5 +67,44 @@ def test_a_hindsight_variant_needs_its_plain_run_before_it() -> None:
     hindsight.check_order(["bestfit", "las", "las+hindsight"])
     with pytest.raises(ValueError, match=r"needs --policy las before it"):
         hindsight.check_order(["bestfit", "las+hindsight", "las"])
-    assert hindsight.split("lava:host_quantiles=8+hindsight") == ("lava:host_quantiles=8", True)
-    assert hindsight.split("las") == ("las", False)
+    hindsight.check_order(["las", "las+hindsight-features"])
+    with pytest.raises(ValueError, match=r"needs --policy las before it"):
+        hindsight.check_order(["las+hindsight-features", "las"])
+    assert hindsight.split("lava:host_quantiles=8+hindsight") == (
+        "lava:host_quantiles=8",
+        hindsight.SUFFIX,
+    )
+    assert hindsight.split("las+hindsight-features") == ("las", hindsight.FEATURES_SUFFIX)
+    assert hindsight.split("las") == ("las", None)
+    assert hindsight.wanted("las", ["las", "las+hindsight-features"])
+    assert not hindsight.wanted("lava", ["lava", "las+hindsight"])
+
+
+@pytest.mark.slow
+def test_the_features_bound_never_predicts_a_vm_from_its_owners_group() -> None:
+    """Frozen, a VM's owner group (its batch with its shape) holds its own exit and its
+    siblings': the features-only bound must back off past it, by the tables' own
+    rule over the rest, and still predict VMs the plain bound gives their owner's."""
+    plain, _, _ = _replay(None)
+    fitted = hindsight.fitted_models(plain)["default"]
+    assert isinstance(fitted, GroupedLifeTables)
+    features = hindsight.FrozenFeatureTables(fitted)
+    everything = hindsight.FrozenTables(fitted)
+    rows_of_vms = list(fitted._by_keys.values())
+    assert len(rows_of_vms) > 1_000
+    by_owner = 0
+    for rows in rows_of_vms:
+        chosen = features.choose(rows)
+        assert chosen != rows[0]
+        assert chosen == fitted.choose(rows[1:])
+        # The rule: the first of the coarser groups with enough observations, else the pool's.
+        enough = [row for row in rows[1:-1] if fitted.observations[row] >= fitted.min_observations]
+        assert chosen == (enough[0] if enough else rows[-1])
+        by_owner += everything.choose(rows) == rows[0]
+    # The slice's batches are large enough that the plain bound reads some owners' groups.
+    assert by_owner > 0
+
+
+def test_the_features_bound_refuses_a_model_without_the_tables_back_off() -> None:
+    with pytest.raises(ValueError, match="needs the life tables' back-off"):
+        hindsight.FrozenFeatureTables(object())  # type: ignore[arg-type]

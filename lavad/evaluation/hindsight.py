@@ -14,6 +14,16 @@ still misses of the oracle's gain is the features' part.
 A variant ``NAME+hindsight`` in ``lavad evaluate placement`` is ``NAME``
 replayed with the tables that ``NAME``'s own run in the same cell ended with;
 ``NAME`` must come before it in the list of policies.
+
+Those tables hold more than the features: a VM's finest group is its owner's
+(its tenant, or in Azure V1 its batch, with its shape), fitted on the exits
+of that very VM and of its siblings, which end together more often than not.
+Online, a batch's siblings all arrive before any of them exits, so that
+group has nothing to say at a placement; frozen, it tells the VM its own
+batch's lifetimes. ``NAME+hindsight-features`` is the bound without that
+leak: the same frozen tables, but a VM is predicted from its finest group
+*below* its owner's (shape, hour and batch size, and coarser) with enough
+observations, as the model's own rule picks among them.
 """
 
 from __future__ import annotations
@@ -23,9 +33,12 @@ from typing import Any
 from lavad.core.engine import Engine
 from lavad.core.placement.lifetime import LifetimeTracker
 from lavad.core.placement.lifetime_policy import LifetimePolicy
-from lavad.models.lifetime.protocol import LifetimeModel, RunningVMs
+from lavad.models.lifetime.grouped import GroupedLifeTables
+from lavad.models.lifetime.protocol import GroupRows, LifetimeModel, RunningVMs
 
 SUFFIX = "+hindsight"
+# The bound from the features alone: never the VM's owner group (module docstring).
+FEATURES_SUFFIX = "+hindsight-features"
 
 # Per pool, the lifetime model a replay ended with.
 FittedModels = dict[str, LifetimeModel]
@@ -50,18 +63,46 @@ class FrozenTables:
         return getattr(self._fitted, name)
 
 
-def split(spec: str) -> tuple[str, bool]:
-    """``NAME+hindsight`` -> (NAME, True); any other spec -> (spec, False)."""
-    if spec.endswith(SUFFIX):
-        return spec.removesuffix(SUFFIX), True
-    return spec, False
+class FrozenFeatureTables(FrozenTables):
+    """``FrozenTables`` that never predict a VM from its owner's group (level 0).
+
+    Only for the life tables' own back-off (``GroupedLifeTables.choose``: the
+    first group of the tuple with enough observations, else the last), where
+    the tuple without its first row is the same rule over the coarser groups.
+    """
+
+    def __init__(self, fitted: LifetimeModel) -> None:
+        if not isinstance(fitted, GroupedLifeTables):
+            raise ValueError(
+                f"{FEATURES_SUFFIX} needs the life tables' back-off, not {type(fitted).__name__}"
+            )
+        super().__init__(fitted)
+        self._tables = fitted
+
+    def choose(self, rows: GroupRows) -> int:
+        return self._tables.choose(rows[1:])
+
+
+def split(spec: str) -> tuple[str, str | None]:
+    """``NAME+hindsight`` -> (NAME, SUFFIX), ``NAME+hindsight-features`` -> (NAME,
+    FEATURES_SUFFIX); any other spec -> (spec, None)."""
+    for suffix in (SUFFIX, FEATURES_SUFFIX):
+        if spec.endswith(suffix):
+            return spec.removesuffix(suffix), suffix
+    return spec, None
+
+
+def wanted(spec: str, specs: list[str]) -> bool:
+    """Whether a hindsight variant of the plain ``spec`` is among ``specs`` (its run's
+    tables must then be kept)."""
+    return spec + SUFFIX in specs or spec + FEATURES_SUFFIX in specs
 
 
 def check_order(specs: list[str]) -> None:
     """Refuse a hindsight variant whose plain run does not come before it."""
     for i, spec in enumerate(specs):
         base, hindsight = split(spec)
-        if hindsight and base not in specs[:i]:
+        if hindsight is not None and base not in specs[:i]:
             raise ValueError(f"--policy {spec}: needs --policy {base} before it (its tables)")
 
 
@@ -80,14 +121,15 @@ def fitted_models(engine: Engine) -> FittedModels:
     return models
 
 
-def install(engine: Engine, models: FittedModels) -> list[FrozenTables]:
-    """Open each pool of ``models`` in a fresh ``engine`` with its fitted tables, frozen."""
+def install(engine: Engine, models: FittedModels, suffix: str = SUFFIX) -> list[FrozenTables]:
+    """Open each pool of ``models`` in a fresh ``engine`` with its fitted tables, frozen
+    (``suffix`` says how: ``SUFFIX`` or ``FEATURES_SUFFIX``)."""
     frozen = []
     for name, model in models.items():
         tracker = _tracker(engine, name)
         if tracker is None:
             raise ValueError(f"pool {name!r}: the policy keeps no lifetimes to freeze")
-        tables = FrozenTables(model)
+        tables = FrozenFeatureTables(model) if suffix == FEATURES_SUFFIX else FrozenTables(model)
         tracker.model = tables  # type: ignore[assignment]
         frozen.append(tables)
     return frozen

@@ -23,8 +23,10 @@ policy's mean and spread over seeds per condition, and its worst condition.
 
 Policies are variants (``evaluation.variants``: ``name:key=value;key=value``);
 ``VARIANT+hindsight`` replays a lifetime policy with the tables ``VARIANT``'s
-own run of the cell ended with, frozen (``evaluation.hindsight``). Cells run
-in worker processes, one (window, shape, seed) each.
+own run of the cell ended with, frozen (``evaluation.hindsight``), and
+``VARIANT+hindsight-features`` the same without the VM's owner group, which
+holds its own exit and its batch's. Cells run in worker processes, one
+(window, shape, seed) each.
 """
 
 from __future__ import annotations
@@ -251,13 +253,13 @@ def _run_fleet(
             events = with_true_lifetimes(events, true_exits, end)
         config = variant.engine_config(name, trace_has_hosts=opened.has_hosts)
         engine = Engine(config)
-        if in_hindsight:
-            hindsight.install(engine, fitted[plain])
+        if in_hindsight is not None:
+            hindsight.install(engine, fitted[plain], in_hindsight)
         # Each replay from a settled heap, under the collector schedule
         # ``lavad replay`` sets (``tune_collector`` in ``run_unit``).
         heap.settle()
         result = replay(events, config, end_time=opened.end_time, engine=engine)
-        if spec + hindsight.SUFFIX in run.policies:
+        if hindsight.wanted(spec, list(run.policies)):
             # Kept only for a hindsight variant of it: a model holds a window's tables.
             fitted[spec] = hindsight.fitted_models(engine)
         results.append(result)
