@@ -77,16 +77,22 @@ class FrozenFeatureTables(FrozenTables):
                 f"{FEATURES_SUFFIX} needs the life tables' back-off, not {type(fitted).__name__}"
             )
         super().__init__(fitted)
-        self._tables = fitted
 
     def choose(self, rows: GroupRows) -> int:
-        return self._tables.choose(rows[1:])
+        return self._fitted.choose(rows[1:])
+
+
+# Each variant's suffix and how it freezes the tables.
+_FROZEN: dict[str, type[FrozenTables]] = {
+    SUFFIX: FrozenTables,
+    FEATURES_SUFFIX: FrozenFeatureTables,
+}
 
 
 def split(spec: str) -> tuple[str, str | None]:
     """``NAME+hindsight`` -> (NAME, SUFFIX), ``NAME+hindsight-features`` -> (NAME,
     FEATURES_SUFFIX); any other spec -> (spec, None)."""
-    for suffix in (SUFFIX, FEATURES_SUFFIX):
+    for suffix in _FROZEN:
         if spec.endswith(suffix):
             return spec.removesuffix(suffix), suffix
     return spec, None
@@ -95,7 +101,7 @@ def split(spec: str) -> tuple[str, str | None]:
 def wanted(spec: str, specs: list[str]) -> bool:
     """Whether a hindsight variant of the plain ``spec`` is among ``specs`` (its run's
     tables must then be kept)."""
-    return spec + SUFFIX in specs or spec + FEATURES_SUFFIX in specs
+    return any(spec + suffix in specs for suffix in _FROZEN)
 
 
 def check_order(specs: list[str]) -> None:
@@ -129,7 +135,7 @@ def install(engine: Engine, models: FittedModels, suffix: str = SUFFIX) -> list[
         tracker = _tracker(engine, name)
         if tracker is None:
             raise ValueError(f"pool {name!r}: the policy keeps no lifetimes to freeze")
-        tables = FrozenFeatureTables(model) if suffix == FEATURES_SUFFIX else FrozenTables(model)
+        tables = _FROZEN[suffix](model)
         tracker.model = tables  # type: ignore[assignment]
         frozen.append(tables)
     return frozen
