@@ -109,3 +109,34 @@ def test_an_absurd_warmup_option_replays_and_says_no_window_opened(tmp_path: Pat
     text = " ".join(result.stdout.split())
     assert "No averages: the measured window is empty" in text
     assert "Averages over" not in text
+
+
+def test_a_compared_oracle_is_divided_as_its_runs_say(tmp_path: Path) -> None:
+    # The replay's shares come from the same runs its JSON holds: the oracle's
+    # gain is its empty hosts % less the baseline's. The bundled slice is too
+    # short for the oracle to gain over 0.5 pp, so the replay says it gives no
+    # share and why (the shares themselves are worked by hand in
+    # test_oracle_share.py).
+    result = _replay_slice(tmp_path, "21600", "--compare", "bestfit,firstfit,las-oracle")
+    document = orjson.loads((tmp_path / "metrics.json").read_bytes())
+    empty = {run["policy"]: run["pools"]["default"]["empty_hosts_pct"] for run in document["runs"]}
+    gain = empty["las-oracle"] - empty["bestfit"]
+    assert 0 < gain <= 0.5
+    shares = document["oracle_shares"]
+    assert shares["baseline"] == "bestfit"
+    assert shares["oracle"] == "las-oracle"
+    assert shares["pools"]["default"]["oracle_gain_pp"] == pytest.approx(gain)
+    assert shares["pools"]["default"]["shares"] == {"firstfit": None}
+    text = " ".join(result.stdout.split())
+    assert (
+        f"No share of las-oracle's gain in pool default: it gains {gain:+.2f} pp of empty hosts"
+        " over bestfit, not over the 0.5 pp a share needs." in text
+    )
+
+
+def test_no_oracle_compared_writes_no_shares(tmp_path: Path) -> None:
+    result = _replay_slice(tmp_path, "21600", "--compare", "bestfit,firstfit")
+    assert "oracle_shares" not in orjson.loads((tmp_path / "metrics.json").read_bytes())
+    text = " ".join(result.stdout.split())
+    assert "Share of" not in text
+    assert "No share of" not in text

@@ -45,6 +45,7 @@ from lavad.daemon.live.cli import (
     tail_command,
     topics_create_command,
 )
+from lavad.daemon.oracle_share import shares_document
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
@@ -172,6 +173,8 @@ def replay_command(
     except TraceFormatError as exc:
         raise fail(str(exc)) from None
     results: list[ReplayResult] = []
+    # The compared policies that read true lifetimes: the shares are of the first's gain.
+    oracles: list[str] = []
     # The oracle policies' true lifetimes: one extra pass over the trace, shared.
     true_exits: dict[tuple[str, str], float] | None = None
     for name in names:
@@ -188,6 +191,8 @@ def replay_command(
             fresh = open_trace(path, seed=settings.seed)
             events: Iterable[Event | BadRecord] = fresh.events()
             oracle = any(needs_true_lifetimes(policy) for policy in engine_config.policies())
+            if oracle:
+                oracles.append(name)
             if oracle or settings.migrations.lifetimes == "oracle":
                 if true_exits is None:
                     true_exits = exit_times(open_trace(path, seed=settings.seed).events())
@@ -211,16 +216,20 @@ def replay_command(
             err.print(_summary_line(result), highlight=False, soft_wrap=True)
         results.append(result)
     on_common_pool(results)
-    print_results(results, trace.name, out)
+    print_results(results, trace.name, out, oracles)
+    document: dict[str, object] = {
+        "trace": str(path),
+        "seed": settings.seed,
+        # The series (empty hosts, utilisation over time) feed `lavad report`.
+        "runs": [{**r.as_dict(), "series": r.series} for r in results],
+    }
+    shares = shares_document(results, oracles)
+    if shares is not None:
+        document["oracle_shares"] = shares
     metrics_json.parent.mkdir(parents=True, exist_ok=True)
     metrics_json.write_bytes(
         orjson.dumps(
-            {
-                "trace": str(path),
-                "seed": settings.seed,
-                # The series (empty hosts, utilisation over time) feed `lavad report`.
-                "runs": [{**r.as_dict(), "series": r.series} for r in results],
-            },
+            document,
             option=orjson.OPT_INDENT_2,
         )
     )

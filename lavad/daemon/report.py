@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lavad.daemon.oracle_share import describe, oracle_shares
 from lavad.daemon.plotting import pyplot
 from lavad.daemon.replay import ReplayResult
 
@@ -91,7 +92,14 @@ def metrics_table(results: Sequence[ReplayResult], trace_name: str) -> Table:
     return table
 
 
-def print_results(results: Sequence[ReplayResult], trace_name: str, console: Console) -> None:
+def print_results(
+    results: Sequence[ReplayResult],
+    trace_name: str,
+    console: Console,
+    oracles: Sequence[str] = (),
+) -> None:
+    """The table, what its figures are measured over, and, where ``oracles`` names a
+    compared oracle, the share of its gain each other policy keeps."""
     console.print(metrics_table(results, trace_name))
     if results:
         first = next(iter(results[0].pools.values()), None)
@@ -136,6 +144,11 @@ def print_results(results: Sequence[ReplayResult], trace_name: str, console: Con
                     else ""
                 )
             )
+    shares = oracle_shares(results, oracles)
+    if shares is not None:
+        oracle, pools = shares
+        for line in describe(results[0].policy, oracle, pools):
+            console.print(line, highlight=False, markup=False)
     for result in results:
         if result.dead_letters:
             console.print(

@@ -49,6 +49,7 @@ from pydantic import ValidationError
 from lavad.core.engine import Engine
 from lavad.core.placement.registry import needs_true_lifetimes
 from lavad.daemon import heap
+from lavad.daemon.oracle_share import MIN_ORACLE_GAIN_PP
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.settings import HostSettings, Settings
 from lavad.evaluation import hindsight
@@ -73,8 +74,6 @@ DEFAULT_POLICIES = (
     PAPER_ORACLE,
     "lava-oracle:waste_guard=false;deployment_affinity=false",
 )
-# Cells where the oracle gains under this many pp cannot show a share.
-MIN_ORACLE_GAIN_PP = 0.5
 # The goal a lifetime policy is held to in every condition: at least half of
 # the oracle's gain over the first policy (the LAVA paper's LAS keeps 64%),
 # and no more than this much more stranded CPU or memory than the first policy.
