@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
+import orjson
 import pytest
 
 from lavad.daemon.oracle_share import (
     MIN_ORACLE_GAIN_PP,
     describe,
+    from_document,
     oracle_shares,
     shares_document,
 )
@@ -164,3 +168,40 @@ def test_an_oracle_within_the_noise_says_why_it_gives_no_share() -> None:
         "No share of las-oracle's gain in pool default: it gains +0.25 pp of empty hosts"
         " over bestfit, not over the 0.5 pp a share needs."
     ]
+
+
+def test_the_json_reads_back_to_the_same_lines() -> None:
+    # What the HTML report reads: the replay's metrics JSON, through orjson.
+    results = [
+        _run("bestfit", cpu=16.0, gpu=30.0),
+        _run("las", cpu=17.0, gpu=30.1),
+        _run("las-oracle", cpu=20.0, gpu=30.3),
+    ]
+    found = oracle_shares(results, ["las-oracle"])
+    document = shares_document(results, ["las-oracle"])
+    assert found is not None and document is not None
+    baseline, oracle, pools, bar = from_document(orjson.loads(orjson.dumps(document)))
+    assert (baseline, oracle, bar) == ("bestfit", "las-oracle", MIN_ORACLE_GAIN_PP)
+    assert describe(baseline, oracle, pools, bar) == describe("bestfit", *found)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (lambda d: d["pools"]["cpu"]["shares"].update(las="half"), TypeError),
+        (lambda d: d["pools"]["cpu"].update(oracle_gain_pp=True), TypeError),
+        (lambda d: d.pop("oracle"), KeyError),
+        (lambda d: d.update(min_oracle_gain_pp=None), ValueError),
+    ],
+)
+def test_a_json_of_another_layout_is_refused(
+    change: Callable[[dict[str, Any]], object], error: type[Exception]
+) -> None:
+    document = shares_document(
+        [_run("bestfit", cpu=16.0), _run("las", cpu=17.0), _run("las-oracle", cpu=20.0)],
+        ["las-oracle"],
+    )
+    assert document is not None
+    change(document)
+    with pytest.raises(error):
+        from_document(document)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 import subprocess
 import sys
@@ -128,10 +129,13 @@ def test_a_compared_oracle_is_divided_as_its_runs_say(tmp_path: Path) -> None:
     assert shares["pools"]["default"]["oracle_gain_pp"] == pytest.approx(gain)
     assert shares["pools"]["default"]["shares"] == {"firstfit": None}
     text = " ".join(result.stdout.split())
-    assert (
+    line = (
         f"No share of las-oracle's gain in pool default: it gains {gain:+.2f} pp of empty hosts"
-        " over bestfit, not over the 0.5 pp a share needs." in text
+        " over bestfit, not over the 0.5 pp a share needs."
     )
+    assert line in text
+    # The HTML report of the same JSON says the same.
+    assert html.escape(line) in build_report([tmp_path / "metrics.json"])
 
 
 def test_no_oracle_compared_writes_no_shares(tmp_path: Path) -> None:

@@ -99,17 +99,45 @@ def shares_document(
     }
 
 
-def describe(baseline: str, oracle: str, pools: Sequence[PoolShares]) -> list[str]:
-    """One line per pool, for the replay's summary."""
+def from_document(shares: dict[str, Any]) -> tuple[str, str, list[PoolShares], float]:
+    """``shares_document`` read back (the HTML report): baseline, oracle, pools, and the bar
+    its shares were given over. A document of another layout raises KeyError,
+    TypeError or ValueError."""
+    pools = [
+        PoolShares(
+            str(pool),
+            _number(entry["oracle_gain_pp"]),
+            {str(policy): _number(share) for policy, share in entry["shares"].items()},
+        )
+        for pool, entry in shares["pools"].items()
+    ]
+    bar = _number(shares["min_oracle_gain_pp"])
+    if bar is None:
+        raise ValueError("min_oracle_gain_pp is null")
+    return str(shares["baseline"]), str(shares["oracle"]), pools, bar
+
+
+def _number(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number or null, got {value!r}")
+    return float(value)
+
+
+def describe(
+    baseline: str, oracle: str, pools: Sequence[PoolShares], bar: float = MIN_ORACLE_GAIN_PP
+) -> list[str]:
+    """One line per pool, for the replay's summary; ``bar`` the gain its shares needed."""
     lines = []
     for entry in pools:
         gain = entry.oracle_gain_pp
         if gain is None:
             lines.append(f"No share of {oracle}'s gain in pool {entry.pool}: no measured window.")
-        elif gain <= MIN_ORACLE_GAIN_PP:
+        elif gain <= bar:
             lines.append(
                 f"No share of {oracle}'s gain in pool {entry.pool}: it gains {gain:+.2f} pp of"
-                f" empty hosts over {baseline}, not over the {MIN_ORACLE_GAIN_PP} pp a share needs."
+                f" empty hosts over {baseline}, not over the {bar} pp a share needs."
             )
         else:
             kept = ", ".join(

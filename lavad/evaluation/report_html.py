@@ -28,6 +28,7 @@ from typing import Any, Final
 
 import orjson
 
+from lavad.daemon.oracle_share import describe, from_document
 from lavad.daemon.plotting import pyplot
 
 
@@ -411,6 +412,16 @@ def _replay(page: Page, document: dict[str, Any], source: str) -> None:
         raise ReportInputError("a replay output with no runs")
     trace = html.escape(str(document.get("trace", "")))
     _packing_sections(page, runs, f"{source}: replay of {trace}", "Packing metrics per policy")
+    shares = document.get("oracle_shares")
+    if shares is not None:
+        baseline, oracle, pools, bar = from_document(shares)
+        lines = describe(baseline, oracle, pools, bar)
+        page.sections.append(
+            "<section><h2>Share of the oracle's gain</h2>"
+            + "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+            + f"<p class=note>In pp of empty hosts over {html.escape(baseline)}; no share where"
+            f" {html.escape(oracle)} gains no more than {bar} pp.</p></section>"
+        )
 
 
 def _shadow(page: Page, document: dict[str, Any], source: str) -> None:
