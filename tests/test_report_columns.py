@@ -134,8 +134,11 @@ def test_a_compared_oracle_is_divided_as_its_runs_say(tmp_path: Path) -> None:
         " over bestfit, not over the 0.5 pp a share needs."
     )
     assert line in text
-    # The HTML report of the same JSON says the same.
-    assert html.escape(line) in build_report([tmp_path / "metrics.json"])
+    # The HTML report of the same JSON says the same, beside the table.
+    page = build_report([tmp_path / "metrics.json"])
+    assert html.escape(line) in page
+    table, share = page.index("Packing metrics per policy"), page.index("Share of the oracle")
+    assert table < share < page.index("Empty hosts and utilisation over time")
 
 
 def test_no_oracle_compared_writes_no_shares(tmp_path: Path) -> None:

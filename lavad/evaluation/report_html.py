@@ -411,16 +411,19 @@ def _replay(page: Page, document: dict[str, Any], source: str) -> None:
     if not runs:
         raise ReportInputError("a replay output with no runs")
     trace = html.escape(str(document.get("trace", "")))
+    table_at = len(page.sections)
     _packing_sections(page, runs, f"{source}: replay of {trace}", "Packing metrics per policy")
     shares = document.get("oracle_shares")
     if shares is not None:
         baseline, oracle, pools, bar = from_document(shares)
         lines = describe(baseline, oracle, pools, bar)
-        page.sections.append(
+        # Beside the table its shares are taken from.
+        page.sections.insert(
+            table_at + 1,
             "<section><h2>Share of the oracle's gain</h2>"
             + "".join(f"<p>{html.escape(line)}</p>" for line in lines)
             + f"<p class=note>In pp of empty hosts over {html.escape(baseline)}; no share where"
-            f" {html.escape(oracle)} gains no more than {bar} pp.</p></section>"
+            f" {html.escape(oracle)} gains no more than {bar} pp.</p></section>",
         )
 
 
