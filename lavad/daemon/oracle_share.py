@@ -64,8 +64,8 @@ def oracle_shares(
         return None
     baseline, rest = results[0], results[1:]
     oracle = next((result for result in rest if result.policy in oracles), None)
-    learned = [result for result in rest if result.policy not in oracles]
-    if oracle is None or baseline.policy in oracles or not learned:
+    others = [result for result in rest if result.policy not in oracles]
+    if oracle is None or baseline.policy in oracles or not others:
         return None
     pools = []
     for pool in baseline.pools:
@@ -73,7 +73,7 @@ def oracle_shares(
         best = _empty_pct(oracle, pool)
         gain = best - base if base is not None and best is not None else None
         shares: dict[str, float | None] = {}
-        for result in learned:
+        for result in others:
             own = _empty_pct(result, pool)
             share = None
             if base is not None and own is not None and gain is not None:
