@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -9,13 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from lavad.daemon.oracle_share import (
-    MIN_ORACLE_GAIN_PP,
-    describe,
-    from_document,
-    oracle_shares,
-    shares_document,
-)
+from lavad.daemon.oracle_share import MIN_ORACLE_GAIN_PP, OracleShares, oracle_shares
 from lavad.daemon.replay import ReplayResult
 
 
@@ -64,9 +59,8 @@ def test_each_policy_keeps_its_gain_over_the_oracles(
     ]
     found = oracle_shares(results, ["las-oracle"])
     assert found is not None
-    name, pools = found
-    assert name == "las-oracle"
-    [pool] = pools
+    assert found.oracle == "las-oracle"
+    [pool] = found.pools
     assert pool.pool == "default"
     assert pool.oracle_gain_pp == pytest.approx(oracle - baseline)
     assert pool.shares.keys() == expected.keys()
@@ -88,8 +82,8 @@ def test_the_shares_are_of_the_first_oracle_and_no_oracle_gets_one() -> None:
     ]
     found = oracle_shares(results, ["lava-oracle", "las-oracle"])
     assert found is not None
-    name, [pool] = found
-    assert name == "lava-oracle"
+    assert found.oracle == "lava-oracle"
+    [pool] = found.pools
     assert pool.shares == {"las": pytest.approx(0.25)}
 
 
@@ -124,7 +118,6 @@ def test_the_shares_are_of_the_first_oracle_and_no_oracle_gets_one() -> None:
 )
 def test_nothing_to_divide_gives_no_shares(results: list[ReplayResult], oracles: list[str]) -> None:
     assert oracle_shares(results, oracles) is None
-    assert shares_document(results, oracles) is None
 
 
 def test_each_pool_is_divided_on_its_own() -> None:
@@ -136,8 +129,9 @@ def test_each_pool_is_divided_on_its_own() -> None:
         _run("las", cpu=17.0, gpu=31.0),
         _run("las-oracle", cpu=20.0, gpu=None),
     ]
-    document = shares_document(results, ["las-oracle"])
-    assert document == {
+    found = oracle_shares(results, ["las-oracle"])
+    assert found is not None
+    assert found.as_dict() == {
         "baseline": "bestfit",
         "oracle": "las-oracle",
         "min_oracle_gain_pp": MIN_ORACLE_GAIN_PP,
@@ -146,10 +140,7 @@ def test_each_pool_is_divided_on_its_own() -> None:
             "gpu": {"oracle_gain_pp": None, "shares": {"las": None}},
         },
     }
-    found = oracle_shares(results, ["las-oracle"])
-    assert found is not None
-    lines = describe("bestfit", *found)
-    assert lines == [
+    assert found.lines() == [
         "Share of las-oracle's gain over bestfit (+4.00 pp of empty hosts) kept in pool cpu:"
         " las 25%.",
         "No share of las-oracle's gain in pool gpu: no measured window.",
@@ -164,7 +155,7 @@ def test_an_oracle_within_the_noise_says_why_it_gives_no_share() -> None:
     ]
     found = oracle_shares(results, ["las-oracle"])
     assert found is not None
-    assert describe("bestfit", *found) == [
+    assert found.lines() == [
         "No share of las-oracle's gain in pool default: it gains +0.25 pp of empty hosts"
         " over bestfit, not over the 0.5 pp a share needs."
     ]
@@ -178,11 +169,10 @@ def test_the_json_reads_back_to_the_same_lines() -> None:
         _run("las-oracle", cpu=20.0, gpu=30.3),
     ]
     found = oracle_shares(results, ["las-oracle"])
-    document = shares_document(results, ["las-oracle"])
-    assert found is not None and document is not None
-    baseline, oracle, pools, bar = from_document(orjson.loads(orjson.dumps(document)))
-    assert (baseline, oracle, bar) == ("bestfit", "las-oracle", MIN_ORACLE_GAIN_PP)
-    assert describe(baseline, oracle, pools, bar) == describe("bestfit", *found)
+    assert found is not None
+    read = OracleShares.from_dict(orjson.loads(orjson.dumps(found.as_dict())))
+    assert (read.baseline, read.oracle, read.bar) == ("bestfit", "las-oracle", MIN_ORACLE_GAIN_PP)
+    assert read.lines() == found.lines()
 
 
 @pytest.mark.parametrize(
@@ -197,11 +187,28 @@ def test_the_json_reads_back_to_the_same_lines() -> None:
 def test_a_json_of_another_layout_is_refused(
     change: Callable[[dict[str, Any]], object], error: type[Exception]
 ) -> None:
-    document = shares_document(
+    found = oracle_shares(
         [_run("bestfit", cpu=16.0), _run("las", cpu=17.0), _run("las-oracle", cpu=20.0)],
         ["las-oracle"],
     )
-    assert document is not None
+    assert found is not None
+    document = found.as_dict()
     change(document)
     with pytest.raises(error):
-        from_document(document)
+        OracleShares.from_dict(document)
+
+
+def test_absurd_figures_in_a_json_read_back_are_only_printed() -> None:
+    # The largest finite doubles a JSON can hold (orjson refuses 1e999 and NaN):
+    # a gain of 1e308 pp over the bar gives a share line, formatted, nothing more.
+    document = {
+        "baseline": "bestfit",
+        "oracle": "las-oracle",
+        "min_oracle_gain_pp": 0.5,
+        "pools": {"default": {"oracle_gain_pp": 1e308, "shares": {"las": -1e308}}},
+    }
+    [line] = OracleShares.from_dict(orjson.loads(orjson.dumps(document))).lines()
+    # A gain of 1e308 printed in full: its 309 digits, two decimals.
+    assert re.match(r"Share of las-oracle's gain over bestfit \(\+\d{309}\.00 pp of empty", line)
+    # A share of -1e308 is -1e310 percent, past a double: printed as such.
+    assert line.endswith("kept in pool default: las -inf%.")

@@ -45,7 +45,7 @@ from lavad.daemon.live.cli import (
     tail_command,
     topics_create_command,
 )
-from lavad.daemon.oracle_share import shares_document
+from lavad.daemon.oracle_share import oracle_shares
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
@@ -216,16 +216,16 @@ def replay_command(
             err.print(_summary_line(result), highlight=False, soft_wrap=True)
         results.append(result)
     on_common_pool(results)
-    print_results(results, trace.name, out, oracles)
+    shares = oracle_shares(results, oracles)
+    print_results(results, trace.name, out, shares)
     document: dict[str, object] = {
         "trace": str(path),
         "seed": settings.seed,
         # The series (empty hosts, utilisation over time) feed `lavad report`.
         "runs": [{**r.as_dict(), "series": r.series} for r in results],
     }
-    shares = shares_document(results, oracles)
     if shares is not None:
-        document["oracle_shares"] = shares
+        document["oracle_shares"] = shares.as_dict()
     metrics_json.parent.mkdir(parents=True, exist_ok=True)
     metrics_json.write_bytes(
         orjson.dumps(

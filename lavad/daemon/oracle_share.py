@@ -6,7 +6,8 @@ learned policy by the share of the oracle's gain over the baseline that it
 keeps, in pp of empty hosts: the LAVA paper's yardstick (its LAS keeps 64%)
 and the one ``lavad evaluate placement`` holds each condition to where the
 oracle gains over the same bar, ``MIN_ORACLE_GAIN_PP``. Computed here
-once, so the replay's table and its metrics JSON give the same shares.
+once, so the replay's summary, its metrics JSON and the HTML report read
+back from that JSON give the same shares.
 
 At or below ``MIN_ORACLE_GAIN_PP`` the oracle's gain is within a replay's noise
 (OpenB's pools of a few hosts swing by tenths of a point on one decision):
@@ -30,15 +31,78 @@ MIN_ORACLE_GAIN_PP = 0.5
 @dataclass(frozen=True, slots=True)
 class PoolShares:
     """One pool's shares: ``oracle_gain_pp`` is None where either run measured no window;
-    each share is None where the oracle gains no more than ``MIN_ORACLE_GAIN_PP``
-    (or the policy's own figure is missing)."""
+    each share is None where the oracle gains no more than the bar (or the
+    policy's own figure is missing)."""
 
     pool: str
     oracle_gain_pp: float | None
     shares: dict[str, float | None]
 
+
+@dataclass(frozen=True, slots=True)
+class OracleShares:
+    """The shares of ``oracle``'s gain over ``baseline``, per pool, given over ``bar``."""
+
+    baseline: str
+    oracle: str
+    pools: list[PoolShares]
+    bar: float = MIN_ORACLE_GAIN_PP
+
     def as_dict(self) -> dict[str, Any]:
-        return {"oracle_gain_pp": self.oracle_gain_pp, "shares": self.shares}
+        """For the replay's metrics JSON (``from_dict`` reads it back)."""
+        return {
+            "baseline": self.baseline,
+            "oracle": self.oracle,
+            "min_oracle_gain_pp": self.bar,
+            "pools": {
+                entry.pool: {"oracle_gain_pp": entry.oracle_gain_pp, "shares": entry.shares}
+                for entry in self.pools
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> OracleShares:
+        """``as_dict`` read back (the HTML report). A document of another layout raises
+        KeyError, TypeError or ValueError; its size is the file's, which the
+        report bounds."""
+        pools = [
+            PoolShares(
+                str(pool),
+                _number(entry["oracle_gain_pp"]),
+                {str(policy): _number(share) for policy, share in entry["shares"].items()},
+            )
+            for pool, entry in document["pools"].items()
+        ]
+        bar = _number(document["min_oracle_gain_pp"])
+        if bar is None:
+            raise ValueError("min_oracle_gain_pp is null")
+        return cls(str(document["baseline"]), str(document["oracle"]), pools, bar)
+
+    def lines(self) -> list[str]:
+        """One line per pool, for the replay's summary and the report."""
+        oracle, baseline, bar = self.oracle, self.baseline, self.bar
+        lines = []
+        for entry in self.pools:
+            gain = entry.oracle_gain_pp
+            if gain is None:
+                lines.append(
+                    f"No share of {oracle}'s gain in pool {entry.pool}: no measured window."
+                )
+            elif gain <= bar:
+                lines.append(
+                    f"No share of {oracle}'s gain in pool {entry.pool}: it gains {gain:+.2f} pp"
+                    f" of empty hosts over {baseline}, not over the {bar} pp a share needs."
+                )
+            else:
+                kept = ", ".join(
+                    f"{policy} {'n/a' if share is None else f'{100 * share:.0f}%'}"
+                    for policy, share in entry.shares.items()
+                )
+                lines.append(
+                    f"Share of {oracle}'s gain over {baseline} ({gain:+.2f} pp of empty hosts)"
+                    f" kept in pool {entry.pool}: {kept}."
+                )
+        return lines
 
 
 def _empty_pct(result: ReplayResult, pool: str) -> float | None:
@@ -49,11 +113,17 @@ def _empty_pct(result: ReplayResult, pool: str) -> float | None:
     return float(value) if value is not None else None
 
 
-def oracle_shares(
-    results: Sequence[ReplayResult], oracles: Sequence[str]
-) -> tuple[str, list[PoolShares]] | None:
-    """The first oracle's name and, per pool of the baseline, the share of its gain each
-    compared policy keeps; None when there is nothing to divide.
+def _number(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number or null, got {value!r}")
+    return float(value)
+
+
+def oracle_shares(results: Sequence[ReplayResult], oracles: Sequence[str]) -> OracleShares | None:
+    """Per pool of the baseline, the share of the first oracle's gain each compared policy
+    keeps; None when there is nothing to divide.
 
     ``results`` in the order compared, the first the baseline; ``oracles``
     the names among them that read true lifetimes. The shares are of the
@@ -80,72 +150,4 @@ def oracle_shares(
                 share = (own - base) / gain if gain > MIN_ORACLE_GAIN_PP else None
             shares[result.policy] = share
         pools.append(PoolShares(pool, gain, shares))
-    return oracle.policy, pools
-
-
-def shares_document(
-    results: Sequence[ReplayResult], oracles: Sequence[str]
-) -> dict[str, Any] | None:
-    """``oracle_shares`` for the replay's metrics JSON; None when there is nothing to divide."""
-    found = oracle_shares(results, oracles)
-    if found is None:
-        return None
-    oracle, pools = found
-    return {
-        "baseline": results[0].policy,
-        "oracle": oracle,
-        "min_oracle_gain_pp": MIN_ORACLE_GAIN_PP,
-        "pools": {entry.pool: entry.as_dict() for entry in pools},
-    }
-
-
-def from_document(shares: dict[str, Any]) -> tuple[str, str, list[PoolShares], float]:
-    """``shares_document`` read back (the HTML report): baseline, oracle, pools, and the bar
-    its shares were given over. A document of another layout raises KeyError,
-    TypeError or ValueError."""
-    pools = [
-        PoolShares(
-            str(pool),
-            _number(entry["oracle_gain_pp"]),
-            {str(policy): _number(share) for policy, share in entry["shares"].items()},
-        )
-        for pool, entry in shares["pools"].items()
-    ]
-    bar = _number(shares["min_oracle_gain_pp"])
-    if bar is None:
-        raise ValueError("min_oracle_gain_pp is null")
-    return str(shares["baseline"]), str(shares["oracle"]), pools, bar
-
-
-def _number(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number or null, got {value!r}")
-    return float(value)
-
-
-def describe(
-    baseline: str, oracle: str, pools: Sequence[PoolShares], bar: float = MIN_ORACLE_GAIN_PP
-) -> list[str]:
-    """One line per pool, for the replay's summary; ``bar`` the gain its shares needed."""
-    lines = []
-    for entry in pools:
-        gain = entry.oracle_gain_pp
-        if gain is None:
-            lines.append(f"No share of {oracle}'s gain in pool {entry.pool}: no measured window.")
-        elif gain <= bar:
-            lines.append(
-                f"No share of {oracle}'s gain in pool {entry.pool}: it gains {gain:+.2f} pp of"
-                f" empty hosts over {baseline}, not over the {bar} pp a share needs."
-            )
-        else:
-            kept = ", ".join(
-                f"{policy} {'n/a' if share is None else f'{100 * share:.0f}%'}"
-                for policy, share in entry.shares.items()
-            )
-            lines.append(
-                f"Share of {oracle}'s gain over {baseline} ({gain:+.2f} pp of empty hosts)"
-                f" kept in pool {entry.pool}: {kept}."
-            )
-    return lines
+    return OracleShares(baseline.policy, oracle.policy, pools)

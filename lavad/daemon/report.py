@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lavad.daemon.oracle_share import describe, oracle_shares
+from lavad.daemon.oracle_share import OracleShares
 from lavad.daemon.plotting import pyplot
 from lavad.daemon.replay import ReplayResult
 
@@ -96,10 +96,10 @@ def print_results(
     results: Sequence[ReplayResult],
     trace_name: str,
     console: Console,
-    oracles: Sequence[str] = (),
+    shares: OracleShares | None = None,
 ) -> None:
-    """The table, what its figures are measured over, and, where ``oracles`` names a
-    compared oracle, the share of its gain each other policy keeps."""
+    """The table, what its figures are measured over, and, with ``shares``, the share of
+    the compared oracle's gain each other policy keeps."""
     console.print(metrics_table(results, trace_name))
     if results:
         first = next(iter(results[0].pools.values()), None)
@@ -144,10 +144,8 @@ def print_results(
                     else ""
                 )
             )
-    shares = oracle_shares(results, oracles)
     if shares is not None:
-        oracle, pools = shares
-        for line in describe(results[0].policy, oracle, pools):
+        for line in shares.lines():
             console.print(line, highlight=False, markup=False)
     for result in results:
         if result.dead_letters:

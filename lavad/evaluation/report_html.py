@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import orjson
 
-from lavad.daemon.oracle_share import describe, from_document
+from lavad.daemon.oracle_share import OracleShares
 from lavad.daemon.plotting import pyplot
 
 
@@ -415,15 +415,14 @@ def _replay(page: Page, document: dict[str, Any], source: str) -> None:
     _packing_sections(page, runs, f"{source}: replay of {trace}", "Packing metrics per policy")
     shares = document.get("oracle_shares")
     if shares is not None:
-        baseline, oracle, pools, bar = from_document(shares)
-        lines = describe(baseline, oracle, pools, bar)
+        read = OracleShares.from_dict(shares)
         # Beside the table its shares are taken from.
         page.sections.insert(
             table_at + 1,
             "<section><h2>Share of the oracle's gain</h2>"
-            + "".join(f"<p>{html.escape(line)}</p>" for line in lines)
-            + f"<p class=note>In pp of empty hosts over {html.escape(baseline)}; no share where"
-            f" {html.escape(oracle)} gains no more than {bar} pp.</p></section>",
+            + "".join(f"<p>{html.escape(line)}</p>" for line in read.lines())
+            + f"<p class=note>In pp of empty hosts over {html.escape(read.baseline)}; no share"
+            f" where {html.escape(read.oracle)} gains no more than {read.bar} pp.</p></section>",
         )
 
 
