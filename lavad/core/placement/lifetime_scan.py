@@ -76,14 +76,12 @@ from lavad.core.placement.kernels import (
     ScanPool,
     StrandCount,
     TrackerArrays,
-    _bestfit_score,
     _costed,
     _fits,
     _kept_floor,
     _present_weights,
     _refresh_host,
     _scan_inputs,
-    _tie_in,
     by_host_quantiles,
     install_entry_point,
     no_floors_nor_refresh,
@@ -217,7 +215,7 @@ def _lifetime_scan(
         cap = least + cost_tolerance
         if p == bound_p and bound_c + cost_tolerance < cap:
             cap = bound_c + cost_tolerance
-        # ``_kept_floor``, written out for the reason given at the Best Fit pass below.
+        # ``_kept_floor``, written out as Best Fit's pass below is.
         kept = use_floor and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
         if kept and floor[h] > cap:
             continue
@@ -246,33 +244,29 @@ def _lifetime_scan(
     limit = least + cost_tolerance
     best_s = np.inf
     count = 0
-    if w2 == 0.0 and w3 == 0.0:
-        # Best Fit's cores and memory (the common pool), written out: through
-        # ``_bestfit_score`` and ``_tie_in`` numba keeps a reference count of
-        # the arrays per candidate (docs/results/speed.md), which cost a scan
-        # with hundreds of candidates several times its sums. The same sums
-        # in the same order as ``_bestfit_score``'s.
-        for i in range(n_candidates):
-            if costs[i] > limit:
-                continue
-            h = candidates[i]
-            score = 0.0
-            score += (free[0, h] - d0) * inv_capacity[0, h] * w0
-            score += (free[1, h] - d1) * inv_capacity[1, h] * w1
-            if score < best_s:
-                ties[0] = h
-                best_s = score
-                count = 1
-            elif score == best_s:
-                ties[count] = h
-                count += 1
-    else:
-        for i in range(n_candidates):
-            if costs[i] > limit:
-                continue
-            h = candidates[i]
-            score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-            best_s, count = _tie_in(score, best_s, h, ties, count)
+    # Best Fit's score and tie set (``_bestfit_score``, ``_tie_in``) written
+    # out, the same sums in the same order: through those functions numba
+    # keeps a reference count of their arrays per candidate, which cost a
+    # scan with hundreds of candidates several times its sums
+    # (docs/results/speed.md, "What the scan's compiled call is made of").
+    for i in range(n_candidates):
+        if costs[i] > limit:
+            continue
+        h = candidates[i]
+        score = 0.0
+        score += (free[0, h] - d0) * inv_capacity[0, h] * w0
+        score += (free[1, h] - d1) * inv_capacity[1, h] * w1
+        if w2 != 0.0:
+            score += (free[2, h] - d2) * inv_capacity[2, h] * w2
+        if w3 != 0.0:
+            score += (free[3, h] - d3) * inv_capacity[3, h] * w3
+        if score < best_s:
+            ties[0] = h
+            best_s = score
+            count = 1
+        elif score == best_s:
+            ties[count] = h
+            count += 1
     measure, step, test = guard
     within = True
     if test and count > 0 and least_host >= 0:
