@@ -76,12 +76,14 @@ from lavad.core.placement.kernels import (
     ScanPool,
     StrandCount,
     TrackerArrays,
+    _bestfit_score,
     _costed,
     _fits,
     _kept_floor,
     _present_weights,
     _refresh_host,
     _scan_inputs,
+    _tie_in,
     by_host_quantiles,
     install_entry_point,
     no_floors_nor_refresh,
@@ -215,8 +217,7 @@ def _lifetime_scan(
         cap = least + cost_tolerance
         if p == bound_p and bound_c + cost_tolerance < cap:
             cap = bound_c + cost_tolerance
-        # ``_kept_floor``, written out as Best Fit's pass below is.
-        kept = use_floor and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
+        kept = _kept_floor(h, floor_epoch, floor_stamp, stamp, epoch, use_floor)
         if kept and floor[h] > cap:
             continue
         if kept and now <= exact_until[h]:
@@ -244,29 +245,12 @@ def _lifetime_scan(
     limit = least + cost_tolerance
     best_s = np.inf
     count = 0
-    # Best Fit's score and tie set (``_bestfit_score``, ``_tie_in``) written
-    # out, the same sums in the same order: through those functions numba
-    # keeps a reference count of their arrays per candidate, which cost a
-    # scan with hundreds of candidates several times its sums
-    # (docs/results/speed.md, "What the scan's compiled call is made of").
     for i in range(n_candidates):
         if costs[i] > limit:
             continue
         h = candidates[i]
-        score = 0.0
-        score += (free[0, h] - d0) * inv_capacity[0, h] * w0
-        score += (free[1, h] - d1) * inv_capacity[1, h] * w1
-        if w2 != 0.0:
-            score += (free[2, h] - d2) * inv_capacity[2, h] * w2
-        if w3 != 0.0:
-            score += (free[3, h] - d3) * inv_capacity[3, h] * w3
-        if score < best_s:
-            ties[0] = h
-            best_s = score
-            count = 1
-        elif score == best_s:
-            ties[count] = h
-            count += 1
+        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
+        best_s, count = _tie_in(score, best_s, h, ties, count)
     measure, step, test = guard
     within = True
     if test and count > 0 and least_host >= 0:
