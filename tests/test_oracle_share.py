@@ -182,6 +182,11 @@ def test_the_json_reads_back_to_the_same_lines() -> None:
         (lambda d: d["pools"]["cpu"].update(oracle_gain_pp=True), TypeError),
         (lambda d: d.pop("oracle"), KeyError),
         (lambda d: d.update(min_oracle_gain_pp=None), ValueError),
+        # Containers of the wrong kind are refused by name, not by whatever
+        # the first method call on them raises.
+        (lambda d: d.update(pools=[["cpu", {}]]), TypeError),
+        (lambda d: d["pools"]["cpu"].update(shares=[["las", 0.5]]), TypeError),
+        (lambda d: d.update(oracle={"name": "las-oracle"}), TypeError),
     ],
 )
 def test_a_json_of_another_layout_is_refused(

@@ -67,16 +67,19 @@ class OracleShares:
         report bounds."""
         pools = [
             PoolShares(
-                str(pool),
+                pool,
                 _number(entry["oracle_gain_pp"]),
-                {str(policy): _number(share) for policy, share in entry["shares"].items()},
+                {
+                    policy: _number(share)
+                    for policy, share in _mapping(entry["shares"], "shares").items()
+                },
             )
-            for pool, entry in document["pools"].items()
+            for pool, entry in _mapping(document["pools"], "pools").items()
         ]
         bar = _number(document["min_oracle_gain_pp"])
         if bar is None:
             raise ValueError("min_oracle_gain_pp is null")
-        return cls(str(document["baseline"]), str(document["oracle"]), pools, bar)
+        return cls(_text(document["baseline"]), _text(document["oracle"]), pools, bar)
 
     def lines(self) -> list[str]:
         """One line per pool, for the replay's summary and the report."""
@@ -111,6 +114,19 @@ def _empty_pct(result: ReplayResult, pool: str) -> float | None:
         return None
     value = metrics.get("empty_hosts_pct")
     return float(value) if value is not None else None
+
+
+def _mapping(value: object, name: str) -> dict[str, Any]:
+    """``value`` as a JSON object of entries by name; TypeError for anything else."""
+    if not isinstance(value, dict):
+        raise TypeError(f"{name}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a policy name, got {value!r}")
+    return value
 
 
 def _number(value: object) -> float | None:
