@@ -217,3 +217,26 @@ def test_absurd_figures_in_a_json_read_back_are_only_printed() -> None:
     assert re.match(r"Share of las-oracle's gain over bestfit \(\+\d{309}\.00 pp of empty", line)
     # A share of -1e308 is -1e310 percent, past a double: printed as such.
     assert line.endswith("kept in pool default: las -inf%.")
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda d: d.update(baseline=7), "baseline"),
+        (lambda d: d["pools"]["cpu"].update(oracle_gain_pp="4"), "cpu: oracle_gain_pp"),
+        (lambda d: d["pools"]["cpu"]["shares"].update(las=[0.25]), "cpu: shares: las"),
+        (lambda d: d["pools"]["cpu"].update(shares=None), "cpu: shares"),
+    ],
+)
+def test_a_refused_json_names_the_key_it_could_not_read(
+    change: Callable[[dict[str, Any]], object], named: str
+) -> None:
+    found = oracle_shares(
+        [_run("bestfit", cpu=16.0), _run("las", cpu=17.0), _run("las-oracle", cpu=20.0)],
+        ["las-oracle"],
+    )
+    assert found is not None
+    document = found.as_dict()
+    change(document)
+    with pytest.raises(TypeError, match=f"^{re.escape(named)}: expected"):
+        OracleShares.from_dict(document)

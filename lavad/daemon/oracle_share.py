@@ -68,18 +68,19 @@ class OracleShares:
         pools = [
             PoolShares(
                 pool,
-                _number(entry["oracle_gain_pp"]),
+                _number(entry["oracle_gain_pp"], f"{pool}: oracle_gain_pp"),
                 {
-                    policy: _number(share)
-                    for policy, share in _mapping(entry["shares"], "shares").items()
+                    policy: _number(share, f"{pool}: shares: {policy}")
+                    for policy, share in _mapping(entry["shares"], f"{pool}: shares").items()
                 },
             )
             for pool, entry in _mapping(document["pools"], "pools").items()
         ]
-        bar = _number(document["min_oracle_gain_pp"])
+        bar = _number(document["min_oracle_gain_pp"], "min_oracle_gain_pp")
         if bar is None:
             raise ValueError("min_oracle_gain_pp is null")
-        return cls(_text(document["baseline"]), _text(document["oracle"]), pools, bar)
+        baseline = _text(document["baseline"], "baseline")
+        return cls(baseline, _text(document["oracle"], "oracle"), pools, bar)
 
     def lines(self) -> list[str]:
         """One line per pool, for the replay's summary and the report."""
@@ -123,17 +124,19 @@ def _mapping(value: object, name: str) -> dict[str, Any]:
     return value
 
 
-def _text(value: object) -> str:
+def _text(value: object, name: str) -> str:
+    """``value`` as a policy's name; TypeError, naming the key, for anything else."""
     if not isinstance(value, str):
-        raise TypeError(f"expected a policy name, got {value!r}")
+        raise TypeError(f"{name}: expected a policy name, got {type(value).__name__}")
     return value
 
 
-def _number(value: object) -> float | None:
+def _number(value: object, name: str) -> float | None:
+    """``value`` as a number or null; TypeError, naming the key, for anything else."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number or null, got {value!r}")
+        raise TypeError(f"{name}: expected a number or null, got {type(value).__name__}")
     return float(value)
 
 
