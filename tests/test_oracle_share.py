@@ -175,6 +175,16 @@ def test_the_json_reads_back_to_the_same_lines() -> None:
     assert read.lines() == found.lines()
 
 
+def _shares_document() -> dict[str, Any]:
+    """The metrics JSON's shares of a one-pool replay, for the tests that damage it."""
+    found = oracle_shares(
+        [_run("bestfit", cpu=16.0), _run("las", cpu=17.0), _run("las-oracle", cpu=20.0)],
+        ["las-oracle"],
+    )
+    assert found is not None
+    return found.as_dict()
+
+
 @pytest.mark.parametrize(
     ("change", "error"),
     [
@@ -192,12 +202,7 @@ def test_the_json_reads_back_to_the_same_lines() -> None:
 def test_a_json_of_another_layout_is_refused(
     change: Callable[[dict[str, Any]], object], error: type[Exception]
 ) -> None:
-    found = oracle_shares(
-        [_run("bestfit", cpu=16.0), _run("las", cpu=17.0), _run("las-oracle", cpu=20.0)],
-        ["las-oracle"],
-    )
-    assert found is not None
-    document = found.as_dict()
+    document = _shares_document()
     change(document)
     with pytest.raises(error):
         OracleShares.from_dict(document)
@@ -231,12 +236,7 @@ def test_absurd_figures_in_a_json_read_back_are_only_printed() -> None:
 def test_a_refused_json_names_the_key_it_could_not_read(
     change: Callable[[dict[str, Any]], object], named: str
 ) -> None:
-    found = oracle_shares(
-        [_run("bestfit", cpu=16.0), _run("las", cpu=17.0), _run("las-oracle", cpu=20.0)],
-        ["las-oracle"],
-    )
-    assert found is not None
-    document = found.as_dict()
+    document = _shares_document()
     change(document)
     with pytest.raises(TypeError, match=f"^{re.escape(named)}: expected"):
         OracleShares.from_dict(document)
