@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 from lavad.core.engine import Engine, EngineConfig, PoolSetup
 from lavad.core.migrations.config import MigrationsConfig
 from lavad.core.migrations.relief import ReliefConfig
+from lavad.core.placement.gpa import UsageHooks
 from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.live.state_codec import dumps, loads
 from lavad.daemon.settings import ConfigError, load_settings
 from lavad.models.usage.drift import CusumDrift, DriftConfig
+from lavad.models.usage.margin import TailCalibration
 from lavad.models.usage.moments import CPU, UsageMoments
 from lavad.streams.schema import Decision, HostUp, Migration, VmPlaced
 
@@ -134,8 +136,10 @@ def test_bad_drift_settings_are_refused_with_their_key(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the engine
 
 
-def _drift_engine(detector: str) -> Engine:
-    args = {"rho": 0.05, "min_samples": 4, "margin": False, "tie_break": "first"}
+def _drift_engine(detector: str, *, margin: bool = False, spare_host: bool = True) -> Engine:
+    args = {"rho": 0.05, "min_samples": 4, "margin": margin, "tie_break": "first"}
+    if margin:
+        args["margin_min_windows"] = 5
     relief = ReliefConfig(enabled=True, drift=DriftConfig(detector=detector))  # type: ignore[arg-type]
     engine = Engine(
         EngineConfig(
@@ -146,7 +150,8 @@ def _drift_engine(detector: str) -> Engine:
         )
     )
     engine.handle(HostUp(time=0.0, pool="p", host_id="h0", cores=5.0, memory_gib=128.0), 0.0)
-    engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=16.0, memory_gib=128.0), 0.0)
+    if spare_host:
+        engine.handle(HostUp(time=0.0, pool="p", host_id="h1", cores=16.0, memory_gib=128.0), 0.0)
     for vm_id in ("a", "b"):
         placed = VmPlaced(time=0.0, pool="p", vm_id=vm_id, host_id="h0", cores=4.0, memory_gib=8.0)
         engine.handle(placed, 0.0)
@@ -192,6 +197,46 @@ def test_a_host_whose_vm_changed_regime_is_relieved_before_any_overflow() -> Non
     assert on == _drift_run("cusum")
     off = _drift_run("off")
     assert not [d for d in off if isinstance(d, Migration)]
+
+
+def _tail(engine: Engine) -> TailCalibration:
+    hooks = engine.pools["p"].policy.hooks
+    assert isinstance(hooks, UsageHooks) and hooks.tail is not None
+    return hooks.tail
+
+
+def test_a_wide_margin_still_relieves_onto_an_empty_host() -> None:
+    """The same run with the learned margin on: h0 is the pool's only scored host,
+    and the windows of a's new regime before the detector sees it (k = 60 on),
+    scored against h0's promise of 3.2 cores with an excess of tenths of a core,
+    widen the margin to its cap (20) within two windows. Through it even a alone
+    fails the fit test on the empty h1 (a's new mean 3.2 cores and sd 0.84: 3.2 +
+    20 x 1.645 x 0.84 = 30.8 > 16). The relief still moves a, at the same look,
+    to h1: an empty host that holds a's 4 requested cores."""
+    engine = _drift_engine("cusum", margin=True)
+    on = _feed(engine, range(90))
+    assert _tail(engine).margin == 20.0
+    plans = [d for d in on if isinstance(d, Migration) and d.action == "plan"]
+    assert plans and plans[0].host_id == "h0" and [e["vm_id"] for e in plans[0].plan] == ["a"]
+    assert 21_600.0 <= plans[0].time <= 21_600.0 + 300.0
+    moves = [d for d in on if isinstance(d, Migration) and d.action == "migrate"]
+    assert [(m.vm_id, m.target_host_id) for m in moves] == [("a", "h1")]
+    assert engine.pools["p"].migrations.counters.get("relief_without_target", 0) == 0
+
+
+def test_a_vm_that_changed_regime_renews_its_hosts_promise() -> None:
+    """With no other host a stays on h0. The 11 windows of its new regime scored
+    before the detector restarts its moments (k = 60 to 70) are overflows of the
+    old promise and hold the margin at its cap: at rho 0.05 the conformal quantile
+    drops below them only once rho (W + 1) - 1 >= 11, i.e. W >= 239 windows. From
+    the window after the restart h0 is scored against its new sums, so the margin
+    comes back once enough windows follow; kept against the old promise every
+    window would score the change again and the margin would stay at its cap."""
+    engine = _drift_engine("cusum", margin=True, spare_host=False)
+    _feed(engine, range(230))
+    assert _tail(engine).margin == 20.0
+    _feed(engine, range(230, 300))
+    assert _tail(engine).margin < 1.5
 
 
 def test_a_pool_mid_excursion_survives_a_snapshot_and_decides_the_same() -> None:

@@ -9,6 +9,7 @@ import pytest
 from gpa_support import cpu_sample, place_and_book
 
 from lavad.core.cluster import ClusterState
+from lavad.core.placement.framework import PlacementRequest, Policy
 from lavad.core.placement.gpa import (
     UsageHooks,
     gpa_fits,
@@ -250,6 +251,49 @@ def test_gpa_policy_overcommits_once_usage_is_known() -> None:
         ("host", "h0", "overflow_risk")
     ]
     assert notices[0].explanation["probability"] > 0.01
+
+
+def _policy_with_a_swinging_vm(*hosts: tuple[str, float]) -> tuple[Policy, ClusterState]:
+    """GPA at rho 0.01 on ``hosts`` (id, cores); VM "w" (4 cores) reported eight
+    windows before its request, at 0.1 and 0.9 in turn."""
+    policy = build_policy(
+        "gpa",
+        validate_policy_args("gpa", {"rho": 0.01, "min_samples": 4, "tie_break": "first"}),
+        np.random.default_rng(0),
+    )
+    cluster = ClusterState()
+    for host_id, cores in hosts:
+        cluster.add_host(host_id, (cores, 128.0, 0.0, 0.0))
+    for k in range(8):
+        policy.hooks.observe(cluster, cpu_sample("w", 300.0 * (k + 1), 0.9 if k % 2 else 0.1))
+    return policy, cluster
+
+
+def test_a_vm_no_host_passes_goes_to_an_empty_host_that_holds_its_request() -> None:
+    # w's estimate: mean 0.5 x 4 = 2 cores, variance 0.16 x 8/7 x 16 = 2.926 (sd
+    # 1.711). With too few windows scored for a margin the pool reads Cantelli's
+    # bound, sqrt(0.99 / 0.01) = 9.95 sd: 2 + 9.95 x 1.711 = 19.0 cores, over h0's
+    # 16 even with w alone there, so the test passes no host. h0 is empty and its
+    # 16 cores hold w's 4: w goes there, and cannot use more than its 4 cores of
+    # it. h1 (2 cores) is empty too but cannot hold the request.
+    policy, cluster = _policy_with_a_swinging_vm(("h0", 16.0), ("h1", 2.0))
+    hooks = policy.hooks
+    assert isinstance(hooks, UsageHooks) and hooks.tail is not None
+    assert hooks.tail.method == "cantelli"
+    assert hooks.usage.contribution("w", (4.0, 8.0))[:3:2] == pytest.approx((2.0, 2.925714))
+    assert place_and_book(policy, cluster, "w", 2_700.0) == 0
+
+
+def test_an_empty_host_the_test_refuses_is_taken_only_when_no_host_passes() -> None:
+    # As above, but h1 (64 cores) already runs v, on the prior (its whole 4 cores,
+    # no variance): with w, 6 + 9.95 x 1.711 = 23.0 <= 64, so h1 passes and takes
+    # w, although GPA Best Fit would rank h0's headroom (16 - 2) / 1.711 = 8.2
+    # before h1's (64 - 6) / 1.711 = 33.9 had the empty h0 been let through.
+    policy, cluster = _policy_with_a_swinging_vm(("h0", 16.0), ("h1", 64.0))
+    request = PlacementRequest("v", (4.0, 8.0, 0.0, 0.0), "", None, 0.0)
+    record = cluster.book("v", 1, request.demand, "", 0.0)
+    policy.hooks.on_booked(cluster, record, 0.0, None)
+    assert place_and_book(policy, cluster, "w", 2_700.0) == 1
 
 
 def test_gpa_policy_arguments_are_validated() -> None:

@@ -205,6 +205,41 @@ def test_a_vm_no_host_accepts_opens_a_new_host() -> None:
     assert new_host_indices(moves, 2) == [2]
 
 
+def test_live_a_vm_no_host_accepts_goes_to_the_first_empty_host_that_holds_it() -> None:
+    """rho 0.1, normal, margin 20 (a pool whose margin a regime change widened to its
+    cap): z x 20 = 25.6 sd. Source (capacity 1): A (0.5, 0.01), B (0.4, 0.01), C
+    (0.3, 0.01), load 1.2 + 25.6 x 0.173 = 5.6. A leaves first (its departure
+    leaves the least load: 0.7 + 25.6 x 0.141 = 4.3, against 4.4 without B and
+    4.5 without C), then B (0.3 + 25.6 x 0.1 = 2.86 left, against 2.96 without
+    C): the relief stops at max_moves 2. No host passes for either (A alone: 0.5 + 2.56 = 3.06
+    > 1). Host 1 is open but runs VMs, host 2 is closed, hosts 3 and 4 are
+    empty and open; ``alone`` says host 3 holds A's request and not B's (a
+    request of its own cores each), host 4 holds both. A goes to host 3, the
+    first that holds it; B to host 4, as host 3 is empty no more."""
+    fit = TailFit(0.1, "normal", 20.0)
+    vms = _terms((0.5, 0.01), (0.4, 0.01), (0.3, 0.01))
+    hosts = _terms((1.2, 0.03), (0.5, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0))
+    open_hosts = np.array([True, True, False, True, True])
+    alone = np.array(
+        [
+            [False, False, True, True, True],
+            [False, False, True, False, True],
+            [False, False, True, True, True],
+        ]
+    )
+    moves = plan_relief(
+        vms, 1.0, hosts, np.ones(5), fit, 2, source=0, open_hosts=open_hosts, alone=alone
+    )
+    assert moves == [ReliefMove(0, 3), ReliefMove(1, 4)]
+    # Without ``alone`` (the offline packer) the same VMs open new hosts instead.
+    assert plan_relief(vms, 1.0, hosts, np.ones(5), fit, 2, source=0, open_hosts=open_hosts) == [
+        ReliefMove(0, None),
+        ReliefMove(1, None),
+    ]
+    with pytest.raises(ValueError, match="alone"):
+        plan_relief(vms, 1.0, hosts, np.ones(5), fit, 2, source=0, alone=alone[:, :4])
+
+
 def test_the_first_vm_moves_even_when_the_model_says_the_host_fits() -> None:
     """The realised overflows already showed the moments wrong: one VM always goes."""
     fit = TailFit(0.1, "normal", 1.0)

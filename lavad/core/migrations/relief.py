@@ -11,8 +11,11 @@ overflows have already shown the moments to be wrong. Each goes to the open
 host where the fit test with it added passes and whose standardised
 headroom is then smallest (GPA Best Fit), or to a new empty host when none
 accepts it; a VM alone on the source stays (it would overflow anywhere
-alone). Work per relief: at most ``max_moves`` VMs, each against every host
-once.
+alone). Live, where no host can be opened, a VM no host's test accepts goes
+to the lowest open empty host whose capacity holds its request, as a
+placement does (``GpaFilter``): a wide margin must not keep a VM that rose on
+the host it overloads. Work per relief: at most ``max_moves`` VMs, each
+against every host once.
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ def plan_relief(
     *,
     source: int | None = None,
     open_hosts: BoolArray | None = None,
+    alone: BoolArray | None = None,
 ) -> list[ReliefMove]:
     """Which of the source's VMs move, and where (see the module's docstring).
 
@@ -138,11 +142,22 @@ def plan_relief(
     target, nor is a host with ``open_hosts`` False. A move to a new host
     (``target`` None) opens one host of the source's capacity, which later
     VMs of the same relief may join (its index is then ``h``, ``h + 1``...).
+    ``alone`` (k, h): whether host j is empty and holds VM i's request; a VM
+    no host's test accepts goes to the first open such host still empty
+    (None: none, the offline packer's case, which opens a host instead).
     """
     if vm_terms.ndim != 2 or vm_terms.shape[0] != TERMS:
         raise ValueError(f"vm_terms must be (4, VMs), got {vm_terms.shape}")
     if host_terms.shape[0] != TERMS or host_terms.shape[1] != len(host_capacity):
         raise ValueError("host_terms must be (4, hosts) with one capacity per host")
+    if alone is not None and alone.shape != (vm_terms.shape[1], len(host_capacity)):
+        raise ValueError(f"alone must be (VMs, hosts), got {alone.shape}")
+    # Hosts still empty and holding each VM's request: a host one mover lands on is empty no more.
+    lone = (
+        np.zeros((vm_terms.shape[1], len(host_capacity)), dtype=np.bool_)
+        if alone is None
+        else np.array(alone, dtype=np.bool_, copy=True)
+    )
     require_at_least(1, max_moves=max_moves)
     staying = list(range(vm_terms.shape[1]))
     hosts = np.array(host_terms, dtype=np.float64, copy=True)
@@ -166,16 +181,22 @@ def plan_relief(
         terms = vm_terms[:, leaving : leaving + 1]
         after = hosts + terms
         fits = fit.fits(after, capacity) & allowed
+        lone_here = lone[leaving] & allowed
         target: int | None = None
         if fits.any():
             rank = np.where(fits, fit.headroom(after, capacity), np.inf)
             target = int(np.argmin(rank))
+        elif lone_here.any():
+            target = int(np.argmax(lone_here))
+        if target is not None:
             hosts[:, target] += terms[:, 0]
+            lone[:, target] = False
         else:
             # A new empty host of the source's kind; later movers may share it.
             hosts = np.hstack([hosts, terms])
             capacity = np.append(capacity, source_capacity)
             allowed = np.append(allowed, True)
+            lone = np.hstack([lone, np.zeros((len(lone), 1), dtype=np.bool_)])
         moves.append(ReliefMove(leaving, target))
     return moves
 
@@ -270,8 +291,10 @@ def plan_host_relief(
     residents = sorted(cluster.host_vms[host])
     factor = float(usage.variance_factor[CPU])
     vm_terms = np.zeros((TERMS, len(residents)))
+    requested = np.zeros(len(residents))
     for index, vm_id in enumerate(residents):
         record = cluster.vms[vm_id]
+        requested[index] = record.demand[0]
         added = usage.contribution(vm_id, (record.demand[0], record.demand[1]))
         vm_terms[:, index] = (
             added[MEAN + CPU],
@@ -289,6 +312,10 @@ def plan_host_relief(
     )
     fit = _live_fit(hooks, rho)
     capacity = cluster.capacity[CLUSTER_ROW[CPU], :n]
+    empty = cluster.vm_count[:n] == 0
+    alone = empty[np.newaxis, :] & (
+        capacity[np.newaxis, :] >= requested[:, np.newaxis] - FIT_TOLERANCE
+    )
     moves = plan_relief(
         vm_terms,
         float(capacity[host]),
@@ -298,6 +325,7 @@ def plan_host_relief(
         max_moves,
         source=host,
         open_hosts=cluster.schedulable[:n],
+        alone=alone,
     )
     return [
         (residents[move.vm], move.target if move.target is None or move.target < n else None)

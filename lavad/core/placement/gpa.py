@@ -162,6 +162,15 @@ class GpaFilter:
     ``resources``: which usage resources are overcommitted this way (CPU by
     default: the paper's rate-limited resource; running out of memory kills,
     so memory is better left to a hard fit on the request).
+
+    When the test passes no host the earlier filters left (it runs last), an
+    empty host whose capacity holds the request still takes the VM: no host
+    is safer for it than one it has alone, and refusing would stop the pool
+    placing anything while its learned margin is wide (after a regime change
+    the margin can reach its cap, where even a lone VM fails the test;
+    ``docs/results/gpa-drift.md``). The paper's test refuses instead; this
+    only turns a "nothing fits" into a placement, so every decision the test
+    made before is unchanged.
     """
 
     name = "gpa"
@@ -189,12 +198,26 @@ class GpaFilter:
 
     def apply(self, cluster: ClusterState, request: PlacementRequest, blocked: BoolArray) -> None:
         n = cluster.n_hosts
+        refused = np.zeros(n, dtype=np.bool_)
         for resource in self.resources:
             calibration = self.calibration if resource == CPU else None
             mean, variance = _after_placement(self.usage, request, resource, n, calibration)
             capacity = cluster.capacity[CLUSTER_ROW[resource], :n]
             fits = gpa_fits(mean, variance, capacity, self.z, FIT_TOLERANCE)
-            np.logical_or(blocked, ~fits, out=blocked)
+            np.logical_or(refused, ~fits, out=refused)
+        if (blocked | refused).all():
+            np.logical_and(refused, ~self._alone(cluster, request), out=refused)
+        np.logical_or(blocked, refused, out=blocked)
+
+    def _alone(self, cluster: ClusterState, request: PlacementRequest) -> BoolArray:
+        """The empty hosts whose capacity holds the request in every resource the test reads."""
+        n = cluster.n_hosts
+        alone: BoolArray = cluster.vm_count[:n] == 0
+        for resource in self.resources:
+            row = CLUSTER_ROW[resource]
+            holds = cluster.capacity[row, :n] >= request.demand[row] - FIT_TOLERANCE
+            np.logical_and(alone, holds, out=alone)
+        return alone
 
 
 class GpaBestFitScore(NumpyScorer):
@@ -335,6 +358,13 @@ class UsageHooks(ClusterListener):
     # The relief rule's outcomes per host (None: relief off). A class default,
     # so state saved before relief existed still reads as "off".
     relief_evidence: OverflowEvidence | None = None
+    # Hosts whose promise is renewed when the current window closes: a VM on
+    # them changed regime (the drift detector restarted its moments). Kept
+    # against the old regime's sums, every later window would score the
+    # change again and hold the pool's margin at its cap until the host
+    # changed; renewed at once, the window that revealed it would be scored
+    # against moments that include it. Immutable, a class default as above.
+    _renewals: frozenset[int] = frozenset()
 
     def enable_relief(self, config: ReliefConfig) -> None:
         """Feed the relief rule every fully reported host window from now on."""
@@ -456,6 +486,10 @@ class UsageHooks(ClusterListener):
             usage.variance_factor[CPU] = max(1.0, self._squared_gap / self._predicted_variance)
         self._window_cores.clear()
         self._window_vms.clear()
+        if self._renewals:
+            for host in sorted(self._renewals):
+                self._promise(host)
+            self._renewals = frozenset()
 
     @property
     def next_deadline(self) -> float:
@@ -503,6 +537,8 @@ class UsageHooks(ClusterListener):
 
     def observe(self, cluster: ClusterState, sample: UsageSample) -> None:
         """Feed one usage sample; a placed VM's host is re-checked against rho."""
+        moments = self.usage.moments
+        resets = moments.resets
         host = self.usage.observe(sample)
         if host is None:
             return
@@ -513,6 +549,8 @@ class UsageHooks(ClusterListener):
         if end > self._window_end:
             self._count_window(cluster)
             self._window_end = end
+        if self.tail is not None and moments.resets != resets:
+            self._renewals = self._renewals | {host}
         record = cluster.vms.get(sample.vm_id)
         if record is not None:
             used = sample.cpu.mean * record.demand[0]

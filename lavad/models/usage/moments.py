@@ -79,6 +79,8 @@ class UsageMoments:
     # snapshot taken before detection existed read as "off".
     drift: CusumDrift | None = None
     drifted: list[str] | None = None
+    # How many VMs' moments the detector restarted (``enable_drift`` counts from 0).
+    resets: int = 0
 
     def __init__(self, half_life_s: float | None = None, initial_slots: int = 64) -> None:
         if half_life_s is not None and not (math.isfinite(half_life_s) and half_life_s > 0):
