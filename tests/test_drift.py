@@ -199,10 +199,16 @@ def test_a_host_whose_vm_changed_regime_is_relieved_before_any_overflow() -> Non
     assert not [d for d in off if isinstance(d, Migration)]
 
 
-def _tail(engine: Engine) -> TailCalibration:
+def _hooks(engine: Engine) -> UsageHooks:
     hooks = engine.pools["p"].policy.hooks
-    assert isinstance(hooks, UsageHooks) and hooks.tail is not None
-    return hooks.tail
+    assert isinstance(hooks, UsageHooks)
+    return hooks
+
+
+def _tail(engine: Engine) -> TailCalibration:
+    tail = _hooks(engine).tail
+    assert tail is not None
+    return tail
 
 
 def test_a_wide_margin_still_relieves_onto_an_empty_host() -> None:
@@ -237,6 +243,19 @@ def test_a_vm_that_changed_regime_renews_its_hosts_promise() -> None:
     assert _tail(engine).margin == 20.0
     _feed(engine, range(230, 300))
     assert _tail(engine).margin < 1.5
+
+
+def test_a_promise_renewal_pending_at_a_snapshot_survives_it() -> None:
+    """Snapshot the one-host pool after a's reset (its sample at t = 21,600 s) and
+    before the window closes: h0's renewal is still pending, and the restored
+    pool renews it as the original does, its margin back at 1.0 by window 300."""
+    engine = _drift_engine("cusum", margin=True, spare_host=False)
+    _feed(engine, range(72))
+    assert _hooks(engine).usage.moments.resets == 1
+    twin = _drift_engine("cusum", margin=True, spare_host=False)
+    twin.pools["p"] = loads(dumps(engine.pools["p"]))
+    assert _feed(engine, range(72, 300)) == _feed(twin, range(72, 300))
+    assert _tail(engine).margin == _tail(twin).margin < 1.5
 
 
 def test_a_pool_mid_excursion_survives_a_snapshot_and_decides_the_same() -> None:

@@ -248,6 +248,10 @@ def react(
             current = moments.terms()
             for host in sorted({int(owner[task]) for task in drifted}):
                 tasks = bins[host]
+                # As live (``UsageHooks``): the machine promises by its new
+                # moments from the next step on, so the margin scores the change
+                # in the steps before the detector saw it, not in every step after.
+                promises[host] = _promise(current[:, tasks].sum(axis=1), rho, methods)
                 if len(tasks) > 1 and not bool(
                     fit.fits(current[:, tasks].sum(axis=1, keepdims=True), capacity)[0]
                 ):
