@@ -273,8 +273,9 @@ def plan_host_relief(
     """The live relief of ``host``: (VM id, target host column, or None).
 
     Live, an empty host is one of the hosts (zero sums), so None means that
-    no host now open for placement accepts the VM, not even an empty one:
-    it cannot move until one does (a host comes up or frees room).
+    no host now open for placement passes the fit test with the VM and no
+    open empty host holds its request: it cannot move until one does (a host
+    comes up or frees room).
 
     The VMs' current CPU estimates (``HostUsage.contribution``, the variance
     with the pool's variance factor) and every host's current sums, read
