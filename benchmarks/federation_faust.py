@@ -144,12 +144,12 @@ async def fill(bootstrap: str, pools: int, hosts: int, records: int) -> dict[str
 
 async def child_ours(bootstrap: str, pools: int, hosts: int, started: float) -> dict[str, float]:
     imported = time.monotonic()
-    from lavad.daemon.settings import KafkaSettings  # noqa: PLC0415 - timed: the import
+    from lavad.daemon.kafka_settings import KafkaSettings  # noqa: PLC0415 - timed: the import
     from lavad.federation.state_topic import StateTopicReader  # noqa: PLC0415
     from lavad.federation.topology import uniform_topology  # noqa: PLC0415
     from lavad.federation.view import GlobalView  # noqa: PLC0415
 
-    import_s = time.monotonic() - imported  # lavad.daemon.settings brings the daemon's config
+    import_s = time.monotonic() - imported
     topology = uniform_topology(pools, hosts, 2)
     view = GlobalView(0, topology, {p: f"owner-of-pool-{p}" for p in range(pools)}, 2)
     reader = StateTopicReader(KafkaSettings(bootstrap_servers=bootstrap), STATE, view)

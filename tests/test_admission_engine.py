@@ -9,7 +9,8 @@ import pytest
 from support import PROJECT_ROOT
 
 from lavad.core.engine import Engine
-from lavad.daemon.settings import ConfigError, load_settings
+from lavad.daemon.config_file import ConfigError
+from lavad.daemon.settings import load_settings
 from lavad.streams.schema import (
     Admission,
     DeploymentArrival,

@@ -60,3 +60,19 @@ def test_main_loads_the_studies_only_for_offline_commands() -> None:
     assert live.stdout.strip().endswith("LOADED False"), live.stdout
     offline = _fresh(probe.format(args=["replay", "--help"]))
     assert offline.stdout.strip().endswith("LOADED True"), offline.stdout
+
+
+def test_the_federation_starts_without_the_daemons_command_line() -> None:
+    """`lavad federation ...` (the console script, ``launcher.main``) loads neither the
+    daemon's command line nor its settings, the engine or scipy; other commands do."""
+    probe = (
+        "import sys; from lavad.daemon.launcher import main\n"
+        "try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+        "heavy = ('lavad.daemon.cli', 'lavad.daemon.settings', 'lavad.core.engine', 'scipy')\n"
+        "print('LOADED', [m for m in heavy if m in sys.modules])"
+    )
+    federation = _fresh(probe.format(args=["federation", "--help"]))
+    assert "owner" in federation.stdout and "scheduler" in federation.stdout
+    assert federation.stdout.strip().endswith("LOADED []"), federation.stdout
+    daemon = _fresh(probe.format(args=["run", "--help"]))
+    assert "lavad.daemon.cli" in daemon.stdout.strip().splitlines()[-1], daemon.stdout

@@ -15,8 +15,9 @@ from lavad.core.migrations.config import MigrationsConfig
 from lavad.core.migrations.relief import ReliefConfig
 from lavad.core.placement.gpa import UsageHooks
 from lavad.core.placement.registry import validate_policy_args
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.settings import ConfigError, load_settings
+from lavad.daemon.settings import load_settings
 from lavad.models.usage.drift import CusumDrift, DriftConfig
 from lavad.models.usage.margin import TailCalibration
 from lavad.models.usage.moments import CPU, UsageMoments

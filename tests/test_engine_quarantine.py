@@ -20,9 +20,10 @@ from lavad.core.engine import Engine, EngineConfig, Handled, PoolRuntime
 from lavad.core.input_bounds import PoolNames
 from lavad.core.placement.lifetime import LifetimeTracker
 from lavad.core.quarantine import MAX_ERROR_CHARS, DefectPolicy, Quarantine
+from lavad.daemon.config_file import ConfigError, validate_config
 from lavad.daemon.live.shell import live_engine_config
 from lavad.daemon.live.state_codec import StateCodecError, dumps, loads
-from lavad.daemon.settings import ConfigError, Settings, load_settings, validate_config
+from lavad.daemon.settings import Settings, load_settings
 from lavad.streams.codec import encode
 from lavad.streams.schema import Event, VmRequest
 

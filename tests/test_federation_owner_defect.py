@@ -13,7 +13,7 @@ import orjson
 import pytest
 from federation_live_support import create_topics, send
 
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.live_clients import read_partition
 from lavad.federation.live_owner import Owner
 from lavad.federation.live_wire import DEAD_LETTERS, LAUNCHES, VERDICTS, encode_launch

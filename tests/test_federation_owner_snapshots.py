@@ -11,7 +11,7 @@ import orjson
 import pytest
 from federation_live_support import create_topics
 
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.live_clients import read_partition
 from lavad.federation.live_owner import Owner, latest_snapshots
 from lavad.federation.live_wire import OWNER_SNAPSHOTS, WireError, encode_owner, restore_owner

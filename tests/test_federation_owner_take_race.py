@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation import live_owner
 from lavad.federation.live_owner import Owner
 from lavad.federation.live_wire import (

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from federation_live_support import create_topics, send
 
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.live_clients import read_partition, topic_partitions
 from lavad.federation.live_scheduler import Scheduler
 from lavad.federation.live_wire import (

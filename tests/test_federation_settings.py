@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lavad.daemon.cli import app
-from lavad.daemon.settings import ConfigError
+from lavad.daemon.config_file import ConfigError
 from lavad.federation.settings import load_federation_settings
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.messages import LaunchRequest, PoolSummary, Task
 from lavad.federation.owner import PoolOwner
 from lavad.federation.state_topic import (

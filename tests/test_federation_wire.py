@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.live_scheduler import Scheduler
 from lavad.federation.live_wire import (
     WIRE_VERSION,

@@ -11,8 +11,9 @@ from support import PROJECT_ROOT
 from lavad.core.engine import Engine
 from lavad.core.limits.service import LimitsConfig
 from lavad.core.placement.gpa import UsageHooks
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.settings import ConfigError, load_settings
+from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord
 from lavad.streams.schema import Decision, Limit, UsageSample, VmRequest

@@ -12,8 +12,9 @@ from support import PROJECT_ROOT
 
 from lavad.core.engine import Engine, EngineConfig
 from lavad.core.limits.service import LimitsConfig
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.settings import ConfigError, load_settings
+from lavad.daemon.settings import load_settings
 from lavad.models.limits.horizontal import HorizontalConfig
 from lavad.models.limits.replicas import ReplicaTracker
 from lavad.streams.codec import encode

@@ -9,10 +9,11 @@ import pytest
 from live_support import AZURE_SLICE, PROJECT_ROOT
 
 from lavad.core.engine import Engine
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.live.shell import live_engine_config
 from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
 from lavad.daemon.live.watermark import Watermark
-from lavad.daemon.settings import ConfigError, load_settings
+from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.codec import BadRecord, encode
 

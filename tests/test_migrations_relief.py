@@ -29,8 +29,9 @@ from lavad.core.migrations.relief_rule import overflow_thresholds
 from lavad.core.placement.gpa import UsageHooks
 from lavad.core.placement.registry import build_policy, validate_policy_args
 from lavad.daemon.cli import app
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.settings import ConfigError, check_live_settings, load_settings
+from lavad.daemon.settings import check_live_settings, load_settings
 from lavad.evaluation.gpa_react import RunningCumulants, react
 from lavad.evaluation.gpa_tail import task_cumulants
 from lavad.evaluation.stochastic_packing import Packing

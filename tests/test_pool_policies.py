@@ -22,8 +22,9 @@ from typer.testing import CliRunner
 from lavad.core.engine import PoolPolicy, pool_policy
 from lavad.core.placement.registry import validate_policy_args
 from lavad.daemon.cli import app
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.replay import replay
-from lavad.daemon.settings import ConfigError, Settings, check_live_settings, load_settings
+from lavad.daemon.settings import Settings, check_live_settings, load_settings
 from lavad.streams.adapters import open_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lavad.daemon.cli import app
-from lavad.daemon.settings import ConfigError, load_settings
+from lavad.daemon.config_file import ConfigError
+from lavad.daemon.settings import load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.adapters.base import TraceOptionError
 from lavad.streams.seeds import MAX_SEED, seed_refusal

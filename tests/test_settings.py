@@ -10,8 +10,9 @@ import pytest
 
 from lavad.core.input_bounds import InputBounds, PoolNames
 from lavad.core.placement.registry import PolicyConfigError, validate_policy_args
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.live.connection import client_options
-from lavad.daemon.settings import ConfigError, check_live_settings, load_settings
+from lavad.daemon.settings import check_live_settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "config" / "lavad.toml"

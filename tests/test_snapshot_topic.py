@@ -14,10 +14,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from lavad.core.engine import Engine
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.live.snapshot_topic import TopicSnapshotStore, generation_of, snapshot_store
 from lavad.daemon.live.snapshots import PartitionSnapshot, SnapshotError, SnapshotStore
 from lavad.daemon.live.state_codec import dumps, loads
-from lavad.daemon.settings import KafkaSettings, Settings, load_settings
+from lavad.daemon.settings import Settings, load_settings
 from lavad.streams.adapters import open_trace
 from lavad.streams.kafka.embedded import EmbeddedBroker
 

@@ -26,6 +26,7 @@ from lavad.core.migrations.orders import ORDERS
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
 from lavad.core.registry import Registry
 from lavad.daemon import heap
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.console import (
     err,
     fail,
@@ -49,7 +50,6 @@ from lavad.daemon.oracle_share import oracle_shares
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.replay import ReplayResult, on_common_pool, replay
 from lavad.daemon.report import plot_results, print_results
-from lavad.daemon.settings import ConfigError
 from lavad.daemon.shadow.cli import run_shadow_replay, shadow_app
 from lavad.streams.adapters import TraceFormatError, open_trace
 from lavad.streams.codec import BadRecord

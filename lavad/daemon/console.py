@@ -6,17 +6,20 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.folders import make_writable_folder
 from lavad.daemon.plotting import PlotsUnavailable, pyplot
-from lavad.daemon.settings import ConfigError, Settings, check_live_settings, load_settings
 from lavad.streams.seeds import MAX_SEED, MIN_SEED
+
+if TYPE_CHECKING:
+    from lavad.daemon.settings import Settings
 
 # A pipe or a file gets the whole table, not one squeezed to 80 columns.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -29,6 +32,11 @@ def settings_or_exit(config: Path | None, *, live: bool = False) -> Settings:
     ``live``: also refuse what only ``lavad run`` cannot run (the oracles);
     ``lavad run`` and ``lavad config check`` pass it, so they agree.
     """
+    # Here, not at the top: the settings bring the policy registries and the
+    # engine, which the federation's processes print through this module
+    # without needing (``launcher.py``).
+    from lavad.daemon.settings import check_live_settings, load_settings  # noqa: PLC0415
+
     try:
         settings = load_settings(config)
         if live:

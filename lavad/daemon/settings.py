@@ -22,18 +22,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from types import NoneType, UnionType
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
@@ -46,7 +43,6 @@ from pydantic_settings import (
 from lavad.core.admission.registry import AdmissionConfigError, validate_admission_args
 from lavad.core.admission.service import AdmissionConfig
 from lavad.core.cluster import MAX_VMS_PER_HOST, capacity_problem
-from lavad.core.config_errors import KeyedError, first_error
 from lavad.core.engine import EngineConfig, HostShape, PoolPolicy, PoolSetup
 from lavad.core.input_bounds import InputBounds, PoolNames, PoolPattern
 from lavad.core.limits.service import LimitsConfig
@@ -60,19 +56,13 @@ from lavad.core.placement.registry import (
     validate_policy_args,
 )
 from lavad.core.quarantine import DefectPolicy
+from lavad.daemon.config_file import ConfigError, read_config_file, validate_config
+from lavad.daemon.config_file import Section as _Section
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.shadow.config import ShadowSettings
 from lavad.models.deployments.process import DeploymentPriors, GammaBelief
-from lavad.streams.kafka.deadletter import DEFAULT_MAX_BYTES
 from lavad.streams.kafka.topics import TopicNames
 from lavad.streams.seeds import MAX_SEED, MIN_SEED
-
-
-class ConfigError(KeyedError):
-    template = "configuration error at {key}: {reason}"
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PlacementSettings(_Section):
@@ -173,55 +163,6 @@ class HostSettings(_Section):
         if problem is not None:
             raise ValueError(problem)
         return value
-
-
-class KafkaSettings(_Section):
-    """The broker connection; security options pass through to aiokafka unchanged."""
-
-    bootstrap_servers: str = Field(default="127.0.0.1:9092", min_length=1)
-    client_id: str = "lavad"
-    group_id: str = Field(default="lavad", min_length=1)
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"] = (
-        "PLAIN"
-    )
-    sasl_plain_username: str | None = None
-    sasl_plain_password: SecretStr | None = None
-    sasl_plain_password_file: Path | None = Field(
-        default=None, description="read sasl_plain_password from this file (a mounted secret)"
-    )
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
-    ssl_password: SecretStr | None = Field(
-        default=None, description="the password of an encrypted ssl_keyfile"
-    )
-    ssl_password_file: Path | None = Field(
-        default=None, description="read ssl_password from this file (a mounted secret)"
-    )
-    # Off by default: the embedded Tansu broker answers InitProducerId with an
-    # error, so neither works against it; on a real Kafka cluster they may.
-    enable_idempotence: bool = False
-    transactional_id: str | None = Field(
-        default=None,
-        description="publish each batch's decisions and its offsets in one transaction",
-    )
-    request_timeout_ms: int = Field(default=10_000, ge=1000)
-    # How soon the group notices a crashed instance and hands its partitions on.
-    session_timeout_ms: int = Field(default=10_000, ge=1000)
-    heartbeat_interval_ms: int = Field(default=3_000, ge=100)
-    max_batch_records: int = Field(default=2_000, ge=1)
-    fetch_wait_ms: int = Field(default=20, ge=0)
-    dead_letter_max_bytes: int = Field(
-        default=DEFAULT_MAX_BYTES,
-        ge=4096,
-        description=(
-            "a dead letter's key, value and headers past this are cut to fit, with the header"
-            " lavad.truncated giving the original sizes: keep it under the dead-letter topic's"
-            " max.message.bytes (1,048,588 by default), which refuses a larger record on every"
-            " retry"
-        ),
-    )
 
 
 # The shortest wall-clock period of the live shell's loops (snapshots, retries,
@@ -450,44 +391,6 @@ class Settings(BaseSettings):
         )
 
 
-_Model = TypeVar("_Model", bound=BaseModel)
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """The TOML file at ``path``; ``ConfigError`` when it is missing or not TOML."""
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(str(path), "configuration file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-
-
-def validate_config(model: type[_Model], values: dict[str, Any]) -> _Model:
-    """``model(**values)``, its first validation error raised as a ``ConfigError``."""
-    try:
-        return model(**values)
-    except ValidationError as exc:
-        error = first_error(exc)
-        # An unknown key may be a misspelt secret, and a secret of the wrong
-        # type is still a secret: neither value is shown.
-        if error.kind == "extra_forbidden" or _is_secret(error.key):
-            raise ConfigError(error.key, error.reason) from None
-        raise ConfigError(error.key, f"{error.reason} (got {_shown(error.value)})") from None
-
-
-# A refused value is shown so its key can be mended, but a table of a thousand
-# entries (or a megabyte string) would bury the reason: only its start is shown.
-_SHOWN_CHARS = 200
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    if len(text) <= _SHOWN_CHARS:
-        return text
-    return f"{text[:_SHOWN_CHARS]}... ({len(text):,} characters)"
-
-
 def load_settings(path: Path | str | None = None) -> Settings:
     """Read ``path`` (optional) and the environment; raise ``ConfigError`` on any bad key."""
     values = {} if path is None else read_config_file(Path(path))
@@ -630,10 +533,6 @@ _SECRET_FILES = {
     "sasl_plain_password": "sasl_plain_password_file",
     "ssl_password": "ssl_password_file",
 }
-
-
-def _is_secret(key: str) -> bool:
-    return any(word in key for word in ("password", "secret", "token"))
 
 
 def _read_secret_files(settings: Settings) -> Settings:

@@ -17,8 +17,8 @@ from rich.table import Table
 
 from lavad.core.migrations.config import RollingConfig
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.console import err, fail, out, settings_or_exit, writable_or_exit
-from lavad.daemon.settings import ConfigError
 from lavad.evaluation.migrations import (
     BASELINES,
     DrainSettings,

@@ -14,6 +14,7 @@ from typing import Annotated
 import orjson
 import typer
 
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.console import (
     err,
     fail,
@@ -22,7 +23,6 @@ from lavad.daemon.console import (
     settings_or_exit,
     writable_or_exit,
 )
-from lavad.daemon.settings import ConfigError
 from lavad.evaluation import hindsight
 from lavad.evaluation.options import options_command
 from lavad.evaluation.placement_matrix import (

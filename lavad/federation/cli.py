@@ -24,9 +24,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from prometheus_client import start_http_server
 
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.console import err, out, print_error
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.live.connection import SecurityRefusal, check_security, client_options
-from lavad.daemon.settings import ConfigError, KafkaSettings
 from lavad.federation.fairness import Shares
 from lavad.federation.live_owner import Owner
 from lavad.federation.live_scheduler import Scheduler

@@ -15,7 +15,7 @@ import structlog
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.live_clients import OWNERS_GROUP, plain_consumer, topic_partitions
 from lavad.federation.live_wire import LAUNCHES, WireError, decode_owner_record
 from lavad.federation.messages import TaskEnd

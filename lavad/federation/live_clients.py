@@ -9,9 +9,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.live.retry import unless_stopped
-from lavad.daemon.settings import KafkaSettings
 
 OWNERS_GROUP = "lavad-federation-owners"
 SCHEDULERS_GROUP = "lavad-federation-schedulers"

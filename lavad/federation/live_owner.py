@@ -45,7 +45,7 @@ from aiokafka import (
 )
 
 from lavad.core.quarantine import error_text, trace_text
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.live_clients import (
     OWNERS_GROUP,
     fetches,

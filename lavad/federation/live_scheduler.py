@@ -37,8 +37,8 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from prometheus_client import CollectorRegistry, Counter
 
 from lavad.core.quarantine import error_text, trace_text
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.live.connection import client_options
-from lavad.daemon.settings import KafkaSettings
 from lavad.federation.fairness import Shares
 from lavad.federation.inflight import LaunchesInFlight
 from lavad.federation.launch_backlog import launches_since_owners_commit

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lavad.daemon.settings import ConfigError, KafkaSettings, read_config_file, validate_config
+from lavad.daemon.config_file import ConfigError, read_config_file, validate_config
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.fairness import Shares
 
 # Keys of [kafka] that lavad's daemon reads and the federation's processes do not:

@@ -17,8 +17,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.live.connection import client_options
-from lavad.daemon.settings import KafkaSettings
 from lavad.federation.live_clients import topic_partitions
 from lavad.federation.summary_codec import SummaryError, decode_summary
 from lavad.federation.view import GlobalView

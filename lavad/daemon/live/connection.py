@@ -26,7 +26,7 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 from pydantic import SecretStr
 
-from lavad.daemon.settings import KafkaSettings
+from lavad.daemon.kafka_settings import KafkaSettings
 
 
 def client_options(kafka: KafkaSettings, *, timeout: bool = True) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from lavad.core.engine import Engine, EngineConfig
 from lavad.daemon import heap
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.live.connection import (
     SecurityRefusal,
     check_security,
@@ -55,7 +56,7 @@ from lavad.daemon.live.snapshots import SnapshotError
 from lavad.daemon.live.state_codec import Registry, default_registry
 from lavad.daemon.live.telemetry import Telemetry
 from lavad.daemon.live.watermark import Watermark
-from lavad.daemon.settings import KafkaSettings, Settings
+from lavad.daemon.settings import Settings
 from lavad.daemon.shadow.engine import Shadow
 from lavad.daemon.shadow.live import ShadowTelemetry, topic_names
 from lavad.streams.kafka.topics import TopicNames, check_copartitioned

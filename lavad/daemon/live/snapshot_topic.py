@@ -39,6 +39,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
+from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.live.connection import client_options
 from lavad.daemon.live.snapshots import (
     PartitionSnapshot,
@@ -48,7 +49,7 @@ from lavad.daemon.live.snapshots import (
     decode_snapshot,
     encode_snapshot,
 )
-from lavad.daemon.settings import KafkaSettings, Settings
+from lavad.daemon.settings import Settings
 
 TOPIC_RECORD_FORMAT = "lavad.snapshot-record"
 log = structlog.get_logger("lavad.live")

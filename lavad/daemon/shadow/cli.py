@@ -14,6 +14,7 @@ from rich.console import Console
 
 from lavad.core.engine import EngineConfig
 from lavad.core.placement.registry import REGISTRY, needs_true_lifetimes
+from lavad.daemon.config_file import ConfigError
 from lavad.daemon.console import (
     err,
     fail,
@@ -26,7 +27,7 @@ from lavad.daemon.console import (
 )
 from lavad.daemon.plotting import PlotsUnavailable
 from lavad.daemon.report import plot_results, print_results
-from lavad.daemon.settings import ConfigError, Settings
+from lavad.daemon.settings import Settings
 from lavad.daemon.shadow.placed import PlacedCounts, placed_events
 from lavad.daemon.shadow.replay import ShadowResult, shadow_replay
 from lavad.streams.adapters import Trace, TraceFormatError, open_trace
