@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from lavad.daemon.config_file import ConfigError, read_config_file, validate_config
+from lavad.daemon.config_file import ConfigError, Section, read_config_file, validate_config
 from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.federation.fairness import Shares
 
@@ -53,11 +53,7 @@ UNUSED_KAFKA_KEYS = {
 FEDERATION_KAFKA = KafkaSettings(session_timeout_ms=4000, heartbeat_interval_ms=500)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class OwnerSettings(_Strict):
+class OwnerSettings(Section):
     snapshot_every: int = Field(default=20, ge=1, description="launches between pool snapshots")
     # Below the broker's message.max.bytes (1 MB by default), with room for the record's own.
     snapshot_chunk_bytes: int = Field(
@@ -65,12 +61,12 @@ class OwnerSettings(_Strict):
     )
 
 
-class SchedulerSettings(_Strict):
+class SchedulerSettings(Section):
     state_lag_s: float = Field(default=0.0, ge=0, description="read the state topic this often")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="/metrics here (0: off)")
 
 
-class FederationSection(_Strict):
+class FederationSection(Section):
     pools: int = Field(default=2, ge=1, le=10_000)
     hosts_per_pool: int = Field(default=50, ge=1, le=1_000_000)
     schedulers: int = Field(default=2, ge=1, le=1_000)
@@ -82,7 +78,7 @@ class FederationSection(_Strict):
     scheduler: SchedulerSettings = SchedulerSettings()
 
 
-class FederationSettings(_Strict):
+class FederationSettings(Section):
     kafka: KafkaSettings = FEDERATION_KAFKA
     federation: FederationSection = FederationSection()
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from lavad.daemon.config_file import Section
 
 
-class ShadowSettings(BaseModel):
+class ShadowSettings(Section):
     """Shadow mode: follow the existing scheduler, publish lavad's choices as advice."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     enabled: bool = Field(
         default=False,
