@@ -108,16 +108,20 @@ PackedColumns = tuple[FloatArray, IntArray, BoolArray, IntArray, FloatArray, Int
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _tie_in(score: float, best: float, h: int, ties: IntArray, count: int) -> tuple[float, int]:
-    """Best Fit's tie set after host ``h`` (visited in ascending order) scores ``score``:
-    a lower score starts it anew, an equal one joins it; (best score, tie count)."""
+def _tie_in(score: float, best: float, count: int) -> tuple[float, int, int]:
+    """Best Fit's tie set after a host (visited in ascending order) scores ``score``:
+    a lower score starts it anew, an equal one joins it; (best score, tie count,
+    the index the host takes in the ties or -1).
+
+    The caller writes the host into its ties itself: an array handed to an
+    inlined function inside a loop costs its reference count, taken and
+    dropped with atomic operations, at every host (docs/results/speed.md).
+    """
     if score < best:
-        ties[0] = h
-        return score, 1
+        return score, 1, 0
     if score == best:
-        ties[count] = h
-        return best, count + 1
-    return best, count
+        return best, count + 1, count
+    return best, count, -1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -153,7 +157,9 @@ def _scan_cores_memory(
         score = 0.0
         score += (f0 - d0) * inv_capacity[0, h] * w0
         score += (f1 - d1) * inv_capacity[1, h] * w1
-        best, count = _tie_in(score, best, h, ties, count)
+        best, count, at = _tie_in(score, best, count)
+        if at >= 0:
+            ties[at] = h
     return count, best
 
 
@@ -169,11 +175,21 @@ def _fits(
     return not (d3 != 0.0 and free[3, h] < d3 - tolerance)
 
 
+# A host's four resources (one column of the pool's free or inverse-capacity
+# array), read by the caller for ``_bestfit_score``.
+Column = tuple[float, float, float, float]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _column(values: FloatArray, h: int) -> Column:
+    """Host ``h``'s four resources in ``values`` (4, hosts)."""
+    return values[0, h], values[1, h], values[2, h], values[3, h]
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _bestfit_score(
-    free: FloatArray,
-    inv_capacity: FloatArray,
-    h: int,
+    free: Column,
+    inv_capacity: Column,
     d0: float,
     d1: float,
     d2: float,
@@ -183,14 +199,19 @@ def _bestfit_score(
     w2: float,
     w3: float,
 ) -> float:
-    """Best Fit's weighted free fraction left on host ``h``, summed as the numpy scorer sums."""
+    """Best Fit's weighted free fraction left on a host, summed as the numpy scorer sums,
+    from the host's columns (``_column``): scalars, not the arrays, since an array
+    handed to an inlined function with branches costs its reference count at every
+    host (``_tie_in``)."""
+    f0, f1, f2, f3 = free
+    c0, c1, c2, c3 = inv_capacity
     score: float = 0.0
-    score += (free[0, h] - d0) * inv_capacity[0, h] * w0
-    score += (free[1, h] - d1) * inv_capacity[1, h] * w1
+    score += (f0 - d0) * c0 * w0
+    score += (f1 - d1) * c1 * w1
     if w2 != 0.0:
-        score += (free[2, h] - d2) * inv_capacity[2, h] * w2
+        score += (f2 - d2) * c2 * w2
     if w3 != 0.0:
-        score += (free[3, h] - d3) * inv_capacity[3, h] * w3
+        score += (f3 - d3) * c3 * w3
     return score
 
 
@@ -225,8 +246,12 @@ def _filter_and_score(
         if kind == FIRSTFIT:
             ties[0] = h
             return 1, float(h)
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        best, count = _tie_in(score, best, h, ties, count)
+        score = _bestfit_score(
+            _column(free, h), _column(inv_capacity, h), d0, d1, d2, d3, w0, w1, w2, w3
+        )
+        best, count, at = _tie_in(score, best, count)
+        if at >= 0:
+            ties[at] = h
     return count, best
 
 
@@ -399,7 +424,7 @@ def _scan_inputs(
     return quantiles_exit, counted
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _kept_floor(
     h: int, floor_epoch: IntArray, floor_stamp: IntArray, stamp: IntArray, epoch: int, use: bool
 ) -> bool:
@@ -408,7 +433,7 @@ def _kept_floor(
     return use and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _costed(
     h: int, las: LasInput, now: float, start: float, floors: Floors, cap: float, kept: bool
 ) -> float:

@@ -77,6 +77,7 @@ from lavad.core.placement.kernels import (
     StrandCount,
     TrackerArrays,
     _bestfit_score,
+    _column,
     _costed,
     _fits,
     _kept_floor,
@@ -217,7 +218,10 @@ def _lifetime_scan(
         cap = least + cost_tolerance
         if p == bound_p and bound_c + cost_tolerance < cap:
             cap = bound_c + cost_tolerance
-        kept = _kept_floor(h, floor_epoch, floor_stamp, stamp, epoch, use_floor)
+        # ``_kept_floor`` written out: a call given the floors' arrays costs
+        # each array's reference count, taken and dropped with atomic
+        # operations, at every host that fits (docs/results/speed.md).
+        kept = use_floor and floor_epoch[h] == epoch and floor_stamp[h] == stamp[h]
         if kept and floor[h] > cap:
             continue
         if kept and now <= exact_until[h]:
@@ -249,8 +253,12 @@ def _lifetime_scan(
         if costs[i] > limit:
             continue
         h = candidates[i]
-        score = _bestfit_score(free, inv_capacity, h, d0, d1, d2, d3, w0, w1, w2, w3)
-        best_s, count = _tie_in(score, best_s, h, ties, count)
+        score = _bestfit_score(
+            _column(free, h), _column(inv_capacity, h), d0, d1, d2, d3, w0, w1, w2, w3
+        )
+        best_s, count, at = _tie_in(score, best_s, count)
+        if at >= 0:
+            ties[at] = h
     measure, step, test = guard
     within = True
     if test and count > 0 and least_host >= 0:
