@@ -81,6 +81,7 @@ from lavad.core.placement.kernels import (
     _costed,
     _fits,
     _kept_floor,
+    _las_cost,
     _present_weights,
     _refresh_host,
     _scan_inputs,
@@ -178,10 +179,10 @@ def _lifetime_scan(
     free, inv_capacity, unschedulable, present, weights = pool
     n, d0, d1, d2, d3, fit_tolerance, now, lifetime, cost_tolerance = request
     preference, use_preference, guard = preferred
-    host_exit = las[0]
     # Unpacked once: an array taken from a tuple inside the pass costs its
     # reference count each time, read for every host that fits
     # (docs/results/speed.md).
+    host_exit, thresholds, use_thresholds, buckets, host_q, use_host_q = las
     floor, floor_epoch, floor_stamp, stamp, epoch, use_floor, exact_until = floors
     quantiles_exit, counted = _scan_inputs(request, present, las, refresh, tracker, strand)
     counts_strands, demand, zero, used, total, _ = counted
@@ -229,7 +230,16 @@ def _lifetime_scan(
         else:
             # A host kept from an earlier scan of the epoch is costed in
             # full, so its floor becomes its exact cost.
-            c = _costed(h, las, now, start, floors, np.inf if kept else cap, kept)
+            # ``_costed`` written out, on the arrays unpacked above.
+            c, until = _las_cost(
+                h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q,
+                use_host_q, np.inf if kept else cap,
+            )  # fmt: skip
+            if use_floor:
+                floor[h] = c
+                floor_epoch[h] = epoch
+                floor_stamp[h] = stamp[h]
+                exact_until[h] = until
         if c > cap:
             continue
         if counts_strands:

@@ -42,51 +42,73 @@ def leftover_waste(
     in their mean direction; and so on, at most once per resource. With every
     shape asking for every resource the mix uses (a pool of CPU and memory)
     that is the first leg alone.
+
+    Written out over the four resources (``N_RESOURCES``) in scalars: the
+    guard calls this twice for every host that fits, and an array of what is
+    left, allocated and freed at each call, cost more than the measure.
     """
     weights, directions, minimal, tolerance = measure
-    n_resources = free.shape[0]
+    x0 = free[0, host] - demand[0]
+    x1 = free[1, host] - demand[1]
+    x2 = free[2, host] - demand[2]
+    x3 = free[3, host] - demand[3]
     fits_any = False
     for m in range(minimal.shape[0]):
-        fits = True
-        for r in range(n_resources):
-            if free[r, host] - demand[r] < minimal[m, r] - tolerance:
-                fits = False
-                break
-        if fits:
+        if not (
+            x0 < minimal[m, 0] - tolerance
+            or x1 < minimal[m, 1] - tolerance
+            or x2 < minimal[m, 2] - tolerance
+            or x3 < minimal[m, 3] - tolerance
+        ):
             fits_any = True
             break
+    left0, left1, left2, left3 = max(x0, 0.0), max(x1, 0.0), max(x2, 0.0), max(x3, 0.0)
+    if fits_any:
+        exhausted = 0
+        for _ in range(N_RESOURCES):
+            m0, m1 = directions[exhausted, 0], directions[exhausted, 1]
+            m2, m3 = directions[exhausted, 2], directions[exhausted, 3]
+            fill = np.inf
+            if m0 > 0.0:
+                fill = min(fill, left0 / m0)
+            if m1 > 0.0:
+                fill = min(fill, left1 / m1)
+            if m2 > 0.0:
+                fill = min(fill, left2 / m2)
+            if m3 > 0.0:
+                fill = min(fill, left3 / m3)
+            if fill == np.inf:
+                break  # no shape of the mix asks only for what is left
+            # A resource that ran out keeps what rounding leaves of it (an
+            # ulp), so a pool whose every shape asks for every resource
+            # scores exactly as a single leg would.
+            ran_out = exhausted
+            if m0 > 0.0:
+                if left0 / m0 <= fill:
+                    ran_out |= 1
+                left0 = max(left0 - fill * m0, 0.0)
+            if m1 > 0.0:
+                if left1 / m1 <= fill:
+                    ran_out |= 2
+                left1 = max(left1 - fill * m1, 0.0)
+            if m2 > 0.0:
+                if left2 / m2 <= fill:
+                    ran_out |= 4
+                left2 = max(left2 - fill * m2, 0.0)
+            if m3 > 0.0:
+                if left3 / m3 <= fill:
+                    ran_out |= 8
+                left3 = max(left3 - fill * m3, 0.0)
+            exhausted = ran_out
     total = 0.0
-    if not fits_any:
-        for r in range(n_resources):
-            if weights[r] > 0.0:
-                total += weights[r] * max(free[r, host] - demand[r], 0.0) * inv_capacity[r, host]
-        return total
-    left = np.empty(n_resources)
-    for r in range(n_resources):
-        left[r] = max(free[r, host] - demand[r], 0.0)
-    exhausted = 0
-    for _ in range(n_resources):
-        fill = np.inf
-        for r in range(n_resources):
-            mean = directions[exhausted, r]
-            if mean > 0.0:
-                fill = min(fill, left[r] / mean)
-        if fill == np.inf:
-            break  # no shape of the mix asks only for what is left
-        ran_out = exhausted
-        for r in range(n_resources):
-            mean = directions[exhausted, r]
-            if mean > 0.0:
-                if left[r] / mean <= fill:
-                    ran_out |= 1 << r
-                # A resource that ran out keeps what rounding leaves of it (an
-                # ulp), so a pool whose every shape asks for every resource
-                # scores exactly as a single leg would.
-                left[r] = max(left[r] - fill * mean, 0.0)
-        exhausted = ran_out
-    for r in range(n_resources):
-        if weights[r] > 0.0:
-            total += weights[r] * left[r] * inv_capacity[r, host]
+    if weights[0] > 0.0:
+        total += weights[0] * left0 * inv_capacity[0, host]
+    if weights[1] > 0.0:
+        total += weights[1] * left1 * inv_capacity[1, host]
+    if weights[2] > 0.0:
+        total += weights[2] * left2 * inv_capacity[2, host]
+    if weights[3] > 0.0:
+        total += weights[3] * left3 * inv_capacity[3, host]
     return total
 
 
