@@ -31,6 +31,31 @@ WastePool = tuple[FloatArray, FloatArray, np.ndarray, np.ndarray]
 WasteMeasure = tuple[FloatArray, FloatArray, FloatArray, float]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fill_to(fill: float, left: float, mean: float) -> float:
+    """The fill along a leg, bounded by one resource the leg's direction asks for."""
+    return min(fill, left / mean) if mean > 0.0 else fill
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _drain(left: float, mean: float, fill: float, bit: int, ran_out: int) -> tuple[float, int]:
+    """One resource after a leg of ``fill`` along ``mean``: what is left, and the set of
+    resources run out with this one's ``bit`` added if it ran out. A resource that ran
+    out keeps what rounding leaves of it (an ulp), so a pool whose every shape asks
+    for every resource scores exactly as a single leg would."""
+    if mean > 0.0:
+        if left / mean <= fill:
+            ran_out |= bit
+        left = max(left - fill * mean, 0.0)
+    return left, ran_out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _weighed(total: float, weight: float, left: float, inv_capacity: float) -> float:
+    """``total`` with one resource's stranded share added where the resource weighs."""
+    return total + weight * left * inv_capacity if weight > 0.0 else total
+
+
 @numba.njit(cache=True, nogil=True)
 def leftover_waste(
     free: FloatArray, host: int, demand: FloatArray, inv_capacity: FloatArray, measure: WasteMeasure
@@ -68,47 +93,21 @@ def leftover_waste(
         for _ in range(N_RESOURCES):
             m0, m1 = directions[exhausted, 0], directions[exhausted, 1]
             m2, m3 = directions[exhausted, 2], directions[exhausted, 3]
-            fill = np.inf
-            if m0 > 0.0:
-                fill = min(fill, left0 / m0)
-            if m1 > 0.0:
-                fill = min(fill, left1 / m1)
-            if m2 > 0.0:
-                fill = min(fill, left2 / m2)
-            if m3 > 0.0:
-                fill = min(fill, left3 / m3)
+            fill = _fill_to(
+                _fill_to(_fill_to(_fill_to(np.inf, left0, m0), left1, m1), left2, m2), left3, m3
+            )
             if fill == np.inf:
                 break  # no shape of the mix asks only for what is left
-            # A resource that ran out keeps what rounding leaves of it (an
-            # ulp), so a pool whose every shape asks for every resource
-            # scores exactly as a single leg would.
             ran_out = exhausted
-            if m0 > 0.0:
-                if left0 / m0 <= fill:
-                    ran_out |= 1
-                left0 = max(left0 - fill * m0, 0.0)
-            if m1 > 0.0:
-                if left1 / m1 <= fill:
-                    ran_out |= 2
-                left1 = max(left1 - fill * m1, 0.0)
-            if m2 > 0.0:
-                if left2 / m2 <= fill:
-                    ran_out |= 4
-                left2 = max(left2 - fill * m2, 0.0)
-            if m3 > 0.0:
-                if left3 / m3 <= fill:
-                    ran_out |= 8
-                left3 = max(left3 - fill * m3, 0.0)
+            left0, ran_out = _drain(left0, m0, fill, 1, ran_out)
+            left1, ran_out = _drain(left1, m1, fill, 2, ran_out)
+            left2, ran_out = _drain(left2, m2, fill, 4, ran_out)
+            left3, ran_out = _drain(left3, m3, fill, 8, ran_out)
             exhausted = ran_out
-    total = 0.0
-    if weights[0] > 0.0:
-        total += weights[0] * left0 * inv_capacity[0, host]
-    if weights[1] > 0.0:
-        total += weights[1] * left1 * inv_capacity[1, host]
-    if weights[2] > 0.0:
-        total += weights[2] * left2 * inv_capacity[2, host]
-    if weights[3] > 0.0:
-        total += weights[3] * left3 * inv_capacity[3, host]
+    total = _weighed(0.0, weights[0], left0, inv_capacity[0, host])
+    total = _weighed(total, weights[1], left1, inv_capacity[1, host])
+    total = _weighed(total, weights[2], left2, inv_capacity[2, host])
+    total = _weighed(total, weights[3], left3, inv_capacity[3, host])
     return total
 
 
