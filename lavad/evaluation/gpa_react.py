@@ -251,10 +251,9 @@ def react(
                 # As live (``UsageHooks``): the machine promises by its new
                 # moments from the next step on, so the margin scores the change
                 # in the steps before the detector saw it, not in every step after.
-                promises[host] = _promise(current[:, tasks].sum(axis=1), rho, methods)
-                if len(tasks) > 1 and not bool(
-                    fit.fits(current[:, tasks].sum(axis=1, keepdims=True), capacity)[0]
-                ):
+                summed = current[:, tasks].sum(axis=1, keepdims=True)
+                promises[host] = _promise(summed[:, 0], rho, methods)
+                if len(tasks) > 1 and not bool(fit.fits(summed, capacity)[0]):
                     broken.add(host)
         if not len(due) and not broken:
             continue

@@ -452,11 +452,29 @@ def _costed(
         h, host_exit, now, start, thresholds, use_thresholds, buckets, host_q, use_host_q, cap
     )
     if use_floor:
-        floor[h] = c
-        floor_epoch[h] = epoch
-        floor_stamp[h] = stamp[h]
-        exact_until[h] = until
+        _keep_floor(h, c, until, floor, floor_epoch, floor_stamp, stamp, epoch, exact_until)
     return c
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _keep_floor(
+    h: int,
+    cost: float,
+    until: float,
+    floor: FloatArray,
+    floor_epoch: IntArray,
+    floor_stamp: IntArray,
+    stamp: IntArray,
+    epoch: int,
+    exact_until: FloatArray,
+) -> None:
+    """Host ``h``'s floor set to ``cost`` in this epoch on its current quantiles, exact
+    until ``until`` (``Floors``' members). Straight-line code: inlined into the pass
+    over the hosts, its arrays take no reference count (``_tie_in``)."""
+    floor[h] = cost
+    floor_epoch[h] = epoch
+    floor_stamp[h] = stamp[h]
+    exact_until[h] = until
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -80,6 +80,7 @@ from lavad.core.placement.kernels import (
     _column,
     _costed,
     _fits,
+    _keep_floor,
     _kept_floor,
     _las_cost,
     _present_weights,
@@ -236,10 +237,7 @@ def _lifetime_scan(
                 use_host_q, np.inf if kept else cap,
             )  # fmt: skip
             if use_floor:
-                floor[h] = c
-                floor_epoch[h] = epoch
-                floor_stamp[h] = stamp[h]
-                exact_until[h] = until
+                _keep_floor(h, c, until, floor, floor_epoch, floor_stamp, stamp, epoch, exact_until)
         if c > cap:
             continue
         if counts_strands:
