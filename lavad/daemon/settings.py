@@ -56,8 +56,7 @@ from lavad.core.placement.registry import (
     validate_policy_args,
 )
 from lavad.core.quarantine import DefectPolicy
-from lavad.daemon.config_file import ConfigError, read_config_file, validate_config
-from lavad.daemon.config_file import Section as _Section
+from lavad.daemon.config_file import ConfigError, Section, read_config_file, validate_config
 from lavad.daemon.kafka_settings import KafkaSettings
 from lavad.daemon.shadow.config import ShadowSettings
 from lavad.models.deployments.process import DeploymentPriors, GammaBelief
@@ -65,7 +64,7 @@ from lavad.streams.kafka.topics import TopicNames
 from lavad.streams.seeds import MAX_SEED, MIN_SEED
 
 
-class PlacementSettings(_Section):
+class PlacementSettings(Section):
     policy: str = Field(default="bestfit", description="a name from `lavad policies`")
     # A fleet mixes pools: Best Fit for its GPU pools (where no lifetime policy
     # gains, not even with true lifetimes: docs/results/placement-matrix.md),
@@ -80,12 +79,12 @@ class PlacementSettings(_Section):
     )
 
 
-class GammaSettings(_Section):
+class GammaSettings(Section):
     shape: float = Field(gt=0, description="pseudo-events")
     rate: float = Field(gt=0, description="in this much exposure (seconds, or core-seconds)")
 
 
-class PriorSettings(_Section):
+class PriorSettings(Section):
     """Population priors of the deployment model (appendix B), fitted on a trace."""
 
     core_death: GammaSettings
@@ -94,7 +93,7 @@ class PriorSettings(_Section):
     kill: GammaSettings
 
 
-class AdmissionSettings(_Section):
+class AdmissionSettings(Section):
     policy: Literal["off", "zeroth", "first", "second"] = Field(
         default="off", description="admission of deployments: off, or a moment policy"
     )
@@ -108,7 +107,7 @@ class AdmissionSettings(_Section):
     refresh_s: float = Field(default=3600.0, gt=0, description="event time between full recomputes")
 
 
-class HostSettings(_Section):
+class HostSettings(Section):
     source: Literal["auto", "trace", "shape"] = Field(
         default="auto",
         description="auto: the trace's own hosts when it has them, else the shape below",
@@ -171,7 +170,7 @@ class HostSettings(_Section):
 MIN_WALL_INTERVAL_S = 0.01
 
 
-class LiveSettings(_Section):
+class LiveSettings(Section):
     snapshot_store: Literal["file", "topic"] = Field(
         default="file",
         description=(
@@ -262,12 +261,12 @@ class LiveSettings(_Section):
     )
 
 
-class HttpSettings(_Section):
+class HttpSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=9464, ge=0, le=65535)
 
 
-class LogSettings(_Section):
+class LogSettings(Section):
     level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="debug logs every decision id"
     )
